@@ -1,0 +1,3 @@
+from ega_lightning.callbacks.hparams import HParamsSummary
+
+__all__ = ["HParamsSummary"]

@@ -1,0 +1,138 @@
+"""The ``ega`` command: Lightning's CLI (fit / validate / test) wired for CharLM and CharDataModule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from jsonargparse import Namespace
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+
+from ega_lightning.data import CharDataModule
+from ega_lightning.module import CharLM
+
+# The default logger, also when no config file names one; the CLI points it at the run directory.
+TENSORBOARD_LOGGER = {
+    "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+    "init_args": {"save_dir": "lightning_logs", "default_hp_metric": False},
+}
+
+
+def _seed_for_data(seed: bool | int) -> int:
+    if isinstance(seed, bool):
+        raise ValueError(
+            f"seed_everything is {seed}; set an integer (e.g. --seed_everything=1337): "
+            "the training windows are drawn from it, so a run must have a fixed seed to be resumable."
+        )
+    return seed
+
+
+class SaveRunConfig(SaveConfigCallback):
+    """Saves the resolved config into the run directory: ``config.yaml`` for fit, ``config_<stage>.yaml`` else.
+
+    Overwriting is on because a resumed fit re-saves the same run's config.
+    """
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        stage = getattr(stage, "value", stage)  # TrainerFn or str
+        self.config_filename = "config.yaml" if stage == "fit" else f"config_{stage}.yaml"
+        super().setup(trainer, pl_module, stage)
+
+
+class EgaCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.add_argument(
+            "--run_name",
+            type=str | None,
+            default=None,
+            help="Directory name of the run under --runs_dir (default: derived from corpus, gate, size and seed).",
+        )
+        parser.add_argument("--runs_dir", type=str, default="lightning_logs", help="Where runs are written.")
+        parser.link_arguments("model.block_size", "data.block_size")
+        parser.link_arguments("seed_everything", "data.seed", compute_fn=_seed_for_data)
+        parser.link_arguments("data.vocab", "model.vocab", apply_on="instantiate")
+
+    def _parse_ckpt_path(self) -> None:
+        """Lightning takes the model's hyper-parameters from --ckpt_path; take its corpus too.
+
+        A model only fits the corpus whose vocabulary it was trained on, so
+        `ega test --ckpt_path X` evaluates on X's corpus without being told.
+        """
+        super()._parse_ckpt_path()
+        config = self.config.get(self.config.get("subcommand") or "")
+        ckpt_path = config.get("ckpt_path") if config else None
+        if ckpt_path and Path(ckpt_path).is_file():
+            ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu")
+            corpus = ckpt.get("datamodule_hyper_parameters", {}).get("corpus")
+            if corpus is not None:
+                config.data.corpus = corpus
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        run_dir = Path(config.runs_dir) / (config.run_name or default_run_name(config))
+        if self.subcommand in ("validate", "test") and config.run_name is None and config.ckpt_path:
+            ckpt_dir = Path(config.ckpt_path).parent
+            if ckpt_dir.name == "checkpoints":  # evaluate into the run the checkpoint belongs to
+                run_dir = ckpt_dir.parent
+        config.trainer.default_root_dir = str(run_dir)
+        for logger in _as_list(config.trainer.logger):
+            if isinstance(logger, Namespace) and "init_args" in logger:
+                args = logger.init_args
+                # one fixed directory per run: no version_N, so `--ckpt_path last` finds the run's checkpoints
+                for key, value in (("save_dir", str(run_dir.parent)), ("name", run_dir.name), ("version", "")):
+                    if key in args:
+                        args[key] = value
+        for callback in _as_list(config.trainer.callbacks):
+            if _is_model_checkpoint(callback) and callback.init_args.get("dirpath") is None:
+                callback.init_args.dirpath = str(run_dir / "checkpoints")
+        if self.subcommand == "fit":
+            _check_fit_target(run_dir / "checkpoints", config.ckpt_path)
+
+
+def default_run_name(config: Namespace) -> str:
+    m = config.model
+    return f"{config.data.corpus}-{m.gate}-{m.n_layer}x{m.n_head}x{m.n_embd}-T{m.block_size}-seed{config.data.seed}"
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None or isinstance(value, bool):
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def _is_model_checkpoint(callback: Any) -> bool:
+    return isinstance(callback, Namespace) and str(callback.get("class_path", "")).endswith("ModelCheckpoint")
+
+
+def _check_fit_target(ckpt_dir: Path, ckpt_path: str | None) -> None:
+    """Never silently overwrite a run, never silently restart one."""
+    existing = sorted(ckpt_dir.glob("*.ckpt")) if ckpt_dir.is_dir() else []
+    if ckpt_path == "last" and not (ckpt_dir / "last.ckpt").is_file():
+        raise SystemExit(
+            f"error: --ckpt_path last, but there is no {ckpt_dir / 'last.ckpt'} to resume from. "
+            "Check --run_name (and the config that derives it), or drop --ckpt_path to start a new run."
+        )
+    if ckpt_path is None and existing:
+        raise SystemExit(
+            f"error: the run directory {ckpt_dir.parent} already holds checkpoints ({existing[0].name}, ...). "
+            "Resume it with --ckpt_path last, start a separate run with --run_name <new name>, "
+            f"or delete {ckpt_dir.parent}."
+        )
+
+
+def main(args: Any = None) -> None:
+    EgaCLI(
+        CharLM,
+        CharDataModule,
+        seed_everything_default=1337,
+        trainer_defaults={"logger": TENSORBOARD_LOGGER},
+        auto_configure_optimizers=False,
+        save_config_callback=SaveRunConfig,
+        save_config_kwargs={"overwrite": True},
+        args=args,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Energy gates by name. Importing this package registers every shipped gate."""
+
+from ega_lightning.gates import linear  # noqa: F401  (registers the gate)
+from ega_lightning.gates.base import Gate, causal_znorm
+from ega_lightning.gates.registry import (
+    NO_GATE,
+    build_gate,
+    check_gate_options,
+    gate_class,
+    gate_names,
+    gate_params_per_head,
+    register_gate,
+)
+
+__all__ = [
+    "NO_GATE",
+    "Gate",
+    "build_gate",
+    "causal_znorm",
+    "check_gate_options",
+    "gate_class",
+    "gate_names",
+    "gate_params_per_head",
+    "register_gate",
+]

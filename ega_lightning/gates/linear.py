@@ -1,0 +1,31 @@
+"""EGA-1: one learned linear energy projection per head (the paper's best gate)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from ega_lightning.gates.base import Gate
+from ega_lightning.gates.registry import register_gate
+
+
+@register_gate("linear")
+class LinearGate(Gate):
+    """EGA-1: e_{h,j} = w_h . x_j.
+
+    Parameters per head: d + 2 (w_h in R^d, tau_h, alpha_h). The bias b_h of the
+    paper's projection is omitted because the z-normalisation cancels it.
+    """
+
+    def __init__(self, n_embd: int, n_head: int, tau_init: float = 0.0, alpha_init: float = 1.0) -> None:
+        super().__init__(n_embd, n_head, tau_init, alpha_init)
+        self.proj = nn.Linear(n_embd, n_head, bias=False)  # row h is w_h
+
+    @classmethod
+    def params_per_head(cls, n_embd: int, **options: Any) -> int:
+        return n_embd + 2
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).transpose(1, 2)  # (B, T, nh) -> (B, nh, T)

@@ -1,0 +1,165 @@
+"""`CharLM`: the LightningModule, thin glue around `GPT`: loss, metrics, optimiser."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torchmetrics import MeanMetric
+
+from ega_lightning.data.tokenizer import CharTokenizer
+from ega_lightning.gates import NO_GATE, check_gate_options
+from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+class CharLM(L.LightningModule):
+    """Character-level GPT with Energy-Gated Attention.
+
+    Args:
+        vocab: the character vocabulary (linked from ``data.vocab``; never typed by hand).
+            It is saved in the checkpoint, so a checkpoint decodes text on its own.
+        n_layer, n_head, n_embd, block_size, dropout, bias: the transformer's shape.
+        gate: a registered gate name (``none`` is the baseline, ``linear`` is EGA-1).
+        tau_init, alpha_init: initial threshold and scale of every gate head.
+        gate_options: further options of the chosen gate (see its docstring).
+        attention: ``fused`` (SDPA kernel, the default) or ``reference`` (the spec's formula, slow).
+        lr, min_lr, warmup_steps: AdamW learning rate, linear warm-up then cosine decay to
+            ``min_lr`` at ``trainer.max_steps``.
+        weight_decay: AdamW decay of the 2-D weights; biases, LayerNorms and gates get none.
+        betas: AdamW betas.
+    """
+
+    def __init__(
+        self,
+        vocab: str,
+        n_layer: int = 4,
+        n_head: int = 4,
+        n_embd: int = 128,
+        block_size: int = 128,
+        dropout: float = 0.0,
+        bias: bool = True,
+        gate: str = "linear",
+        tau_init: float = 0.0,
+        alpha_init: float = 1.0,
+        gate_options: dict[str, Any] | None = None,
+        attention: str = "fused",
+        lr: float = 1e-3,
+        min_lr: float = 1e-4,
+        warmup_steps: int = 100,
+        weight_decay: float = 0.1,
+        betas: tuple[float, float] = (0.9, 0.99),
+    ) -> None:
+        super().__init__()
+        for name, value in (("n_layer", n_layer), ("n_head", n_head), ("n_embd", n_embd), ("block_size", block_size)):
+            _require(value >= 1, f"model.{name} must be a positive integer, got {value}.")
+        _require(n_embd % n_head == 0, f"model.n_embd ({n_embd}) must be divisible by model.n_head ({n_head}).")
+        _require(0.0 <= dropout < 1.0, f"model.dropout must be in [0, 1), got {dropout}.")
+        _require(lr > 0, f"model.lr must be positive, got {lr}.")
+        _require(0 <= min_lr <= lr, f"model.min_lr must be in [0, lr={lr}], got {min_lr}.")
+        _require(warmup_steps >= 0, f"model.warmup_steps must be >= 0, got {warmup_steps}.")
+        _require(weight_decay >= 0, f"model.weight_decay must be >= 0, got {weight_decay}.")
+        _require(attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {attention!r}.")
+        options = dict(gate_options or {})
+        if gate != NO_GATE:
+            clash = {"tau_init", "alpha_init"} & options.keys()
+            _require(not clash, f"Set {', '.join(sorted(clash))} as model.* arguments, not in model.gate_options.")
+            options.update(tau_init=tau_init, alpha_init=alpha_init)
+        check_gate_options(gate, options)  # also rejects unknown gate names, listing the registered ones
+        self.save_hyperparameters()
+        self.tokenizer = CharTokenizer(vocab)
+        self.model = GPT(
+            GPTConfig(
+                vocab_size=len(vocab),
+                block_size=block_size,
+                n_layer=n_layer,
+                n_head=n_head,
+                n_embd=n_embd,
+                dropout=dropout,
+                bias=bias,
+                gate=gate,
+                gate_options=options,
+                attention=attention,
+            )
+        )
+        self.val_loss = MeanMetric()
+        self.test_loss = MeanMetric()
+        self._last_step_start: float | None = None
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        """idx (B, T) -> logits (B, T, V)."""
+        return self.model(idx)
+
+    def loss(self, batch: Batch) -> torch.Tensor:
+        x, y = batch
+        logits = self(x)
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), y.reshape(-1))
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        now = time.perf_counter()
+        if self._last_step_start is not None:
+            tokens = batch[0].numel() * self.trainer.world_size
+            self.log("train/tokens_per_sec", tokens / (now - self._last_step_start))
+        self._last_step_start = now
+        loss = self.loss(batch)
+        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        self._last_step_start = None
+
+    def on_validation_start(self) -> None:
+        self._last_step_start = None  # evaluation time is not training throughput
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self.val_loss.update(self.loss(batch), weight=batch[1].numel())
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_eval("val", self.val_loss)
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self.test_loss.update(self.loss(batch), weight=batch[1].numel())
+
+    def on_test_epoch_end(self) -> None:
+        self._log_eval("test", self.test_loss)
+
+    def _log_eval(self, split: str, metric: MeanMetric) -> None:
+        loss = metric.compute()  # a collective under DDP: every rank gets here
+        metric.reset()
+        self.log(f"{split}/loss", loss, prog_bar=True)
+        self.log(f"{split}/bpc", loss / math.log(2))
+
+    def configure_optimizers(self) -> dict[str, Any]:
+        hp = self.hparams
+        max_steps = self.trainer.max_steps
+        if max_steps is None or max_steps <= 0:
+            raise ValueError("Set trainer.max_steps (> 0): the learning-rate schedule and the data are step-based.")
+        gate_params = {id(p) for g in self.model.gates for p in g.parameters()}
+        decay, no_decay = [], []
+        for p in self.model.parameters():
+            (decay if p.dim() >= 2 and id(p) not in gate_params else no_decay).append(p)
+        optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            lr=hp.lr,
+            betas=tuple(hp.betas),
+        )
+
+        def lr_factor(step: int) -> float:
+            if step < hp.warmup_steps:
+                return (step + 1) / hp.warmup_steps
+            progress = min(1.0, (step - hp.warmup_steps) / max(1, max_steps - hp.warmup_steps))
+            return (hp.min_lr + 0.5 * (hp.lr - hp.min_lr) * (1 + math.cos(math.pi * progress))) / hp.lr
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -1,0 +1,36 @@
+"""Shared fixtures: where the corpora are, and a model shrunk to test size."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ega_lightning.data.corpora import CORPORA, DATA_DIR_ENV
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+
+# Small enough for a CPU test, large enough to have several heads and layers.
+TINY_MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
+TINY_VOCAB = CORPORA["tinyshakespeare"].vocab
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The corpora: $EGA_DATA_DIR, else ../shared/data beside the repository (never downloaded by tests)."""
+    candidates = [os.environ.get(DATA_DIR_ENV), REPO.parent / "shared" / "data"]
+    for candidate in candidates:
+        if candidate and (Path(candidate) / CORPORA["tinyshakespeare"].train.relpath).is_file():
+            return Path(candidate)
+    pytest.fail(f"No corpora found: set {DATA_DIR_ENV} to a directory holding tinyshakespeare/ and ptb/.")
+
+
+def run_ega(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300):
+    """Runs the real `ega` console entry point in a subprocess."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    cmd = [sys.executable, "-c", "from ega_lightning.cli import main; main()", *args]
+    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)

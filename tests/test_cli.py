@@ -1,0 +1,141 @@
+"""The real `ega` command in a subprocess: fit, artefacts, evaluation from a checkpoint alone."""
+
+import math
+import shutil
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from ega_lightning import CharLM
+
+from .conftest import CONFIGS, TINY_MODEL, run_ega
+
+pytestmark = pytest.mark.slow
+
+TINY_ARGS = [f"--model.{k}={v}" for k, v in TINY_MODEL.items()] + [
+    "--data.batch_size=8",
+    "--data.max_eval_windows=16",
+    "--trainer.max_steps=6",
+    "--trainer.val_check_interval=3",
+    "--trainer.log_every_n_steps=1",
+    "--trainer.enable_progress_bar=false",
+]
+COMPOSE = ["-c", str(CONFIGS / "base.yaml"), "-c", str(CONFIGS / "size/cpu.yaml")]
+
+
+def fit_args(corpus: str, gate: str, run_name: str) -> list[str]:
+    return [
+        "fit",
+        *COMPOSE,
+        "-c",
+        str(CONFIGS / f"corpus/{corpus}.yaml"),
+        "-c",
+        str(CONFIGS / f"gate/{gate}.yaml"),
+        *TINY_ARGS,
+        f"--run_name={run_name}",
+    ]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory, data_dir):
+    """One tiny EGA-1 fit, shared by the tests below."""
+    work = tmp_path_factory.mktemp("cli")
+    result = run_ega(fit_args("tinyshakespeare", "linear", "tiny"), cwd=work, env={"EGA_DATA_DIR": str(data_dir)})
+    assert result.returncode == 0, result.stderr[-4000:]
+    return work, work / "lightning_logs" / "tiny"
+
+
+def test_fit_writes_tensorboard_scalars_config_and_checkpoints(trained_run):
+    _, run_dir = trained_run
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "hparams.yaml").is_file()
+    events = EventAccumulator(str(run_dir))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss", "val/loss", "val/bpc", "train/lr", "train/tokens_per_sec"} <= tags
+    val_loss = [e.value for e in events.Scalars("val/loss")]
+    val_bpc = [e.value for e in events.Scalars("val/bpc")]
+    # Lightning's x-axis is the index of the batch that triggered the evaluation: after steps 3 and 6
+    assert [e.step for e in events.Scalars("val/loss")] == [2, 5]
+    assert val_bpc[-1] == pytest.approx(val_loss[-1] / math.log(2), rel=1e-6)
+    assert val_loss[-1] < math.log(65)  # six steps of AdamW already beat the uniform guess
+    ckpt = torch.load(run_dir / "checkpoints/last.ckpt", weights_only=False)
+    assert ckpt["global_step"] == 6
+
+
+def test_checkpoint_evaluates_without_the_corpus(trained_run, tmp_path):
+    _, run_dir = trained_run
+    ckpt = tmp_path / "model.ckpt"
+    shutil.copy(run_dir / "checkpoints/last.ckpt", ckpt)
+    # a fresh process whose only data directory does not exist
+    script = (
+        "import sys, torch\n"
+        "from ega_lightning import CharLM\n"
+        "m = CharLM.load_from_checkpoint(sys.argv[1]).eval()\n"
+        "ids = m.tokenizer.encode('ROMEO:\\nBut soft, what light')[None]\n"
+        "with torch.no_grad(): loss = m.loss((ids[:, :-1], ids[:, 1:]))\n"
+        "print(f'{loss.item():.6f}', m.tokenizer.vocab == m.hparams.vocab, len(m.tokenizer))\n"
+    )
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(ckpt)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={"EGA_DATA_DIR": str(tmp_path / "absent"), "PATH": ""},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loss, same_vocab, vocab_size = result.stdout.split()
+    assert same_vocab == "True" and vocab_size == "65"
+    # the same weights in this process give the same loss: nothing was re-initialised on load
+    model = CharLM.load_from_checkpoint(run_dir / "checkpoints/last.ckpt").eval()
+    ids = model.tokenizer.encode("ROMEO:\nBut soft, what light")[None]
+    with torch.no_grad():
+        assert float(loss) == pytest.approx(model.loss((ids[:, :-1], ids[:, 1:])).item(), abs=1e-5)
+
+
+def test_test_subcommand_reads_corpus_and_size_from_checkpoint(trained_run, data_dir):
+    work, run_dir = trained_run
+    # no size/gate/corpus config: the checkpoint supplies the model and its corpus
+    result = run_ega(
+        [
+            "test",
+            "-c",
+            str(CONFIGS / "base.yaml"),
+            "--data.max_eval_windows=16",
+            "--trainer.enable_progress_bar=false",
+            f"--ckpt_path={run_dir / 'checkpoints/last.ckpt'}",
+        ],
+        cwd=work,
+        env={"EGA_DATA_DIR": str(data_dir)},
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "test/loss" in result.stdout and "test/bpc" in result.stdout
+    assert (run_dir / "config_test.yaml").is_file()  # evaluated into the checkpoint's own run directory
+
+
+def test_refuses_to_overwrite_a_run_and_to_resume_nothing(trained_run, data_dir):
+    work, _ = trained_run
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    again = run_ega(fit_args("tinyshakespeare", "linear", "tiny"), cwd=work, env=env)
+    assert again.returncode != 0
+    assert "already holds checkpoints" in again.stderr and "--ckpt_path last" in again.stderr
+    nothing = run_ega([*fit_args("tinyshakespeare", "linear", "fresh"), "--ckpt_path=last"], cwd=work, env=env)
+    assert nothing.returncode != 0 and "no " in nothing.stderr and "last.ckpt to resume from" in nothing.stderr
+    assert not (work / "lightning_logs" / "fresh").exists()
+
+
+def test_print_config_shows_composed_values(tmp_path):
+    result = run_ega([*fit_args("ptb", "none", "x"), "--print_config"], cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "corpus: ptb" in result.stdout and "gate: none" in result.stdout
+    assert f"n_embd: {TINY_MODEL['n_embd']}" in result.stdout
+
+
+def test_unknown_gate_on_the_command_line_lists_registered(tmp_path):
+    result = run_ega([*fit_args("ptb", "none", "x"), "--model.gate=wavelet"], cwd=tmp_path)
+    assert result.returncode != 0
+    assert "Unknown gate 'wavelet'. Registered gates: none, linear" in result.stderr

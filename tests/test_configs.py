@@ -1,0 +1,43 @@
+"""Every shipped YAML parses and builds its model, in every composition the README offers."""
+
+import itertools
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ega_lightning import CharDataModule, CharLM
+from ega_lightning.cli import EgaCLI, default_run_name
+
+from .conftest import CONFIGS
+
+SIZES = sorted(CONFIGS.glob("size/*.yaml"))
+CORPORA_CFG = sorted(CONFIGS.glob("corpus/*.yaml"))
+GATES = sorted(CONFIGS.glob("gate/*.yaml"))
+COMBOS = list(itertools.product(SIZES, CORPORA_CFG, GATES))
+
+
+def test_every_yaml_is_covered_by_a_composition():
+    shipped = set(CONFIGS.rglob("*.yaml"))
+    covered = {CONFIGS / "base.yaml", *SIZES, *CORPORA_CFG, *GATES}
+    assert shipped == covered, f"configs not exercised by this test: {sorted(shipped - covered)}"
+    for path in shipped:
+        assert isinstance(yaml.safe_load(path.read_text()), dict), path
+
+
+@pytest.mark.parametrize("size,corpus,gate", COMBOS, ids=lambda p: p.stem)
+def test_composed_config_builds_model(size, corpus, gate, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # instantiating the trainer must not write into the repository
+    monkeypatch.setattr("sys.argv", ["ega"])
+    args = ["--config", str(CONFIGS / "base.yaml")] + [a for p in (size, corpus, gate) for a in ("--config", str(p))]
+    cli = EgaCLI(CharLM, CharDataModule, run=False, auto_configure_optimizers=False, args=args)
+    expected = {**yaml.safe_load(size.read_text())["model"], **yaml.safe_load(gate.read_text())["model"]}
+    for key, value in expected.items():
+        assert cli.model.hparams[key] == value
+    assert cli.datamodule.corpus.name == yaml.safe_load(corpus.read_text())["data"]["corpus"]
+    assert cli.model.hparams.vocab == cli.datamodule.vocab  # linked, never typed
+    assert cli.datamodule.block_size == cli.model.hparams.block_size
+    idx = cli.datamodule.tokenizer.encode("the " * 4)[None]
+    assert cli.model(idx).shape == (1, 16, len(cli.datamodule.vocab))
+    run_name = default_run_name(cli.config)
+    assert Path(cli.trainer.logger.log_dir).resolve() == tmp_path / "lightning_logs" / run_name

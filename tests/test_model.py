@@ -1,0 +1,155 @@
+"""The model against the spec: causality, the alpha = 0 identity, the explicit formula, parameter counts."""
+
+import math
+
+import pytest
+import torch
+
+from ega_lightning import CharLM
+from ega_lightning.gates import causal_znorm, gate_class, gate_names
+from ega_lightning.model.attention import gated_attention_fused, gated_attention_reference
+
+from .conftest import TINY_MODEL, TINY_VOCAB
+
+GATED = [name for name in gate_names() if name != "none"]
+
+
+def tiny(gate: str, **kwargs) -> CharLM:
+    torch.manual_seed(0)
+    return CharLM(TINY_VOCAB, **{**TINY_MODEL, "gate": gate, **kwargs}).eval()
+
+
+def spec_gated_attention(q, k, v, g):
+    """EGA_SPEC.md section 2, step 4, one query at a time: softmax over j <= i, times g_j, renormalised."""
+    T, hs = q.shape[-2:]
+    out = torch.zeros_like(v)
+    for i in range(T):
+        a = torch.softmax((q[:, :, i : i + 1] @ k[:, :, : i + 1].transpose(-2, -1)) / math.sqrt(hs), dim=-1)
+        a = a * g[:, :, None, : i + 1]
+        a = a / a.sum(-1, keepdim=True)
+        out[:, :, i] = (a @ v[:, :, : i + 1])[:, :, 0]
+    return out
+
+
+def spec_znorm(e, eps=1e-5):
+    z = torch.zeros_like(e)
+    for j in range(e.shape[-1]):
+        prefix = e[..., : j + 1]
+        z[..., j] = (e[..., j] - prefix.mean(-1)) / torch.sqrt(prefix.var(-1, unbiased=False) + eps)
+    return z
+
+
+def test_znorm_matches_prefix_statistics_and_starts_at_zero():
+    e = torch.randn(3, 4, 50, dtype=torch.float64) * 5 + 100  # large offset: the cumsum must stay accurate
+    z = causal_znorm(e)
+    torch.testing.assert_close(z, spec_znorm(e), atol=1e-9, rtol=1e-9)
+    assert torch.all(z[..., 0] == 0)
+    z32 = causal_znorm(e.float())
+    torch.testing.assert_close(z32, spec_znorm(e).float(), atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("impl", [gated_attention_fused, gated_attention_reference])
+def test_gated_attention_equals_spec_formula(impl):
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 17, 8) for _ in range(3))
+    g = torch.sigmoid(torch.randn(2, 3, 17) * 3)
+    expected = spec_gated_attention(q, k, v, g)
+    gate_input = g.log() if impl is gated_attention_fused else g
+    torch.testing.assert_close(impl(q, k, v, gate_input), expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("gate", GATED)
+def test_fused_model_equals_reference_model(gate):
+    fused = tiny(gate, tau_init=0.3, alpha_init=2.0)
+    reference = tiny(gate, tau_init=0.3, alpha_init=2.0, attention="reference")
+    reference.load_state_dict(fused.state_dict())
+    idx = torch.randint(0, len(TINY_VOCAB), (3, TINY_MODEL["block_size"]))
+    torch.testing.assert_close(fused(idx), reference(idx), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("gate", gate_names())
+@pytest.mark.parametrize("attention", ["fused", "reference"])
+def test_changing_token_t_leaves_earlier_logits_unchanged(gate, attention):
+    model = tiny(gate, attention=attention)
+    T, t = TINY_MODEL["block_size"], 13
+    idx = torch.randint(0, len(TINY_VOCAB), (2, T))
+    changed = idx.clone()
+    changed[:, t] = (changed[:, t] + 1) % len(TINY_VOCAB)
+    before, after = model(idx), model(changed)
+    torch.testing.assert_close(before[:, :t], after[:, :t], atol=0, rtol=0)
+    assert not torch.allclose(before[:, t:], after[:, t:])  # the change is visible from t on
+
+
+@pytest.mark.parametrize("gate", GATED)
+@pytest.mark.parametrize("attention", ["fused", "reference"])
+def test_alpha_zero_is_the_baseline(gate, attention):
+    gated = tiny(gate, alpha_init=0.0, attention=attention)
+    baseline = tiny("none", attention=attention)
+    missing, unexpected = baseline.load_state_dict(gated.state_dict(), strict=False)
+    assert not missing and all(".gate." in key for key in unexpected)
+    idx = torch.randint(0, len(TINY_VOCAB), (2, TINY_MODEL["block_size"]))
+    # g_j = sigmoid(-0 * ...) = 1/2 for every key: a constant factor, renormalised away
+    torch.testing.assert_close(gated(idx), baseline(idx), atol=1e-6, rtol=1e-6)
+    with torch.no_grad():
+        for g in gated.model.gates:
+            g.alpha.fill_(1.0)
+    assert not torch.allclose(gated(idx), baseline(idx), atol=1e-4)  # the gate does act once alpha != 0
+
+
+@pytest.mark.parametrize("gate", GATED)
+def test_gate_parameter_overhead_matches_documented_formula(gate):
+    gated, baseline = tiny(gate), tiny("none")
+    extra = sum(p.numel() for p in gated.parameters()) - sum(p.numel() for p in baseline.parameters())
+    per_head = gate_class(gate).params_per_head(TINY_MODEL["n_embd"])
+    assert extra == gated.model.gate_parameter_count() == TINY_MODEL["n_layer"] * TINY_MODEL["n_head"] * per_head
+
+
+def test_ega1_overhead_at_paper_size_is_d_plus_2_per_head():
+    paper = {"n_layer": 6, "n_head": 8, "n_embd": 256, "block_size": 256}
+    gated, baseline = CharLM(TINY_VOCAB, gate="linear", **paper), CharLM(TINY_VOCAB, gate="none", **paper)
+    n_gated, n_base = (sum(p.numel() for p in m.parameters()) for m in (gated, baseline))
+    assert n_gated - n_base == 6 * 8 * (256 + 2) == 12_384
+    assert (n_gated - n_base) / n_base < 0.0026  # the paper's "< 0.26%"
+
+
+@pytest.mark.parametrize("gate", gate_names())
+def test_initial_loss_is_close_to_uniform(gate):
+    model = tiny(gate)
+    idx = torch.randint(0, len(TINY_VOCAB), (8, TINY_MODEL["block_size"] + 1))
+    loss = model.loss((idx[:, :-1], idx[:, 1:]))
+    assert abs(loss.item() - math.log(len(TINY_VOCAB))) < 0.05
+
+
+def test_gate_parameters_are_named_tau_and_alpha_and_get_gradients():
+    model = tiny("linear").train()
+    idx = torch.randint(0, len(TINY_VOCAB), (2, TINY_MODEL["block_size"] + 1))
+    model.loss((idx[:, :-1], idx[:, 1:])).backward()
+    names = dict(model.named_parameters())
+    for layer in range(TINY_MODEL["n_layer"]):
+        for scalar in ("tau", "alpha"):
+            p = names[f"model.blocks.{layer}.attn.gate.{scalar}"]
+            assert p.shape == (TINY_MODEL["n_head"],) and p.grad is not None and p.grad.abs().sum() > 0
+
+
+def test_unknown_gate_lists_registered_ones():
+    with pytest.raises(ValueError, match=r"Unknown gate 'wavelet'. Registered gates: none, linear"):
+        CharLM(TINY_VOCAB, gate="wavelet")
+
+
+def test_unknown_gate_option_lists_accepted_ones():
+    with pytest.raises(ValueError, match=r"does not take option.*scales.*accepts: tau_init, alpha_init"):
+        CharLM(TINY_VOCAB, gate="linear", gate_options={"scales": 2})
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"n_embd": 30, "n_head": 4}, r"n_embd \(30\) must be divisible by model.n_head \(4\)"),
+        ({"lr": 0.0}, "model.lr must be positive"),
+        ({"n_layer": 0}, "model.n_layer must be a positive integer"),
+        ({"dropout": 1.0}, r"model.dropout must be in \[0, 1\)"),
+    ],
+)
+def test_bad_model_arguments_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CharLM(TINY_VOCAB, **kwargs)
