@@ -114,6 +114,11 @@ class CharLM(L.LightningModule):
         loss = self.loss(batch)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
+        penalties = [p for gate in self.model.gates if (p := gate.penalty()) is not None]
+        if penalties:  # e.g. keeping learned wavelet filters near orthonormal
+            penalty = torch.stack(penalties).sum()
+            self.log("train/gate_penalty", penalty)
+            loss = loss + penalty
         return loss
 
     def on_train_epoch_start(self) -> None:

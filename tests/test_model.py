@@ -100,8 +100,9 @@ def test_alpha_zero_is_the_baseline(gate, attention):
 def test_gate_parameter_overhead_matches_documented_formula(gate):
     gated, baseline = tiny(gate), tiny("none")
     extra = sum(p.numel() for p in gated.parameters()) - sum(p.numel() for p in baseline.parameters())
-    per_head = gate_class(gate).params_per_head(TINY_MODEL["n_embd"])
-    assert extra == gated.model.gate_parameter_count() == TINY_MODEL["n_layer"] * TINY_MODEL["n_head"] * per_head
+    options = {k: v for k, v in gated.model.cfg.gate_options.items()}
+    per_layer = gate_class(gate).params_per_layer(TINY_MODEL["n_embd"], TINY_MODEL["n_head"], **options)
+    assert extra == gated.model.gate_parameter_count() == TINY_MODEL["n_layer"] * per_layer
 
 
 def test_ega1_overhead_at_paper_size_is_d_plus_2_per_head():

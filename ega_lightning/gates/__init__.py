@@ -8,7 +8,7 @@ from ega_lightning.gates.registry import (
     check_gate_options,
     gate_class,
     gate_names,
-    gate_params_per_head,
+    gate_params_per_layer,
     register_gate,
 )
 
@@ -20,6 +20,6 @@ __all__ = [
     "check_gate_options",
     "gate_class",
     "gate_names",
-    "gate_params_per_head",
+    "gate_params_per_layer",
     "register_gate",
 ]

@@ -33,8 +33,12 @@ class Gate(nn.Module, ABC):
     """g_j = sigmoid(alpha_h (z_j - tau_h)) with z the causal z-norm of a per-head energy e_j.
 
     Every gate has the per-head scalars ``tau`` (threshold) and ``alpha`` (scale);
-    ``params_per_head`` gives a gate's exact parameter count per head.
+    ``params_per_layer`` gives a gate's exact parameter count per attention layer.
+    ``receptive_field`` is how many positions (the current one included) the energy
+    at a position depends on; cached generation keeps that many inputs per layer.
     """
+
+    receptive_field: int = 1
 
     def __init__(self, n_embd: int, n_head: int, tau_init: float = 0.0, alpha_init: float = 1.0) -> None:
         super().__init__()
@@ -44,8 +48,8 @@ class Gate(nn.Module, ABC):
 
     @classmethod
     @abstractmethod
-    def params_per_head(cls, n_embd: int, **options: Any) -> int:
-        """Exact number of parameters this gate adds per attention head, for these init options."""
+    def params_per_layer(cls, n_embd: int, n_head: int, **options: Any) -> int:
+        """Exact number of parameters this gate adds to one attention layer, for these init options."""
 
     @abstractmethod
     def energy(self, x: torch.Tensor) -> torch.Tensor:
@@ -59,6 +63,10 @@ class Gate(nn.Module, ABC):
     def log_gate_from_z(self, z: torch.Tensor) -> torch.Tensor:
         # log sigmoid(a) = -softplus(-a), stable for large |a|
         return -F.softplus(-self.alpha[:, None] * (z - self.tau[:, None]))
+
+    def penalty(self) -> torch.Tensor | None:
+        """An extra training loss term (e.g. a constraint on learned filters), or None."""
+        return None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """log g (B, nh, T) in fp32."""

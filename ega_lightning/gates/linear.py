@@ -15,8 +15,8 @@ from ega_lightning.gates.registry import register_gate
 class LinearGate(Gate):
     """EGA-1: e_{h,j} = w_h . x_j.
 
-    Parameters per head: d + 2 (w_h in R^d, tau_h, alpha_h). The bias b_h of the
-    paper's projection is omitted because the z-normalisation cancels it.
+    Parameters: d + 2 per head (w_h in R^d, tau_h, alpha_h), so n_head (d + 2) per layer.
+    The bias b_h of the paper's projection is omitted: the z-normalisation cancels it.
     """
 
     def __init__(self, n_embd: int, n_head: int, tau_init: float = 0.0, alpha_init: float = 1.0) -> None:
@@ -24,8 +24,8 @@ class LinearGate(Gate):
         self.proj = nn.Linear(n_embd, n_head, bias=False)  # row h is w_h
 
     @classmethod
-    def params_per_head(cls, n_embd: int, **options: Any) -> int:
-        return n_embd + 2
+    def params_per_layer(cls, n_embd: int, n_head: int, **options: Any) -> int:
+        return n_head * (n_embd + 2)
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         return self.proj(x).transpose(1, 2)  # (B, T, nh) -> (B, nh, T)

@@ -63,6 +63,6 @@ def build_gate(name: str, n_embd: int, n_head: int, **options: Any) -> Gate | No
     return cls(n_embd, n_head, **options)
 
 
-def gate_params_per_head(name: str, n_embd: int, **options: Any) -> int:
+def gate_params_per_layer(name: str, n_embd: int, n_head: int, **options: Any) -> int:
     cls = gate_class(name)
-    return 0 if cls is None else cls.params_per_head(n_embd, **options)
+    return 0 if cls is None else cls.params_per_layer(n_embd, n_head, **options)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ega_lightning.gates import Gate, build_gate, gate_params_per_head
+from ega_lightning.gates import Gate, build_gate, gate_params_per_layer
 from ega_lightning.model.attention import CausalSelfAttention
 
 
@@ -87,9 +87,9 @@ class GPT(nn.Module):
         return [b.attn.gate for b in self.blocks if b.attn.gate is not None]
 
     def gate_parameter_count(self) -> int:
-        """What the gates add: n_layer * n_head * params_per_head."""
-        per_head = gate_params_per_head(self.cfg.gate, self.cfg.n_embd, **self.cfg.gate_options)
-        return self.cfg.n_layer * self.cfg.n_head * per_head
+        """What the gates add: n_layer * the gate's documented params_per_layer."""
+        cfg = self.cfg
+        return cfg.n_layer * gate_params_per_layer(cfg.gate, cfg.n_embd, cfg.n_head, **cfg.gate_options)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """idx (B, T) character ids -> logits (B, T, vocab_size)."""
