@@ -91,8 +91,10 @@ class EgaCLI(LightningCLI):
 
 
 def default_run_name(config: Namespace) -> str:
+    """e.g. ``tinyshakespeare-multiscale_scales2-4x4x128-T128-seed1337``."""
     m = config.model
-    return f"{config.data.corpus}-{m.gate}-{m.n_layer}x{m.n_head}x{m.n_embd}-T{m.block_size}-seed{config.data.seed}"
+    gate = "_".join([m.gate, *(f"{k}{v}" for k, v in sorted((m.gate_options or {}).items()))])
+    return f"{config.data.corpus}-{gate}-{m.n_layer}x{m.n_head}x{m.n_embd}-T{m.block_size}-seed{config.data.seed}"
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -142,8 +142,9 @@ class CharLM(L.LightningModule):
     def _log_eval(self, split: str, metric: MeanMetric) -> None:
         loss = metric.compute()  # a collective under DDP: every rank gets here
         metric.reset()
-        self.log(f"{split}/loss", loss, prog_bar=True)
-        self.log(f"{split}/bpc", loss / math.log(2))
+        # already reduced over ranks: sync_dist averages equal values, a no-op that silences a DDP warning
+        self.log(f"{split}/loss", loss, prog_bar=True, sync_dist=True)
+        self.log(f"{split}/bpc", loss / math.log(2), sync_dist=True)
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams

@@ -138,4 +138,4 @@ def test_print_config_shows_composed_values(tmp_path):
 def test_unknown_gate_on_the_command_line_lists_registered(tmp_path):
     result = run_ega([*fit_args("ptb", "none", "x"), "--model.gate=wavelet"], cwd=tmp_path)
     assert result.returncode != 0
-    assert "Unknown gate 'wavelet'. Registered gates: none, linear" in result.stderr
+    assert "Unknown gate 'wavelet'. Registered gates: none, db2, db4, linear" in result.stderr

@@ -133,7 +133,8 @@ def test_gate_parameters_are_named_tau_and_alpha_and_get_gradients():
 
 
 def test_unknown_gate_lists_registered_ones():
-    with pytest.raises(ValueError, match=r"Unknown gate 'wavelet'. Registered gates: none, linear"):
+    registered = "none, db2, db4, linear, morlet, morlet_param, multiscale, wavelet_packet"
+    with pytest.raises(ValueError, match=rf"Unknown gate 'wavelet'. Registered gates: {registered}\."):
         CharLM(TINY_VOCAB, gate="wavelet")
 
 

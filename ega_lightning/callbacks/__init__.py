@@ -1,3 +1,6 @@
+from ega_lightning.callbacks.gap import GeneralizationGap
+from ega_lightning.callbacks.gate_map import GateMap
 from ega_lightning.callbacks.hparams import HParamsSummary
+from ega_lightning.callbacks.tau import TauTracker
 
-__all__ = ["HParamsSummary"]
+__all__ = ["GateMap", "GeneralizationGap", "HParamsSummary", "TauTracker"]

@@ -1,6 +1,6 @@
 """Energy gates by name. Importing this package registers every shipped gate."""
 
-from ega_lightning.gates import linear  # noqa: F401  (registers the gate)
+from ega_lightning.gates import linear, multiscale, wavelet  # noqa: F401  (importing registers the gates)
 from ega_lightning.gates.base import Gate, causal_znorm
 from ega_lightning.gates.registry import (
     NO_GATE,
