@@ -155,3 +155,25 @@ def test_unknown_gate_option_lists_accepted_ones():
 def test_bad_model_arguments_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         CharLM(TINY_VOCAB, **kwargs)
+
+
+@pytest.mark.parametrize("gate", GATED)
+def test_same_seed_gives_gated_and_baseline_models_the_same_shared_weights(gate):
+    gated, baseline = tiny(gate), tiny("none")  # both built right after torch.manual_seed(0)
+    shared = baseline.state_dict()
+    for key, value in gated.state_dict().items():
+        if ".gate." not in key:
+            assert torch.equal(value, shared[key]), key
+    torch.manual_seed(1)
+    other = CharLM(TINY_VOCAB, **TINY_MODEL, gate="none")
+    assert not torch.equal(other.model.wte.weight, baseline.model.wte.weight)
+
+
+def test_init_follows_nanogpt():
+    model = CharLM(TINY_VOCAB, n_layer=4, n_head=4, n_embd=128, block_size=128, gate="linear")
+    params = dict(model.model.named_parameters())
+    assert params["blocks.0.attn.c_attn.weight"].std().item() == pytest.approx(0.02, rel=0.05)
+    assert params["blocks.0.mlp.c_proj.weight"].std().item() == pytest.approx(0.02 / math.sqrt(8), rel=0.05)
+    assert params["blocks.0.attn.gate.proj.weight"].std().item() == pytest.approx(0.02, rel=0.1)
+    assert torch.all(params["blocks.0.attn.c_attn.bias"] == 0)
+    assert model.model.lm_head.weight is model.model.wte.weight

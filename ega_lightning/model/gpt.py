@@ -61,6 +61,7 @@ class GPT(nn.Module):
         if cfg.n_embd % cfg.n_head != 0:
             raise ValueError(f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head}).")
         self.cfg = cfg
+        init_seed = int(torch.randint(2**62, ()).item())  # drawn before any module consumes the RNG
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
@@ -68,19 +69,24 @@ class GPT(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):  # GPT-2's scaled init of residual projections
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+        self._init_weights(init_seed)
 
-    @staticmethod
-    def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
+    def _init_weights(self, seed: int) -> None:
+        """nanoGPT's init: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 n_layer).
+
+        Shared weights and gate weights come from two generators seeded from one draw of the
+        global RNG, so a gated model and the baseline built from the same seed start from
+        identical shared weights (and see the same batches): a paired comparison, only the gate differs.
+        """
+        shared, gates = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)
+        in_gate = {id(m) for gate in self.gates for m in gate.modules()}
+        for name, module in self.named_modules():
+            if name == "lm_head" or not isinstance(module, nn.Linear | nn.Embedding):
+                continue  # lm_head is tied to wte
+            std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith("c_proj") else 0.02
+            nn.init.normal_(module.weight, mean=0.0, std=std, generator=gates if id(module) in in_gate else shared)
+            if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     @property
     def gates(self) -> list[Gate]:
