@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 from jsonargparse import Namespace
+from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 
 from ega_lightning.data import CharDataModule
@@ -49,6 +52,12 @@ class EgaCLI(LightningCLI):
             help="Directory name of the run under --runs_dir (default: derived from corpus, gate, size and seed).",
         )
         parser.add_argument("--runs_dir", type=str, default="lightning_logs", help="Where runs are written.")
+        parser.add_argument(
+            "--checkpoint_every_n_steps",
+            type=int,
+            default=100,
+            help="Write <run>/checkpoints/last.ckpt every N optimizer steps and at the end of fit (0: never).",
+        )
         parser.link_arguments("model.block_size", "data.block_size")
         parser.link_arguments("seed_everything", "data.seed", compute_fn=_seed_for_data)
         parser.link_arguments("data.vocab", "model.vocab", apply_on="instantiate")
@@ -88,6 +97,24 @@ class EgaCLI(LightningCLI):
                 callback.init_args.dirpath = str(run_dir / "checkpoints")
         if self.subcommand == "fit":
             _check_fit_target(run_dir / "checkpoints", config.ckpt_path)
+        if config.checkpoint_every_n_steps < 0:
+            raise SystemExit(f"error: checkpoint_every_n_steps must be >= 0, got {config.checkpoint_every_n_steps}.")
+        self._run_dir = run_dir
+
+    def instantiate_trainer(self, **kwargs: Any) -> Any:
+        every = self._get(self.config, "checkpoint_every_n_steps")
+        if every == 0 or self.subcommand not in ("fit", None):
+            return super().instantiate_trainer(**kwargs)
+        # last.ckpt on a step schedule (and at the end), apart from best.ckpt, which follows val/loss
+        last = ModelCheckpoint(
+            dirpath=self._run_dir / "checkpoints",
+            save_top_k=0,
+            save_last=True,
+            every_n_train_steps=every,
+            save_on_train_epoch_end=True,
+        )
+        self.trainer_defaults = {**self.trainer_defaults, "callbacks": [last]}  # appended to the configured ones
+        return super().instantiate_trainer(**kwargs)
 
 
 def default_run_name(config: Namespace) -> str:
@@ -123,7 +150,27 @@ def _check_fit_target(ckpt_dir: Path, ckpt_path: str | None) -> None:
         )
 
 
+# subcommands with their own argparse CLIs: Lightning's parser knows only fit/validate/test
+TOOLS = {
+    "generate": "ega_lightning.generate",
+    "bench": "ega_lightning.bench",
+    "sweep": "ega_lightning.experiments.sweep",
+    "report": "ega_lightning.experiments.report",
+}
+
+
 def main(args: Any = None) -> None:
+    argv = sys.argv[1:] if args is None else args
+    if isinstance(argv, list) and argv and argv[0] in TOOLS:
+        code = importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
+        if code:
+            raise SystemExit(code)
+        return
+    if isinstance(argv, list) and argv[:1] in (["-h"], ["--help"]):
+        print(
+            "Also: `ega generate` (sample from a checkpoint), `ega bench` (gate cost), "
+            "`ega sweep` (run a sweep spec), `ega report` (summarise one). Each takes --help.\n"
+        )
     EgaCLI(
         CharLM,
         CharDataModule,

@@ -14,8 +14,14 @@ from torchmetrics import MeanMetric
 from ega_lightning.data.tokenizer import CharTokenizer
 from ega_lightning.gates import NO_GATE, check_gate_options
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig
+from ega_lightning.seeding import derive_seed
 
 Batch = tuple[torch.Tensor, torch.Tensor]
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate_options", "vocab")
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss or its gradient became NaN or infinite; training cannot go on from this state."""
 
 
 def _require(condition: bool, message: str) -> None:
@@ -95,6 +101,7 @@ class CharLM(L.LightningModule):
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
         self._last_step_start: float | None = None
+        self._dropout_seed = 0
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """idx (B, T) -> logits (B, T, V)."""
@@ -123,6 +130,41 @@ class CharLM(L.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self._last_step_start = None
+
+    def on_fit_start(self) -> None:
+        self._dropout_seed = torch.initial_seed()  # the run's seed: the CLI seeds every process before fit
+
+    def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
+        # Dropout masks drawn from (seed, rank, step) alone: a resumed run repeats them exactly.
+        if self.hparams.dropout > 0:
+            torch.manual_seed(derive_seed(self._dropout_seed, self.global_rank, self.trainer.global_step))
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        # the gradients are already reduced over ranks, so every rank takes the same decision
+        norms = [p.grad.detach().float().norm() for p in self.parameters() if p.grad is not None]
+        grad_norm = torch.linalg.vector_norm(torch.stack(norms))
+        self.log("train/grad_norm", grad_norm)
+        if not torch.isfinite(grad_norm):
+            ckpt_dirs = {cb.dirpath for cb in self.trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)}
+            where = ", ".join(sorted(str(d) for d in ckpt_dirs)) or "(no checkpoint directory)"
+            raise NonFiniteLossError(
+                f"Training stopped at step {self.trainer.global_step}: the gradient norm is {grad_norm.item()} "
+                f"(the loss became NaN or infinite). Likely causes: a learning rate too high for this model "
+                f"(model.lr={self.hparams.lr}, warmup_steps={self.hparams.warmup_steps}) or, under bf16/fp16, "
+                f"an overflow. Checkpoints written before this step are intact in {where} (last.ckpt was not "
+                "overwritten). Start a new run (--run_name) with a lower --model.lr or more --model.warmup_steps."
+            )
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        saved = checkpoint.get("hyper_parameters", {})
+        mismatch = {k: (saved[k], self.hparams[k]) for k in SHAPE_KEYS if k in saved and saved[k] != self.hparams[k]}
+        if mismatch:
+            detail = "; ".join(f"{k}: checkpoint {a!r}, this model {b!r}" for k, (a, b) in mismatch.items())
+            raise ValueError(
+                f"The checkpoint holds a different model ({detail}). Build the model from the checkpoint "
+                "(`CharLM.load_from_checkpoint(path)`, or `ega validate/test --ckpt_path path` without size and "
+                "gate configs) or pass the configs it was trained with."
+            )
 
     def on_validation_start(self) -> None:
         self._last_step_start = None  # evaluation time is not training throughput

@@ -135,15 +135,16 @@ def test_gate_runs_in_fp32_under_bf16_autocast():
 
 
 def test_bf16_model_gate_values_stay_close_to_fp32():
-    """Stated tolerance: layer 0 identical; deeper layers (whose inputs carry bf16 matmul error)
-    within 0.1 at worst and 0.02 on average, for a model trained away from its initialisation."""
+    """Stated tolerance: layer 0 equal to fp32 rounding (1e-5: its input is exact, and its energy
+    projection runs in fp32); deeper layers, whose inputs carry bf16 matmul error, within 0.1 at
+    worst and 0.02 on average, for a model trained away from its initialisation."""
     model = trained_tiny(steps=40)
     idx = torch.randint(0, len(TINY_VOCAB), (4, TINY_MODEL["block_size"]))
     with torch.no_grad(), GateProbe(model, keep_last=True) as fp32:
         model(idx)
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16), GateProbe(model, keep_last=True) as bf16:
         model(idx)
-    torch.testing.assert_close(bf16.last[0], fp32.last[0], atol=0, rtol=0)
+    torch.testing.assert_close(bf16.last[0], fp32.last[0], atol=1e-5, rtol=0)
     for a, b in zip(fp32.last, bf16.last, strict=True):
         assert (a - b).abs().max() < 0.1 and (a - b).abs().mean() < 0.02
 

@@ -139,3 +139,17 @@ def test_unknown_gate_on_the_command_line_lists_registered(tmp_path):
     result = run_ega([*fit_args("ptb", "none", "x"), "--model.gate=wavelet"], cwd=tmp_path)
     assert result.returncode != 0
     assert "Unknown gate 'wavelet'. Registered gates: none, db2, db4, linear" in result.stderr
+
+
+def test_generate_from_checkpoint_continues_the_prompt(trained_run):
+    work, run_dir = trained_run
+    ckpt = str(run_dir / "checkpoints/last.ckpt")
+    args = ["generate", f"--ckpt_path={ckpt}", "--prompt=ROMEO:", "--max_new_tokens=40", "--seed=3"]
+    result = run_ega(args, cwd=work)
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = result.stdout[:-1]  # print adds one newline
+    assert text.startswith("ROMEO:") and len(text) == len("ROMEO:") + 40
+    assert "tokens/s" in result.stderr
+    assert run_ega(args, cwd=work).stdout == result.stdout  # same seed, same text
+    bad = run_ega([*args[:2], "--prompt=ROMEO: ~{}"], cwd=work)
+    assert bad.returncode == 2 and "outside the vocabulary: '{}~'" in bad.stderr

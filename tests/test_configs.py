@@ -8,6 +8,7 @@ import yaml
 
 from ega_lightning import CharDataModule, CharLM
 from ega_lightning.cli import EgaCLI, default_run_name
+from ega_lightning.experiments.sweep import load_spec
 
 from .conftest import CONFIGS
 
@@ -17,8 +18,11 @@ GATES = sorted(CONFIGS.glob("gate/*.yaml"))
 COMBOS = list(itertools.product(SIZES, CORPORA_CFG, GATES))
 
 
+SWEEPS = sorted(CONFIGS.glob("sweeps/*.yaml"))
+
+
 def test_every_yaml_is_covered_by_a_composition():
-    shipped = set(CONFIGS.rglob("*.yaml"))
+    shipped = set(CONFIGS.rglob("*.yaml")) - set(SWEEPS)
     covered = {CONFIGS / "base.yaml", *SIZES, *CORPORA_CFG, *GATES}
     assert shipped == covered, f"configs not exercised by this test: {sorted(shipped - covered)}"
     for path in shipped:
@@ -41,3 +45,12 @@ def test_composed_config_builds_model(size, corpus, gate, tmp_path, monkeypatch)
     assert cli.model(idx).shape == (1, 16, len(cli.datamodule.vocab))
     run_name = default_run_name(cli.config)
     assert Path(cli.trainer.logger.log_dir).resolve() == tmp_path / "lightning_logs" / run_name
+
+
+@pytest.mark.parametrize("spec", SWEEPS, ids=lambda p: p.stem)
+def test_sweep_specs_load_and_name_only_shipped_configs(spec, monkeypatch):
+    monkeypatch.chdir(CONFIGS.parent)  # spec paths are relative to the repository root
+    sweep = load_spec(spec)  # raises on unknown keys, missing config files, duplicate run names
+    assert sweep.runs
+    for run in sweep.runs:
+        assert set(run.configs) <= {str(p.relative_to(CONFIGS.parent)) for p in CONFIGS.rglob("*.yaml")}

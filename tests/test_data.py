@@ -166,3 +166,20 @@ def test_data_dir_defaults_to_env(monkeypatch, tmp_path):
     assert corpora_mod.resolve_data_dir(None) == tmp_path
     monkeypatch.delenv("EGA_DATA_DIR")
     assert corpora_mod.resolve_data_dir(None) == Path("data")
+
+
+def test_bytes_that_are_not_utf8_are_reported(tmp_path):
+    (tmp_path / "tinyshakespeare").mkdir()
+    (tmp_path / "tinyshakespeare/input.txt").write_bytes(b"First Citizen:\n\xff\xfe oops\n" * 100)
+    dm = CharDataModule(corpus="tinyshakespeare", data_dir=str(tmp_path), block_size=8)
+    with pytest.raises(CorpusError, match=r"input.txt is not valid UTF-8 \(byte 15\).*EGA_DATA_DIR"):
+        dm.setup()
+    assert _files_in(tmp_path) == ["input.txt"] and dm.splits == {}  # nothing written, nothing half-set
+
+
+def test_wrong_corpus_contents_are_reported_against_the_pinned_vocabulary(tmp_path):
+    (tmp_path / "tinyshakespeare").mkdir()
+    (tmp_path / "tinyshakespeare/input.txt").write_text("only a few letters here\n" * 1000)
+    dm = CharDataModule(corpus="tinyshakespeare", data_dir=str(tmp_path), block_size=8)
+    with pytest.raises(CorpusError, match="does not have the pinned vocabulary"):
+        dm.setup()

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from ega_lightning import CharLM
-from ega_lightning.gates import causal_znorm, gate_class, gate_names
-from ega_lightning.model.attention import gated_attention_fused, gated_attention_reference
+from ega_lightning.gates import build_gate, causal_znorm, gate_class, gate_names
+from ega_lightning.model.attention import CausalSelfAttention, gated_attention_reference
 
 from .conftest import TINY_MODEL, TINY_VOCAB
 
@@ -48,14 +48,28 @@ def test_znorm_matches_prefix_statistics_and_starts_at_zero():
     torch.testing.assert_close(z32, spec_znorm(e).float(), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("impl", [gated_attention_fused, gated_attention_reference])
-def test_gated_attention_equals_spec_formula(impl):
+def test_reference_attention_equals_spec_formula():
     torch.manual_seed(1)
     q, k, v = (torch.randn(2, 3, 17, 8) for _ in range(3))
     g = torch.sigmoid(torch.randn(2, 3, 17) * 3)
-    expected = spec_gated_attention(q, k, v, g)
-    gate_input = g.log() if impl is gated_attention_fused else g
-    torch.testing.assert_close(impl(q, k, v, gate_input), expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        gated_attention_reference(q, k, v, g), spec_gated_attention(q, k, v, g), atol=1e-5, rtol=1e-5
+    )
+
+
+@pytest.mark.parametrize("gate", GATED)
+@pytest.mark.parametrize("impl", ["fused", "reference"])
+def test_attention_layer_equals_spec_formula(gate, impl):
+    """The layer's output against softmax, times g, renormalise, written out one query at a time."""
+    torch.manual_seed(2)
+    C, nh, T = 24, 3, 19
+    layer = CausalSelfAttention(C, nh, 0.0, True, build_gate(gate, C, nh, tau_init=0.2, alpha_init=3.0), impl)
+    x = torch.randn(2, T, C)
+    with torch.no_grad():
+        q, k, v = layer.c_attn(x).view(2, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
+        g = layer.gate(x).exp()  # (B, nh, T), the gate evaluated on its own
+        y = spec_gated_attention(q, k, v, g).transpose(1, 2).reshape(2, T, C)
+        torch.testing.assert_close(layer(x), layer.c_proj(y), atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("gate", GATED)
@@ -177,3 +191,17 @@ def test_init_follows_nanogpt():
     assert params["blocks.0.attn.gate.proj.weight"].std().item() == pytest.approx(0.02, rel=0.1)
     assert torch.all(params["blocks.0.attn.c_attn.bias"] == 0)
     assert model.model.lm_head.weight is model.model.wte.weight
+
+
+def test_checkpoint_of_another_model_size_is_named(tmp_path):
+    import lightning as L
+
+    small = tiny("linear")
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=0)
+    trainer.strategy.connect(small)
+    path = tmp_path / "small.ckpt"
+    trainer.save_checkpoint(path)
+    bigger = CharLM(TINY_VOCAB, **{**TINY_MODEL, "n_embd": 64}, gate="linear")
+    with pytest.raises(ValueError, match=r"different model \(n_embd: checkpoint 32, this model 64\)"):
+        bigger.on_load_checkpoint(torch.load(path, weights_only=False))
+    assert CharLM.load_from_checkpoint(path).hparams.n_embd == 32  # loading by the checkpoint's own shape works

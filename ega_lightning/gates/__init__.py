@@ -1,7 +1,7 @@
 """Energy gates by name. Importing this package registers every shipped gate."""
 
 from ega_lightning.gates import linear, multiscale, wavelet  # noqa: F401  (importing registers the gates)
-from ega_lightning.gates.base import Gate, causal_znorm
+from ega_lightning.gates.base import Gate, GateState, causal_znorm
 from ega_lightning.gates.registry import (
     NO_GATE,
     build_gate,
@@ -15,6 +15,7 @@ from ega_lightning.gates.registry import (
 __all__ = [
     "NO_GATE",
     "Gate",
+    "GateState",
     "build_gate",
     "causal_znorm",
     "check_gate_options",

@@ -9,24 +9,55 @@ per-head energy e is estimated.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+ZNORM_EPS = 1e-5
 
-def causal_znorm(e: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """z_j = (e_j - mean(e_1..e_j)) / sqrt(var(e_1..e_j) + eps) along the last dim; z_1 = 0.
+
+@dataclass
+class PrefixStats:
+    """Running statistics of a prefix e_1..e_n of the energy, per (B, nh): what z-normalising
+    later positions needs. Sums are of c = e - e_1 (see `_znorm_continue`)."""
+
+    first: torch.Tensor  # (B, nh, 1): e_1
+    count: int
+    total: torch.Tensor  # (B, nh, 1): sum of c
+    total_sq: torch.Tensor  # (B, nh, 1): sum of c^2
+
+
+def _znorm_continue(e: torch.Tensor, prefix: PrefixStats | None) -> tuple[torch.Tensor, PrefixStats]:
+    """z of new positions e (B, nh, t) that follow `prefix` (None: e starts the sequence)."""
+    # z is shift-invariant; centring on the first value keeps the running sums small in fp32
+    first = e[..., :1] if prefix is None else prefix.first
+    c = e - first
+    start, total, total_sq = (0, 0.0, 0.0) if prefix is None else (prefix.count, prefix.total, prefix.total_sq)
+    n = torch.arange(start + 1, start + e.shape[-1] + 1, device=e.device, dtype=e.dtype)
+    s, sq = total + c.cumsum(-1), total_sq + c.square().cumsum(-1)
+    mean = s / n
+    var = (sq / n - mean.square()).clamp_min(0.0)
+    z = (c - mean) / torch.sqrt(var + ZNORM_EPS)
+    return z, PrefixStats(first, start + e.shape[-1], s[..., -1:], sq[..., -1:])
+
+
+def causal_znorm(e: torch.Tensor) -> torch.Tensor:
+    """z_j = (e_j - mean(e_1..e_j)) / sqrt(var(e_1..e_j) + 1e-5) along the last dim; z_1 = 0.
 
     Population variance over the prefix. Position j sees only positions <= j.
     """
-    # z is shift-invariant; centring on the first value keeps the running sums small in fp32
-    e = e - e[..., :1]
-    n = torch.arange(1, e.shape[-1] + 1, device=e.device, dtype=e.dtype)
-    mean = e.cumsum(-1) / n
-    var = (e.square().cumsum(-1) / n - mean.square()).clamp_min(0.0)
-    return (e - mean) / torch.sqrt(var + eps)
+    return _znorm_continue(e, None)[0]
+
+
+@dataclass
+class GateState:
+    """What a gate carries between generation steps: its last inputs and the energy's prefix statistics."""
+
+    x_tail: torch.Tensor  # (B, receptive_field - 1, C): the inputs later energies still depend on
+    prefix: PrefixStats
 
 
 class Gate(nn.Module, ABC):
@@ -36,6 +67,10 @@ class Gate(nn.Module, ABC):
     ``params_per_layer`` gives a gate's exact parameter count per attention layer.
     ``receptive_field`` is how many positions (the current one included) the energy
     at a position depends on; cached generation keeps that many inputs per layer.
+
+    A gate whose energy starts with a linear map p = x W^T (EGA-1, EGA-K) exposes it as
+    ``input_projection``: the attention layer then computes p in the same matmul as Q, K, V
+    and hands it to ``forward(x, p)``, which goes on with ``energy_from_projection(p)``.
     """
 
     receptive_field: int = 1
@@ -55,10 +90,32 @@ class Gate(nn.Module, ABC):
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         """Per-head energy (B, nh, T) of the LayerNorm-ed hidden state x (B, T, C)."""
 
+    def input_projection(self) -> nn.Linear | None:
+        """The linear map the energy starts with, if any (see the class docstring)."""
+        return None
+
+    def energy_from_projection(self, p: torch.Tensor) -> torch.Tensor:
+        """Energy (B, nh, T) from p = input_projection()(x) (B, T, m); only for gates that have one."""
+        raise NotImplementedError(f"{type(self).__name__} has no input projection")
+
     def z(self, x: torch.Tensor) -> torch.Tensor:
         """Causally z-normalised energy (B, nh, T), computed in fp32 even under autocast."""
         with torch.autocast(x.device.type, enabled=False):
             return causal_znorm(self.energy(x.float()).float())
+
+    def step(self, x: torch.Tensor, state: GateState | None) -> tuple[torch.Tensor, GateState]:
+        """log g (B, nh, t) of t new positions x (B, t, C) that follow `state` (None: x starts the sequence).
+
+        The incremental form of `forward` for cached generation: the energy needs the last
+        `receptive_field` inputs, the z-norm only the prefix statistics.
+        """
+        with torch.autocast(x.device.type, enabled=False):
+            x = x.float()
+            window = x if state is None else torch.cat([state.x_tail, x], dim=1)  # (B, R - 1 + t, C)
+            e = self.energy(window)[..., -x.shape[1] :].float()  # (B, nh, t)
+            z, prefix = _znorm_continue(e, None if state is None else state.prefix)
+            tail = window[:, max(0, window.shape[1] - (self.receptive_field - 1)) :]
+            return self.log_gate_from_z(z), GateState(tail, prefix)
 
     def log_gate_from_z(self, z: torch.Tensor) -> torch.Tensor:
         # log sigmoid(a) = -softplus(-a), stable for large |a|
@@ -68,7 +125,8 @@ class Gate(nn.Module, ABC):
         """An extra training loss term (e.g. a constraint on learned filters), or None."""
         return None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """log g (B, nh, T) in fp32."""
+    def forward(self, x: torch.Tensor, projection: torch.Tensor | None = None) -> torch.Tensor:
+        """log g (B, nh, T) in fp32 from x (B, T, C), or from its precomputed `input_projection` (B, T, m)."""
         with torch.autocast(x.device.type, enabled=False):
-            return self.log_gate_from_z(self.z(x))
+            e = self.energy(x.float()) if projection is None else self.energy_from_projection(projection.float())
+            return self.log_gate_from_z(causal_znorm(e.float()))

@@ -27,5 +27,11 @@ class LinearGate(Gate):
     def params_per_layer(cls, n_embd: int, n_head: int, **options: Any) -> int:
         return n_head * (n_embd + 2)
 
+    def input_projection(self) -> nn.Linear:
+        return self.proj
+
+    def energy_from_projection(self, p: torch.Tensor) -> torch.Tensor:
+        return p.transpose(1, 2)  # (B, T, nh) -> (B, nh, T)
+
     def energy(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(x).transpose(1, 2)  # (B, T, nh) -> (B, nh, T)
+        return self.energy_from_projection(self.proj(x))

@@ -50,8 +50,14 @@ class MultiScaleGate(Gate):
     def params_per_layer(cls, n_embd: int, n_head: int, scales: int = 2, **options: Any) -> int:
         return n_head * (scales * n_embd + 2)
 
-    def energy(self, x: torch.Tensor) -> torch.Tensor:
-        B, T, _ = x.shape
-        # w . mean(x) = mean(w . x): projecting first averages K * nh channels instead of K * C
-        p = self.proj(x).view(B, T, self.scales, self.n_head).permute(0, 2, 3, 1)  # (B, K, nh, T)
+    def input_projection(self) -> nn.Linear:
+        return self.proj
+
+    def energy_from_projection(self, p: torch.Tensor) -> torch.Tensor:
+        B, T, _ = p.shape
+        p = p.view(B, T, self.scales, self.n_head).permute(0, 2, 3, 1)  # (B, K, nh, T)
         return sum(causal_moving_average(p[:, k], 2**k) for k in range(self.scales))  # (B, nh, T)
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        # w . mean(x) = mean(w . x): projecting first averages K * nh channels instead of K * C
+        return self.energy_from_projection(self.proj(x))

@@ -6,18 +6,20 @@ Two implementations of the gated attention of EGA_SPEC.md section 2:
   by g_j, renormalise. Quadratic memory; the tests' ground truth.
 - ``fused``: the identity a'_ij = softmax_j(q_i.k_j / sqrt(hs) + log g_j). The
   log-gate rides in one extra query/key channel, q' = [q, 1] and
-  k' = [k, log g * sqrt(hs)], so attention stays on the fused causal SDPA kernel.
+  k' = [k, log g * sqrt(hs)] (and v' = [v, 0]), so attention stays on the fused causal
+  SDPA kernel. The extra channels come out of the Q/K/V matmul itself (see `_gated_qkv`).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ega_lightning.gates import Gate
+from ega_lightning.gates import Gate, GateState
 
 ATTENTION_IMPLS = ("fused", "reference")
 
@@ -41,23 +43,19 @@ def gated_attention_reference(
     return att @ v
 
 
-def gated_attention_fused(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_g: torch.Tensor, dropout_p: float = 0.0
-) -> torch.Tensor:
-    """q, k, v (B, nh, T, hs); log_g (B, nh, T) -> (B, nh, T, hs), on the causal SDPA kernel."""
-    hs = q.shape[-1]
-    # CUDA's fused kernels want a head size that is a multiple of 8; the CPU kernel takes any.
-    extra = 8 if q.is_cuda else 1
-    bias = (log_g.clamp_min(LOG_GATE_FLOOR) * math.sqrt(hs)).to(q.dtype)[..., None]  # (B, nh, T, 1)
-    q_pad = q.new_zeros(*q.shape[:-1], extra)
-    k_pad = k.new_zeros(*k.shape[:-1], extra)
-    q_pad[..., 0] = 1.0
-    k_pad[..., :1] = bias
-    q2 = torch.cat([q, q_pad], dim=-1)  # (B, nh, T, hs + extra)
-    k2 = torch.cat([k, k_pad], dim=-1)
-    v2 = torch.cat([v, v.new_zeros(*v.shape[:-1], extra)], dim=-1)
-    y = F.scaled_dot_product_attention(q2, k2, v2, dropout_p=dropout_p, is_causal=True, scale=1.0 / math.sqrt(hs))
-    return y[..., :hs]
+@dataclass
+class LayerCache:
+    """One layer's state during generation: keys and values as the kernel sees them (a gated
+    layer's keys carry the log-gate channel, fixed once computed since the gate is causal)
+    and the gate's own state."""
+
+    k: torch.Tensor | None = None  # (B, nh, T_cached, hs')
+    v: torch.Tensor | None = None
+    gate: GateState | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[2]
 
 
 class CausalSelfAttention(nn.Module):
@@ -75,24 +73,81 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(dropout)
         self.gate = gate
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: the LayerNorm-ed hidden state (B, T, C) -> (B, T, C)."""
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        """x: the LayerNorm-ed hidden state (B, T, C) -> (B, T, C).
+
+        With a `cache`, x holds the positions that follow the cached ones, and the cache is extended.
+        """
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
         dropout_p = self.dropout if self.training else 0.0
-        if self.gate is None:
-            if self.impl == "reference":
-                y = gated_attention_reference(q, k, v, None, dropout_p)
-            else:
-                y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+        if self.gate is not None and (self.impl == "fused" or cache is not None):
+            q, k, v = self._gated_qkv(x, cache)  # 3 x (B, nh, T, hs + width)
+            y = self._attend(q, k, v, cache, dropout_p)
+            return self.resid_dropout(self._project_padded(y))
+        q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs)
+        if self.impl == "reference" and cache is None:
+            g = None if self.gate is None else self.gate(x).exp()
+            y = gated_attention_reference(q, k, v, g, dropout_p)
         else:
-            log_g = self.gate(x)  # (B, nh, T), fp32
-            if self.impl == "reference":
-                y = gated_attention_reference(q, k, v, log_g.exp(), dropout_p)
-            else:
-                y = gated_attention_fused(q, k, v, log_g, dropout_p)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C)
-        return self.resid_dropout(self.c_proj(y))
+            y = self._attend(q, k, v, cache, dropout_p)
+        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))
+
+    def _gated_qkv(self, x: torch.Tensor, cache: LayerCache | None) -> torch.Tensor:
+        """q' = [q, 1], k' = [k, log g sqrt(hs)], v' = [v, 0], each (B, nh, T, hs + width), from one matmul.
+
+        The Q/K/V weight gets `width` extra output rows per head (zero weights; bias 1 for q's,
+        0 for k's and v's), so the padded buffer comes straight out of the matmul, with no copy
+        forward or backward. k's extra row carries the gate's energy projection when the gate
+        has a foldable one (EGA-1), which the gate reads before its log g overwrites that channel.
+        """
+        B, T, C = x.shape
+        nh, hs = self.n_head, C // self.n_head
+        width = 8 if x.is_cuda else 1  # CUDA's fused kernels want a head size that is a multiple of 8
+        projection = self.gate.input_projection()
+        # under autocast the gate keeps its own fp32 projection, so its energy stays exact
+        fold = (
+            cache is None
+            and projection is not None
+            and projection.out_features == nh
+            and not torch.is_autocast_enabled(x.device.type)
+        )
+        extra_w = x.new_zeros(3, nh, width, C)
+        if fold:
+            extra_w[1, :, 0] = projection.weight  # (nh, C)
+        weight = torch.cat([self.c_attn.weight.view(3, nh, hs, C), extra_w], dim=2).view(-1, C)
+        b = self.c_attn.bias.view(3, nh, hs) if self.c_attn.bias is not None else x.new_zeros(3, nh, hs)
+        extra_b = x.new_zeros(3, nh, width)
+        extra_b[0, :, 0] = 1.0
+        qkv = F.linear(x, weight, torch.cat([b, extra_b], dim=2).flatten()).view(B, T, 3, nh, hs + width)
+        if cache is not None:  # only the new keys' gates, from the gate's incremental state
+            log_g, cache.gate = self.gate.step(x, cache.gate)
+        else:
+            log_g = self.gate(x, qkv[:, :, 1, :, hs].clone() if fold else None)  # (B, nh, T), fp32
+        qkv[:, :, 1, :, hs] = (log_g.clamp_min(LOG_GATE_FLOOR) * math.sqrt(hs)).transpose(1, 2).to(qkv.dtype)
+        return qkv.permute(2, 0, 3, 1, 4)
+
+    def _attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerCache | None, dropout_p: float
+    ) -> torch.Tensor:
+        """SDPA of (B, nh, T, d) q, k, v, scaled by the true head size; with a cache, over all cached keys."""
+        scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
+        if cache is None:
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+        cache.k = k if cache.k is None else torch.cat([cache.k, k], dim=2)  # (B, nh, T_cached + T, d)
+        cache.v = v if cache.v is None else torch.cat([cache.v, v], dim=2)
+        t_new, t_all = q.shape[2], cache.length
+        # new query i sits at position t_all - t_new + i and sees every key up to it
+        positions = torch.arange(t_all, device=q.device)
+        visible = positions[None, :] <= positions[t_all - t_new :, None]
+        return F.scaled_dot_product_attention(q, cache.k, cache.v, attn_mask=visible, scale=scale)
+
+    def _project_padded(self, y: torch.Tensor) -> torch.Tensor:
+        """c_proj of y' = [y, 0] (B, nh, T, hs + width): v's extra channel is 0, so y's is too.
+
+        Slicing y back to hs channels would copy it (and keep the copy for backward); instead
+        c_proj's weight gets a zero column per extra channel.
+        """
+        B, nh, T, width = y.shape
+        C = self.n_embd
+        weight = F.pad(self.c_proj.weight.view(C, nh, C // nh), (0, width - C // nh)).view(C, nh * width)
+        return F.linear(y.transpose(1, 2).reshape(B, T, nh * width), weight, self.c_proj.bias)

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from ega_lightning.gates import Gate, build_gate, gate_params_per_layer
-from ega_lightning.model.attention import CausalSelfAttention
+from ega_lightning.model.attention import CausalSelfAttention, LayerCache
 
 
 @dataclass
@@ -50,8 +50,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x))
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -97,13 +97,20 @@ class GPT(nn.Module):
         cfg = self.cfg
         return cfg.n_layer * gate_params_per_layer(cfg.gate, cfg.n_embd, cfg.n_head, **cfg.gate_options)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        """idx (B, T) character ids -> logits (B, T, vocab_size)."""
+    def new_cache(self) -> list[LayerCache]:
+        return [LayerCache() for _ in self.blocks]
+
+    def forward(self, idx: torch.Tensor, cache: list[LayerCache] | None = None) -> torch.Tensor:
+        """idx (B, T) character ids -> logits (B, T, vocab_size).
+
+        With a `cache` (from `new_cache`), idx continues the cached sequence and the cache is extended.
+        """
+        start = cache[0].length if cache else 0
         T = idx.shape[1]
-        if self.cfg.block_size < T:
-            raise ValueError(f"Sequence of length {T} is longer than block_size {self.cfg.block_size}.")
-        pos = torch.arange(T, device=idx.device)
+        if start + T > self.cfg.block_size:
+            raise ValueError(f"Sequence of length {start + T} is longer than block_size {self.cfg.block_size}.")
+        pos = torch.arange(start, start + T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
-        for block in self.blocks:
-            x = block(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache[i] if cache else None)
         return self.lm_head(self.ln_f(x))  # (B, T, V)

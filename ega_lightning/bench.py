@@ -1,0 +1,375 @@
+"""`ega bench`: what each gate costs, measured side by side in one process.
+
+For every model size and gate config: the time of one training step (forward, backward,
+AdamW step), interleaved across gates and repeated, reported as median with min and max,
+the ratio to the baseline ``none``, tokens per second and memory; then our baseline against
+a nanoGPT-style model written here; then generation speed with and without the KV cache.
+
+    ega bench                               # cpu and paper sizes, every gate config, this machine
+    ega bench --sizes cpu --repeats 9 --precision bf16-mixed --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import yaml
+from torch import nn
+
+from ega_lightning.data.corpora import CORPORA
+from ega_lightning.generate import generate
+from ega_lightning.module import CharLM
+
+VOCAB = CORPORA["tinyshakespeare"].vocab
+
+
+# --- a nanoGPT-style reference (after karpathy/nanoGPT model.py), to show the baseline is not slowed down
+
+
+class _RefAttention(nn.Module):
+    def __init__(self, n_embd: int, n_head: int) -> None:
+        super().__init__()
+        self.c_attn, self.c_proj, self.n_head = nn.Linear(n_embd, 3 * n_embd), nn.Linear(n_embd, n_embd), n_head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.size()
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
+
+
+class _RefBlock(nn.Module):
+    def __init__(self, n_embd: int, n_head: int) -> None:
+        super().__init__()
+        self.ln_1, self.attn, self.ln_2 = nn.LayerNorm(n_embd), _RefAttention(n_embd, n_head), nn.LayerNorm(n_embd)
+        self.mlp = nn.Sequential(nn.Linear(n_embd, 4 * n_embd), nn.GELU(), nn.Linear(4 * n_embd, n_embd))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class NanoGPTReference(nn.Module):
+    def __init__(self, vocab_size: int, block_size: int, n_layer: int, n_head: int, n_embd: int) -> None:
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(vocab_size, n_embd), nn.Embedding(block_size, n_embd)
+        self.h = nn.ModuleList(_RefBlock(n_embd, n_head) for _ in range(n_layer))
+        self.ln_f, self.lm_head = nn.LayerNorm(n_embd), nn.Linear(n_embd, vocab_size, bias=False)
+        self.wte.weight = self.lm_head.weight
+
+    def loss(self, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        idx, targets = batch
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.h:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+# --- measurement
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class Contender:
+    """A model with its optimizer and a fixed batch; `step()` times one training step."""
+
+    def __init__(self, name: str, model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor], precision: str) -> None:
+        self.name, self.model, self.batch = name, model, batch
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        self.autocast_dtype = torch.bfloat16 if precision == "bf16-mixed" else None
+        self.device = batch[0].device
+        self.times: list[float] = []
+
+    def _loss(self) -> torch.Tensor:
+        if self.autocast_dtype is None:
+            return self.model.loss(self.batch)
+        with torch.autocast(self.device.type, dtype=self.autocast_dtype):
+            return self.model.loss(self.batch)
+
+    def step(self, record: bool = True) -> None:
+        _sync(self.device)
+        t0 = time.perf_counter()
+        self._loss().backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        _sync(self.device)
+        if record:
+            self.times.append(time.perf_counter() - t0)
+
+    def memory(self) -> dict[str, float]:
+        """Bytes of tensors autograd saves for backward (activations, deduplicated by storage), of the
+        training state (parameters, gradients, two AdamW moments) and, on CUDA, the allocator's peak."""
+        saved: dict[int, int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            storage = t.untyped_storage()
+            saved[storage.data_ptr()] = storage.nbytes()
+            return t
+
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = self._loss()
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        param_ptrs = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
+        activations = sum(n for ptr, n in saved.items() if ptr not in param_ptrs)
+        params = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        out = {"activation_mb": activations / 2**20, "train_state_mb": 4 * params / 2**20}
+        out["total_mb"] = out["activation_mb"] + out["train_state_mb"]
+        if self.device.type == "cuda":
+            out["cuda_peak_mb"] = torch.cuda.max_memory_allocated(self.device) / 2**20
+        return out
+
+    def summary(self) -> dict[str, float]:
+        tokens = self.batch[0].numel()
+        median = statistics.median(self.times)
+        return {
+            "median_ms": 1e3 * median,
+            "min_ms": 1e3 * min(self.times),
+            "max_ms": 1e3 * max(self.times),
+            "tokens_per_s": tokens / median,
+            "repeats": len(self.times),
+        }
+
+
+def run_interleaved(contenders: list[Contender], repeats: int, warmup: int) -> None:
+    """Each repetition times every contender once, in an order rotated per repetition, so drifts
+    of the machine (turbo, other load) fall on all of them alike."""
+    for contender in contenders:
+        for _ in range(warmup):
+            contender.step(record=False)
+    for rep in range(repeats):
+        for contender in contenders[rep % len(contenders) :] + contenders[: rep % len(contenders)]:
+            contender.step()
+
+
+def load_yaml_model(path: Path) -> dict[str, Any]:
+    return (yaml.safe_load(path.read_text()) or {}).get("model", {}) or {}
+
+
+def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
+    """Model shape and batch size from configs/base.yaml + configs/size/<size>.yaml."""
+    path = configs / "size" / f"{size}.yaml"
+    if not path.is_file():
+        available = ", ".join(sorted(p.stem for p in (configs / "size").glob("*.yaml")))
+        raise SystemExit(f"error: no model size {size!r} in {configs / 'size'} (available: {available}).")
+    raw = yaml.safe_load(path.read_text())
+    shape = {k: raw["model"][k] for k in ("n_layer", "n_head", "n_embd", "block_size")}
+    return shape, raw["data"]["batch_size"]
+
+
+def gate_settings(configs: Path, names: list[str] | None) -> dict[str, dict[str, Any]]:
+    """Gate configs by file stem: {"linear": {"gate": "linear"}, "multiscale2": {...}, ...}; `none` first."""
+    found = {p.stem: load_yaml_model(p) for p in sorted((configs / "gate").glob("*.yaml"))}
+    unknown = sorted(set(names or []) - found.keys())
+    if unknown:
+        raise SystemExit(f"error: no gate config {unknown} in {configs / 'gate'} (available: {', '.join(found)}).")
+    chosen = {k: v for k, v in found.items() if names is None or k in names or k == "none"}
+    return {"none": chosen.pop("none"), **chosen}
+
+
+def build(shape: dict[str, Any], gate: dict[str, Any], device: torch.device, seed: int) -> CharLM:
+    torch.manual_seed(seed)  # same seed: every gated model shares the baseline's weights
+    options = {k: v for k, v in gate.items() if k in ("gate", "gate_options", "tau_init", "alpha_init")}
+    return CharLM(VOCAB, **shape, **options).to(device)
+
+
+def bench_size(
+    size: str, configs: Path, gates: dict[str, dict[str, Any]], device: torch.device, args: argparse.Namespace
+) -> dict[str, Any]:
+    shape, batch_size = size_settings(configs, size)
+    batch_size = args.batch_size or batch_size
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, len(VOCAB), (batch_size, shape["block_size"] + 1), generator=gen).to(device)
+    batch = (idx[:, :-1], idx[:, 1:])
+    contenders = [
+        Contender(name, build(shape, g, device, args.seed), batch, args.precision) for name, g in gates.items()
+    ]
+    torch.manual_seed(args.seed)
+    reference = NanoGPTReference(len(VOCAB), **shape).to(device)
+    contenders.append(Contender("nanogpt_reference", reference, batch, args.precision))
+    print(f"[{size}] {shape}, batch {batch_size}: {len(contenders)} contenders x {args.repeats} repeats", flush=True)
+    run_interleaved(contenders, args.repeats, args.warmup)
+    rows = {}
+    for c in contenders:
+        rows[c.name] = {**c.summary(), **c.memory()}
+        if isinstance(c.model, CharLM):
+            rows[c.name]["params"] = sum(p.numel() for p in c.model.parameters())
+    base = rows["none"]
+    base_times = next(c.times for c in contenders if c.name == "none")
+    for c in contenders:
+        row = rows[c.name]
+        # each repetition times every contender back to back: the ratio within a repetition cancels
+        # the machine's drift, so its median is the cost estimate; the ratio of medians is kept beside it
+        paired = sorted(t / b for t, b in zip(c.times, base_times, strict=True))
+        row["time_ratio"] = statistics.median(paired)
+        row["time_ratio_q1_q3"] = (paired[len(paired) // 4], paired[(3 * len(paired)) // 4])
+        row["median_ratio"] = row["median_ms"] / base["median_ms"]
+        row["memory_ratio"] = row["total_mb"] / base["total_mb"]
+    return {"size": size, "shape": shape, "batch_size": batch_size, "rows": rows}
+
+
+def bench_generation(
+    configs: Path, gates: dict[str, dict[str, Any]], device: torch.device, args: argparse.Namespace
+) -> dict[str, Any]:
+    shape, _ = size_settings(configs, args.generation_size)
+    rows = {}
+    for name, gate in gates.items():
+        lm = build(shape, gate, device, args.seed).eval()
+        prompt = torch.zeros(1, 1, dtype=torch.long, device=device)
+        timings = {}
+        for use_cache in (True, False):
+            t0 = time.perf_counter()
+            generate(lm.model, prompt, args.new_tokens, temperature=1.0, seed=0, use_cache=use_cache)
+            _sync(device)
+            timings[use_cache] = time.perf_counter() - t0
+        rows[name] = {
+            "cached_tokens_per_s": args.new_tokens / timings[True],
+            "recompute_tokens_per_s": args.new_tokens / timings[False],
+            "speedup": timings[False] / timings[True],
+        }
+    return {"size": args.generation_size, "shape": shape, "new_tokens": args.new_tokens, "rows": rows}
+
+
+# --- output
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    env = result["environment"]
+    out = [
+        f"# Benchmark: {env['device_name']}, {result['precision']}",
+        "",
+        f"Command: `{result['command']}`  ",
+        f"torch {env['torch']}, {env['threads']} threads, {env['platform']}, {result['date']}.",
+        "",
+        "Training step = forward + backward + AdamW step on one fixed batch; every contender is timed once per",
+        f"repetition in a rotated order ({result['repeats']} repetitions after {result['warmup']} warm-up steps).",
+        "`x none` is the median over repetitions of the step time divided by the baseline's in the same",
+        "repetition (quartiles in brackets): pairing within a repetition cancels the machine's drift.",
+        "Memory = tensors saved for backward (activations) + training state (parameters, gradients, two AdamW",
+        "moments); on CUDA the allocator's peak is listed too.",
+    ]
+    for size in result["sizes"]:
+        rows = [
+            [
+                name,
+                f"{r['median_ms']:.1f}",
+                f"{r['min_ms']:.1f}-{r['max_ms']:.1f}",
+                f"{r['time_ratio']:.3f} ({r['time_ratio_q1_q3'][0]:.3f}-{r['time_ratio_q1_q3'][1]:.3f})",
+                f"{r['tokens_per_s']:,.0f}",
+                f"{r['total_mb']:.1f}" + (f" (CUDA peak {r['cuda_peak_mb']:.0f})" if "cuda_peak_mb" in r else ""),
+                f"{r['memory_ratio']:.3f}",
+            ]
+            for name, r in size["rows"].items()
+            if name != "nanogpt_reference"
+        ]
+        shape = size["shape"]
+        out += [
+            "",
+            f"## Gates at the `{size['size']}` size ({shape['n_layer']}x{shape['n_head']}x{shape['n_embd']}, "
+            f"block {shape['block_size']}, batch {size['batch_size']})",
+            "",
+            _table(["gate", "median ms", "min-max ms", "x none (quartiles)", "tokens/s", "memory MB", "x none"], rows),
+        ]
+    ref_rows = []
+    for size in result["sizes"]:
+        ours, ref = size["rows"]["none"], size["rows"]["nanogpt_reference"]
+        ref_rows.append(
+            [
+                size["size"],
+                f"{ours['median_ms']:.1f}",
+                f"{ref['median_ms']:.1f}",
+                f"{ours['median_ms'] / ref['median_ms']:.3f}",
+            ]
+        )
+    out += ["", "## Our baseline against a nanoGPT-style model (same shape, same batch)", ""]
+    out += [_table(["size", "ours (none) ms", "nanoGPT-style ms", "ours / nanoGPT"], ref_rows)]
+    if result.get("generation"):
+        g = result["generation"]
+        rows = [
+            [name, f"{r['cached_tokens_per_s']:.1f}", f"{r['recompute_tokens_per_s']:.1f}", f"{r['speedup']:.1f}x"]
+            for name, r in g["rows"].items()
+        ]
+        out += [
+            "",
+            f"## Generation, `{g['size']}` size, {g['new_tokens']} new tokens from a 1-token prompt, batch 1",
+            "",
+            _table(["gate", "KV cache tokens/s", "recompute tokens/s", "speed-up"], rows),
+        ]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="ega bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", default=["cpu", "paper"], help="model sizes from configs/size/")
+    parser.add_argument("--gates", nargs="+", default=None, help="gate configs from configs/gate/ (default: all)")
+    parser.add_argument("--configs", type=Path, default=Path("configs"))
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batch_size", type=int, default=None, help="override the size's batch size")
+    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--generation_size", default="cpu", help="model size for the generation table")
+    parser.add_argument("--new_tokens", type=int, default=256)
+    parser.add_argument("--no_generation", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("results"))
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.repeats < 3:
+        parser.error("--repeats must be at least 3 for a median with min and max to mean anything")
+    device = torch.device(args.device)
+    gates = gate_settings(args.configs, args.gates)
+    started = datetime.now(UTC)
+    result: dict[str, Any] = {
+        "command": " ".join(["ega bench", *argv]),
+        "date": started.strftime("%Y-%m-%d %H:%M UTC"),
+        "precision": args.precision,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "environment": {
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "platform": platform.platform(),
+            "device_name": torch.cuda.get_device_name(device)
+            if device.type == "cuda"
+            else f"CPU ({platform.machine()})",
+        },
+        "sizes": [bench_size(size, args.configs, gates, device, args) for size in args.sizes],
+    }
+    if not args.no_generation:
+        result["generation"] = bench_generation(args.configs, gates, device, args)
+    markdown = to_markdown(result)
+    print(markdown)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = f"bench-{device.type}-{args.precision}"
+    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (args.out / f"{stem}.md").write_text(markdown)
+    print(f"wrote {args.out / stem}.json and .md ({math.ceil((datetime.now(UTC) - started).total_seconds())} s)")
+
+
+if __name__ == "__main__":
+    main()

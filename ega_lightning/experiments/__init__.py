@@ -1,0 +1,1 @@
+"""Experiment tools: `ega sweep` runs a spec of (config, seed) pairs, `ega report` summarises them."""

@@ -1,0 +1,123 @@
+"""Sampling text from a trained CharLM, with a KV cache that also carries each gate's causal state.
+
+`ega generate --ckpt_path RUN/checkpoints/best.ckpt --prompt "ROMEO:" --max_new_tokens 300`
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from ega_lightning.model import GPT
+
+
+@dataclass
+class Step:
+    """One generation step: the window of token ids the model conditioned on, and its next-token logits."""
+
+    window: torch.Tensor  # (B, T_window)
+    logits: torch.Tensor  # (B, V)
+
+
+def next_token_logits(model: GPT, idx: torch.Tensor, use_cache: bool = True) -> Iterator[Step]:
+    """Yields the next-token logits for `idx`, then again after each token the caller appends to `idx`.
+
+    The caller extends `idx` (B, T) in place of a new tensor via `send`: see `generate`. Without a
+    cache every step recomputes the last `block_size` tokens (nanoGPT's crop). With a cache each
+    step feeds one token; when the window is full, the cache is rebuilt from the last half-window
+    of tokens, so each step's window is the cached tokens and `model(window)[:, -1]` equals the
+    cached logits.
+    """
+    block = model.cfg.block_size
+    cache, start = None, 0  # cache covers idx[:, start:]
+    while True:
+        if not use_cache:
+            window = idx[:, -block:]
+            logits = model(window)[:, -1]
+        elif cache is not None and idx.shape[1] - start <= block:
+            window = idx[:, start:]
+            logits = model(idx[:, -1:], cache)[:, -1]
+        else:  # first step, or the window is full: prefill a fresh cache
+            keep = idx.shape[1] if cache is None else block // 2
+            start = max(0, idx.shape[1] - min(keep, block))
+            window = idx[:, start:]
+            cache = model.new_cache()
+            logits = model(window, cache)[:, -1]
+        idx = yield Step(window, logits)
+
+
+def sample(logits: torch.Tensor, temperature: float, top_k: int | None, generator: torch.Generator) -> torch.Tensor:
+    """(B, V) logits -> (B, 1) sampled ids; temperature 0 means greedy."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)
+    logits = logits.float() / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)
+
+
+@torch.no_grad()
+def generate(
+    model: GPT,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 1337,
+    use_cache: bool = True,
+) -> torch.Tensor:
+    """idx (B, T) prompt ids -> (B, T + max_new_tokens)."""
+    generator = torch.Generator(device=idx.device).manual_seed(seed)
+    steps = next_token_logits(model, idx, use_cache)
+    step = next(steps)
+    for i in range(max_new_tokens):
+        idx = torch.cat([idx, sample(step.logits, temperature, top_k, generator)], dim=1)
+        if i + 1 < max_new_tokens:
+            step = steps.send(idx)
+    return idx
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="ega generate", description="Sample text from a CharLM checkpoint.")
+    parser.add_argument("--ckpt_path", required=True, help="a checkpoint written by `ega fit`")
+    parser.add_argument("--prompt", default="\n", help="text to continue (only characters of the model's vocabulary)")
+    parser.add_argument("--max_new_tokens", type=int, default=500)
+    parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    parser.add_argument("--top_k", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--no_cache", action="store_true", help="recompute the whole window at every step")
+    args = parser.parse_args(argv)
+    if args.max_new_tokens < 1:
+        parser.error(f"--max_new_tokens must be positive, got {args.max_new_tokens}")
+    if args.temperature < 0:
+        parser.error(f"--temperature must be >= 0, got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        parser.error(f"--top_k must be positive, got {args.top_k}")
+
+    from ega_lightning.module import CharLM  # Lightning is slow to import: only once the arguments are valid
+
+    lm = CharLM.load_from_checkpoint(args.ckpt_path, map_location=args.device).eval()
+    try:
+        prompt = lm.tokenizer.encode(args.prompt)[None].to(args.device)
+    except ValueError as err:
+        parser.error(f"--prompt: {err}")
+    if prompt.shape[1] == 0:
+        parser.error("--prompt is empty; give at least one character (the default is a newline)")
+    t0 = time.perf_counter()
+    out = generate(lm.model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed, not args.no_cache)
+    seconds = time.perf_counter() - t0
+    sys.stdout.write(lm.tokenizer.decode(out[0]) + "\n")
+    rate = args.max_new_tokens / seconds
+    sys.stderr.write(f"{args.max_new_tokens} tokens in {seconds:.2f} s ({rate:.1f} tokens/s)\n")
+
+
+if __name__ == "__main__":
+    main()

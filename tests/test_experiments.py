@@ -1,0 +1,468 @@
+"""`ega sweep` and `ega report`: spec validation, restartable runs, statistics, the report's numbers."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from ega_lightning.cli import main as ega_main
+from ega_lightning.experiments import report, stats, sweep
+
+from .conftest import CONFIGS, TINY_MODEL, TINY_VOCAB, run_ega
+
+# ----------------------------------------------------------------------------- statistics
+
+
+@pytest.mark.parametrize("df,expected", [(1, 12.706), (2, 4.303), (4, 2.776), (30, 2.042)])
+def test_t_quantile_matches_tables(df, expected):
+    assert stats.t_ppf(0.975, df) == pytest.approx(expected, abs=1e-3)
+    assert stats.t_ppf(0.025, df) == pytest.approx(-expected, abs=1e-3)  # symmetric
+
+
+def test_t_cdf_limits_and_symmetry():
+    assert stats.t_cdf(0.0, 3) == 0.5
+    assert stats.t_cdf(-1.7, 5) + stats.t_cdf(1.7, 5) == pytest.approx(1.0, abs=1e-12)
+    assert stats.t_cdf(1.0, 1) == pytest.approx(0.75, abs=1e-12)  # Cauchy: 1/2 + atan(1)/pi
+    assert stats.t_ppf(0.975, 1e7) == pytest.approx(1.959964, abs=1e-5)  # the normal limit
+
+
+def test_summarize_mean_and_sample_std():
+    s = stats.summarize([1.0, 2.0, 4.0])
+    assert s.mean == pytest.approx(7 / 3) and s.n == 3
+    assert s.std == pytest.approx(math.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2))
+    assert stats.summarize([5.0]) == stats.Summary(5.0, None, 1)
+    assert stats.summarize([]) == stats.Summary(None, None, 0)
+
+
+def test_paired_interval_by_hand():
+    # differences 0.10, 0.08, 0.10: mean 0.09333, sd 0.011547, se 0.0066667, t(0.975, 2) = 4.3027
+    d = stats.compare({1: 1.50, 2: 1.60, 3: 1.55}, {1: 1.40, 2: 1.52, 3: 1.45})
+    assert d.method == "paired" and d.n == 3 and d.df == 2
+    assert d.estimate == pytest.approx(0.093333, abs=1e-6)
+    assert d.low == pytest.approx(0.093333 - 0.028685, abs=1e-5)
+    assert d.high == pytest.approx(0.093333 + 0.028685, abs=1e-5)
+    assert d.excludes_zero is True
+
+
+def test_welch_when_seeds_differ_and_no_interval_for_one_seed():
+    # equal variances (1) and sizes (3): df = 2 (n - 1) = 4, se = sqrt(2/3)
+    d = stats.compare({1: 1.0, 2: 2.0, 3: 3.0}, {4: 2.0, 5: 3.0, 6: 4.0})
+    assert d.method == "welch" and d.df == pytest.approx(4.0)
+    assert d.estimate == pytest.approx(-1.0)
+    assert d.high == pytest.approx(-1.0 + 2.776445 * math.sqrt(2 / 3), abs=1e-5)
+    assert d.excludes_zero is False
+    single = stats.compare({1: 1.5}, {1: 1.4})
+    assert single.method == "single" and single.low is None and single.excludes_zero is None
+    assert single.estimate == pytest.approx(0.1)
+
+
+# ----------------------------------------------------------------------------- sweep specs
+
+
+def write_spec(path: Path, spec: dict) -> Path:
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch) -> Path:
+    """A directory with three small config files, as the current directory (spec paths are relative to it)."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("base.yaml", "size.yaml", "a.yaml", "b.yaml"):
+        (tmp_path / name).write_text("model: {}\n")
+    return tmp_path
+
+
+def good_spec() -> dict:
+    return {
+        "name": "t",
+        "configs": ["base.yaml", "size.yaml"],
+        "args": ["--trainer.max_steps=4"],
+        "runs": [
+            {"name": "ra", "configs": ["a.yaml"], "seeds": [1, 2], "args": ["--model.tau_init=0.35"], "group": "main"},
+            {"name": "rb", "configs": ["b.yaml"], "seeds": [1, 2]},
+        ],
+    }
+
+
+@pytest.mark.parametrize(
+    "mutate,expected",
+    [
+        (lambda s: s["runs"][0].update(seed=[3]), ["runs[0] (ra): unknown key 'seed'", "did you mean 'seeds'"]),
+        (lambda s: s.update(confgs=[]), ["unknown key 'confgs'", "did you mean 'configs'"]),
+        (lambda s: s["runs"][1].update(configs=["nope.yaml"]), ["runs[1] (rb): config file nope.yaml not found"]),
+        (lambda s: s["runs"][1].update(name="ra"), ["run name 'ra-seed1' already comes from runs[0]"]),
+        (lambda s: s["runs"][0].update(seeds=[1, 1]), ["run name 'ra-seed1' already comes from runs[0]"]),
+        (lambda s: s["runs"][0].update(args=["--run_name=x"]), ["args may not contain --run_name"]),
+        (lambda s: s["runs"][0].update(seeds=["1"]), ["'seeds' must be a non-empty list of integers"]),
+    ],
+)
+def test_invalid_spec_names_the_problem_and_runs_nothing(workdir, capsys, mutate, expected):
+    spec = good_spec()
+    mutate(spec)
+    path = write_spec(workdir / "spec.yaml", spec)
+    with pytest.raises(sweep.SpecError) as err:
+        sweep.load_spec(path)
+    for text in expected:
+        assert text in str(err.value)
+    assert sweep.main([str(path), "--runs-dir", "runs"]) == 2
+    assert "nothing was run" in capsys.readouterr().err
+    assert not (workdir / "runs").exists()
+
+
+def test_spec_errors_are_all_listed_at_once(workdir):
+    spec = good_spec()
+    spec["runs"][0]["seed"] = 1
+    spec["runs"][1]["configs"] = ["missing.yaml"]
+    with pytest.raises(sweep.SpecError) as err:
+        sweep.load_spec(write_spec(workdir / "spec.yaml", spec))
+    assert "unknown key 'seed'" in str(err.value) and "missing.yaml not found" in str(err.value)
+    assert "resolved against the current directory" in str(err.value)  # says how to fix a relative path
+
+
+def test_relative_configs_resolve_against_the_current_directory(workdir, tmp_path_factory, monkeypatch):
+    path = write_spec(workdir / "spec.yaml", good_spec())
+    assert len(sweep.load_spec(path).runs) == 4
+    monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
+    with pytest.raises(sweep.SpecError, match=r"base\.yaml not found"):
+        sweep.load_spec(path)
+
+
+def parse_dry_run(out: str) -> dict[str, tuple[str, list[str] | None]]:
+    """run name -> (state line, command) from `ega sweep --dry-run` output."""
+    result: dict[str, tuple[str, list[str] | None]] = {}
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("["):
+            name, state = line.split("] ", 1)[1].split(": ", 1)
+            has_cmd = i + 1 < len(lines) and lines[i + 1].startswith("    ")
+            result[name] = (state, shlex.split(lines[i + 1]) if has_cmd else None)
+    return result
+
+
+def test_dry_run_prints_commands_resumes_and_skips(workdir, capsys):
+    path = write_spec(workdir / "spec.yaml", good_spec())
+    runs = workdir / "runs"
+    (runs / "ra-seed2").mkdir(parents=True)
+    (runs / "ra-seed2" / "DONE").write_text("{}")
+    (runs / "rb-seed1" / "checkpoints").mkdir(parents=True)
+    (runs / "rb-seed1" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    (runs / "rb-seed2").mkdir()  # config/events only, no checkpoint: starts fresh
+    before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
+
+    assert sweep.main([str(path), "--dry-run", "--runs-dir", "runs"]) == 0
+    out = capsys.readouterr().out
+    parsed = parse_dry_run(out)
+    assert list(parsed) == ["ra-seed1", "ra-seed2", "rb-seed1", "rb-seed2"]
+    assert out.splitlines()[0].startswith("[1/4] ra-seed1: would start")
+    assert parsed["ra-seed2"] == ("skipped (done)", None)
+    fit = [sys.executable, "-m", "ega_lightning.cli", "fit", "-c", "base.yaml", "-c", "size.yaml"]
+    assert parsed["ra-seed1"] == (
+        "would start",
+        [
+            *fit,
+            *["-c", "a.yaml", "--trainer.max_steps=4", "--model.tau_init=0.35"],
+            *["--seed_everything=1", "--run_name=ra-seed1", "--runs_dir=runs"],
+        ],
+    )
+    rb1 = ["-c", "b.yaml", "--trainer.max_steps=4", "--seed_everything=1", "--run_name=rb-seed1", "--runs_dir=runs"]
+    assert parsed["rb-seed1"] == ("would resume", [*fit, *rb1, "--ckpt_path", "last"])
+    assert parsed["rb-seed2"][0] == "would start" and "--ckpt_path" not in parsed["rb-seed2"][1]
+    assert sorted(p.relative_to(workdir) for p in workdir.rglob("*")) == before  # a dry run touches nothing
+
+
+def test_only_filters_run_names(workdir, capsys):
+    path = write_spec(workdir / "spec.yaml", good_spec())
+    assert sweep.main([str(path), "--dry-run", "--only", "*-seed2"]) == 0
+    assert list(parse_dry_run(capsys.readouterr().out)) == ["ra-seed2", "rb-seed2"]
+    assert sweep.main([str(path), "--dry-run", "--only", "zz*"]) == 2
+    assert "no run of" in capsys.readouterr().err
+
+
+def test_ega_dispatches_sweep_and_report(workdir, capsys):
+    path = write_spec(workdir / "spec.yaml", good_spec())
+    ega_main(["sweep", str(path), "--dry-run"])
+    assert "[1/4] ra-seed1: would start" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:  # a failing tool fails the `ega` command
+        ega_main(["sweep", str(workdir / "absent.yaml")])
+    assert exit_info.value.code == 2
+
+
+def test_sweep_runs_in_order_records_done_reports_failures_and_resumes(workdir, monkeypatch, capsys):
+    """The bookkeeping, with `ega fit` replaced by tiny scripts: fail, succeed, resume, skip, busy."""
+    path = write_spec(workdir / "spec.yaml", good_spec())
+    runs = workdir / "runs"
+    commands: dict[str, list[str]] = {}
+    real_fit_command = sweep.fit_command
+
+    def fake_fit(run, runs_dir, resume):
+        commands[run.run_name] = real_fit_command(run, runs_dir, resume)
+        code = "print('boom: bad config'); raise SystemExit(3)" if run.run_name == "ra-seed1" else "print('ok')"
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(sweep, "fit_command", fake_fit)
+    (runs / "rb-seed1" / "checkpoints").mkdir(parents=True)
+    (runs / "rb-seed1" / "checkpoints" / "last.ckpt").write_bytes(b"")
+
+    assert sweep.main([str(path), "--runs-dir", "runs"]) == 1  # one run failed
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "[1/4] ra-seed1: started"
+    assert out[1].startswith("[1/4] ra-seed1: failed (3)")
+    assert "    | boom: bad config" in out[2 : out.index("[2/4] ra-seed2: started")]  # the tail of its log
+    assert "[2/4] ra-seed2: started" in out and "[3/4] rb-seed1: resumed" in out  # went on after the failure
+    assert any(line.startswith("[4/4] rb-seed2: done in ") for line in out)
+    assert commands["rb-seed1"][-2:] == ["--ckpt_path", "last"] and "--ckpt_path" not in commands["ra-seed2"]
+    assert not (runs / "ra-seed1" / "DONE").exists()
+    done = json.loads((runs / "ra-seed2" / "DONE").read_text())
+    assert done["returncode"] == 0 and done["wall_seconds"] >= 0 and not done["resumed"]
+    assert json.loads((runs / "rb-seed1" / "DONE").read_text())["resumed"] is True
+    assert "boom: bad config" in (runs / "ra-seed1" / "sweep.log").read_text()
+
+    # again: the finished runs are skipped, the failed one is retried; a locked run is left alone
+    with open(runs / "rb-seed2" / ".sweep.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert sweep.main([str(path), "--runs-dir", "runs"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "[2/4] ra-seed2: skipped (done)" in out and "[3/4] rb-seed1: skipped (done)" in out
+    assert "[1/4] ra-seed1: started" in out
+    assert any(line.startswith("[4/4] rb-seed2: skipped (running in another process") for line in out)
+    assert (runs / "ra-seed1" / "sweep.log").read_text().count("\nboom: bad config\n") == 2  # appended
+
+
+# ----------------------------------------------------------------------------- report on fabricated runs
+
+
+def fake_run(
+    runs_dir: Path,
+    name: str,
+    gate: str,
+    val: list[float],
+    *,
+    done: bool = True,
+    gap: float | None = None,
+    tau: list[float] | None = None,
+    tau_init: float = 0.0,
+    options: dict | None = None,
+    speed: float = 1000.0,
+    resumed_from: float | None = None,
+    converged: bool | None = None,
+) -> Path:
+    """A run directory as `ega fit` + `ega sweep` leave it, with chosen numbers (evaluations at steps 2, 5, ...)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir = runs_dir / name
+    run_dir.mkdir(parents=True)
+    hparams = {**TINY_MODEL, "gate": gate, "gate_options": options, "tau_init": tau_init, "vocab": TINY_VOCAB}
+    hparams |= {"corpus": "tinyshakespeare", "batch_size": 8, "max_eval_windows": 16, "seed": 1}
+    (run_dir / "hparams.yaml").write_text(yaml.safe_dump(hparams))
+    config = {"data": {"corpus": "tinyshakespeare"}, "model": {"gate": gate}, "trainer": {"max_steps": 3 * len(val)}}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    steps = [3 * i + 2 for i in range(len(val))]
+    with SummaryWriter(str(run_dir)) as writer:
+        for i, (step, value) in enumerate(zip(steps, val, strict=True)):
+            writer.add_scalar("train/tokens_per_sec", speed, step)
+            writer.add_scalar("val/loss", resumed_from if resumed_from and i == len(val) - 1 else value, step)
+            if gap is not None:
+                writer.add_scalar("gap", gap, step)
+            if tau is not None:
+                writer.add_scalar("gate/tau_mean", tau[i], step)
+                writer.add_scalar("gate/frac_above_tau", 0.37, step)
+    if resumed_from is not None:  # the resumed process logs the last evaluation again: it wins
+        with SummaryWriter(str(run_dir)) as writer:
+            writer.add_scalar("val/loss", val[-1], steps[-1])
+    if converged is not None:  # as TauTracker writes it (the parts the report reads)
+        summary = {"converged": converged, "converged_step": 5 if converged else None, "final": {"tau_mean": tau[-1]}}
+        (run_dir / "gate_summary.json").write_text(json.dumps(summary))
+    if done:
+        (run_dir / "DONE").write_text("{}")
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def fabricated(tmp_path_factory):
+    work = tmp_path_factory.mktemp("report")
+    runs = work / "runs"
+    base_val, ega1_val = [1.50, 1.60, 1.55], [1.40, 1.52, 1.45]
+    for seed in (1, 2, 3):
+        i = seed - 1
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, base_val[i]], gap=[0.30, 0.33, 0.32][i])
+        fake_run(
+            runs,
+            f"ega1-seed{seed}",
+            "linear",
+            [2.0, ega1_val[i]],
+            gap=[0.25, 0.28, 0.29][i],
+            tau=[0.1, [0.30, 0.34, 0.36][i]],
+            speed=950.0,
+            resumed_from=1.30 if seed == 1 else None,  # a lower value overwritten by the resumed run
+            converged=seed != 3,
+        )
+        fake_run(runs, f"db2-seed{seed}", "db2", [2.0, [1.52, 1.58, 1.56][i]], tau=[0.1, 0.2])
+        fake_run(runs, f"ms2-seed{seed}", "multiscale", [2.0, [1.45, 1.55, 1.50][i]], options={"scales": 2})
+    fake_run(runs, "ega1-seed4", "linear", [9.0, 9.0], done=False)  # interrupted: must not be averaged in
+    (runs / "ega1-seed4" / "checkpoints").mkdir()
+    (runs / "ega1-seed4" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    fake_run(runs, "tau0-seed1", "linear", [2.0, 1.46], tau=[0.1, 0.30], tau_init=0.0)
+    fake_run(runs, "tau7-seed1", "linear", [2.0, 1.47], tau=[0.6, 0.45], tau_init=0.7)
+    spec = {
+        "name": "fab",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3, 4, 5], "group": "main", "variant": "linear"},  # seed 5: never ran
+            {"name": "db2", "seeds": [1, 2, 3], "group": "ablation"},
+            {"name": "ms2", "seeds": [1, 2, 3], "group": "ablation"},
+            {"name": "tau0", "seeds": [1], "group": "tau_init"},
+            {"name": "tau7", "seeds": [1], "group": "tau_init"},
+        ],
+    }
+    path = write_spec(work / "spec.yaml", spec)
+    out = work / "results"
+    assert report.main([str(path), "--runs-dir", str(runs), "--out", str(out)]) == 0
+    return out, json.loads((out / "results.json").read_text()), (out / "REPORT.md").read_text()
+
+
+def variant(results: dict, group: str, label: str) -> dict:
+    table = next(t for t in results["groups"] if t["group"] == group and t["corpus"] == "tinyshakespeare")
+    return next(v for v in table["variants"] if v["variant"] == label)
+
+
+def test_report_numbers_use_finished_runs_only(fabricated):
+    _, results, _ = fabricated
+    ega1 = variant(results, "main", "linear")
+    assert ega1["seeds_done"] == [1, 2, 3] and ega1["seeds_not_done"] == [4, 5]
+    assert ega1["final_val_loss"]["n"] == 3
+    assert ega1["final_val_loss"]["mean"] == pytest.approx((1.40 + 1.52 + 1.45) / 3, abs=1e-6)  # not the 9.0
+    d = ega1["diff_final_val_loss"]
+    expected = stats.paired_difference([1.50, 1.60, 1.55], [1.40, 1.52, 1.45])
+    assert d["method"] == "paired" and d["n"] == 3 and d["excludes_zero"] is True
+    for key in ("estimate", "low", "high"):
+        assert d[key] == pytest.approx(getattr(expected, key), abs=1e-5)
+    assert ega1["diff_final_gap"]["estimate"] == pytest.approx((0.05 + 0.05 + 0.03) / 3, abs=1e-6)
+    assert ega1["final_tau_mean"]["mean"] == pytest.approx((0.30 + 0.34 + 0.36) / 3, abs=1e-6)
+    assert ega1["tokens_per_sec"]["mean"] == pytest.approx(950.0)
+    # EGA-1 adds n_layer * n_head * (n_embd + 2) parameters (README)
+    baseline = variant(results, "main", "none")
+    extra = TINY_MODEL["n_layer"] * TINY_MODEL["n_head"] * (TINY_MODEL["n_embd"] + 2)
+    assert ega1["n_params"] - baseline["n_params"] == extra
+    assert ega1["overhead_pct"] == pytest.approx(100 * extra / baseline["n_params"])
+    seed1 = next(r for r in results["runs"] if r["run_name"] == "ega1-seed1")
+    assert seed1["final_val_loss"] == pytest.approx(1.40, abs=1e-6)
+    assert seed1["best_val_loss"] == pytest.approx(1.40, abs=1e-6)  # the overwritten 1.30 is gone
+
+
+def test_report_lists_missing_and_incomplete_runs(fabricated):
+    _, results, text = fabricated
+    status = {r["run_name"]: r["status"] for r in results["runs"]}
+    assert status["ega1-seed4"] == "incomplete" and status["ega1-seed5"] == "missing"
+    assert sum(s != "done" for s in status.values()) == 2
+    missing_section = text.split("## Missing and incomplete runs")[1]
+    assert (
+        "| `ega1-seed4` |" in missing_section and "| incomplete | no DONE; has checkpoints/last.ckpt" in missing_section
+    )
+    assert "| `ega1-seed5` |" in missing_section and "| missing |" in missing_section
+    assert "2 run(s) are missing or incomplete" in text
+
+
+def test_report_findings_compare_with_the_paper(fabricated):
+    _, _, text = fabricated
+    findings = text.split("## Findings")[1].split("\n## ")[0]
+    assert "[main / tinyshakespeare] EGA-1 `linear` beats the baseline `none`" in findings
+    assert "difference +0.093 (95% CI [+0.065, +0.122], paired t over 3 seeds); the interval excludes 0" in findings
+    assert "Paper: +0.103" in findings
+    assert "generalization gap (val − train loss): EGA-1 0.273 ± 0.021 vs baseline 0.317 ± 0.015: smaller" in findings
+    assert "of validation keys above it (paper 36%); TauTracker saw it settle in 2 of 3 seeds." in findings
+    assert "-5.0%" in findings  # throughput 950 vs 1000 tokens/s
+    # the ablation group has no baseline or EGA-1 of its own: main's are used, and named
+    assert (
+        "[ablation / tinyshakespeare] ranking by final val loss (lowest first): EGA-1 `linear` (group main)" in findings
+    )
+    assert "paper: EGA-1 best of its ablation — holds here (rank 1 of 4)" in findings
+    assert "paper: EGA-2 worse than EGA-1 — EGA-2 `ms2` vs EGA-1 `linear`: -0.043" in findings
+    assert "paper: EGA-DB2 about baseline — EGA-DB2 `db2` vs baseline `none`: -0.003" in findings
+    assert "consistent." in findings
+    assert "[tau_init / tinyshakespeare] final tau by initialisation: tau_init 0.0" in findings
+    assert "(n=1, no interval)" in text  # the single-seed tau_init runs against the 3-seed baseline
+
+
+def test_report_figures_and_sections(fabricated):
+    out, _, text = fabricated
+    for name in (
+        "main-tinyshakespeare-val_loss.png",
+        "main-tinyshakespeare-gap.png",
+        "tau_init-tinyshakespeare-tau.png",
+    ):
+        assert (out / name).stat().st_size > 1000 and f"]({name})" in text
+    assert not (out / "main-tinyshakespeare-tau.png").exists()  # one tau_init in main: no tau study there
+    assert [line for line in text.splitlines() if line.startswith("## ")] == [
+        "## Findings",
+        "## main",
+        "## ablation",
+        "## tau_init",
+        "## Runs",
+        "## Missing and incomplete runs",
+    ]
+    assert "- This report: `ega report " in text and "--only 'ega1-seed*'" in text
+
+
+# ----------------------------------------------------------------------------- the real thing
+
+
+@pytest.mark.slow
+def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
+    tiny = "--model.n_layer=1 --model.n_head=2 --model.n_embd=16 --model.block_size=16 --data.batch_size=4"
+    tiny += " --data.max_eval_windows=8 --trainer.max_steps=4 --trainer.val_check_interval=2"
+    tiny += " --trainer.log_every_n_steps=1 --trainer.enable_progress_bar=false"
+    spec = {
+        "name": "mini",
+        "configs": [str(CONFIGS / "base.yaml"), str(CONFIGS / "size/cpu.yaml")],
+        "args": tiny.split(),
+        "runs": [
+            {
+                "name": f"ts-{gate}",
+                "configs": [str(CONFIGS / "corpus/tinyshakespeare.yaml"), str(CONFIGS / f"gate/{gate}.yaml")],
+                "seeds": [1],
+                "group": "main",
+                "variant": gate,
+            }
+            for gate in ("none", "linear")
+        ],
+    }
+    write_spec(tmp_path / "spec.yaml", spec)
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    first = run_ega(["sweep", "spec.yaml", "--runs-dir", "runs"], cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "[1/2] ts-none-seed1: started" in first.stdout and "[2/2] ts-linear-seed1: done in" in first.stdout
+    run_dirs = [tmp_path / "runs" / f"ts-{gate}-seed1" for gate in ("none", "linear")]
+    for run_dir in run_dirs:
+        done = json.loads((run_dir / "DONE").read_text())
+        assert done["returncode"] == 0 and "--seed_everything=1" in done["command"]
+        assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "sweep.log").stat().st_size > 0
+    snapshot = {p: p.stat().st_mtime_ns for d in run_dirs for p in d.rglob("*") if p.name != ".sweep.lock"}
+
+    again = run_ega(["sweep", "spec.yaml", "--runs-dir", "runs"], cwd=tmp_path, env=env)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "[1/2] ts-none-seed1: skipped (done)" in again.stdout
+    assert "[2/2] ts-linear-seed1: skipped (done)" in again.stdout
+    assert {p: p.stat().st_mtime_ns for p in snapshot} == snapshot  # nothing rewritten, DONE included
+
+    made = run_ega(["report", "spec.yaml", "--runs-dir", "runs", "--out", "results"], cwd=tmp_path)
+    assert made.returncode == 0, made.stderr[-3000:]
+    text = (tmp_path / "results" / "REPORT.md").read_text()
+    assert "| `none` | none (baseline)" in text and "| `linear` | linear (EGA-1)" in text
+    results = json.loads((tmp_path / "results" / "results.json").read_text())
+    for run_dir in run_dirs:
+        events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+        events.Reload()
+        entry = next(r for r in results["runs"] if r["run_name"] == run_dir.name)
+        assert entry["status"] == "done"
+        assert entry["final_val_loss"] == events.Scalars("val/loss")[-1].value
+    for name in ("main-tinyshakespeare-val_loss.png", "main-tinyshakespeare-gap.png"):
+        assert (tmp_path / "results" / name).stat().st_size > 0

@@ -1,0 +1,96 @@
+"""Crash safety through the real CLI: SIGKILL mid-training, resume, same result; NaN stops cleanly."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from .conftest import CONFIGS, REPO, TINY_MODEL
+
+pytestmark = pytest.mark.slow
+
+MAX_STEPS = 16
+ARGS = [
+    "fit",
+    *("-c", str(CONFIGS / "base.yaml"), "-c", str(CONFIGS / "size/cpu.yaml")),
+    *("-c", str(CONFIGS / "corpus/tinyshakespeare.yaml"), "-c", str(CONFIGS / "gate/linear.yaml")),
+    *[f"--model.{k}={v}" for k, v in TINY_MODEL.items()],
+    "--model.dropout=0.1",  # dropout masks must repeat after the restart too
+    "--data.batch_size=8",
+    "--data.max_eval_windows=16",
+    f"--trainer.max_steps={MAX_STEPS}",
+    "--trainer.val_check_interval=8",
+    "--trainer.log_every_n_steps=1",
+    "--trainer.enable_progress_bar=false",
+]
+
+
+def ega(args: list[str], cwd, env) -> subprocess.Popen:
+    cmd = [sys.executable, "-c", "from ega_lightning.cli import main; main()", *args]
+    return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def scalars(run_dir, tag) -> dict[int, float]:
+    """step -> value; for a step logged twice (before a kill and after the resume), the later one."""
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {e.step: e.value for e in sorted(events.Scalars(tag), key=lambda e: e.wall_time)}
+
+
+def checkpoint_step(path) -> int:
+    return torch.load(path, map_location="cpu", weights_only=False)["global_step"]
+
+
+@pytest.fixture
+def env(data_dir):
+    return {**os.environ, "EGA_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+
+
+def test_sigkill_then_resume_ends_exactly_like_an_uninterrupted_run(tmp_path, env):
+    every = ["--checkpoint_every_n_steps=2"]
+    full = ega([*ARGS, *every, "--run_name=full"], tmp_path, env)
+    assert full.wait(timeout=300) == 0, full.stderr.read()[-3000:]
+
+    slow = ["--trainer.callbacks+=tests.helpers.SleepEachStep"]
+    killed = ega([*ARGS, *every, *slow, "--run_name=killed"], tmp_path, env)
+    last = tmp_path / "lightning_logs/killed/checkpoints/last.ckpt"
+    deadline = time.time() + 240
+    while not (last.is_file() and checkpoint_step(last) >= 6):
+        assert killed.poll() is None and time.time() < deadline, "the run ended before it could be killed"
+        time.sleep(0.1)
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait() == -signal.SIGKILL
+    stopped_at = checkpoint_step(last)
+    assert 6 <= stopped_at < MAX_STEPS
+
+    resumed = ega([*ARGS, *every, "--run_name=killed", "--ckpt_path=last"], tmp_path, env)
+    out, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err[-3000:]
+    assert f"Restoring states from the checkpoint path at {last}" in err + out
+
+    full_dir, killed_dir = tmp_path / "lightning_logs/full", tmp_path / "lightning_logs/killed"
+    assert checkpoint_step(killed_dir / "checkpoints/last.ckpt") == MAX_STEPS
+    full_train, resumed_train = scalars(full_dir, "train/loss"), scalars(killed_dir, "train/loss")
+    for step in range(stopped_at, MAX_STEPS):  # same batches and dropout masks from the resumed step on
+        assert resumed_train[step] == pytest.approx(full_train[step], abs=1e-6), step
+    full_val, resumed_val = scalars(full_dir, "val/loss"), scalars(killed_dir, "val/loss")
+    assert list(full_val) == list(resumed_val) == [7, 15]
+    assert resumed_val[15] == pytest.approx(full_val[15], abs=1e-6)
+
+
+def test_nan_stops_training_naming_step_and_cause_and_keeps_last_good_checkpoint(tmp_path, env):
+    args = [*ARGS, "--checkpoint_every_n_steps=2", "--run_name=nan"]
+    run = ega([*args, "--trainer.callbacks+=tests.helpers.PoisonLossAt", "--trainer.callbacks.step=5"], tmp_path, env)
+    _, err = run.communicate(timeout=300)
+    assert run.returncode != 0
+    assert "Training stopped at step 5" in err and "gradient norm is nan" in err and "--model.lr" in err
+    last = tmp_path / "lightning_logs/nan/checkpoints/last.ckpt"
+    assert checkpoint_step(last) == 4  # the last good one, not overwritten by the failing state
+    state = torch.load(last, map_location="cpu", weights_only=False)["state_dict"]
+    assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
+    assert not list(last.parent.glob("*.tmp"))  # no half-written file left behind
