@@ -30,7 +30,7 @@ def data_dir() -> Path:
 
 
 def run_ega(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300):
-    """Runs the real `ega` console entry point in a subprocess."""
+    """Runs the real `ega` CLI in a subprocess, as `python -m` (DDP re-executes that command line)."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    cmd = [sys.executable, "-c", "from ega_lightning.cli import main; main()", *args]
+    cmd = [sys.executable, "-m", "ega_lightning.cli", *args]
     return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)

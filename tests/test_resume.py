@@ -31,7 +31,7 @@ ARGS = [
 
 
 def ega(args: list[str], cwd, env) -> subprocess.Popen:
-    cmd = [sys.executable, "-c", "from ega_lightning.cli import main; main()", *args]
+    cmd = [sys.executable, "-m", "ega_lightning.cli", *args]
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
