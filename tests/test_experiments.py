@@ -113,7 +113,7 @@ def test_invalid_spec_names_the_problem_and_runs_nothing(workdir, capsys, mutate
         sweep.load_spec(path)
     for text in expected:
         assert text in str(err.value)
-    assert sweep.main([str(path), "--runs-dir", "runs"]) == 2
+    assert sweep.main([str(path), "--runs_dir", "runs"]) == 2
     assert "nothing was run" in capsys.readouterr().err
     assert not (workdir / "runs").exists()
 
@@ -137,7 +137,7 @@ def test_relative_configs_resolve_against_the_current_directory(workdir, tmp_pat
 
 
 def parse_dry_run(out: str) -> dict[str, tuple[str, list[str] | None]]:
-    """run name -> (state line, command) from `ega sweep --dry-run` output."""
+    """run name -> (state line, command) from `ega sweep --dry_run` output."""
     result: dict[str, tuple[str, list[str] | None]] = {}
     lines = out.splitlines()
     for i, line in enumerate(lines):
@@ -158,7 +158,7 @@ def test_dry_run_prints_commands_resumes_and_skips(workdir, capsys):
     (runs / "rb-seed2").mkdir()  # config/events only, no checkpoint: starts fresh
     before = sorted(p.relative_to(workdir) for p in workdir.rglob("*"))
 
-    assert sweep.main([str(path), "--dry-run", "--runs-dir", "runs"]) == 0
+    assert sweep.main([str(path), "--dry_run", "--runs_dir", "runs"]) == 0
     out = capsys.readouterr().out
     parsed = parse_dry_run(out)
     assert list(parsed) == ["ra-seed1", "ra-seed2", "rb-seed1", "rb-seed2"]
@@ -181,15 +181,15 @@ def test_dry_run_prints_commands_resumes_and_skips(workdir, capsys):
 
 def test_only_filters_run_names(workdir, capsys):
     path = write_spec(workdir / "spec.yaml", good_spec())
-    assert sweep.main([str(path), "--dry-run", "--only", "*-seed2"]) == 0
+    assert sweep.main([str(path), "--dry_run", "--only", "*-seed2"]) == 0
     assert list(parse_dry_run(capsys.readouterr().out)) == ["ra-seed2", "rb-seed2"]
-    assert sweep.main([str(path), "--dry-run", "--only", "zz*"]) == 2
+    assert sweep.main([str(path), "--dry_run", "--only", "zz*"]) == 2
     assert "no run of" in capsys.readouterr().err
 
 
 def test_ega_dispatches_sweep_and_report(workdir, capsys):
     path = write_spec(workdir / "spec.yaml", good_spec())
-    ega_main(["sweep", str(path), "--dry-run"])
+    ega_main(["sweep", str(path), "--dry_run"])
     assert "[1/4] ra-seed1: would start" in capsys.readouterr().out
     with pytest.raises(SystemExit) as exit_info:  # a failing tool fails the `ega` command
         ega_main(["sweep", str(workdir / "absent.yaml")])
@@ -212,7 +212,7 @@ def test_sweep_runs_in_order_records_done_reports_failures_and_resumes(workdir, 
     (runs / "rb-seed1" / "checkpoints").mkdir(parents=True)
     (runs / "rb-seed1" / "checkpoints" / "last.ckpt").write_bytes(b"")
 
-    assert sweep.main([str(path), "--runs-dir", "runs"]) == 1  # one run failed
+    assert sweep.main([str(path), "--runs_dir", "runs"]) == 1  # one run failed
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "[1/4] ra-seed1: started"
     assert out[1].startswith("[1/4] ra-seed1: failed (3)")
@@ -229,7 +229,7 @@ def test_sweep_runs_in_order_records_done_reports_failures_and_resumes(workdir, 
     # again: the finished runs are skipped, the failed one is retried; a locked run is left alone
     with open(runs / "rb-seed2" / ".sweep.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        assert sweep.main([str(path), "--runs-dir", "runs"]) == 1
+        assert sweep.main([str(path), "--runs_dir", "runs"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert "[2/4] ra-seed2: skipped (done)" in out and "[3/4] rb-seed1: skipped (done)" in out
     assert "[1/4] ra-seed1: started" in out
@@ -325,7 +325,7 @@ def fabricated(tmp_path_factory):
     }
     path = write_spec(work / "spec.yaml", spec)
     out = work / "results"
-    assert report.main([str(path), "--runs-dir", str(runs), "--out", str(out)]) == 0
+    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(out)]) == 0
     return out, json.loads((out / "results.json").read_text()), (out / "REPORT.md").read_text()
 
 
@@ -437,7 +437,7 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
     }
     write_spec(tmp_path / "spec.yaml", spec)
     env = {"EGA_DATA_DIR": str(data_dir)}
-    first = run_ega(["sweep", "spec.yaml", "--runs-dir", "runs"], cwd=tmp_path, env=env)
+    first = run_ega(["sweep", "spec.yaml", "--runs_dir", "runs"], cwd=tmp_path, env=env)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "[1/2] ts-none-seed1: started" in first.stdout and "[2/2] ts-linear-seed1: done in" in first.stdout
     run_dirs = [tmp_path / "runs" / f"ts-{gate}-seed1" for gate in ("none", "linear")]
@@ -447,13 +447,13 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
         assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "sweep.log").stat().st_size > 0
     snapshot = {p: p.stat().st_mtime_ns for d in run_dirs for p in d.rglob("*") if p.name != ".sweep.lock"}
 
-    again = run_ega(["sweep", "spec.yaml", "--runs-dir", "runs"], cwd=tmp_path, env=env)
+    again = run_ega(["sweep", "spec.yaml", "--runs_dir", "runs"], cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "[1/2] ts-none-seed1: skipped (done)" in again.stdout
     assert "[2/2] ts-linear-seed1: skipped (done)" in again.stdout
     assert {p: p.stat().st_mtime_ns for p in snapshot} == snapshot  # nothing rewritten, DONE included
 
-    made = run_ega(["report", "spec.yaml", "--runs-dir", "runs", "--out", "results"], cwd=tmp_path)
+    made = run_ega(["report", "spec.yaml", "--runs_dir", "runs", "--out", "results"], cwd=tmp_path)
     assert made.returncode == 0, made.stderr[-3000:]
     text = (tmp_path / "results" / "REPORT.md").read_text()
     assert "| `none` | none (baseline)" in text and "| `linear` | linear (EGA-1)" in text

@@ -636,7 +636,7 @@ def section(group: str, tables: list[Table], command: str, runs_dir: Path, out: 
     lines = [f"## {group}", ""]
     for spec, entries in specs.items():
         only = " ".join(f"--only '{e}-seed*'" for e in entries)
-        lines.append(f"- Sweep spec `{spec}`; runs: `ega sweep {spec} --runs-dir {runs_dir} {only}`")
+        lines.append(f"- Sweep spec `{spec}`; runs: `ega sweep {spec} --runs_dir {runs_dir} {only}`")
     lines += [
         f"- This report: `{command}`",
         f"- Configs: {', '.join(f'`{c}`' for c in configs) or '—'}",
@@ -792,7 +792,7 @@ def collect_runs(sweeps: Iterable[Sweep]) -> list[Run]:
 
 
 def write_report(spec_paths: list[Path], runs_dir: Path, out: Path) -> tuple[list[RunData], Path]:
-    command = shlex.join(["ega", "report", *map(str, spec_paths), "--runs-dir", str(runs_dir), "--out", str(out)])
+    command = shlex.join(["ega", "report", *map(str, spec_paths), "--runs_dir", str(runs_dir), "--out", str(out)])
     runs = [load_run(run, runs_dir) for run in collect_runs(load_spec(p, check_files=False) for p in spec_paths)]
     variants = build_variants(runs)
     tables = build_tables(variants)
@@ -810,7 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("specs", nargs="+", type=Path, help="sweep spec(s) (YAML), as given to `ega sweep`")
-    parser.add_argument("--runs-dir", type=Path, default=Path("lightning_logs"), help="where the runs were written")
+    parser.add_argument("--runs_dir", type=Path, default=Path("lightning_logs"), help="where the runs were written")
     parser.add_argument("--out", type=Path, default=Path("results"), help="output directory")
     args = parser.parse_args(argv)
     try:

@@ -124,7 +124,7 @@ def _check_args(args: list[str], where: str) -> list[str]:
         if flag in RESERVED_ARGS:
             problems.append(
                 f"{where}: args may not contain {flag}: the sweep sets it for every run "
-                "(seeds go under 'seeds:', the run name is <name>-seed<seed>, use --runs-dir of `ega sweep`)."
+                "(seeds go under 'seeds:', the run name is <name>-seed<seed>, use --runs_dir of `ega sweep`)."
             )
         elif flag in ("-c", "--config"):
             problems.append(f"{where}: put config files under 'configs:', not as {flag} in 'args:'.")
@@ -358,9 +358,9 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("spec", type=Path, help="the sweep spec (YAML)")
-    parser.add_argument("--dry-run", action="store_true", help="print each run's state and command, run nothing")
+    parser.add_argument("--dry_run", action="store_true", help="print each run's state and command, run nothing")
     parser.add_argument("--only", action="append", metavar="GLOB", help="only run names matching GLOB (repeatable)")
-    parser.add_argument("--runs-dir", type=Path, default=Path("lightning_logs"), help="where the runs are written")
+    parser.add_argument("--runs_dir", type=Path, default=Path("lightning_logs"), help="where the runs are written")
     args = parser.parse_args(argv)
     try:
         sweep = load_spec(args.spec)

@@ -1,0 +1,46 @@
+"""`ega bench` on a tiny shape: the table's structure and the numbers that do not depend on timing."""
+
+import json
+
+import torch
+import yaml
+
+from ega_lightning import CharLM
+from ega_lightning.bench import VOCAB, NanoGPTReference, main
+
+SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
+
+
+def write_configs(root):
+    (root / "size").mkdir(parents=True)
+    (root / "gate").mkdir()
+    (root / "size/tiny.yaml").write_text(yaml.safe_dump({"model": SHAPE, "data": {"batch_size": 2}}))
+    for name, model in {"none": {"gate": "none"}, "linear": {"gate": "linear"}, "db2": {"gate": "db2"}}.items():
+        (root / f"gate/{name}.yaml").write_text(yaml.safe_dump({"model": model}))
+
+
+def test_bench_writes_tables_with_ratios_memory_and_generation(tmp_path):
+    write_configs(tmp_path / "configs")
+    out = tmp_path / "out"
+    main(["--configs", str(tmp_path / "configs"), "--sizes", "tiny", "--generation_size", "tiny",
+          "--repeats", "3", "--warmup", "1", "--new_tokens", "20", "--device", "cpu", "--out", str(out)])
+    result = json.loads((out / "bench-cpu-32-true.json").read_text())
+    (size,) = result["sizes"]
+    rows = size["rows"]
+    assert list(rows) == ["none", "db2", "linear", "nanogpt_reference"]  # the baseline first
+    assert rows["none"]["time_ratio"] == 1.0 and all(r["repeats"] == 3 for r in rows.values())
+    assert rows["linear"]["params"] - rows["none"]["params"] == SHAPE["n_layer"] * SHAPE["n_head"] * (16 + 2)
+    assert rows["linear"]["train_state_mb"] > rows["none"]["train_state_mb"]
+    assert rows["linear"]["activation_mb"] > rows["none"]["activation_mb"] > 0
+    assert set(result["generation"]["rows"]) == {"none", "db2", "linear"}
+    assert all(r["speedup"] > 0 for r in result["generation"]["rows"].values())
+    markdown = (out / "bench-cpu-32-true.md").read_text()
+    assert "| linear |" in markdown and "ours / nanoGPT" in markdown and "KV cache tokens/s" in markdown
+
+
+def test_nanogpt_reference_has_the_baselines_shape():
+    ours = CharLM(VOCAB, **SHAPE, gate="none")
+    reference = NanoGPTReference(len(VOCAB), **SHAPE)
+    assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in reference.parameters())
+    idx = torch.randint(0, len(VOCAB), (2, SHAPE["block_size"] + 1))
+    assert reference.loss((idx[:, :-1], idx[:, 1:])).item() > 0
