@@ -63,7 +63,7 @@ def sample(logits: torch.Tensor, temperature: float, top_k: int | None, generato
     return torch.multinomial(probs, 1, generator=generator)
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate(
     model: GPT,
     idx: torch.Tensor,

@@ -13,7 +13,7 @@ Two implementations of the gated attention of EGA_SPEC.md section 2:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -47,15 +47,27 @@ def gated_attention_reference(
 class LayerCache:
     """One layer's state during generation: keys and values as the kernel sees them (a gated
     layer's keys carry the log-gate channel, fixed once computed since the gate is causal)
-    and the gate's own state."""
+    and the gate's own state. The key/value buffers hold `capacity` positions, filled in place."""
 
-    k: torch.Tensor | None = None  # (B, nh, T_cached, hs')
+    capacity: int
+    k: torch.Tensor | None = None  # (B, nh, capacity, d); positions [0, length) are filled
     v: torch.Tensor | None = None
+    length: int = 0
     gate: GateState | None = None
+    weights: dict[str, torch.Tensor] = field(default_factory=dict)  # padded weights, built once per generation
 
-    @property
-    def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stores new keys and values (B, nh, t, d); returns all of them so far."""
+        if self.k is None:
+            self.k = k.new_empty(*k.shape[:2], self.capacity, k.shape[3])
+            self.v = v.new_empty(*v.shape[:2], self.capacity, v.shape[3])
+        end = self.length + k.shape[2]
+        if end > self.capacity:
+            raise ValueError(f"The cache holds {self.capacity} positions; {end} do not fit. Start a new cache.")
+        self.k[:, :, self.length : end] = k
+        self.v[:, :, self.length : end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
 
 
 class CausalSelfAttention(nn.Module):
@@ -83,7 +95,7 @@ class CausalSelfAttention(nn.Module):
         if self.gate is not None and (self.impl == "fused" or cache is not None):
             q, k, v = self._gated_qkv(x, cache)  # 3 x (B, nh, T, hs + width)
             y = self._attend(q, k, v, cache, dropout_p)
-            return self.resid_dropout(self._project_padded(y))
+            return self.resid_dropout(self._project_padded(y, cache))
         q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs)
         if self.impl == "reference" and cache is None:
             g = None if self.gate is None else self.gate(x).exp()
@@ -111,20 +123,33 @@ class CausalSelfAttention(nn.Module):
             and projection.out_features == nh
             and not torch.is_autocast_enabled(x.device.type)
         )
-        extra_w = x.new_zeros(3, nh, width, C)
-        if fold:
-            extra_w[1, :, 0] = projection.weight  # (nh, C)
-        weight = torch.cat([self.c_attn.weight.view(3, nh, hs, C), extra_w], dim=2).view(-1, C)
-        b = self.c_attn.bias.view(3, nh, hs) if self.c_attn.bias is not None else x.new_zeros(3, nh, hs)
-        extra_b = x.new_zeros(3, nh, width)
-        extra_b[0, :, 0] = 1.0
-        qkv = F.linear(x, weight, torch.cat([b, extra_b], dim=2).flatten()).view(B, T, 3, nh, hs + width)
+        if cache is None:
+            weight, bias = self._padded_qkv_weights(width, fold)
+        else:  # generation: the weights do not change between steps
+            if "qkv" not in cache.weights:
+                cache.weights["qkv"], cache.weights["qkv_bias"] = self._padded_qkv_weights(width, fold)
+            weight, bias = cache.weights["qkv"], cache.weights["qkv_bias"]
+        qkv = F.linear(x, weight, bias).view(B, T, 3, nh, hs + width)
         if cache is not None:  # only the new keys' gates, from the gate's incremental state
             log_g, cache.gate = self.gate.step(x, cache.gate)
         else:
             log_g = self.gate(x, qkv[:, :, 1, :, hs].clone() if fold else None)  # (B, nh, T), fp32
         qkv[:, :, 1, :, hs] = (log_g.clamp_min(LOG_GATE_FLOOR) * math.sqrt(hs)).transpose(1, 2).to(qkv.dtype)
         return qkv.permute(2, 0, 3, 1, 4)
+
+    def _padded_qkv_weights(self, width: int, fold: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Q/K/V weight (3 nh (hs + width), C) and bias with the extra rows of `_gated_qkv`."""
+        C, nh = self.n_embd, self.n_head
+        hs = C // nh
+        w = self.c_attn.weight
+        extra_w = w.new_zeros(3, nh, width, C)
+        if fold:
+            extra_w[1, :, 0] = self.gate.input_projection().weight  # (nh, C)
+        weight = torch.cat([w.view(3, nh, hs, C), extra_w], dim=2).view(-1, C)
+        b = self.c_attn.bias.view(3, nh, hs) if self.c_attn.bias is not None else w.new_zeros(3, nh, hs)
+        extra_b = w.new_zeros(3, nh, width)
+        extra_b[0, :, 0] = 1.0
+        return weight, torch.cat([b, extra_b], dim=2).flatten()
 
     def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerCache | None, dropout_p: float
@@ -133,15 +158,16 @@ class CausalSelfAttention(nn.Module):
         scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
         if cache is None:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
-        cache.k = k if cache.k is None else torch.cat([cache.k, k], dim=2)  # (B, nh, T_cached + T, d)
-        cache.v = v if cache.v is None else torch.cat([cache.v, v], dim=2)
-        t_new, t_all = q.shape[2], cache.length
-        # new query i sits at position t_all - t_new + i and sees every key up to it
-        positions = torch.arange(t_all, device=q.device)
-        visible = positions[None, :] <= positions[t_all - t_new :, None]
-        return F.scaled_dot_product_attention(q, cache.k, cache.v, attn_mask=visible, scale=scale)
+        t_new = q.shape[2]
+        k, v = cache.append(k, v)  # (B, nh, T_cached + t_new, d)
+        if t_new == 1:  # one new query sees every key: no mask needed
+            return F.scaled_dot_product_attention(q, k, v, scale=scale)
+        # new query i sits at position T_all - t_new + i and sees every key up to it
+        positions = torch.arange(cache.length, device=q.device)
+        visible = positions[None, :] <= positions[cache.length - t_new :, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
 
-    def _project_padded(self, y: torch.Tensor) -> torch.Tensor:
+    def _project_padded(self, y: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
         """c_proj of y' = [y, 0] (B, nh, T, hs + width): v's extra channel is 0, so y's is too.
 
         Slicing y back to hs channels would copy it (and keep the copy for backward); instead
@@ -149,5 +175,9 @@ class CausalSelfAttention(nn.Module):
         """
         B, nh, T, width = y.shape
         C = self.n_embd
-        weight = F.pad(self.c_proj.weight.view(C, nh, C // nh), (0, width - C // nh)).view(C, nh * width)
+        weight = None if cache is None else cache.weights.get("proj")
+        if weight is None:
+            weight = F.pad(self.c_proj.weight.view(C, nh, C // nh), (0, width - C // nh)).view(C, nh * width)
+            if cache is not None:
+                cache.weights["proj"] = weight
         return F.linear(y.transpose(1, 2).reshape(B, T, nh * width), weight, self.c_proj.bias)

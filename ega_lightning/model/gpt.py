@@ -98,7 +98,7 @@ class GPT(nn.Module):
         return cfg.n_layer * gate_params_per_layer(cfg.gate, cfg.n_embd, cfg.n_head, **cfg.gate_options)
 
     def new_cache(self) -> list[LayerCache]:
-        return [LayerCache() for _ in self.blocks]
+        return [LayerCache(self.cfg.block_size) for _ in self.blocks]
 
     def forward(self, idx: torch.Tensor, cache: list[LayerCache] | None = None) -> torch.Tensor:
         """idx (B, T) character ids -> logits (B, T, vocab_size).
