@@ -228,9 +228,9 @@ def bench_size(
 
 
 def bench_generation(
-    configs: Path, gates: dict[str, dict[str, Any]], device: torch.device, args: argparse.Namespace
+    size: str, configs: Path, gates: dict[str, dict[str, Any]], device: torch.device, args: argparse.Namespace
 ) -> dict[str, Any]:
-    shape, _ = size_settings(configs, args.generation_size)
+    shape, _ = size_settings(configs, size)
     rows = {}
     for name, gate in gates.items():
         lm = build(shape, gate, device, args.seed).eval()
@@ -246,7 +246,7 @@ def bench_generation(
             "recompute_tokens_per_s": args.new_tokens / timings[False],
             "speedup": timings[False] / timings[True],
         }
-    return {"size": args.generation_size, "shape": shape, "new_tokens": args.new_tokens, "rows": rows}
+    return {"size": size, "shape": shape, "new_tokens": args.new_tokens, "rows": rows}
 
 
 # --- output
@@ -307,8 +307,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         )
     out += ["", "## Our baseline against a nanoGPT-style model (same shape, same batch)", ""]
     out += [_table(["size", "ours (none) ms", "nanoGPT-style ms", "ours / nanoGPT"], ref_rows)]
-    if result.get("generation"):
-        g = result["generation"]
+    for g in result.get("generation", []):
         rows = [
             [name, f"{r['cached_tokens_per_s']:.1f}", f"{r['recompute_tokens_per_s']:.1f}", f"{r['speedup']:.1f}x"]
             for name, r in g["rows"].items()
@@ -333,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--seed", type=int, default=1337)
-    parser.add_argument("--generation_size", default="cpu", help="model size for the generation table")
+    parser.add_argument("--generation_sizes", nargs="+", default=["cpu", "paper"], help="sizes for generation")
     parser.add_argument("--new_tokens", type=int, default=256)
     parser.add_argument("--no_generation", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("results"))
@@ -361,7 +360,9 @@ def main(argv: list[str] | None = None) -> None:
         "sizes": [bench_size(size, args.configs, gates, device, args) for size in args.sizes],
     }
     if not args.no_generation:
-        result["generation"] = bench_generation(args.configs, gates, device, args)
+        result["generation"] = [
+            bench_generation(size, args.configs, gates, device, args) for size in args.generation_sizes
+        ]
     markdown = to_markdown(result)
     print(markdown)
     args.out.mkdir(parents=True, exist_ok=True)
