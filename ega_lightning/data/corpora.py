@@ -64,7 +64,9 @@ CORPORA: dict[str, Corpus] = {
     # Mikolov's word-level PTB read character by character; `<unk>` stays five characters.
     "ptb": Corpus(
         name="ptb",
-        train=CorpusFile("ptb/ptb.train.txt", "f26c4b92c5fdc7b3f8c7cdcb991d8420", _PTB_URL + "ptb.train.txt", 5_101_618),
+        train=CorpusFile(
+            "ptb/ptb.train.txt", "f26c4b92c5fdc7b3f8c7cdcb991d8420", _PTB_URL + "ptb.train.txt", 5_101_618
+        ),
         val=CorpusFile("ptb/ptb.valid.txt", "aa0affc06ff7c36e977d7cd49e3839bf", _PTB_URL + "ptb.valid.txt", 399_782),
         test=CorpusFile("ptb/ptb.test.txt", "8b80168b89c18661a38ef683c0dc3721", _PTB_URL + "ptb.test.txt", 449_945),
         vocab="\n #$&'*-./0123456789<>N\\abcdefghijklmnopqrstuvwxyz",
@@ -102,7 +104,9 @@ def verify(file: CorpusFile, path: Path) -> None:
     """Raise CorpusError unless `path` is exactly the pinned file."""
     size = path.stat().st_size
     if size == 0:
-        raise CorpusError(f"Corpus file {path} is empty. Delete it to download it again, or " + _where_to_put_it(file, path))
+        raise CorpusError(
+            f"Corpus file {path} is empty. Delete it to download it again, or " + _where_to_put_it(file, path)
+        )
     actual = md5sum(path)
     if actual != file.md5:
         raise CorpusError(
