@@ -412,6 +412,34 @@ def test_report_figures_and_sections(fabricated):
     assert "- This report: `ega report " in text and "--only 'ega1-seed*'" in text
 
 
+def test_report_says_a_shared_comparison_once_and_names_unrun_rows(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.5 + 0.01 * seed])
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, 1.45 + 0.01 * seed], tau=[0.1, 0.3])
+    spec = {
+        "name": "shared",
+        "runs": [
+            {"name": "none", "seeds": [1, 2], "group": "main", "also_in": ["context"]},
+            {"name": "ega1", "seeds": [1, 2], "group": "main", "also_in": ["context"], "variant": "linear"},
+            {
+                "name": "ms4",
+                "seeds": [1],
+                "group": "context",
+                "configs": [str(CONFIGS / "corpus/tinyshakespeare.yaml"), str(CONFIGS / "gate/multiscale4.yaml")],
+            },
+        ],
+    }
+    path = write_spec(tmp_path / "spec.yaml", spec)
+    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(tmp_path / "out")]) == 0
+    text = (tmp_path / "out" / "REPORT.md").read_text()
+    findings = text.split("## Findings")[1].split("\n## ")[0]
+    assert findings.count("beats the baseline") == 1 and "[main / tinyshakespeare] EGA-1" in findings
+    assert "## context" in text  # the shared runs still appear in both sections
+    # a row that never ran is named from its configs: the paper's EGA-4, not "EGA-?"
+    assert "(EGA-4)" in text.split("## context")[1] and "EGA-?" not in text
+
+
 # ----------------------------------------------------------------------------- the real thing
 
 

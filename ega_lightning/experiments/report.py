@@ -249,7 +249,9 @@ class Variant:
 
     @property
     def paper_name(self) -> str | None:
-        return paper_name(self.gate, self.hp("gate_options"))
+        # a variant with no finished run still has its configs: its name must not wait for a run
+        options = self.hp("gate_options") if self.done else resolve_static(self.runs[0].run, "model.gate_options")
+        return paper_name(self.gate, options)
 
     @property
     def name(self) -> str:
@@ -493,8 +495,18 @@ def _tau_init_findings(table: Table) -> list[str]:
 
 def findings(tables: list[Table], variants: list[Variant], missing: list[RunData]) -> list[str]:
     out = []
+    seen: set[tuple[str, ...]] = set()  # groups share runs (`also_in`): say each comparison once
     for table in tables:
-        out += _ega1_findings(table) + _ablation_findings(table, variants) + _tau_init_findings(table)
+        for row in table.rows:
+            if row.variant.gate == "linear" and row.variant.done:
+                key = tuple(
+                    sorted(r.run.run_name for r in [*row.variant.done, *(row.baseline.done if row.baseline else [])])
+                )
+                if key in seen:
+                    continue
+                seen.add(key)
+                out += _ega1_findings(Table(table.group, table.corpus, [row]))
+        out += _ablation_findings(table, variants) + _tau_init_findings(table)
     if missing:
         out.append(
             f"{len(missing)} run(s) are missing or incomplete and in no number above "
