@@ -429,7 +429,9 @@ def _ega1_findings(table: Table) -> list[str]:
         if speed and base_speed:
             out.append(
                 f"{where} training throughput: EGA-1 {speed:,.0f} tokens/s vs baseline {base_speed:,.0f} "
-                f"({100 * (speed / base_speed - 1):+.1f}%; median per run, mean over seeds). Paper: no measurable cost."
+                f"({100 * (speed / base_speed - 1):+.1f}%; median per run, mean over seeds; "
+                "runs are timed on whatever else the machine was doing, `ega bench` times the step side by side). "
+                "Paper: no measurable cost."
             )
     return out
 
