@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import torch
 from jsonargparse import Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from ega_lightning.data import CharDataModule
 from ega_lightning.module import CharLM
@@ -171,16 +173,26 @@ def main(args: Any = None) -> None:
             "Also: `ega generate` (sample from a checkpoint), `ega bench` (gate cost), "
             "`ega sweep` (run a sweep spec), `ega report` (summarise one). Each takes --help.\n"
         )
-    EgaCLI(
-        CharLM,
-        CharDataModule,
-        seed_everything_default=1337,
-        trainer_defaults={"logger": TENSORBOARD_LOGGER},
-        auto_configure_optimizers=False,
-        save_config_callback=SaveRunConfig,
-        save_config_kwargs={"overwrite": True},
-        args=args,
-    )
+    try:
+        EgaCLI(
+            CharLM,
+            CharDataModule,
+            seed_everything_default=1337,
+            trainer_defaults={"logger": TENSORBOARD_LOGGER},
+            auto_configure_optimizers=False,
+            save_config_callback=SaveRunConfig,
+            save_config_kwargs={"overwrite": True},
+            args=args,
+        )
+    except SIGTERMException:
+        # Lightning stops on SIGTERM (preemption, a job's time limit, `kill`) with exit status 0, so a
+        # caller (`ega sweep`, a job script) would take the cut-short run for a finished one.
+        print(
+            "ega: stopped by SIGTERM before the end; resume the run from its newest checkpoint with "
+            "`--ckpt_path last` (same command and --run_name).",
+            file=sys.stderr,
+        )
+        raise SystemExit(128 + signal.SIGTERM) from None
 
 
 if __name__ == "__main__":

@@ -83,6 +83,22 @@ def test_sigkill_then_resume_ends_exactly_like_an_uninterrupted_run(tmp_path, en
     assert resumed_val[15] == pytest.approx(full_val[15], abs=1e-6)
 
 
+def test_sigterm_exits_nonzero_so_a_cut_short_run_is_not_taken_for_finished(tmp_path, env):
+    # Lightning alone exits 0 on SIGTERM: `ega sweep` would then mark the run DONE
+    slow = ["--trainer.callbacks+=tests.helpers.SleepEachStep", "--checkpoint_every_n_steps=2"]
+    run = ega([*ARGS, *slow, "--run_name=term"], tmp_path, env)
+    last = tmp_path / "lightning_logs/term/checkpoints/last.ckpt"
+    deadline = time.time() + 240
+    while not (last.is_file() and checkpoint_step(last) >= 2):
+        assert run.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.1)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=120)
+    assert run.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "stopped by SIGTERM" in err and "--ckpt_path last" in err
+    assert checkpoint_step(last) < MAX_STEPS
+
+
 def test_nan_stops_training_naming_step_and_cause_and_keeps_last_good_checkpoint(tmp_path, env):
     args = [*ARGS, "--checkpoint_every_n_steps=2", "--run_name=nan"]
     run = ega([*args, "--trainer.callbacks+=tests.helpers.PoisonLossAt", "--trainer.callbacks.step=5"], tmp_path, env)
