@@ -46,6 +46,14 @@ def checkpoint_step(path) -> int:
     return torch.load(path, map_location="cpu", weights_only=False)["global_step"]
 
 
+def wait_for_checkpoint(run: subprocess.Popen, last, step: int) -> None:
+    """Until ``last`` holds step ``step`` or later, while ``run`` is still training."""
+    deadline = time.time() + 240
+    while not (last.is_file() and checkpoint_step(last) >= step):
+        assert run.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def env(data_dir):
     return {**os.environ, "EGA_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
@@ -59,10 +67,7 @@ def test_sigkill_then_resume_ends_exactly_like_an_uninterrupted_run(tmp_path, en
     slow = ["--trainer.callbacks+=tests.helpers.SleepEachStep"]
     killed = ega([*ARGS, *every, *slow, "--run_name=killed"], tmp_path, env)
     last = tmp_path / "lightning_logs/killed/checkpoints/last.ckpt"
-    deadline = time.time() + 240
-    while not (last.is_file() and checkpoint_step(last) >= 6):
-        assert killed.poll() is None and time.time() < deadline, "the run ended before it could be killed"
-        time.sleep(0.1)
+    wait_for_checkpoint(killed, last, 6)
     killed.send_signal(signal.SIGKILL)
     assert killed.wait() == -signal.SIGKILL
     stopped_at = checkpoint_step(last)
@@ -88,10 +93,7 @@ def test_sigterm_exits_nonzero_so_a_cut_short_run_is_not_taken_for_finished(tmp_
     slow = ["--trainer.callbacks+=tests.helpers.SleepEachStep", "--checkpoint_every_n_steps=2"]
     run = ega([*ARGS, *slow, "--run_name=term"], tmp_path, env)
     last = tmp_path / "lightning_logs/term/checkpoints/last.ckpt"
-    deadline = time.time() + 240
-    while not (last.is_file() and checkpoint_step(last) >= 2):
-        assert run.poll() is None and time.time() < deadline, "the run ended before it could be stopped"
-        time.sleep(0.1)
+    wait_for_checkpoint(run, last, 2)
     run.send_signal(signal.SIGTERM)
     _, err = run.communicate(timeout=120)
     assert run.returncode == 128 + signal.SIGTERM, err[-3000:]
