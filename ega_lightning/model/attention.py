@@ -13,7 +13,9 @@ Two implementations of the gated attention of EGA_SPEC.md section 2:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +56,13 @@ class LayerCache:
     v: torch.Tensor | None = None
     length: int = 0
     gate: GateState | None = None
-    weights: dict[str, torch.Tensor] = field(default_factory=dict)  # padded weights, built once per generation
+    weights: dict[str, Any] = field(default_factory=dict)  # padded weights, built once per generation
+
+    def reuse(self, name: str, build: Callable[[], Any]) -> Any:
+        """``build()`` the first time ``name`` is asked for, the stored result after that."""
+        if name not in self.weights:
+            self.weights[name] = build()
+        return self.weights[name]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Stores new keys and values (B, nh, t, d); returns all of them so far."""
@@ -126,9 +134,7 @@ class CausalSelfAttention(nn.Module):
         if cache is None:
             weight, bias = self._padded_qkv_weights(width, fold)
         else:  # generation: the weights do not change between steps
-            if "qkv" not in cache.weights:
-                cache.weights["qkv"], cache.weights["qkv_bias"] = self._padded_qkv_weights(width, fold)
-            weight, bias = cache.weights["qkv"], cache.weights["qkv_bias"]
+            weight, bias = cache.reuse("qkv", lambda: self._padded_qkv_weights(width, fold))
         qkv = F.linear(x, weight, bias).view(B, T, 3, nh, hs + width)
         if cache is not None:  # only the new keys' gates, from the gate's incremental state
             log_g, cache.gate = self.gate.step(x, cache.gate)
@@ -175,9 +181,9 @@ class CausalSelfAttention(nn.Module):
         """
         B, nh, T, width = y.shape
         C = self.n_embd
-        weight = None if cache is None else cache.weights.get("proj")
-        if weight is None:
-            weight = F.pad(self.c_proj.weight.view(C, nh, C // nh), (0, width - C // nh)).view(C, nh * width)
-            if cache is not None:
-                cache.weights["proj"] = weight
+
+        def padded() -> torch.Tensor:
+            return F.pad(self.c_proj.weight.view(C, nh, C // nh), (0, width - C // nh)).view(C, nh * width)
+
+        weight = padded() if cache is None else cache.reuse("proj", padded)
         return F.linear(y.transpose(1, 2).reshape(B, T, nh * width), weight, self.c_proj.bias)
