@@ -388,12 +388,18 @@ def _slug(text: str) -> str:
 # ----------------------------------------------------------------------------- findings
 
 
-def _ega1_findings(table: Table) -> list[str]:
+def _ega1_findings(table: Table, said: set[tuple[str, ...]]) -> list[str]:
+    """EGA-1 against its baseline; ``said`` holds the comparisons (their run names) already made:
+    groups share runs (`also_in`), and each comparison is said once."""
     out = []
     for row in table.rows:
         v, base = row.variant, row.baseline
         if v.gate != "linear" or not v.done:
             continue
+        compared = tuple(sorted(r.run.run_name for r in [*v.done, *(base.done if base else [])]))
+        if compared in said:
+            continue
+        said.add(compared)
         where = f"[{table.title}]"
         d = row.diffs["final_val_loss"]
         if base is None or d is None:
@@ -497,18 +503,9 @@ def _tau_init_findings(table: Table) -> list[str]:
 
 def findings(tables: list[Table], variants: list[Variant], missing: list[RunData]) -> list[str]:
     out = []
-    seen: set[tuple[str, ...]] = set()  # groups share runs (`also_in`): say each comparison once
+    said: set[tuple[str, ...]] = set()
     for table in tables:
-        for row in table.rows:
-            if row.variant.gate == "linear" and row.variant.done:
-                key = tuple(
-                    sorted(r.run.run_name for r in [*row.variant.done, *(row.baseline.done if row.baseline else [])])
-                )
-                if key in seen:
-                    continue
-                seen.add(key)
-                out += _ega1_findings(Table(table.group, table.corpus, [row]))
-        out += _ablation_findings(table, variants) + _tau_init_findings(table)
+        out += _ega1_findings(table, said) + _ablation_findings(table, variants) + _tau_init_findings(table)
     if missing:
         out.append(
             f"{len(missing)} run(s) are missing or incomplete and in no number above "
