@@ -254,13 +254,15 @@ def fake_run(
     speed: float = 1000.0,
     resumed_from: float | None = None,
     converged: bool | None = None,
+    block_size: int = TINY_MODEL["block_size"],
 ) -> Path:
     """A run directory as `ega fit` + `ega sweep` leave it, with chosen numbers (evaluations at steps 2, 5, ...)."""
     from torch.utils.tensorboard import SummaryWriter
 
     run_dir = runs_dir / name
     run_dir.mkdir(parents=True)
-    hparams = {**TINY_MODEL, "gate": gate, "gate_options": options, "tau_init": tau_init, "vocab": TINY_VOCAB}
+    hparams = {**TINY_MODEL, "block_size": block_size, "gate": gate, "gate_options": options, "tau_init": tau_init}
+    hparams["vocab"] = TINY_VOCAB
     hparams |= {"corpus": "tinyshakespeare", "batch_size": 8, "max_eval_windows": 16, "seed": 1}
     (run_dir / "hparams.yaml").write_text(yaml.safe_dump(hparams))
     config = {"data": {"corpus": "tinyshakespeare"}, "model": {"gate": gate}, "trainer": {"max_steps": 3 * len(val)}}
@@ -378,6 +380,7 @@ def test_report_findings_compare_with_the_paper(fabricated):
     assert "difference +0.093 (95% CI [+0.065, +0.122], paired t over 3 seeds); the interval excludes 0" in findings
     assert "Paper: +0.103" in findings
     assert "generalization gap (val − train loss): EGA-1 0.273 ± 0.021 vs baseline 0.317 ± 0.015: smaller" in findings
+    assert "the baseline's mean gap passes 0.3: the paper's overfitting regime." in findings
     assert "of validation keys above it (paper 36%); TauTracker saw it settle in 2 of 3 seeds." in findings
     assert "-5.0%" in findings  # throughput 950 vs 1000 tokens/s
     # the ablation group has no baseline or EGA-1 of its own: main's are used, and named
@@ -438,6 +441,34 @@ def test_report_says_a_shared_comparison_once_and_names_unrun_rows(tmp_path):
     assert "## context" in text  # the shared runs still appear in both sections
     # a row that never ran is named from its configs: the paper's EGA-4, not "EGA-?"
     assert "(EGA-4)" in text.split("## context")[1] and "EGA-?" not in text
+
+
+def test_report_context_finding_tracks_the_difference_by_block_size(tmp_path):
+    runs = tmp_path / "runs"
+    # EGA-1's advantage: +0.01 at T16, +0.03 at T32, -0.02 at T64 (one seed each)
+    for block, base, ega1 in ((16, 1.60, 1.59), (32, 1.55, 1.52), (64, 1.50, 1.52)):
+        fake_run(runs, f"none-T{block}-seed1", "none", [2.0, base], gap=0.1, block_size=block)
+        fake_run(runs, f"ega1-T{block}-seed1", "linear", [2.0, ega1], gap=0.1, tau=[0.1, 0.2], block_size=block)
+    entries = [
+        {"name": f"{gate}-T{block}", "seeds": [1], "group": "context", "variant": f"{gate}-T{block}"}
+        for block in (16, 32, 64)
+        for gate in ("none", "ega1")
+    ]
+
+    def context_finding(entries: list[dict]) -> list[str]:
+        path = write_spec(tmp_path / "spec.yaml", {"name": "ctx", "runs": entries})
+        out = tmp_path / "out"
+        assert report.main([str(path), "--runs_dir", str(runs), "--out", str(out)]) == 0
+        findings = (out / "REPORT.md").read_text().split("## Findings")[1].split("\n## ")[0]
+        assert "the baseline's mean gap stays below 0.3: not the paper's overfitting regime." in findings
+        return [line for line in findings.splitlines() if "by block size" in line]
+
+    (line,) = context_finding(entries)
+    assert "T16 +0.010 (n=1, no interval); T32 +0.030 (n=1, no interval); T64 -0.020 (n=1, no interval)" in line
+    assert line.endswith("here it does not grow steadily with the block.")
+    (line,) = context_finding(entries[:4])  # without T64 the advantage grows
+    assert "T16 +0.010" in line and "T64" not in line and line.endswith("here it grows with every longer block.")
+    assert context_finding(entries[:2]) == []  # one block size: no context study
 
 
 # ----------------------------------------------------------------------------- the real thing
