@@ -381,6 +381,7 @@ def test_report_findings_compare_with_the_paper(fabricated):
     assert "Paper: +0.103" in findings
     assert "generalization gap (val − train loss): EGA-1 0.273 ± 0.021 vs baseline 0.317 ± 0.015: smaller" in findings
     assert "the baseline's mean gap passes 0.3: the paper's overfitting regime." in findings
+    assert "best val loss (each run's lowest" not in findings  # every run ends at its best: said once is enough
     assert "of validation keys above it (paper 36%); TauTracker saw it settle in 2 of 3 seeds." in findings
     assert "-5.0%" in findings  # throughput 950 vs 1000 tokens/s
     # the ablation group has no baseline or EGA-1 of its own: main's are used, and named
@@ -441,6 +442,28 @@ def test_report_says_a_shared_comparison_once_and_names_unrun_rows(tmp_path):
     assert "## context" in text  # the shared runs still appear in both sections
     # a row that never ran is named from its configs: the paper's EGA-4, not "EGA-?"
     assert "(EGA-4)" in text.split("## context")[1] and "EGA-?" not in text
+
+
+def test_report_gives_the_best_val_loss_beside_the_final_once_runs_overfit(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in (1, 2):  # val loss bottoms out, then rises: the final and best differences differ
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.40, 1.50 + 0.01 * seed], gap=0.35)
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, 1.42, 1.45 + 0.01 * seed], gap=0.3, tau=[0.1, 0.2, 0.2])
+    spec = {
+        "name": "long",
+        "runs": [
+            {"name": "none", "seeds": [1, 2], "group": "long"},
+            {"name": "ega1", "seeds": [1, 2], "group": "long", "variant": "linear"},
+        ],
+    }
+    path = write_spec(tmp_path / "spec.yaml", spec)
+    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(tmp_path / "out")]) == 0
+    findings = (tmp_path / "out" / "REPORT.md").read_text().split("## Findings")[1].split("\n## ")[0]
+    assert "difference +0.050 (95% CI [+0.050, +0.050], paired t over 2 seeds)" in findings  # final
+    assert (
+        "best val loss (each run's lowest; the val loss rose after it in some runs): EGA-1 1.420 ± 0.000 vs "
+        "baseline 1.400 ± 0.000, difference -0.020" in findings
+    )
 
 
 def test_report_context_finding_tracks_the_difference_by_block_size(tmp_path):

@@ -398,7 +398,8 @@ def _ega1_findings(table: Table, said: set[tuple[str, ...]]) -> list[str]:
         v, base = row.variant, row.baseline
         if v.gate != "linear" or not v.done:
             continue
-        compared = tuple(sorted(r.run.run_name for r in [*v.done, *(base.done if base else [])]))
+        compared_runs = [*v.done, *(base.done if base else [])]
+        compared = tuple(sorted(r.run.run_name for r in compared_runs))
         if compared in said:
             continue
         said.add(compared)
@@ -415,6 +416,15 @@ def _ega1_findings(table: Table, said: set[tuple[str, ...]]) -> list[str]:
             f"difference {_num(d.estimate, signed=True)} ({describe_interval(d)}); {_verdict(d)}."
             + (paper_text if paper is not None else "")
         )
+        best = row.diffs["best_val_loss"]
+        if best is not None and any(r.metrics["best_val_loss"] < r.metrics["final_val_loss"] for r in compared_runs):
+            # past its best the final loss measures overfitting as well: the best is said beside it
+            out.append(
+                f"{where} best val loss (each run's lowest; the val loss rose after it in some runs): "
+                f"EGA-1 {fmt_summary(v.summary('best_val_loss'))} vs "
+                f"baseline {fmt_summary(base.summary('best_val_loss'))}, "
+                f"difference {_num(best.estimate, signed=True)} ({describe_interval(best)}); {_verdict(best)}."
+            )
         gap = row.diffs["final_gap"]
         if gap is not None:
             smaller = "smaller" if gap.estimate > 0 else "not smaller"
