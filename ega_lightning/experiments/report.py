@@ -409,7 +409,8 @@ def _ega1_findings(table: Table, said: set[tuple[str, ...]]) -> list[str]:
             out.append(f"{where} {v.name}: no finished baseline (gate none) with the same model, data and steps.")
             continue
         paper = PAPER["improvement"].get(table.corpus)
-        paper_text = f" Paper: {paper:+.3f}" + (f"; this is {100 * d.estimate / paper:.0f}% of it." if paper else ".")
+        paper_text = f" Paper: {paper:+.3f}" + (f"; this is {100 * d.estimate / paper:.0f}% of it" if paper else "")
+        paper_text += f"; {_paper_verdict(d, paper)}." if paper is not None else ""
         out.append(
             f"{where} {v.name} {'beats' if d.estimate > 0 else 'does not beat'} the baseline `{base.label}`: "
             f"final val loss {_num(v.summary('final_val_loss').mean)} vs {_num(base.summary('final_val_loss').mean)}, "
@@ -453,6 +454,15 @@ def _ega1_findings(table: Table, said: set[tuple[str, ...]]) -> list[str]:
                 "Paper: no measurable cost."
             )
     return out
+
+
+def _paper_verdict(d: Difference, paper: float) -> str:
+    if d.low is None or d.high is None:
+        return "one seed cannot test the paper's figure"
+    if d.low <= paper <= d.high:
+        return "the paper's figure lies inside the interval: consistent with it"
+    side = "above" if paper > d.high else "below"
+    return f"the paper's figure lies {side} the interval: **not reproduced**"
 
 
 def _regime_text(baseline_gap: float | None) -> str:
