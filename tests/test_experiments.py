@@ -380,7 +380,10 @@ def test_report_findings_compare_with_the_paper(fabricated):
     assert "difference +0.093 (95% CI [+0.065, +0.122], paired t over 3 seeds); the interval excludes 0" in findings
     # the fabricated +0.093 [+0.065, +0.122] holds the paper's +0.103; the real short runs do not
     assert "Paper: +0.103; this is 91% of it; the paper's figure lies inside the interval: consistent" in findings
-    assert "generalization gap (val − train loss): EGA-1 0.273 ± 0.021 vs baseline 0.317 ± 0.015: smaller" in findings
+    assert (
+        "generalization gap (val − train loss): EGA-1 0.273 ± 0.021 vs baseline 0.317 ± 0.015: "
+        "smaller; baseline minus EGA-1 +0.043" in findings
+    )
     assert "the baseline's mean gap passes 0.3: the paper's overfitting regime." in findings
     assert "best val loss (each run's lowest" not in findings  # every run ends at its best: said once is enough
     assert "of validation keys above it (paper 36%); TauTracker saw it settle in 2 of 3 seeds." in findings
@@ -489,6 +492,9 @@ def test_report_context_finding_tracks_the_difference_by_block_size(tmp_path):
         return [line for line in findings.splitlines() if "by block size" in line]
 
     (line,) = context_finding(entries)
+    findings = (tmp_path / "out" / "REPORT.md").read_text()
+    assert "EGA-1 `ega1-T64` is behind the baseline `none-T64`" in findings  # one seed: no "worse than"
+    assert "EGA-1 `ega1-T32` is ahead of the baseline `none-T32`" in findings
     assert "T16 +0.010 (n=1, no interval); T32 +0.030 (n=1, no interval); T64 -0.020 (n=1, no interval)" in line
     assert line.endswith("here it does not grow steadily with the block.")
     (line,) = context_finding(entries[:4])  # without T64 the advantage grows

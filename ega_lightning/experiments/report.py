@@ -412,7 +412,7 @@ def _ega1_findings(table: Table, said: set[tuple[str, ...]]) -> list[str]:
         paper_text = f" Paper: {paper:+.3f}" + (f"; this is {100 * d.estimate / paper:.0f}% of it" if paper else "")
         paper_text += f"; {_paper_verdict(d, paper)}." if paper is not None else ""
         out.append(
-            f"{where} {v.name} {'beats' if d.estimate > 0 else 'does not beat'} the baseline `{base.label}`: "
+            f"{where} {v.name} {_beats(d)} the baseline `{base.label}`: "
             f"final val loss {_num(v.summary('final_val_loss').mean)} vs {_num(base.summary('final_val_loss').mean)}, "
             f"difference {_num(d.estimate, signed=True)} ({describe_interval(d)}); {_verdict(d)}."
             + (paper_text if paper is not None else "")
@@ -428,10 +428,16 @@ def _ega1_findings(table: Table, said: set[tuple[str, ...]]) -> list[str]:
             )
         gap = row.diffs["final_gap"]
         if gap is not None:
-            smaller = "smaller" if gap.estimate > 0 else "not smaller"
+            if gap.excludes_zero is None:
+                smaller = "one seed, no verdict"
+            elif gap.excludes_zero:
+                smaller = "smaller" if gap.estimate > 0 else "larger"
+            else:
+                smaller = "not measurably different"
+            smaller += "; baseline minus EGA-1"
             out.append(
                 f"{where} generalization gap (val − train loss): EGA-1 {fmt_summary(v.summary('final_gap'))} vs "
-                f"baseline {fmt_summary(base.summary('final_gap'))}: {smaller} by "
+                f"baseline {fmt_summary(base.summary('final_gap'))}: {smaller} "
                 f"{_num(gap.estimate, signed=True)} ({describe_interval(gap)}). "
                 f"Paper: {PAPER['gap']['linear']} vs {PAPER['gap']['none']}; "
                 + _regime_text(base.summary("final_gap").mean)
@@ -454,6 +460,14 @@ def _ega1_findings(table: Table, said: set[tuple[str, ...]]) -> list[str]:
                 "Paper: no measurable cost."
             )
     return out
+
+
+def _beats(d: Difference) -> str:
+    if d.excludes_zero is None:  # one seed: the sign is all there is
+        return "is ahead of" if d.estimate > 0 else "is behind"
+    if d.excludes_zero:
+        return "beats" if d.estimate > 0 else "is worse than"
+    return "does not measurably beat"
 
 
 def _paper_verdict(d: Difference, paper: float) -> str:
