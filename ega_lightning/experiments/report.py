@@ -409,13 +409,15 @@ def _ega1_findings(table: Table, said: set[tuple[str, ...]]) -> list[str]:
             out.append(f"{where} {v.name}: no finished baseline (gate none) with the same model, data and steps.")
             continue
         paper = PAPER["improvement"].get(table.corpus)
-        paper_text = f" Paper: {paper:+.3f}" + (f"; this is {100 * d.estimate / paper:.0f}% of it" if paper else "")
-        paper_text += f"; {_paper_verdict(d, paper)}." if paper is not None else ""
+        paper_text = ""
+        if paper is not None:  # the paper gives a figure for its two corpora only
+            paper_text = (
+                f" Paper: {paper:+.3f}; this is {100 * d.estimate / paper:.0f}% of it; {_paper_verdict(d, paper)}."
+            )
         out.append(
             f"{where} {v.name} {_beats(d)} the baseline `{base.label}`: "
             f"final val loss {_num(v.summary('final_val_loss').mean)} vs {_num(base.summary('final_val_loss').mean)}, "
-            f"difference {_num(d.estimate, signed=True)} ({describe_interval(d)}); {_verdict(d)}."
-            + (paper_text if paper is not None else "")
+            f"difference {_num(d.estimate, signed=True)} ({describe_interval(d)}); {_verdict(d)}." + paper_text
         )
         best = row.diffs["best_val_loss"]
         if best is not None and any(r.metrics["best_val_loss"] < r.metrics["final_val_loss"] for r in compared_runs):
