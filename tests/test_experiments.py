@@ -6,6 +6,7 @@ import fcntl
 import json
 import math
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ega_lightning.cli import main as ega_main
-from ega_lightning.experiments import report, stats, sweep
+from ega_lightning.experiments import records, report, stats, sweep
 
 from .conftest import CONFIGS, TINY_MODEL, TINY_VOCAB, run_ega
 
@@ -331,6 +332,11 @@ def fabricated(tmp_path_factory):
     return out, json.loads((out / "results.json").read_text()), (out / "REPORT.md").read_text()
 
 
+def findings_of(text: str) -> str:
+    """The report's findings section."""
+    return text.split("## Findings")[1].split("\n## ")[0]
+
+
 def variant(results: dict, group: str, label: str) -> dict:
     table = next(t for t in results["groups"] if t["group"] == group and t["corpus"] == "tinyshakespeare")
     return next(v for v in table["variants"] if v["variant"] == label)
@@ -375,7 +381,7 @@ def test_report_lists_missing_and_incomplete_runs(fabricated):
 
 def test_report_findings_compare_with_the_paper(fabricated):
     _, _, text = fabricated
-    findings = text.split("## Findings")[1].split("\n## ")[0]
+    findings = findings_of(text)
     assert "[main / tinyshakespeare] EGA-1 `linear` beats the baseline `none`" in findings
     assert "difference +0.093 (95% CI [+0.065, +0.122], paired t over 3 seeds); the interval excludes 0" in findings
     # the fabricated +0.093 [+0.065, +0.122] holds the paper's +0.103; the real short runs do not
@@ -441,7 +447,7 @@ def test_report_says_a_shared_comparison_once_and_names_unrun_rows(tmp_path):
     path = write_spec(tmp_path / "spec.yaml", spec)
     assert report.main([str(path), "--runs_dir", str(runs), "--out", str(tmp_path / "out")]) == 0
     text = (tmp_path / "out" / "REPORT.md").read_text()
-    findings = text.split("## Findings")[1].split("\n## ")[0]
+    findings = findings_of(text)
     assert findings.count("beats the baseline") == 1 and "[main / tinyshakespeare] EGA-1" in findings
     assert "## context" in text  # the shared runs still appear in both sections
     # a row that never ran is named from its configs: the paper's EGA-4, not "EGA-?"
@@ -462,7 +468,7 @@ def test_report_gives_the_best_val_loss_beside_the_final_once_runs_overfit(tmp_p
     }
     path = write_spec(tmp_path / "spec.yaml", spec)
     assert report.main([str(path), "--runs_dir", str(runs), "--out", str(tmp_path / "out")]) == 0
-    findings = (tmp_path / "out" / "REPORT.md").read_text().split("## Findings")[1].split("\n## ")[0]
+    findings = findings_of((tmp_path / "out" / "REPORT.md").read_text())
     assert "difference +0.050 (95% CI [+0.050, +0.050], paired t over 2 seeds)" in findings  # final
     assert "this is 49% of it; the paper's figure lies above the interval: **not reproduced**." in findings
     assert (
@@ -487,7 +493,7 @@ def test_report_context_finding_tracks_the_difference_by_block_size(tmp_path):
         path = write_spec(tmp_path / "spec.yaml", {"name": "ctx", "runs": entries})
         out = tmp_path / "out"
         assert report.main([str(path), "--runs_dir", str(runs), "--out", str(out)]) == 0
-        findings = (out / "REPORT.md").read_text().split("## Findings")[1].split("\n## ")[0]
+        findings = findings_of((out / "REPORT.md").read_text())
         assert "the baseline's mean gap stays below 0.3: not the paper's overfitting regime." in findings
         return [line for line in findings.splitlines() if "by block size" in line]
 
@@ -500,6 +506,90 @@ def test_report_context_finding_tracks_the_difference_by_block_size(tmp_path):
     (line,) = context_finding(entries[:4])  # without T64 the advantage grows
     assert "T16 +0.010" in line and "T64" not in line and line.endswith("here it grows with every longer block.")
     assert context_finding(entries[:2]) == []  # one block size: no context study
+
+
+# ----------------------------------------------------------------------------- run records
+
+
+def test_records_keep_every_point_and_the_report_regenerates_from_them_alone(fabricated, tmp_path):
+    out, results, text = fabricated
+    record = json.loads((out / "runs" / "ega1-seed1.json").read_text())
+    assert record["source"] == "event files" and record["seed"] == 1 and record["max_steps"] == 6
+    assert record["scalars"]["val/loss"] == [[2, 2.0], [5, pytest.approx(1.40)]]  # the resumed run's write wins
+    assert record["hparams"]["gate"] == "linear" and "_instantiator" not in record["hparams"]
+    assert not (out / "runs" / "ega1-seed4.json").exists()  # interrupted: no record
+    assert not (out / "runs" / "ega1-seed5.json").exists()
+
+    # the run directories are gone (a fresh clone): the records give the same report
+    again = tmp_path / "again"
+    spec = out.parent / "spec.yaml"
+    args = [str(spec), "--runs_dir", str(tmp_path / "no-runs"), "--out", str(again), "--records_dir", str(out / "runs")]
+    assert report.main(args) == 0
+    regenerated = json.loads((again / "results.json").read_text())
+    assert regenerated["groups"] == results["groups"]
+    sources = {r["run_name"]: r["source"] for r in regenerated["runs"] if r["status"] == "done"}
+    assert set(sources.values()) == {"record"} and len(sources) == 14
+    assert {r["run_name"]: r["status"] for r in regenerated["runs"]}["ega1-seed4"] == "missing"
+    assert findings_of((again / "REPORT.md").read_text()).replace(str(again), "") == findings_of(text)
+    assert (again / "main-tinyshakespeare-val_loss.png").stat().st_size > 1000
+    assert "| 5 | record |" in (again / "REPORT.md").read_text()  # the runs table says where a run was read from
+
+
+def test_a_record_with_final_numbers_only_counts_and_is_named_under_the_figures(fabricated, tmp_path):
+    out, results, _ = fabricated
+    shutil.copytree(out / "runs", tmp_path / "records")
+    path = tmp_path / "records" / "none-seed2.json"
+    record = json.loads(path.read_text())
+    final = next(r for r in results["runs"] if r["run_name"] == "none-seed2")
+    record |= {"scalars": {}, "source": "backfilled", "metrics": {k: final[k] for k in report.RUN_METRICS}}
+    path.write_text(json.dumps(record))
+    args = ["--runs_dir", str(tmp_path / "no-runs"), "--out", str(tmp_path / "out")]
+    assert report.main([str(out.parent / "spec.yaml"), *args, "--records_dir", str(tmp_path / "records")]) == 0
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["groups"] == results["groups"]
+    text = (tmp_path / "out" / "REPORT.md").read_text()
+    main_section = text.split("## main")[1].split("\n## ")[0]
+    assert "Not in these figures: the records of `none-seed2` hold final numbers only." in main_section
+    assert "| record (final numbers only) |" in text
+
+    record["metrics"] = {}  # neither curves nor numbers: not a finished run
+    path.write_text(json.dumps(record))
+    assert report.main([str(out.parent / "spec.yaml"), *args, "--records_dir", str(tmp_path / "records")]) == 0
+    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
+    none2 = next(r for r in runs if r["run_name"] == "none-seed2")
+    assert none2["status"] == "incomplete" and "holds no val/loss" in none2["reason"]
+
+
+def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workdir, monkeypatch, capsys):
+    path = write_spec(workdir / "spec.yaml", good_spec())
+    runs = {r.run_name: r for r in sweep.load_spec(path).runs}
+    recorded = workdir / "results" / "runs"
+    fake_run(workdir / "made", "ra-seed1", "linear", [2.0, 1.5])
+    records.record_run(runs["ra-seed1"], workdir / "made" / "ra-seed1", recorded)
+    fake_run(workdir / "made", "rb-seed1", "none", [2.0, 1.6])
+    stale = records.make_record(runs["rb-seed1"], workdir / "made" / "rb-seed1")
+    stale["args"] = ["--trainer.max_steps=400"]  # made under an older version of the spec
+    records.write_record(stale, recorded)
+
+    assert sweep.main([str(path), "--dry_run"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "[1/4] ra-seed1: skipped (recorded in results/runs/ra-seed1.json)" in out
+    (refused,) = [line for line in out if line.startswith("[3/4] rb-seed1:")]
+    assert refused.startswith("[3/4] rb-seed1: failed: results/runs/rb-seed1.json was made with configs")
+    assert "delete the record to rerun the run as specified" in refused
+
+    started: list[str] = []
+
+    def fake_fit(run, runs_dir, resume):
+        started.append(run.run_name)
+        return [sys.executable, "-c", "print('ok')"]
+
+    monkeypatch.setattr(sweep, "fit_command", fake_fit)
+    assert sweep.main([str(path), "--runs_dir", "runs"]) == 1  # the refused run counts as failed
+    assert started == ["ra-seed2", "rb-seed2"]
+    assert "not finished: rb-seed1" in capsys.readouterr().out
+    # the report does not count the refused record either, and says why
+    rb1 = report.load_run(runs["rb-seed1"], workdir / "runs", recorded)
+    assert rb1.status == "incomplete" and "unusable record" in rb1.reason and "was made with configs" in rb1.reason
 
 
 # ----------------------------------------------------------------------------- the real thing
@@ -539,8 +629,8 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
 
     again = run_ega(["sweep", "spec.yaml", "--runs_dir", "runs"], cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "[1/2] ts-none-seed1: skipped (done)" in again.stdout
-    assert "[2/2] ts-linear-seed1: skipped (done)" in again.stdout
+    assert "[1/2] ts-none-seed1: skipped (recorded in results/runs/ts-none-seed1.json)" in again.stdout
+    assert "[2/2] ts-linear-seed1: skipped (recorded in results/runs/ts-linear-seed1.json)" in again.stdout
     assert {p: p.stat().st_mtime_ns for p in snapshot} == snapshot  # nothing rewritten, DONE included
 
     made = run_ega(["report", "spec.yaml", "--runs_dir", "runs", "--out", "results"], cwd=tmp_path)
@@ -556,3 +646,17 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
         assert entry["final_val_loss"] == events.Scalars("val/loss")[-1].value
     for name in ("main-tinyshakespeare-val_loss.png", "main-tinyshakespeare-gap.png"):
         assert (tmp_path / "results" / name).stat().st_size > 0
+
+    # each finished run left its record (results/runs/, committed): a fresh clone skips and reports it
+    for run_dir in run_dirs:
+        record = json.loads((tmp_path / "results" / "runs" / f"{run_dir.name}.json").read_text())
+        assert record["done"]["command"] == json.loads((run_dir / "DONE").read_text())["command"]
+        assert record["hparams"]["n_embd"] == 16 and record["max_steps"] == 4
+    shutil.rmtree(tmp_path / "runs")
+    fresh = run_ega(["sweep", "spec.yaml", "--runs_dir", "runs"], cwd=tmp_path, env=env)
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert "[1/2] ts-none-seed1: skipped (recorded in results/runs/ts-none-seed1.json)" in fresh.stdout
+    assert not (tmp_path / "runs").exists()
+    remade = run_ega(["report", "spec.yaml", "--runs_dir", "runs", "--out", "results"], cwd=tmp_path)
+    assert remade.returncode == 0, remade.stderr[-3000:]
+    assert json.loads((tmp_path / "results" / "results.json").read_text())["groups"] == results["groups"]

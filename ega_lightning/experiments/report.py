@@ -1,11 +1,14 @@
 """`ega report SPEC.yaml [SPEC2.yaml ...]`: tables, findings and figures from the finished runs of sweeps.
 
-Reads each run's TensorBoard event files (tensorboard's own reader; nothing is dropped),
+Reads each finished run's TensorBoard event files (tensorboard's own reader; nothing is dropped),
 ``config.yaml``, ``hparams.yaml`` and ``gate_summary.json``, and writes ``<out>/REPORT.md``,
-``<out>/results.json`` (every number, per run and per variant) and PNG figures.
+``<out>/results.json`` (every number, per run and per variant) and PNG figures. A run finished
+here also gets its record refreshed in ``<records dir>`` (default ``<out>/runs``); a run with no
+finished directory is read from its record (see `ega_lightning.experiments.records`), so the
+report regenerates from a fresh clone.
 
-Only runs with ``DONE`` (see `ega sweep`) count; the others are listed as missing or incomplete
-and are in no mean. A variant is compared with the baseline (gate ``none``) of the same corpus,
+Only finished runs count (``DONE`` or a record; see `ega sweep`); the others are listed as
+missing or incomplete and are in no mean. A variant is compared with the baseline (gate ``none``) of the same corpus,
 model, data and step budget, found in its own group first, else in another group of the report.
 Differences are baseline minus variant, so positive means the variant has the lower loss (like
 the paper's "+0.103"); their 95% intervals are paired Student-t over seeds when both sides ran
@@ -30,6 +33,14 @@ from typing import Any
 
 import yaml
 
+from ega_lightning.experiments.records import (
+    FROM_EVENT_FILES,
+    RecordError,
+    load_record,
+    read_scalars,
+    record_path,
+    record_run,
+)
 from ega_lightning.experiments.stats import Difference, Summary, compare, summarize
 from ega_lightning.experiments.sweep import DONE_FILE, Run, SpecError, Sweep, load_spec
 
@@ -67,6 +78,21 @@ REGIME_KEYS = (
     "betas",
     "batch_size",
     "max_eval_windows",
+)
+# what run_metrics gives for one run; a record with final numbers only holds these
+RUN_METRICS = (
+    "final_val_loss",
+    "best_val_loss",
+    "final_val_bpc",
+    "final_train_eval_loss",
+    "final_gap",
+    "final_tau_mean",
+    "final_frac_above_tau",
+    "final_mean_gate",
+    "tokens_per_sec",
+    "last_val_step",
+    "tau_converged",
+    "tau_converged_step",
 )
 METRICS = ("final_val_loss", "best_val_loss", "final_gap", "final_tau_mean", "final_frac_above_tau", "tokens_per_sec")
 
@@ -117,22 +143,6 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
-def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of the run's event files, as (step, value) sorted by step.
-
-    A resumed run logs again the steps after its last checkpoint: the last write wins.
-    """
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})  # 0: keep every point
-    events.Reload()
-    scalars = {}
-    for tag in events.Tags()["scalars"]:
-        by_step = {e.step: e.value for e in events.Scalars(tag)}
-        scalars[tag] = sorted(by_step.items())
-    return scalars
-
-
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
@@ -173,17 +183,51 @@ class RunData:
     max_steps: int | None = None
     scalars: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
+    source: str = ""  # where a finished run's numbers come from: its event files or its record
 
 
-def load_run(run: Run, runs_dir: Path) -> RunData:
+def _from_record(data: RunData, record: dict[str, Any], path: Path) -> RunData:
+    data.corpus, data.gate = str(record.get("corpus") or data.corpus), str(record.get("gate") or data.gate)
+    data.hparams, data.max_steps = record.get("hparams") or {}, record.get("max_steps")
+    series = record.get("scalars") or {}
+    data.scalars = {tag: [(int(step), float(value)) for step, value in points] for tag, points in series.items()}
+    if data.scalars.get("val/loss"):
+        data.metrics = run_metrics(data.scalars, record.get("gate_summary"))
+    elif isinstance(record.get("metrics"), dict) and record["metrics"].get("final_val_loss") is not None:
+        data.metrics = {key: record["metrics"].get(key) for key in RUN_METRICS}  # final numbers only: no curves
+    else:
+        data.status, data.reason = "incomplete", f"its record {path} holds no val/loss: delete it to rerun the run"
+        return data
+    data.source = "record" if record.get("source") == FROM_EVENT_FILES else "record (final numbers only)"
+    return data
+
+
+def load_run(run: Run, runs_dir: Path, records_dir: Path) -> RunData:
+    """A finished run directory first (its event files), else the run's record, else missing/incomplete."""
     run_dir = runs_dir / run.run_name
     config, hparams = _read_yaml(run_dir / "config.yaml"), _read_yaml(run_dir / "hparams.yaml")
     corpus = _dig(config, "data.corpus") or resolve_static(run, "data.corpus") or "?"
     gate = hparams.get("gate") or _dig(config, "model.gate") or resolve_static(run, "model.gate") or "?"
     data = RunData(run, run_dir, "done", "", str(corpus), str(gate), hparams, _dig(config, "trainer.max_steps"))
+    if (run_dir / DONE_FILE).is_file():
+        data.scalars = read_scalars(run_dir)
+        if not data.scalars.get("val/loss"):
+            data.status, data.reason = "incomplete", "DONE, but no val/loss in its event files"
+        else:
+            summary_path = run_dir / "gate_summary.json"
+            summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+            data.metrics, data.source = run_metrics(data.scalars, summary), FROM_EVENT_FILES
+        return data
+    try:
+        record = load_record(run, records_dir)
+    except RecordError as err:
+        data.status, data.reason = "incomplete", f"unusable record: {err}"
+        return data
+    if record is not None:
+        return _from_record(data, record, record_path(records_dir, run.run_name))
     if not run_dir.is_dir():
-        data.status, data.reason = "missing", "never started: no run directory"
-    elif not (run_dir / DONE_FILE).is_file():
+        data.status, data.reason = "missing", "never started: no run directory and no record"
+    else:
         resumable = (run_dir / "checkpoints" / "last.ckpt").is_file()
         data.status = "incomplete"
         data.reason = "no DONE; " + (
@@ -191,14 +235,6 @@ def load_run(run: Run, runs_dir: Path) -> RunData:
             if resumable
             else "no checkpoint: failed early, still running, or never got to an evaluation"
         )
-    else:
-        data.scalars = read_scalars(run_dir)
-        if not data.scalars.get("val/loss"):
-            data.status, data.reason = "incomplete", "DONE, but no val/loss in its event files"
-        else:
-            summary_path = run_dir / "gate_summary.json"
-            summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
-            data.metrics = run_metrics(data.scalars, summary)
     return data
 
 
@@ -617,12 +653,17 @@ def _tau_figure(rows: list[Row], title: str, path: Path) -> bool:
     fig = Figure(figsize=(7.5, 4.5))
     ax = fig.add_subplot()
     colours = iter(f"C{i}" for i in range(10_000))
+    drawn = False
     for row in rows:
         colour = next(colours)
-        for i, r in enumerate(row.variant.done):
-            points = r.scalars.get("gate/tau_mean", [])
+        with_points = [r for r in row.variant.done if r.scalars.get("gate/tau_mean")]
+        for i, r in enumerate(with_points):
+            points = r.scalars["gate/tau_mean"]
             label = f"{row.variant.label} (tau_init {row.variant.hp('tau_init')})" if i == 0 else None
             ax.plot([s for s, _ in points], [v for _, v in points], color=colour, alpha=0.8, label=label)
+            drawn = True
+    if not drawn:
+        return False
     ax.axhline(PAPER["tau"], color="grey", linestyle="--", label=f"paper ≈ {PAPER['tau']}")
     ax.set(xlabel="step (TensorBoard x-axis)", ylabel="gate/tau_mean (one line per seed)", title=title)
     ax.grid(alpha=0.3)
@@ -730,22 +771,28 @@ def section(group: str, tables: list[Table], command: str, runs_dir: Path, out: 
             elif row.baseline is None and row.variant.gate != "none" and row.variant.done:
                 lines.append(f"`{row.variant.label}`: no finished baseline with the same model, data and steps.")
         lines.append("")
-        for caption, name in table_figures(table, out):
+        figures = table_figures(table, out)
+        for caption, name in figures:
             lines += [f"![{table.title}: {caption}]({name})", ""]
+        no_curves = [r.run.run_name for row in table.rows for r in row.variant.done if not r.scalars.get("val/loss")]
+        if no_curves:
+            names = ", ".join(f"`{name}`" for name in no_curves)
+            lead = "Not in these figures" if figures else "No figures"
+            lines += [f"{lead}: the records of {names} hold final numbers only.", ""]
     return lines
 
 
 def _runs_table(runs: list[RunData]) -> list[str]:
     lines = [
-        "| run | group | variant | corpus | seed | final val loss | best | gap | tau | last val step |",
-        "|" + "---|" * 10,
+        "| run | group | variant | corpus | seed | final val loss | best | gap | tau | last val step | read from |",
+        "|" + "---|" * 11,
     ]
     for r in runs:
         m = r.metrics
         lines.append(
             f"| `{r.run.run_name}` | {r.run.group} | `{r.run.variant}` | {r.corpus} | {r.run.seed} | "
             f"{_num(m['final_val_loss'])} | {_num(m['best_val_loss'])} | {_num(m['final_gap'])} | "
-            f"{_num(m['final_tau_mean'])} | {m['last_val_step']} |"
+            f"{_num(m['final_tau_mean'])} | {m['last_val_step']} | {r.source} |"
         )
     return lines
 
@@ -844,6 +891,7 @@ def results(tables: list[Table], runs: list[RunData], command: str) -> dict[str,
                     "gate": r.gate,
                     "status": r.status,
                     "reason": r.reason,
+                    "source": r.source,
                     **r.metrics,
                 }
                 for r in runs
@@ -868,9 +916,19 @@ def collect_runs(sweeps: Iterable[Sweep]) -> list[Run]:
     return list(runs.values())
 
 
-def write_report(spec_paths: list[Path], runs_dir: Path, out: Path) -> tuple[list[RunData], Path]:
-    command = shlex.join(["ega", "report", *map(str, spec_paths), "--runs_dir", str(runs_dir), "--out", str(out)])
-    runs = [load_run(run, runs_dir) for run in collect_runs(load_spec(p, check_files=False) for p in spec_paths)]
+def write_report(
+    spec_paths: list[Path], runs_dir: Path, out: Path, records_dir: Path | None = None
+) -> tuple[list[RunData], Path]:
+    records_dir = out / "runs" if records_dir is None else records_dir
+    words = ["ega", "report", *map(str, spec_paths), "--runs_dir", str(runs_dir), "--out", str(out)]
+    command = shlex.join(words if records_dir == out / "runs" else [*words, "--records_dir", str(records_dir)])
+    runs = [
+        load_run(run, runs_dir, records_dir)
+        for run in collect_runs(load_spec(p, check_files=False) for p in spec_paths)
+    ]
+    for r in runs:
+        if r.source == FROM_EVENT_FILES:  # finished here: keep what the report read in git's reach
+            record_run(r.run, r.run_dir, records_dir)
     variants = build_variants(runs)
     tables = build_tables(variants)
     out.mkdir(parents=True, exist_ok=True)
@@ -889,9 +947,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("specs", nargs="+", type=Path, help="sweep spec(s) (YAML), as given to `ega sweep`")
     parser.add_argument("--runs_dir", type=Path, default=Path("lightning_logs"), help="where the runs were written")
     parser.add_argument("--out", type=Path, default=Path("results"), help="output directory")
+    parser.add_argument(
+        "--records_dir",
+        type=Path,
+        default=None,
+        help="the runs' records: read for runs not finished under --runs_dir, refreshed for those that are "
+        "(default: <out>/runs)",
+    )
     args = parser.parse_args(argv)
     try:
-        runs, report = write_report(args.specs, args.runs_dir, args.out)
+        runs, report = write_report(args.specs, args.runs_dir, args.out, args.records_dir)
     except SpecError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -24,7 +24,12 @@ output appended to ``<runs dir>/<run name>/sweep.log``. A run whose directory ho
 was interrupted and is resumed with ``--ckpt_path last``; anything else starts fresh. So a sweep
 can be stopped at any point (Ctrl-C, SIGKILL) and rerun with the same command. A run still
 running in another process (say, the orphan of a killed sweep) holds a lock on its directory and
-is left alone. Delete a run's ``DONE`` (and its directory) to run it again.
+is left alone.
+
+A finished run also leaves its record, ``<records dir>/<run name>.json`` (see
+`ega_lightning.experiments.records`): commit it, and a fresh clone's sweep skips the run and its
+report still counts it. A record made with other configs or arguments than the spec now gives is
+refused (the run fails, naming it). Delete a run's record, ``DONE`` and directory to run it again.
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+
+from ega_lightning.experiments.records import RecordError, load_record, record_path, record_run
 
 SPEC_KEYS = ("name", "configs", "args", "runs")
 RUN_KEYS = ("name", "configs", "seeds", "args", "group", "also_in", "variant")
@@ -285,8 +292,31 @@ def _log_tail(log_path: Path, offset: int, lines: int = 25) -> str:
     return "\n".join(f"    | {line}" for line in text.splitlines()[-lines:])
 
 
-def execute(run: Run, runs_dir: Path, prefix: str) -> str:
-    """Runs one run to completion unless it is done or busy; returns done/skipped/busy/failed."""
+def _record(run: Run, run_dir: Path, records_dir: Path, prefix: str) -> None:
+    try:
+        record_run(run, run_dir, records_dir)
+    except RecordError as err:
+        print(f"{prefix} not recorded: {err}", flush=True)
+
+
+def recorded(run: Run, records_dir: Path, prefix: str) -> str | None:
+    """``skipped`` when the run has a record, ``failed`` when its record is not this run's, else None."""
+    try:
+        record = load_record(run, records_dir)
+    except RecordError as err:
+        print(f"{prefix} failed: {err}", flush=True)
+        return "failed"
+    if record is None:
+        return None
+    print(f"{prefix} skipped (recorded in {record_path(records_dir, run.run_name)})", flush=True)
+    return "skipped"
+
+
+def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
+    """Runs one run to completion unless it is recorded, done or busy; returns done/skipped/busy/failed."""
+    outcome = recorded(run, records_dir, prefix)
+    if outcome is not None:
+        return outcome
     run_dir = runs_dir / run.run_name
     with _run_lock(run_dir) as lock:
         if lock is None:
@@ -295,6 +325,7 @@ def execute(run: Run, runs_dir: Path, prefix: str) -> str:
         state = run_state(run_dir)
         if state == "done":
             print(f"{prefix} skipped (done)", flush=True)
+            _record(run, run_dir, records_dir, prefix)  # finished before records existed, or stopped before its record
             return "skipped"
         cmd = fit_command(run, runs_dir, resume=state == "resume")
         log_path = run_dir / LOG_FILE
@@ -325,15 +356,18 @@ def execute(run: Run, runs_dir: Path, prefix: str) -> str:
         }
         _write_atomic(run_dir / DONE_FILE, json.dumps(done, indent=2) + "\n")
         print(f"{prefix} done in {wall:.0f} s", flush=True)
+        _record(run, run_dir, records_dir, prefix)
         return "done"
 
 
-def run_sweep(runs: list[Run], runs_dir: Path, dry_run: bool = False) -> int:
+def run_sweep(runs: list[Run], runs_dir: Path, records_dir: Path, dry_run: bool = False) -> int:
     """Runs (or, dry, prints) ``runs`` in order; returns the exit code (1 if any run failed)."""
     outcomes: dict[str, list[str]] = {}
     for i, run in enumerate(runs, 1):
         prefix = f"[{i}/{len(runs)}] {run.run_name}:"
         if dry_run:
+            if recorded(run, records_dir, prefix) is not None:
+                continue
             state = run_state(runs_dir / run.run_name)
             if state == "done":
                 print(f"{prefix} skipped (done)")
@@ -341,7 +375,7 @@ def run_sweep(runs: list[Run], runs_dir: Path, dry_run: bool = False) -> int:
                 cmd = fit_command(run, runs_dir, resume=state == "resume")
                 print(f"{prefix} would {'resume' if state == 'resume' else 'start'}\n    {shlex.join(cmd)}")
             continue
-        outcomes.setdefault(execute(run, runs_dir, prefix), []).append(run.run_name)
+        outcomes.setdefault(execute(run, runs_dir, records_dir, prefix), []).append(run.run_name)
     if dry_run:
         return 0
     print(", ".join(f"{len(outcomes.get(k, []))} {k}" for k in ("done", "skipped", "failed", "busy")))
@@ -361,6 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry_run", action="store_true", help="print each run's state and command, run nothing")
     parser.add_argument("--only", action="append", metavar="GLOB", help="only run names matching GLOB (repeatable)")
     parser.add_argument("--runs_dir", type=Path, default=Path("lightning_logs"), help="where the runs are written")
+    parser.add_argument(
+        "--records_dir",
+        type=Path,
+        default=Path("results/runs"),
+        help="where finished runs leave their records (commit them); a recorded run is skipped",
+    )
     args = parser.parse_args(argv)
     try:
         sweep = load_spec(args.spec)
@@ -375,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        return run_sweep(runs, args.runs_dir, dry_run=args.dry_run)
+        return run_sweep(runs, args.runs_dir, args.records_dir, dry_run=args.dry_run)
     except KeyboardInterrupt:
         print("\ninterrupted: finished runs are kept; rerun the same command to resume.", file=sys.stderr)
         return 130

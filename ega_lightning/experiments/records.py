@@ -1,0 +1,136 @@
+"""Run records: what a finished run keeps in git, so that a study outlives the machine it ran on.
+
+Checkpoints and event files stay out of git (large, machine-local, and gone with the machine).
+The record of a finished run, ``<records dir>/<run name>.json`` (``results/runs/`` by default),
+holds everything `ega report` reads from the run: how it was run (its configs and arguments, the
+fit command), its hyper-parameters and step budget, every logged point of the scalars the report
+uses (read with tensorboard's own reader) and the gate summary. `ega sweep` writes it when a run
+finishes and skips a run whose record matches its spec entry; `ega report` reads a finished run
+from its directory (and refreshes its record), else from its record.
+
+A record made before the run's event files were recorded holds its final numbers under
+``metrics`` and no ``scalars``: the report counts it and names it under each figure it is missing from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+if TYPE_CHECKING:
+    from ega_lightning.experiments.sweep import Run
+
+FORMAT = 1
+# what the report reads: its tables (final, best, gap, tau, speed) and its figures (curves)
+RECORD_TAGS = (
+    "val/loss",
+    "val/bpc",
+    "train_eval/loss",
+    "gap",
+    "gate/tau_mean",
+    "gate/frac_above_tau",
+    "gate/mean_gate",
+    "train/tokens_per_sec",
+)
+FROM_EVENT_FILES = "event files"
+
+
+class RecordError(ValueError):
+    """A run that cannot be recorded, or a record that cannot be used; the message says why and what to do."""
+
+
+def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the run's event files, as (step, value) sorted by step.
+
+    A resumed run logs again the steps after its last checkpoint: the last write wins.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})  # 0: keep every point
+    events.Reload()
+    scalars = {}
+    for tag in events.Tags()["scalars"]:
+        by_step = {e.step: e.value for e in events.Scalars(tag)}
+        scalars[tag] = sorted(by_step.items())
+    return scalars
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def record_path(records_dir: Path, run_name: str) -> Path:
+    return records_dir / f"{run_name}.json"
+
+
+def make_record(run: Run, run_dir: Path) -> dict[str, Any]:
+    """The record of a finished run directory (with ``DONE``); raises :class:`RecordError` otherwise."""
+    from ega_lightning.experiments.sweep import DONE_FILE
+
+    done = _read_json(run_dir / DONE_FILE) if (run_dir / DONE_FILE).is_file() else None
+    if done is None:
+        raise RecordError(f"{run_dir} has no {DONE_FILE}: only a finished run is recorded.")
+    scalars = read_scalars(run_dir)
+    if not scalars.get("val/loss"):
+        raise RecordError(f"{run_dir} is DONE but its event files hold no val/loss: nothing to record.")
+    config, hparams = _read_yaml(run_dir / "config.yaml"), _read_yaml(run_dir / "hparams.yaml")
+    hparams.pop("_instantiator", None)  # Lightning's bookkeeping, not a hyper-parameter
+    return {
+        "format": FORMAT,
+        "run_name": run.run_name,
+        "configs": list(run.configs),
+        "args": list(run.args),
+        "seed": run.seed,
+        "source": FROM_EVENT_FILES,
+        "done": done,
+        "corpus": (config.get("data") or {}).get("corpus") or hparams.get("corpus"),
+        "gate": hparams.get("gate") or (config.get("model") or {}).get("gate"),
+        "max_steps": (config.get("trainer") or {}).get("max_steps"),
+        "hparams": hparams,
+        "gate_summary": _read_json(run_dir / "gate_summary.json"),
+        "scalars": {tag: [[step, value] for step, value in scalars[tag]] for tag in RECORD_TAGS if tag in scalars},
+    }
+
+
+def write_record(record: dict[str, Any], records_dir: Path) -> Path:
+    """Writes atomically: a record that exists is always whole."""
+    records_dir.mkdir(parents=True, exist_ok=True)
+    path = record_path(records_dir, record["run_name"])
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def record_run(run: Run, run_dir: Path, records_dir: Path) -> Path:
+    return write_record(make_record(run, run_dir), records_dir)
+
+
+def load_record(run: Run, records_dir: Path) -> dict[str, Any] | None:
+    """The run's record; None when there is none. Raises :class:`RecordError` for a record that
+    does not belong to this spec entry (other configs or arguments) or cannot be read."""
+    path = record_path(records_dir, run.run_name)
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise RecordError(f"{path} cannot be read ({err}): restore it from git, or delete it to rerun.") from err
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise RecordError(f"{path} is not a run record of format {FORMAT}: delete it to rerun the run.")
+    ran, wanted = (record.get("configs"), record.get("args")), (list(run.configs), list(run.args))
+    if ran != wanted:
+        raise RecordError(
+            f"{path} was made with configs {ran[0]} and args {ran[1]}, but the spec now gives "
+            f"{wanted[0]} and {wanted[1]}: delete the record to rerun the run as specified, "
+            "or give the changed entry a new name."
+        )
+    return record
