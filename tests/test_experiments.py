@@ -541,6 +541,8 @@ def test_a_record_with_final_numbers_only_counts_and_is_named_under_the_figures(
     path = tmp_path / "records" / "none-seed2.json"
     record = json.loads(path.read_text())
     final = next(r for r in results["runs"] if r["run_name"] == "none-seed2")
+    labels = {"run_name", "spec", "group", "variant", "seed", "corpus", "gate", "status", "reason", "source"}
+    assert set(final) - labels == set(report.RUN_METRICS)  # a backfilled record holds every per-run number
     record |= {"scalars": {}, "source": "backfilled", "metrics": {k: final[k] for k in report.RUN_METRICS}}
     path.write_text(json.dumps(record))
     args = ["--runs_dir", str(tmp_path / "no-runs"), "--out", str(tmp_path / "out")]

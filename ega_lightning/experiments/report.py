@@ -8,8 +8,9 @@ finished directory is read from its record (see `ega_lightning.experiments.recor
 report regenerates from a fresh clone.
 
 Only finished runs count (``DONE`` or a record; see `ega sweep`); the others are listed as
-missing or incomplete and are in no mean. A variant is compared with the baseline (gate ``none``) of the same corpus,
-model, data and step budget, found in its own group first, else in another group of the report.
+missing or incomplete and are in no mean. A variant is compared with the baseline (gate ``none``)
+of the same corpus, model, data and step budget, found in its own group first, else in another
+group of the report.
 Differences are baseline minus variant, so positive means the variant has the lower loss (like
 the paper's "+0.103"); their 95% intervals are paired Student-t over seeds when both sides ran
 the same seeds (same seed: identical shared initial weights and batches), else Welch.
