@@ -517,6 +517,7 @@ def test_records_keep_every_point_and_the_report_regenerates_from_them_alone(fab
     assert record["source"] == "event files" and record["seed"] == 1 and record["max_steps"] == 6
     assert record["scalars"]["val/loss"] == [[2, 2.0], [5, pytest.approx(1.40)]]  # the resumed run's write wins
     assert record["hparams"]["gate"] == "linear" and "_instantiator" not in record["hparams"]
+    assert record["machine"] == records.machine()  # its DONE names none: recorded where it ran
     assert not (out / "runs" / "ega1-seed4.json").exists()  # interrupted: no record
     assert not (out / "runs" / "ega1-seed5.json").exists()
 
@@ -541,9 +542,10 @@ def test_a_record_with_final_numbers_only_counts_and_is_named_under_the_figures(
     path = tmp_path / "records" / "none-seed2.json"
     record = json.loads(path.read_text())
     final = next(r for r in results["runs"] if r["run_name"] == "none-seed2")
-    labels = {"run_name", "spec", "group", "variant", "seed", "corpus", "gate", "status", "reason", "source"}
+    labels = {"run_name", "spec", "group", "variant", "seed", "corpus", "gate", "status", "reason", "source", "machine"}
     assert set(final) - labels == set(report.RUN_METRICS)  # a backfilled record holds every per-run number
-    record |= {"scalars": {}, "source": "backfilled", "metrics": {k: final[k] for k in report.RUN_METRICS}}
+    metrics = {k: final[k] for k in report.RUN_METRICS}
+    record |= {"scalars": {}, "source": "backfilled", "metrics": metrics, "machine": None}
     path.write_text(json.dumps(record))
     args = ["--runs_dir", str(tmp_path / "no-runs"), "--out", str(tmp_path / "out")]
     assert report.main([str(out.parent / "spec.yaml"), *args, "--records_dir", str(tmp_path / "records")]) == 0
@@ -551,7 +553,11 @@ def test_a_record_with_final_numbers_only_counts_and_is_named_under_the_figures(
     text = (tmp_path / "out" / "REPORT.md").read_text()
     main_section = text.split("## main")[1].split("\n## ")[0]
     assert "Not in these figures: the records of `none-seed2` hold final numbers only." in main_section
-    assert "| record (final numbers only) |" in text
+    assert "| record (final numbers only) | m2 |" in text and "- m2: not known" in text
+    # one baseline seed ran elsewhere: its speed is not set against EGA-1's
+    assert "| 950 † |" in main_section and "† tokens/s measured on another machine" in main_section
+    assert "throughput: not compared, EGA-1 and the baseline ran on different machines" in findings_of(text)
+    assert "throughput: EGA-1" in findings_of((out / "REPORT.md").read_text())  # all on one machine: compared
 
     record["metrics"] = {}  # neither curves nor numbers: not a finished run
     path.write_text(json.dumps(record))
@@ -652,7 +658,8 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
     # each finished run left its record (results/runs/, committed): a fresh clone skips and reports it
     for run_dir in run_dirs:
         record = json.loads((tmp_path / "results" / "runs" / f"{run_dir.name}.json").read_text())
-        assert record["done"]["command"] == json.loads((run_dir / "DONE").read_text())["command"]
+        done = json.loads((run_dir / "DONE").read_text())
+        assert record["done"]["command"] == done["command"] and record["machine"] == done["machine"]
         assert record["hparams"]["n_embd"] == 16 and record["max_steps"] == 4
     shutil.rmtree(tmp_path / "runs")
     fresh = run_ega(["sweep", "spec.yaml", "--runs_dir", "runs"], cwd=tmp_path, env=env)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,25 @@ def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
     return scalars
 
 
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    """This machine, as far as a run's speed depends on it: tokens/s of runs on different machines
+    do not compare."""
+    import torch
+
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"{_cpu_model()} x{os.cpu_count()}"
+    return f"{device}; {platform.platform()}; torch {torch.__version__}"
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
@@ -91,6 +111,8 @@ def make_record(run: Run, run_dir: Path) -> dict[str, Any]:
         "seed": run.seed,
         "source": FROM_EVENT_FILES,
         "done": done,
+        # a DONE from before machines were noted: a run directory is recorded where it ran
+        "machine": done.get("machine") or machine(),
         "corpus": (config.get("data") or {}).get("corpus") or hparams.get("corpus"),
         "gate": hparams.get("gate") or (config.get("model") or {}).get("gate"),
         "max_steps": (config.get("trainer") or {}).get("max_steps"),

@@ -38,6 +38,7 @@ from ega_lightning.experiments.records import (
     FROM_EVENT_FILES,
     RecordError,
     load_record,
+    machine,
     read_scalars,
     record_path,
     record_run,
@@ -185,6 +186,7 @@ class RunData:
     scalars: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # where a finished run's numbers come from: its event files or its record
+    machine: str | None = None  # where it ran; None: not known (a backfilled record)
 
 
 def _from_record(data: RunData, record: dict[str, Any], path: Path) -> RunData:
@@ -200,6 +202,7 @@ def _from_record(data: RunData, record: dict[str, Any], path: Path) -> RunData:
         data.status, data.reason = "incomplete", f"its record {path} holds no val/loss: delete it to rerun the run"
         return data
     data.source = "record" if record.get("source") == FROM_EVENT_FILES else "record (final numbers only)"
+    data.machine = record.get("machine")
     return data
 
 
@@ -218,6 +221,8 @@ def load_run(run: Run, runs_dir: Path, records_dir: Path) -> RunData:
             summary_path = run_dir / "gate_summary.json"
             summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
             data.metrics, data.source = run_metrics(data.scalars, summary), FROM_EVENT_FILES
+            done = json.loads((run_dir / DONE_FILE).read_text())
+            data.machine = done.get("machine") or machine()  # an older DONE: the run directory is where it ran
         return data
     try:
         record = load_record(run, records_dir)
@@ -296,6 +301,10 @@ class Variant:
     def name(self) -> str:
         """e.g. ``EGA-1 `ts-linear` `` for the prose."""
         return f"{self.paper_name or self.gate} `{self.label}`"
+
+    @property
+    def machines(self) -> frozenset[str | None]:
+        return frozenset(r.machine for r in self.done)
 
     def by_seed(self, metric: str) -> dict[int, float]:
         return {r.run.seed: r.metrics[metric] for r in self.done if _finite(r.metrics.get(metric)) is not None}
@@ -491,7 +500,9 @@ def _ega1_findings(table: Table, said: set[tuple[str, ...]]) -> list[str]:
                 f"(paper {100 * PAPER['frac_above_tau']:.0f}%){settled}."
             )
         speed, base_speed = v.summary("tokens_per_sec").mean, base.summary("tokens_per_sec").mean
-        if speed and base_speed:
+        if speed and base_speed and v.machines != base.machines:
+            out.append(f"{where} training throughput: not compared, EGA-1 and the baseline ran on different machines.")
+        elif speed and base_speed:
             out.append(
                 f"{where} training throughput: EGA-1 {speed:,.0f} tokens/s vs baseline {base_speed:,.0f} "
                 f"({100 * (speed / base_speed - 1):+.1f}%; median per run, mean over seeds; "
@@ -717,6 +728,16 @@ def _model_text(v: Variant) -> str:
     return f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}, {v.done[0].max_steps} steps"
 
 
+def _other_machine(row: Row) -> bool:
+    return row.baseline is not None and row.baseline.machines != row.variant.machines
+
+
+def _speed_text(row: Row) -> str:
+    if not row.variant.by_seed("tokens_per_sec"):
+        return "—"
+    return f"{row.variant.summary('tokens_per_sec').mean:,.0f}" + (" †" if _other_machine(row) else "")
+
+
 def table_line(row: Row, corpus: str) -> str:
     v = row.variant
     linear, gate = v.gate == "linear", v.gate
@@ -738,7 +759,7 @@ def table_line(row: Row, corpus: str) -> str:
         str(PAPER["tau"]) if linear else "",
         (fmt_summary(v.summary("final_frac_above_tau"), 1, 100) + "%") if v.by_seed("final_frac_above_tau") else "—",
         f"{100 * PAPER['frac_above_tau']:.0f}%" if linear else "",
-        f"{v.summary('tokens_per_sec').mean:,.0f}" if v.by_seed("tokens_per_sec") else "—",
+        _speed_text(row),
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -764,6 +785,12 @@ def section(group: str, tables: list[Table], command: str, runs_dir: Path, out: 
     ]
     for table in tables:
         lines += [f"### {table.corpus}", "", TABLE_HEAD, *(table_line(row, table.corpus) for row in table.rows), ""]
+        if any(_other_machine(row) for row in table.rows):
+            lines += [
+                "† tokens/s measured on another machine than its baseline's (machines: [Runs](#runs)): "
+                "not comparable with it.",
+                "",
+            ]
         for row in table.rows:
             if row.baseline is not None and row.baseline.group != group:
                 lines.append(
@@ -784,17 +811,21 @@ def section(group: str, tables: list[Table], command: str, runs_dir: Path, out: 
 
 
 def _runs_table(runs: list[RunData]) -> list[str]:
+    labels = {m: f"m{i}" for i, m in enumerate(dict.fromkeys(r.machine for r in runs), 1)}
     lines = [
-        "| run | group | variant | corpus | seed | final val loss | best | gap | tau | last val step | read from |",
-        "|" + "---|" * 11,
+        "| run | group | variant | corpus | seed | final val loss | best | gap | tau | last val step | read from "
+        "| machine |",
+        "|" + "---|" * 12,
     ]
     for r in runs:
         m = r.metrics
         lines.append(
             f"| `{r.run.run_name}` | {r.run.group} | `{r.run.variant}` | {r.corpus} | {r.run.seed} | "
             f"{_num(m['final_val_loss'])} | {_num(m['best_val_loss'])} | {_num(m['final_gap'])} | "
-            f"{_num(m['final_tau_mean'])} | {m['last_val_step']} | {r.source} |"
+            f"{_num(m['final_tau_mean'])} | {m['last_val_step']} | {r.source} | {labels[r.machine]} |"
         )
+    lines.append("")
+    lines += [f"- {label}: {m or 'not known (recorded before machines were)'}" for m, label in labels.items()]
     return lines
 
 
@@ -893,6 +924,7 @@ def results(tables: list[Table], runs: list[RunData], command: str) -> dict[str,
                     "status": r.status,
                     "reason": r.reason,
                     "source": r.source,
+                    "machine": r.machine,
                     **r.metrics,
                 }
                 for r in runs

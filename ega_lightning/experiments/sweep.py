@@ -55,7 +55,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from ega_lightning.experiments.records import RecordError, load_record, record_path, record_run
+from ega_lightning.experiments.records import RecordError, load_record, machine, record_path, record_run
 
 SPEC_KEYS = ("name", "configs", "args", "runs")
 RUN_KEYS = ("name", "configs", "seeds", "args", "group", "also_in", "variant")
@@ -353,6 +353,7 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
             "wall_seconds": round(wall, 3),
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "resumed": state == "resume",
+            "machine": machine(),
         }
         _write_atomic(run_dir / DONE_FILE, json.dumps(done, indent=2) + "\n")
         print(f"{prefix} done in {wall:.0f} s", flush=True)
