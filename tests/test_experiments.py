@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import json
 import math
@@ -555,8 +556,8 @@ def test_a_record_with_final_numbers_only_counts_and_is_named_under_the_figures(
     assert "Not in these figures: the records of `none-seed2` hold final numbers only." in main_section
     assert "| record (final numbers only) | m2 |" in text and "- m2: not known" in text
     # one baseline seed ran elsewhere: its speed is not set against EGA-1's
-    assert "| 950 † |" in main_section and "† tokens/s measured on another machine" in main_section
-    assert "throughput: not compared, EGA-1 and the baseline ran on different machines" in findings_of(text)
+    assert "| 950 † |" in main_section and "† tokens/s not known to be measured on its baseline's" in main_section
+    assert "throughput: not compared, EGA-1 and the baseline are not known to have run" in findings_of(text)
     assert "throughput: EGA-1" in findings_of((out / "REPORT.md").read_text())  # all on one machine: compared
 
     record["metrics"] = {}  # neither curves nor numbers: not a finished run
@@ -578,12 +579,12 @@ def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workd
     stale["args"] = ["--trainer.max_steps=400"]  # made under an older version of the spec
     records.write_record(stale, recorded)
 
-    assert sweep.main([str(path), "--dry_run"]) == 0
+    assert sweep.main([str(path), "--dry_run"]) == 1  # a refused run: the dry run says it will fail
     out = capsys.readouterr().out.splitlines()
     assert "[1/4] ra-seed1: skipped (recorded in results/runs/ra-seed1.json)" in out
     (refused,) = [line for line in out if line.startswith("[3/4] rb-seed1:")]
-    assert refused.startswith("[3/4] rb-seed1: failed: results/runs/rb-seed1.json was made with configs")
-    assert "delete the record to rerun the run as specified" in refused
+    assert refused.startswith("[3/4] rb-seed1: failed: results/runs/rb-seed1.json ran with configs")
+    assert "delete results/runs/rb-seed1.json to rerun the run as specified" in refused
 
     started: list[str] = []
 
@@ -597,7 +598,50 @@ def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workd
     assert "not finished: rb-seed1" in capsys.readouterr().out
     # the report does not count the refused record either, and says why
     rb1 = report.load_run(runs["rb-seed1"], workdir / "runs", recorded)
-    assert rb1.status == "incomplete" and "unusable record" in rb1.reason and "was made with configs" in rb1.reason
+    assert rb1.status == "incomplete" and "unusable record" in rb1.reason and "ran with configs" in rb1.reason
+
+
+def test_a_finished_run_is_recorded_as_it_ran_and_refused_once_its_spec_entry_changed(workdir, capsys):
+    path = write_spec(workdir / "spec.yaml", good_spec())
+    ra1 = sweep.load_spec(path).runs[0]
+    before = dataclasses.replace(ra1, args=("--trainer.max_steps=4", "--model.tau_init=0.7"))  # an older spec
+    run_dir = fake_run(workdir / "runs", "ra-seed1", "linear", [2.0, 1.5])
+    done = {"command": sweep.fit_command(before, "runs", resume=False), "machine": "box A"}
+    (run_dir / "DONE").write_text(json.dumps(done))
+    record = records.make_record(before, run_dir)
+    assert record["args"] == ["--trainer.max_steps=4", "--model.tau_init=0.7"] and record["machine"] == "box A"
+    with pytest.raises(records.RecordError, match="ran with configs"):
+        records.make_record(ra1, run_dir)  # a record never claims what the run did not run with
+
+    assert sweep.main([str(path), "--dry_run", "--only", "ra-seed1", "--runs_dir", "runs"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("[1/1] ra-seed1: failed: runs/ra-seed1 ran with configs")
+    assert "args ['--trainer.max_steps=4', '--model.tau_init=0.7'], but the spec now gives" in out
+    assert "and ['--trainer.max_steps=4', '--model.tau_init=0.35']: delete runs/ra-seed1 to rerun" in out
+    assert sweep.main([str(path), "--only", "ra-seed1", "--runs_dir", "runs"]) == 1  # not rerun over it either
+    assert not (workdir / "results").exists()  # and not recorded
+
+    # its record from before the change: the report neither counts it nor overwrites it
+    records.write_record(record, workdir / "out" / "runs")
+    stale = (workdir / "out" / "runs" / "ra-seed1.json").read_text()
+    assert report.main([str(path), "--runs_dir", "runs", "--out", "out"]) == 0
+    assert (workdir / "out" / "runs" / "ra-seed1.json").read_text() == stale
+    entry = json.loads((workdir / "out" / "results.json").read_text())["runs"][0]
+    assert entry["status"] == "incomplete" and "ran with configs" in entry["reason"]
+
+
+def test_a_diverged_run_is_recorded_and_reported(tmp_path):
+    runs = tmp_path / "runs"
+    fake_run(runs, "none-seed1", "none", [2.0, 1.5])
+    fake_run(runs, "nan-seed1", "linear", [2.0, math.nan], tau=[0.1, math.nan])
+    spec = {"name": "nan", "runs": [{"name": "none", "seeds": [1]}, {"name": "nan", "seeds": [1]}]}
+    path = write_spec(tmp_path / "spec.yaml", spec)
+    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(tmp_path / "out")]) == 0
+    record = json.loads((tmp_path / "out" / "runs" / "nan-seed1.json").read_text())
+    assert math.isnan(record["scalars"]["val/loss"][-1][1])
+    results = json.loads((tmp_path / "out" / "results.json").read_text())  # strict JSON all the same
+    assert next(r for r in results["runs"] if r["run_name"] == "nan-seed1")["final_val_loss"] is None
+    assert not list((tmp_path / "out" / "runs").glob("*.tmp"))
 
 
 # ----------------------------------------------------------------------------- the real thing

@@ -8,15 +8,23 @@ uses (read with tensorboard's own reader) and the gate summary. `ega sweep` writ
 finishes and skips a run whose record matches its spec entry; `ega report` reads a finished run
 from its directory (and refreshes its record), else from its record.
 
-A record made before the run's event files were recorded holds its final numbers under
-``metrics`` and no ``scalars``: the report counts it and names it under each figure it is missing from.
+A record states the configs and arguments the run was started with (from its ``DONE``), and
+is used only while the spec entry still gives those. A record made before the run's event files
+were recorded holds its final numbers under ``metrics`` and no ``scalars``: the report counts it
+and names it under each figure it is missing from. A diverged run's NaN is kept as Python's json
+writes it (``NaN``): records are read back by this package, not by strict JSON parsers.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import platform
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,13 +78,39 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _gpus() -> str | None:
+    # nvidia-smi, not torch.cuda: the sweep's own process must not hold a CUDA context beside its runs
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [line.split(" (UUID")[0].split(": ", 1)[-1] for line in listed.stdout.splitlines() if line.strip()]
+    return ", ".join(names) or None
+
+
 def machine() -> str:
     """This machine, as far as a run's speed depends on it: tokens/s of runs on different machines
-    do not compare."""
-    import torch
+    do not compare. Versions are part of it: an upgrade can change the speed as much as a new CPU."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = "?"
+    gpus = _gpus()
+    devices = f"{_cpu_model()} x{os.cpu_count()}" + (f" + {gpus}" if gpus else "")
+    return f"{devices}; {platform.platform()}; torch {torch_version}"
 
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else f"{_cpu_model()} x{os.cpu_count()}"
-    return f"{device}; {platform.platform()}; torch {torch.__version__}"
+
+def check_ran_as_specified(run: Run, configs: Sequence[str], args: Sequence[str], what: Path) -> None:
+    """Raises :class:`RecordError` when ``what`` (a run directory or a record) ran with other configs
+    or arguments than the spec entry now gives: its numbers are not the spec's run."""
+    if (list(configs), list(args)) != (list(run.configs), list(run.args)):
+        raise RecordError(
+            f"{what} ran with configs {list(configs)} and args {list(args)}, but the spec now gives "
+            f"{list(run.configs)} and {list(run.args)}: delete {what} to rerun the run as specified, "
+            "or give the changed entry a new name."
+        )
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -91,13 +125,28 @@ def record_path(records_dir: Path, run_name: str) -> Path:
     return records_dir / f"{run_name}.json"
 
 
-def make_record(run: Run, run_dir: Path) -> dict[str, Any]:
-    """The record of a finished run directory (with ``DONE``); raises :class:`RecordError` otherwise."""
-    from ega_lightning.experiments.sweep import DONE_FILE
+def read_done(run: Run, run_dir: Path) -> dict[str, Any]:
+    """The run directory's ``DONE``; raises :class:`RecordError` when there is none or it is not
+    the spec entry's run (other configs or arguments in its command)."""
+    from ega_lightning.experiments.sweep import DONE_FILE, ran_with
 
-    done = _read_json(run_dir / DONE_FILE) if (run_dir / DONE_FILE).is_file() else None
-    if done is None:
-        raise RecordError(f"{run_dir} has no {DONE_FILE}: only a finished run is recorded.")
+    try:
+        done = json.loads((run_dir / DONE_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise RecordError(f"{run_dir} has no readable {DONE_FILE} ({err}): it is not a finished run.") from err
+    ran = ran_with(done.get("command"))
+    if ran is not None:
+        check_ran_as_specified(run, *ran, run_dir)
+    return done
+
+
+def make_record(run: Run, run_dir: Path) -> dict[str, Any]:
+    """The record of a finished run directory; raises :class:`RecordError` for any other."""
+    from ega_lightning.experiments.sweep import ran_with
+
+    done = read_done(run, run_dir)
+    # what the run was started with; a DONE without a fit command (hand-made) takes the spec's word
+    configs, args = ran_with(done.get("command")) or (list(run.configs), list(run.args))
     scalars = read_scalars(run_dir)
     if not scalars.get("val/loss"):
         raise RecordError(f"{run_dir} is DONE but its event files hold no val/loss: nothing to record.")
@@ -106,8 +155,8 @@ def make_record(run: Run, run_dir: Path) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "run_name": run.run_name,
-        "configs": list(run.configs),
-        "args": list(run.args),
+        "configs": configs,
+        "args": args,
         "seed": run.seed,
         "source": FROM_EVENT_FILES,
         "done": done,
@@ -123,12 +172,18 @@ def make_record(run: Run, run_dir: Path) -> dict[str, Any]:
 
 
 def write_record(record: dict[str, Any], records_dir: Path) -> Path:
-    """Writes atomically: a record that exists is always whole."""
+    """Writes atomically: a record that exists is always whole, and a failed write leaves nothing."""
     records_dir.mkdir(parents=True, exist_ok=True)
     path = record_path(records_dir, record["run_name"])
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=1, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    text = json.dumps(record, indent=1) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=records_dir, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 
@@ -148,11 +203,5 @@ def load_record(run: Run, records_dir: Path) -> dict[str, Any] | None:
         raise RecordError(f"{path} cannot be read ({err}): restore it from git, or delete it to rerun.") from err
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise RecordError(f"{path} is not a run record of format {FORMAT}: delete it to rerun the run.")
-    ran, wanted = (record.get("configs"), record.get("args")), (list(run.configs), list(run.args))
-    if ran != wanted:
-        raise RecordError(
-            f"{path} was made with configs {ran[0]} and args {ran[1]}, but the spec now gives "
-            f"{wanted[0]} and {wanted[1]}: delete the record to rerun the run as specified, "
-            "or give the changed entry a new name."
-        )
+    check_ran_as_specified(run, record.get("configs") or [], record.get("args") or [], path)
     return record

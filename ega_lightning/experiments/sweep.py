@@ -28,8 +28,9 @@ is left alone.
 
 A finished run also leaves its record, ``<records dir>/<run name>.json`` (see
 `ega_lightning.experiments.records`): commit it, and a fresh clone's sweep skips the run and its
-report still counts it. A record made with other configs or arguments than the spec now gives is
-refused (the run fails, naming it). Delete a run's record, ``DONE`` and directory to run it again.
+report still counts it. A record or finished directory that ran with other configs or arguments
+than the spec now gives is refused (the run fails, naming it and the fix). Delete a run's record,
+``DONE`` and directory to run it again.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from ega_lightning.experiments.records import RecordError, load_record, machine, record_path, record_run
+from ega_lightning.experiments.records import RecordError, load_record, machine, read_done, record_path, record_run
 
 SPEC_KEYS = ("name", "configs", "args", "runs")
 RUN_KEYS = ("name", "configs", "seeds", "args", "group", "also_in", "variant")
@@ -246,6 +247,30 @@ def fit_command(run: Run, runs_dir: Path | str, resume: bool) -> list[str]:
     return [*cmd, "--ckpt_path", "last"] if resume else cmd
 
 
+def ran_with(command: list[str] | None) -> tuple[list[str], list[str]] | None:
+    """The (configs, args) a :func:`fit_command` was made from: what a finished run was started with.
+
+    None for anything else (a DONE written by hand or by an older tool): nothing to tell from it.
+    """
+    if not command or "fit" not in command:
+        return None
+    rest = command[command.index("fit") + 1 :]
+    configs: list[str] = []
+    args: list[str] = []
+    i = 0
+    while i < len(rest):
+        flag = rest[i].split("=", 1)[0]
+        if rest[i] in ("-c", "--ckpt_path"):  # the sweep's two flags that take their value separately
+            if rest[i] == "-c":
+                configs.append(rest[i + 1])
+            i += 2
+            continue
+        if flag not in RESERVED_ARGS:
+            args.append(rest[i])
+        i += 1
+    return configs, args
+
+
 def _write_atomic(path: Path, text: str) -> None:
     # a DONE that exists is always complete: a crash mid-write leaves only the .tmp
     tmp = path.with_name(path.name + ".tmp")
@@ -295,7 +320,7 @@ def _log_tail(log_path: Path, offset: int, lines: int = 25) -> str:
 def _record(run: Run, run_dir: Path, records_dir: Path, prefix: str) -> None:
     try:
         record_run(run, run_dir, records_dir)
-    except RecordError as err:
+    except (RecordError, OSError, ValueError) as err:  # the run is finished all the same: say it, go on
         print(f"{prefix} not recorded: {err}", flush=True)
 
 
@@ -324,6 +349,11 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
             return "busy"
         state = run_state(run_dir)
         if state == "done":
+            try:
+                read_done(run, run_dir)
+            except RecordError as err:
+                print(f"{prefix} failed: {err}", flush=True)
+                return "failed"
             print(f"{prefix} skipped (done)", flush=True)
             _record(run, run_dir, records_dir, prefix)  # finished before records existed, or stopped before its record
             return "skipped"
@@ -367,18 +397,25 @@ def run_sweep(runs: list[Run], runs_dir: Path, records_dir: Path, dry_run: bool 
     for i, run in enumerate(runs, 1):
         prefix = f"[{i}/{len(runs)}] {run.run_name}:"
         if dry_run:
-            if recorded(run, records_dir, prefix) is not None:
+            outcome = recorded(run, records_dir, prefix)
+            if outcome is not None:
+                outcomes.setdefault(outcome, []).append(run.run_name)
                 continue
             state = run_state(runs_dir / run.run_name)
             if state == "done":
-                print(f"{prefix} skipped (done)")
+                try:
+                    read_done(run, runs_dir / run.run_name)
+                    print(f"{prefix} skipped (done)")
+                except RecordError as err:
+                    print(f"{prefix} failed: {err}")
+                    outcomes.setdefault("failed", []).append(run.run_name)
             else:
                 cmd = fit_command(run, runs_dir, resume=state == "resume")
                 print(f"{prefix} would {'resume' if state == 'resume' else 'start'}\n    {shlex.join(cmd)}")
             continue
         outcomes.setdefault(execute(run, runs_dir, records_dir, prefix), []).append(run.run_name)
     if dry_run:
-        return 0
+        return 1 if outcomes.get("failed") else 0
     print(", ".join(f"{len(outcomes.get(k, []))} {k}" for k in ("done", "skipped", "failed", "busy")))
     not_finished = outcomes.get("failed", []) + outcomes.get("busy", [])
     if not_finished:
