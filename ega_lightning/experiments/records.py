@@ -113,7 +113,8 @@ def check_ran_as_specified(run: Run, configs: Sequence[str], args: Sequence[str]
         )
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
+    """A YAML mapping file's content; {} when the file is absent."""
     return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
@@ -150,7 +151,7 @@ def make_record(run: Run, run_dir: Path) -> dict[str, Any]:
     scalars = read_scalars(run_dir)
     if not scalars.get("val/loss"):
         raise RecordError(f"{run_dir} is DONE but its event files hold no val/loss: nothing to record.")
-    config, hparams = _read_yaml(run_dir / "config.yaml"), _read_yaml(run_dir / "hparams.yaml")
+    config, hparams = read_yaml(run_dir / "config.yaml"), read_yaml(run_dir / "hparams.yaml")
     hparams.pop("_instantiator", None)  # Lightning's bookkeeping, not a hyper-parameter
     return {
         "format": FORMAT,

@@ -41,6 +41,7 @@ from ega_lightning.experiments.records import (
     machine,
     read_done,
     read_scalars,
+    read_yaml,
     record_path,
     record_run,
 )
@@ -142,10 +143,6 @@ def resolve_static(run: Run, dotted: str) -> Any:
     return value
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
-
-
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
@@ -210,7 +207,7 @@ def _from_record(data: RunData, record: dict[str, Any], path: Path) -> RunData:
 def load_run(run: Run, runs_dir: Path, records_dir: Path) -> RunData:
     """A finished run directory first (its event files), else the run's record, else missing/incomplete."""
     run_dir = runs_dir / run.run_name
-    config, hparams = _read_yaml(run_dir / "config.yaml"), _read_yaml(run_dir / "hparams.yaml")
+    config, hparams = read_yaml(run_dir / "config.yaml"), read_yaml(run_dir / "hparams.yaml")
     corpus = _dig(config, "data.corpus") or resolve_static(run, "data.corpus") or "?"
     gate = hparams.get("gate") or _dig(config, "model.gate") or resolve_static(run, "model.gate") or "?"
     data = RunData(run, run_dir, "done", "", str(corpus), str(gate), hparams, _dig(config, "trainer.max_steps"))
