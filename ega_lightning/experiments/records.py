@@ -172,12 +172,9 @@ def make_record(run: Run, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def write_record(record: dict[str, Any], records_dir: Path) -> Path:
-    """Writes atomically: a record that exists is always whole, and a failed write leaves nothing."""
-    records_dir.mkdir(parents=True, exist_ok=True)
-    path = record_path(records_dir, record["run_name"])
-    text = json.dumps(record, indent=1) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=records_dir, prefix=f".{path.name}.", suffix=".tmp")
+def write_atomic(path: Path, text: str) -> None:
+    """A file that exists is always whole, and a failed write leaves nothing behind."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as fh:
             fh.write(text)
@@ -185,6 +182,12 @@ def write_record(record: dict[str, Any], records_dir: Path) -> Path:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_record(record: dict[str, Any], records_dir: Path) -> Path:
+    records_dir.mkdir(parents=True, exist_ok=True)
+    path = record_path(records_dir, record["run_name"])
+    write_atomic(path, json.dumps(record, indent=1) + "\n")
     return path
 
 

@@ -56,7 +56,15 @@ from typing import Any, TextIO
 
 import yaml
 
-from ega_lightning.experiments.records import RecordError, load_record, machine, read_done, record_path, record_run
+from ega_lightning.experiments.records import (
+    RecordError,
+    load_record,
+    machine,
+    read_done,
+    record_path,
+    record_run,
+    write_atomic,
+)
 
 SPEC_KEYS = ("name", "configs", "args", "runs")
 RUN_KEYS = ("name", "configs", "seeds", "args", "group", "also_in", "variant")
@@ -271,13 +279,6 @@ def ran_with(command: list[str] | None) -> tuple[list[str], list[str]] | None:
     return configs, args
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    # a DONE that exists is always complete: a crash mid-write leaves only the .tmp
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     """After Ctrl-C: the terminal sent SIGINT to the child too, and Lightning shuts down on it.
 
@@ -385,7 +386,7 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
             "resumed": state == "resume",
             "machine": machine(),
         }
-        _write_atomic(run_dir / DONE_FILE, json.dumps(done, indent=2) + "\n")
+        write_atomic(run_dir / DONE_FILE, json.dumps(done, indent=2) + "\n")
         print(f"{prefix} done in {wall:.0f} s", flush=True)
         _record(run, run_dir, records_dir, prefix)
         return "done"
