@@ -338,6 +338,17 @@ def recorded(run: Run, records_dir: Path, prefix: str) -> str | None:
     return "skipped"
 
 
+def finished(run: Run, run_dir: Path, prefix: str) -> str:
+    """``skipped`` when the finished ``run_dir`` ran this spec entry, else ``failed`` (saying why)."""
+    try:
+        read_done(run, run_dir)
+    except RecordError as err:
+        print(f"{prefix} failed: {err}", flush=True)
+        return "failed"
+    print(f"{prefix} skipped (done)", flush=True)
+    return "skipped"
+
+
 def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
     """Runs one run to completion unless it is recorded, done or busy; returns done/skipped/busy/failed."""
     outcome = recorded(run, records_dir, prefix)
@@ -350,14 +361,10 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
             return "busy"
         state = run_state(run_dir)
         if state == "done":
-            try:
-                read_done(run, run_dir)
-            except RecordError as err:
-                print(f"{prefix} failed: {err}", flush=True)
-                return "failed"
-            print(f"{prefix} skipped (done)", flush=True)
-            _record(run, run_dir, records_dir, prefix)  # finished before records existed, or stopped before its record
-            return "skipped"
+            outcome = finished(run, run_dir, prefix)
+            if outcome == "skipped":  # finished before records existed, or stopped before its record
+                _record(run, run_dir, records_dir, prefix)
+            return outcome
         cmd = fit_command(run, runs_dir, resume=state == "resume")
         log_path = run_dir / LOG_FILE
         with open(log_path, "ab") as log:
@@ -404,12 +411,7 @@ def run_sweep(runs: list[Run], runs_dir: Path, records_dir: Path, dry_run: bool 
                 continue
             state = run_state(runs_dir / run.run_name)
             if state == "done":
-                try:
-                    read_done(run, runs_dir / run.run_name)
-                    print(f"{prefix} skipped (done)")
-                except RecordError as err:
-                    print(f"{prefix} failed: {err}")
-                    outcomes.setdefault("failed", []).append(run.run_name)
+                outcomes.setdefault(finished(run, runs_dir / run.run_name, prefix), []).append(run.run_name)
             else:
                 cmd = fit_command(run, runs_dir, resume=state == "resume")
                 print(f"{prefix} would {'resume' if state == 'resume' else 'start'}\n    {shlex.join(cmd)}")
