@@ -407,6 +407,16 @@ def test_report_findings_compare_with_the_paper(fabricated):
     assert "(n=1, no interval)" in text  # the single-seed tau_init runs against the 3-seed baseline
 
 
+def test_tau_trajectory_starts_at_tau_init_then_follows_the_logged_points():
+    run = sweep.Run(Path("spec.yaml"), "ts-tau", 1, (), (), "tau_init", "tau")
+    data = report.RunData(run, Path("x"), "done", "", "tinyshakespeare", "linear")
+    data.scalars["gate/tau_mean"] = [(250, 0.41), (500, 0.44)]
+    assert report.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41), (500, 0.44)]
+    data.scalars["gate/tau_mean"] = [(0, 0.36), (250, 0.41)]  # a point logged at step 0 yields to tau_init
+    assert report.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41)]
+    assert report.tau_trajectory(data, None) == [(0, 0.36), (250, 0.41)]  # no tau_init: the logged points only
+
+
 def test_report_figures_and_sections(fabricated):
     out, _, text = fabricated
     for name in (

@@ -682,27 +682,35 @@ def _curves_figure(rows: list[Row], tag: str, ylabel: str, title: str, path: Pat
     return True
 
 
+def tau_trajectory(run: RunData, tau_init: Any) -> list[tuple[int, float]]:
+    """(step, mean tau) from tau_init at step 0 (every gate starts each tau there) through the values
+    logged at each validation."""
+    start = [(0, float(tau_init))] if isinstance(tau_init, int | float) else []
+    return start + [(s, v) for s, v in run.scalars.get("gate/tau_mean", []) if s > 0 or not start]
+
+
 def _tau_figure(rows: list[Row], title: str, path: Path) -> bool:
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7.5, 4.5))
+    fig = Figure(figsize=(9, 4.5))
     ax = fig.add_subplot()
     colours = iter(f"C{i}" for i in range(10_000))
     drawn = False
     for row in rows:
         colour = next(colours)
+        tau_init = row.variant.hp("tau_init")
         with_points = [r for r in row.variant.done if r.scalars.get("gate/tau_mean")]
         for i, r in enumerate(with_points):
-            points = r.scalars["gate/tau_mean"]
-            label = f"{row.variant.label} (tau_init {row.variant.hp('tau_init')})" if i == 0 else None
-            ax.plot([s for s, _ in points], [v for _, v in points], color=colour, alpha=0.8, label=label)
+            points = tau_trajectory(r, tau_init)
+            label = f"{row.variant.label} (tau_init {tau_init})" if i == 0 else None
+            ax.plot([s for s, _ in points], [v for _, v in points], color=colour, alpha=0.8, marker=".", label=label)
             drawn = True
     if not drawn:
         return False
     ax.axhline(PAPER["tau"], color="grey", linestyle="--", label=f"paper ≈ {PAPER['tau']}")
-    ax.set(xlabel="step (TensorBoard x-axis)", ylabel="gate/tau_mean (one line per seed)", title=title)
+    ax.set(xlabel="step (step 0: tau_init)", ylabel="gate/tau_mean (one line per seed)", title=title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot: the lines span it
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     return True
@@ -868,7 +876,8 @@ def render(
         "Final = the last evaluation of a run, best = its lowest val loss; mean ± sample std over seeds. "
         "Δ = baseline − variant on the final val loss (positive: the variant is better, like the paper's +0.103); "
         "95% intervals are paired Student-t over seeds when both sides ran the same seeds (identical initial "
-        "shared weights and batches), else Welch. Paper figures: EGA_SPEC.md section 4.",
+        "shared weights and batches), else Welch (which ignores the pairing on the seeds both sides share, so "
+        "its intervals err wide). Paper figures: EGA_SPEC.md section 4.",
         "",
         "## Findings",
         "",
