@@ -417,6 +417,30 @@ def test_tau_trajectory_starts_at_tau_init_then_follows_the_logged_points():
     assert report.tau_trajectory(data, None) == [(0, 0.36), (250, 0.41)]  # no tau_init: the logged points only
 
 
+def test_tau_init_finding_sets_the_loss_spread_against_seed_scatter(tmp_path):
+    runs = tmp_path / "runs"
+    for seed, val in zip((1, 2, 3), (1.50, 1.52, 1.54), strict=True):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.6])
+        fake_run(runs, f"tau0-seed{seed}", "linear", [2.0, val], tau=[0.1, 0.1], tau_init=0.0)
+    fake_run(runs, "tau7-seed1", "linear", [2.0, 1.56], tau=[0.6, 0.7], tau_init=0.7)
+    spec = {
+        "name": "fab",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "tau_init"},
+            {"name": "tau0", "seeds": [1, 2, 3], "group": "tau_init"},
+            {"name": "tau7", "seeds": [1], "group": "tau_init"},
+        ],
+    }
+    path = write_spec(tmp_path / "spec.yaml", spec)
+    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(tmp_path / "out")]) == 0
+    findings = findings_of((tmp_path / "out" / "REPORT.md").read_text())
+    # means 1.52 and 1.56 span 0.04, twice the std 0.02 of the three tau_init 0 seeds
+    assert (
+        "final val loss by initialisation: tau_init 0.0 1.520 ± 0.020; tau_init 0.7 1.560; the means span 0.040, "
+        "2.0× the seed-to-seed std of tau_init 0.0 (0.020 over 3 seeds)." in findings
+    )
+
+
 def test_report_figures_and_sections(fabricated):
     out, _, text = fabricated
     for name in (
