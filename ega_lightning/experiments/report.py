@@ -636,12 +636,12 @@ def _tau_init_findings(table: Table) -> list[str]:
     spread = f"; the final means span {max(finals) - min(finals):.3f}" if finals else ""
     out = [f"[{table.title}] final tau by initialisation: {'; '.join(parts)}{spread}. Paper: ≈ 0.35 regardless of it."]
     losses = [(v, v.summary("final_val_loss")) for v in gated]
-    parts = [f"tau_init {v.hp('tau_init')} {fmt_summary(s)}" for v, s in losses]
-    means = [s.mean for _, s in losses if s.mean is not None]
-    if len(means) < 2:
+    loss_parts = [f"tau_init {v.hp('tau_init')} {fmt_summary(s)}" for v, s in losses]
+    loss_means = [s.mean for _, s in losses if s.mean is not None]
+    if len(loss_means) < 2:
         return out
-    span = max(means) - min(means)
-    text = f"[{table.title}] final val loss by initialisation: {'; '.join(parts)}; the means span {span:.3f}"
+    span = max(loss_means) - min(loss_means)
+    text = f"[{table.title}] final val loss by initialisation: {'; '.join(loss_parts)}; the means span {span:.3f}"
     # the only yardstick for single-seed rows: how far seeds of one initialisation scatter
     seeded = max(losses, key=lambda pair: pair[1].n)
     if seeded[1].std is not None and seeded[1].std > 0:
