@@ -407,6 +407,15 @@ def test_report_findings_compare_with_the_paper(fabricated):
     assert "(n=1, no interval)" in text  # the single-seed tau_init runs against the 3-seed baseline
 
 
+def test_paper_verdict_says_when_the_interval_cannot_tell_the_paper_from_no_effect():
+    wide = stats.Difference(0.001, -0.12, 0.12, 2, 1.0, "paired")
+    assert report._paper_verdict(wide, 0.103) == (
+        "the interval holds both 0 and the paper's figure: too few seeds to tell them apart"
+    )
+    assert "consistent with it" in report._paper_verdict(stats.Difference(0.09, 0.05, 0.12, 3, 2.0, "paired"), 0.103)
+    assert "**not reproduced**" in report._paper_verdict(stats.Difference(0.01, 0.0, 0.02, 3, 2.0, "paired"), 0.103)
+
+
 def test_tau_trajectory_starts_at_tau_init_then_follows_the_logged_points():
     run = sweep.Run(Path("spec.yaml"), "ts-tau", 1, (), (), "tau_init", "tau")
     data = report.RunData(run, Path("x"), "done", "", "tinyshakespeare", "linear")

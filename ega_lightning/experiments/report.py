@@ -531,6 +531,8 @@ def _paper_verdict(d: Difference, paper: float) -> str:
     if d.low is None or d.high is None:
         return "one seed cannot test the paper's figure"
     if d.low <= paper <= d.high:
+        if d.low <= 0.0 <= d.high:  # then the seeds could tell neither claim from no effect at all
+            return "the interval holds both 0 and the paper's figure: too few seeds to tell them apart"
         return "the paper's figure lies inside the interval: consistent with it"
     side = "above" if paper > d.high else "below"
     return f"the paper's figure lies {side} the interval: **not reproduced**"
