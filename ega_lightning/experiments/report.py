@@ -645,9 +645,8 @@ def _tau_init_findings(table: Table) -> list[str]:
     span = max(loss_means) - min(loss_means)
     text = f"[{table.title}] final val loss by initialisation: {'; '.join(loss_parts)}; the means span {span:.3f}"
     # the only yardstick for single-seed rows: how far seeds of one initialisation scatter
-    seeded = max(losses, key=lambda pair: pair[1].n)
-    if seeded[1].std is not None and seeded[1].std > 0:
-        v, s = seeded
+    v, s = max(losses, key=lambda pair: pair[1].n)
+    if s.std:  # None with one seed; 0 would leave nothing to scale by
         text += (
             f", {span / s.std:.1f}× the seed-to-seed std of tau_init {v.hp('tau_init')} ({s.std:.3f} over {s.n} seeds)"
         )
