@@ -18,6 +18,9 @@ from ega_lightning.seeding import derive_seed
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate_options", "vocab")
+# Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
+# checkpoint's value (every other hyper-parameter comes from the checkpoint).
+RUNTIME_KEYS = ("attention",)
 
 
 class NonFiniteLossError(RuntimeError):
