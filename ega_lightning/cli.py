@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
-import torch
+import yaml
 from jsonargparse import Namespace
-from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
+from ega_lightning import runs
+from ega_lightning.callbacks import LastCheckpoint
+from ega_lightning.checkpoint_io import load_checkpoint
 from ega_lightning.data import CharDataModule
-from ega_lightning.module import CharLM
+from ega_lightning.errors import DEBUG_ENV, UserError, print_user_error
+from ega_lightning.module import RUNTIME_KEYS, SHAPE_KEYS, CharLM, NonFiniteLossError
+
+PACKAGED_CONFIGS = Path(__file__).resolve().parent / "configs"
+# What `ega fit` with no -c runs: the README's main job, EGA-1 on TinyShakespeare at the cpu size, with
+# every callback. Any -c file or flag overrides these, as later files override earlier ones.
+DEFAULT_CONFIGS = ("base.yaml", "size/cpu.yaml", "corpus/tinyshakespeare.yaml", "gate/linear.yaml")
+LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
 
 # The default logger, also when no config file names one; the CLI points it at the run directory.
 TENSORBOARD_LOGGER = {
@@ -60,28 +71,66 @@ class EgaCLI(LightningCLI):
             default=100,
             help="Write <run>/checkpoints/last.ckpt every N optimizer steps and at the end of fit (0: never).",
         )
+        parser.add_argument(
+            "--overwrite",
+            type=bool,
+            default=False,
+            help="fit: delete what an earlier run wrote into the run directory and start it over.",
+        )
         parser.link_arguments("model.block_size", "data.block_size")
         parser.link_arguments("seed_everything", "data.seed", compute_fn=_seed_for_data)
         parser.link_arguments("data.vocab", "model.vocab", apply_on="instantiate")
 
     def _parse_ckpt_path(self) -> None:
-        """Lightning takes the model's hyper-parameters from --ckpt_path; take its corpus too.
+        """What a checkpoint decides: the model (from its hyper-parameters) and its corpus; not how it runs.
 
-        A model only fits the corpus whose vocabulary it was trained on, so
-        `ega test --ckpt_path X` evaluates on X's corpus without being told.
+        Lightning overwrites every model argument with the checkpoint's. Here, a model-defining argument
+        (``SHAPE_KEYS``) that the command sets to another value than the checkpoint's is an error that
+        names both: for ``fit`` every one (a resumed or continued run trains the model its config
+        describes), for ``validate``/``test`` those given explicitly (differing from the defaults). A
+        runtime argument (``RUNTIME_KEYS``) keeps the command's value. The corpus follows the checkpoint.
         """
-        super()._parse_ckpt_path()
-        config = self.config.get(self.config.get("subcommand") or "")
+        subcommand = self.config.get("subcommand")
+        config = self.config.get(subcommand) if subcommand else None
         ckpt_path = config.get("ckpt_path") if config else None
-        if ckpt_path and Path(ckpt_path).is_file():
-            ckpt = torch.load(ckpt_path, weights_only=True, map_location="cpu")
-            corpus = ckpt.get("datamodule_hyper_parameters", {}).get("corpus")
-            if corpus is not None:
-                config.data.corpus = corpus
+        if not ckpt_path:
+            return
+        if ckpt_path == "last":
+            if subcommand != "fit":
+                raise UserError(
+                    f"--ckpt_path last resumes `ega fit`; give `ega {subcommand}` a checkpoint file, "
+                    "e.g. --ckpt_path lightning_logs/<run>/checkpoints/best.ckpt."
+                )
+            path = run_dir_of(config) / runs.LAST
+            if not path.is_file():
+                return  # the fit guard says what to do
+        else:
+            path = Path(ckpt_path)
+        ckpt = load_checkpoint(path)
+        saved = ckpt["hyper_parameters"]
+        asked = config.model.clone()
+        defaults = self.parser._subcommands_action._name_parser_map[subcommand].get_defaults().model
+        _check_model_matches(asked, defaults, saved, path, strict=subcommand == "fit")
+        if ckpt_path != "last":  # a run resumed from its own last.ckpt already has the right config
+            super()._parse_ckpt_path()
+        config = self.config[subcommand]
+        for key in RUNTIME_KEYS:
+            if key in asked:
+                config.model[key] = asked[key]
+        corpus = ckpt.get("datamodule_hyper_parameters", {}).get("corpus")
+        if corpus is not None:
+            config.data.corpus = corpus
 
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
-        run_dir = Path(config.runs_dir) / (config.run_name or default_run_name(config))
+        if self.subcommand == "fit" and (config.trainer.max_steps is None or config.trainer.max_steps < 1):
+            raise UserError(
+                f"trainer.max_steps is {config.trainer.max_steps}; set a positive number of optimizer steps "
+                "(--trainer.max_steps=N): the learning-rate schedule and the data are step-based."
+            )
+        if config.checkpoint_every_n_steps < 0:
+            raise UserError(f"checkpoint_every_n_steps must be >= 0 (0: never), got {config.checkpoint_every_n_steps}.")
+        run_dir = run_dir_of(config)
         if self.subcommand in ("validate", "test") and config.run_name is None and config.ckpt_path:
             ckpt_dir = Path(config.ckpt_path).parent
             if ckpt_dir.name == "checkpoints":  # evaluate into the run the checkpoint belongs to
@@ -97,24 +146,31 @@ class EgaCLI(LightningCLI):
         for callback in _as_list(config.trainer.callbacks):
             if _is_model_checkpoint(callback) and callback.init_args.get("dirpath") is None:
                 callback.init_args.dirpath = str(run_dir / "checkpoints")
-        if self.subcommand == "fit":
-            _check_fit_target(run_dir / "checkpoints", config.ckpt_path)
-        if config.checkpoint_every_n_steps < 0:
-            raise SystemExit(f"error: checkpoint_every_n_steps must be >= 0, got {config.checkpoint_every_n_steps}.")
         self._run_dir = run_dir
+        if rank_zero_only.rank != 0:  # the other ranks of a DDP run write into rank 0's run, under its lock
+            return
+        missing = runs.missing_dirs(run_dir)
+        if self.subcommand == "fit":
+            global _LOCK
+            _LOCK = runs.lock(run_dir)  # held until the process ends
+        _register_undo(run_dir, runs.snapshot(run_dir), missing)
+        if self.subcommand == "fit":
+            _check_fit_target(run_dir, config.ckpt_path, config.overwrite)
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except UserError:
+            raise
+        except ValueError as err:  # the constructors' argument checks: a user's mistake, said in one line
+            raise UserError(str(err)) from err
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         every = self._get(self.config, "checkpoint_every_n_steps")
         if every == 0 or self.subcommand not in ("fit", None):
             return super().instantiate_trainer(**kwargs)
         # last.ckpt on a step schedule (and at the end), apart from best.ckpt, which follows val/loss
-        last = ModelCheckpoint(
-            dirpath=self._run_dir / "checkpoints",
-            save_top_k=0,
-            save_last=True,
-            every_n_train_steps=every,
-            save_on_train_epoch_end=True,
-        )
+        last = LastCheckpoint(self._run_dir / "checkpoints", every_n_steps=every)
         self.trainer_defaults = {**self.trainer_defaults, "callbacks": [last]}  # appended to the configured ones
         return super().instantiate_trainer(**kwargs)
 
@@ -136,20 +192,154 @@ def _is_model_checkpoint(callback: Any) -> bool:
     return isinstance(callback, Namespace) and str(callback.get("class_path", "")).endswith("ModelCheckpoint")
 
 
-def _check_fit_target(ckpt_dir: Path, ckpt_path: str | None) -> None:
-    """Never silently overwrite a run, never silently restart one."""
-    existing = sorted(ckpt_dir.glob("*.ckpt")) if ckpt_dir.is_dir() else []
-    if ckpt_path == "last" and not (ckpt_dir / "last.ckpt").is_file():
-        raise SystemExit(
-            f"error: --ckpt_path last, but there is no {ckpt_dir / 'last.ckpt'} to resume from. "
-            "Check --run_name (and the config that derives it), or drop --ckpt_path to start a new run."
+def run_dir_of(config: Namespace) -> Path:
+    return Path(config.runs_dir) / (config.run_name or default_run_name(config))
+
+
+def _check_model_matches(
+    asked: Namespace, defaults: Namespace, saved: dict[str, Any], path: Path, strict: bool
+) -> None:
+    """Raises a UserError naming every model-defining argument the command sets unlike the checkpoint."""
+    differ = []
+    for key in SHAPE_KEYS:
+        if key not in saved or key not in asked:
+            continue
+        value, default = asked[key], defaults.get(key)
+        if key == "gate_options":  # None and {} are the same options
+            value, default, theirs = value or {}, default or {}, saved[key] or {}
+        else:
+            theirs = saved[key]
+        if (strict or value != default) and value != theirs:
+            differ.append(f"{key}: checkpoint {theirs!r}, this command {value!r}")
+    if differ:
+        how = (
+            "Resume or continue it with the configs it was trained with"
+            if strict
+            else "Drop those arguments (the checkpoint decides the model)"
         )
-    if ckpt_path is None and existing:
-        raise SystemExit(
-            f"error: the run directory {ckpt_dir.parent} already holds checkpoints ({existing[0].name}, ...). "
-            "Resume it with --ckpt_path last, start a separate run with --run_name <new name>, "
-            f"or delete {ckpt_dir.parent}."
+        raise UserError(
+            f"{path} holds another model than this command asks for ({'; '.join(differ)}). {how}, "
+            "or start a new run (--run_name) from scratch."
         )
+
+
+def _check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> None:
+    """Never silently overwrite a run, never silently restart one, never mix two in one directory."""
+    state = runs.fit_state(run_dir)
+    last = run_dir / runs.LAST
+    if overwrite:
+        if ckpt_path:
+            raise UserError("--overwrite starts the run over, so it cannot go with --ckpt_path; drop one of them.")
+        runs.clear_outputs(run_dir)
+        return
+    start_over = "start it over with --overwrite (deletes what it wrote), or start a separate run with --run_name"
+    if ckpt_path == "last":
+        if state is runs.FitState.FRESH:
+            raise UserError(
+                f"--ckpt_path last, but there is no run to resume in {run_dir} (no {runs.LAST}). Check --run_name "
+                "(and the config that derives it), or drop --ckpt_path to start the run."
+            )
+        if state is runs.FitState.STALE:
+            raise UserError(
+                f"--ckpt_path last, but the run in {run_dir} stopped before it wrote its first {runs.LAST}, so "
+                f"there is nothing to resume: drop --ckpt_path and {start_over}."
+            )
+        return
+    if ckpt_path is not None:
+        if state is not runs.FitState.FRESH and Path(ckpt_path).resolve() != last.resolve():
+            raise UserError(
+                f"the run directory {run_dir} already holds a run, and {ckpt_path} is not its {runs.LAST}: "
+                "continuing another checkpoint there would mix two runs. Start a separate run with "
+                "--run_name <new name>, or resume this one with --ckpt_path last."
+            )
+        return
+    if state is runs.FitState.RESUME:
+        raise UserError(
+            f"the run directory {run_dir} already holds a run (with {runs.LAST}). Resume it with --ckpt_path last, "
+            f"{start_over} <new name>."
+        )
+    if state is runs.FitState.STALE:
+        names = ", ".join(p.name for p in runs.outputs(run_dir)[:3])
+        raise UserError(
+            f"the run directory {run_dir} holds what a run wrote before it stopped ({names}, ...) but no "
+            f"{runs.LAST}, so it cannot be resumed: {start_over} <new name>."
+        )
+
+
+_LOCK: TextIO | None = None  # the run directory's lock, held by `ega fit` until the process exits
+_UNDO: tuple[Path, set[Path], list[Path]] | None = None  # what to remove when the command fails on a user error
+
+
+def _register_undo(run_dir: Path, before: set[Path], missing: list[Path]) -> None:
+    global _UNDO
+    _UNDO = (run_dir, before, missing)
+
+
+def _undo() -> None:
+    """After a user error: remove what this command wrote, so nothing half-written stays behind."""
+    global _UNDO, _LOCK
+    if _UNDO is None:
+        return
+    run_dir, before, missing = _UNDO
+    _UNDO = None
+    runs.undo_new(run_dir, before, missing)
+    if _LOCK is not None:
+        _LOCK.close()
+        _LOCK = None
+
+
+def resolve_config(name: str) -> str:
+    """A -c value: a file that exists as given, else the packaged config of that name.
+
+    ``gate/db4.yaml`` and ``configs/gate/db4.yaml`` both name the packaged file; a local file of the
+    same path wins (so a checkout's configs/, or your own edited copy, is what runs).
+    """
+    if Path(name).is_file():
+        return name
+    for candidate in (name, name.removeprefix("configs/")):
+        packaged = PACKAGED_CONFIGS / candidate
+        if packaged.is_file():
+            return str(packaged)
+    shipped = sorted(str(p.relative_to(PACKAGED_CONFIGS)) for p in PACKAGED_CONFIGS.rglob("*.yaml"))
+    raise UserError(
+        f"config file {name} not found (relative paths are resolved against {Path.cwd()}). Give a file path, "
+        f"or a packaged config: {', '.join(s for s in shipped if not s.startswith('sweeps/'))}."
+    )
+
+
+def _check_yaml(path: str) -> None:
+    try:
+        yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(
+            f"config file {path} is not valid YAML{where}: {problem}. Fix the file and run again."
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"config file {path} cannot be read: {err}.") from None
+
+
+def resolve_config_args(argv: list[str]) -> list[str]:
+    """The command line with every -c/--config value resolved (packaged names) and checked as YAML."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-c", "--config") and i + 1 < len(argv):
+            path = resolve_config(argv[i + 1])
+            _check_yaml(path)
+            out += [arg, path]
+            i += 2
+            continue
+        if arg.startswith("--config="):
+            path = resolve_config(arg.split("=", 1)[1])
+            _check_yaml(path)
+            arg = f"--config={path}"
+        out.append(arg)
+        i += 1
+    return out
 
 
 # subcommands with their own argparse CLIs: Lightning's parser knows only fit/validate/test
@@ -162,18 +352,34 @@ TOOLS = {
 
 
 def main(args: Any = None) -> None:
-    argv = sys.argv[1:] if args is None else args
-    if isinstance(argv, list) and argv and argv[0] in TOOLS:
-        code = importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
+    argv = list(sys.argv[1:] if args is None else args)
+    if "--debug" in argv:  # anywhere on the line: show tracebacks (also for DDP's re-executed ranks)
+        argv.remove("--debug")
+        os.environ[DEBUG_ENV] = "1"
+    if argv and argv[0] in TOOLS:
+        try:
+            code = importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
+        except UserError as err:
+            print_user_error(argv[0], err)
+            raise SystemExit(2) from None
+        except KeyboardInterrupt:
+            raise SystemExit(130) from None
         if code:
             raise SystemExit(code)
         return
-    if isinstance(argv, list) and argv[:1] in (["-h"], ["--help"]):
+    if argv[:1] in (["-h"], ["--help"]):
         print(
             "Also: `ega generate` (sample from a checkpoint), `ega bench` (gate cost), "
             "`ega sweep` (run a sweep spec), `ega report` (summarise one). Each takes --help.\n"
+            "With no -c, fit/validate/test start from the packaged configs "
+            f"{' + '.join(DEFAULT_CONFIGS)}; -c takes a file or a packaged name (e.g. -c gate/db4.yaml).\n"
         )
+    command = argv[0] if argv and argv[0] in LIGHTNING_SUBCOMMANDS else "fit"
+    defaults = [str(PACKAGED_CONFIGS / name) for name in DEFAULT_CONFIGS]
     try:
+        resolved = resolve_config_args(argv)
+        if args is None:  # from the shell: DDP re-executes sys.argv, so it carries the resolved line
+            sys.argv[1:] = resolved
         EgaCLI(
             CharLM,
             CharDataModule,
@@ -182,7 +388,8 @@ def main(args: Any = None) -> None:
             auto_configure_optimizers=False,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
-            args=args,
+            parser_kwargs={sub: {"default_config_files": defaults} for sub in LIGHTNING_SUBCOMMANDS},
+            args=None if args is None else resolved,
         )
     except SIGTERMException:
         # Lightning stops on SIGTERM (preemption, a job's time limit, `kill`) with exit status 0, so a
@@ -193,6 +400,13 @@ def main(args: Any = None) -> None:
             file=sys.stderr,
         )
         raise SystemExit(128 + signal.SIGTERM) from None
+    except UserError as err:
+        _undo()
+        print_user_error(command, err)
+        raise SystemExit(2) from None
+    except NonFiniteLossError as err:  # the run's own outcome, not a bug: its checkpoints are kept
+        print_user_error(command, err)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -64,6 +64,27 @@ def sample(logits: torch.Tensor, temperature: float, top_k: int | None, generato
 
 
 @torch.inference_mode()
+def stream(
+    model: GPT,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    seed: int = 1337,
+    use_cache: bool = True,
+) -> Iterator[torch.Tensor]:
+    """Yields each new token (B, 1) as soon as it is sampled, continuing the prompt ids ``idx`` (B, T)."""
+    generator = torch.Generator(device=idx.device).manual_seed(seed)
+    steps = next_token_logits(model, idx, use_cache)
+    step = next(steps)
+    for i in range(max_new_tokens):
+        token = sample(step.logits, temperature, top_k, generator)
+        yield token
+        idx = torch.cat([idx, token], dim=1)
+        if i + 1 < max_new_tokens:
+            step = steps.send(idx)
+
+
 def generate(
     model: GPT,
     idx: torch.Tensor,
@@ -74,14 +95,8 @@ def generate(
     use_cache: bool = True,
 ) -> torch.Tensor:
     """idx (B, T) prompt ids -> (B, T + max_new_tokens)."""
-    generator = torch.Generator(device=idx.device).manual_seed(seed)
-    steps = next_token_logits(model, idx, use_cache)
-    step = next(steps)
-    for i in range(max_new_tokens):
-        idx = torch.cat([idx, sample(step.logits, temperature, top_k, generator)], dim=1)
-        if i + 1 < max_new_tokens:
-            step = steps.send(idx)
-    return idx
+    new = list(stream(model, idx, max_new_tokens, temperature, top_k, seed, use_cache))
+    return torch.cat([idx, *new], dim=1)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,8 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.top_k is not None and args.top_k < 1:
         parser.error(f"--top_k must be positive, got {args.top_k}")
 
-    from ega_lightning.module import CharLM  # Lightning is slow to import: only once the arguments are valid
+    # Lightning is slow to import: only once the arguments are valid
+    from ega_lightning.checkpoint_io import load_checkpoint
+    from ega_lightning.module import CharLM
 
+    load_checkpoint(args.ckpt_path)  # a missing, foreign or corrupt file: one clear error
     lm = CharLM.load_from_checkpoint(args.ckpt_path, map_location=args.device).eval()
     try:
         prompt = lm.tokenizer.encode(args.prompt)[None].to(args.device)
@@ -111,12 +129,22 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--prompt: {err}")
     if prompt.shape[1] == 0:
         parser.error("--prompt is empty; give at least one character (the default is a newline)")
-    t0 = time.perf_counter()
-    out = generate(lm.model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed, not args.no_cache)
+    sys.stdout.write(args.prompt)
+    sys.stdout.flush()
+    t0, n = time.perf_counter(), 0
+    tokens = stream(lm.model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed, not args.no_cache)
+    try:
+        for token in tokens:  # each character as soon as it exists: a long generation shows progress
+            sys.stdout.write(lm.tokenizer.decode(token[0]))
+            sys.stdout.flush()
+            n += 1
+    except KeyboardInterrupt:  # keep what was generated; no traceback
+        sys.stdout.write("\n")
+        sys.stderr.write(f"ega generate: interrupted after {n} of {args.max_new_tokens} new tokens\n")
+        raise SystemExit(130) from None
     seconds = time.perf_counter() - t0
-    sys.stdout.write(lm.tokenizer.decode(out[0]) + "\n")
-    rate = args.max_new_tokens / seconds
-    sys.stderr.write(f"{args.max_new_tokens} tokens in {seconds:.2f} s ({rate:.1f} tokens/s)\n")
+    sys.stdout.write("\n")
+    sys.stderr.write(f"{n} tokens in {seconds:.2f} s ({n / seconds:.1f} tokens/s)\n")
 
 
 if __name__ == "__main__":

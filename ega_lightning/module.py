@@ -77,6 +77,8 @@ class CharLM(L.LightningModule):
         _require(lr > 0, f"model.lr must be positive, got {lr}.")
         _require(0 <= min_lr <= lr, f"model.min_lr must be in [0, lr={lr}], got {min_lr}.")
         _require(warmup_steps >= 0, f"model.warmup_steps must be >= 0, got {warmup_steps}.")
+        for name, value in (("tau_init", tau_init), ("alpha_init", alpha_init)):
+            _require(math.isfinite(value), f"model.{name} must be a finite number, got {value}.")
         _require(weight_decay >= 0, f"model.weight_decay must be >= 0, got {weight_decay}.")
         _require(attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {attention!r}.")
         options = dict(gate_options or {})

@@ -11,6 +11,8 @@ import pytest
 
 from ega_lightning.data.corpora import CORPORA, DATA_DIR_ENV
 
+from .helpers import find_or_fetch_corpora
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 
@@ -21,12 +23,8 @@ TINY_VOCAB = CORPORA["tinyshakespeare"].vocab
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
-    """The corpora: $EGA_DATA_DIR, else ../shared/data beside the repository (never downloaded by tests)."""
-    candidates = [os.environ.get(DATA_DIR_ENV), REPO.parent / "shared" / "data"]
-    for candidate in candidates:
-        if candidate and (Path(candidate) / CORPORA["tinyshakespeare"].train.relpath).is_file():
-            return Path(candidate)
-    pytest.fail(f"No corpora found: set {DATA_DIR_ENV} to a directory holding tinyshakespeare/ and ptb/.")
+    """The corpora: $EGA_DATA_DIR, ../shared/data or ./data; else downloaded once into ./data (see helpers)."""
+    return find_or_fetch_corpora([os.environ.get(DATA_DIR_ENV), REPO.parent / "shared" / "data", Path("data")])
 
 
 def run_ega(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300):

@@ -1,9 +1,48 @@
-"""Test-only Lightning callbacks, importable by the real CLI as `tests.helpers.<name>` (PYTHONPATH=repo)."""
+"""Test helpers: the corpora for the suite, and Lightning callbacks the real CLI imports as `tests.helpers.<name>`."""
 
+import os
+import signal
 import time
+from pathlib import Path
 
 import lightning as L
+import pytest
 import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from ega_lightning.data.corpora import CORPORA, DATA_DIR_ENV, CorpusError, ensure_corpus
+
+
+def scalars(run_dir: Path, tag: str) -> dict[int, float]:
+    """step -> value; for a step logged twice (before a kill and after the resume), the later one."""
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return {e.step: e.value for e in sorted(events.Scalars(tag), key=lambda e: e.wall_time)}
+
+
+def has_corpora(directory: Path) -> bool:
+    return all((directory / f.relpath).is_file() for corpus in CORPORA.values() for f in corpus.files)
+
+
+def find_or_fetch_corpora(candidates: list[str | Path | None], target: Path = Path("data")) -> Path:
+    """The first candidate directory holding every corpus; else ``target`` after the project's own
+    checksummed download into it (what `ega` does on first use); else one message that says what to do.
+    """
+    for candidate in candidates:
+        if candidate and has_corpora(Path(candidate)):
+            return Path(candidate)
+    try:
+        for corpus in CORPORA.values():
+            ensure_corpus(corpus, target)
+    except CorpusError as err:
+        where = ", ".join(str(c) for c in candidates if c)
+        pytest.fail(
+            f"The tests need the corpora and found none in {where}, and downloading them into {target} failed "
+            f"({err}). On an offline machine set {DATA_DIR_ENV} to a directory holding tinyshakespeare/input.txt "
+            "and ptb/ptb.{train,valid,test}.txt.",
+            pytrace=False,
+        )
+    return target
 
 
 class SleepEachStep(L.Callback):
@@ -27,3 +66,36 @@ class PoisonLossAt(L.Callback):
             for p in pl_module.parameters():
                 if p.grad is not None:
                     p.grad.fill_(torch.nan)
+
+
+class KillAfterSave(L.Callback):
+    """SIGKILLs its own process right after a checkpoint file named ``name`` is written at ``step`` or later.
+
+    The most unlucky moment for a resume: the checkpoint is on disk, what would come next is not.
+    """
+
+    def __init__(self, step: int, name: str = "last.ckpt") -> None:
+        self.step, self.name = step, name
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        io = trainer.strategy.checkpoint_io
+        save = io.save_checkpoint
+
+        def save_then_kill(checkpoint, path, storage_options=None) -> None:
+            save(checkpoint, path, storage_options)
+            if Path(path).name == self.name and checkpoint["global_step"] >= self.step:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        io.save_checkpoint = save_then_kill
+
+
+class WaitForFile(L.Callback):
+    """Holds training at its first step until ``path`` exists (at most ``timeout`` seconds): a run a test can pause."""
+
+    def __init__(self, path: str, timeout: float = 300.0) -> None:
+        self.path, self.timeout = Path(path), timeout
+
+    def on_train_batch_end(self, *args, **kwargs) -> None:
+        deadline = time.time() + self.timeout
+        while not self.path.exists() and time.time() < deadline:
+            time.sleep(0.1)

@@ -1,5 +1,6 @@
 """Crash safety through the real CLI: SIGKILL mid-training, resume, same result; NaN stops cleanly."""
 
+import json
 import os
 import signal
 import subprocess
@@ -8,9 +9,9 @@ import time
 
 import pytest
 import torch
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from .conftest import CONFIGS, REPO, TINY_MODEL
+from .helpers import scalars
 
 pytestmark = pytest.mark.slow
 
@@ -33,13 +34,6 @@ ARGS = [
 def ega(args: list[str], cwd, env) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "ega_lightning.cli", *args]
     return subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def scalars(run_dir, tag) -> dict[int, float]:
-    """step -> value; for a step logged twice (before a kill and after the resume), the later one."""
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
-    events.Reload()
-    return {e.step: e.value for e in sorted(events.Scalars(tag), key=lambda e: e.wall_time)}
 
 
 def checkpoint_step(path) -> int:
@@ -86,6 +80,42 @@ def test_sigkill_then_resume_ends_exactly_like_an_uninterrupted_run(tmp_path, en
     full_val, resumed_val = scalars(full_dir, "val/loss"), scalars(killed_dir, "val/loss")
     assert list(full_val) == list(resumed_val) == [7, 15]
     assert resumed_val[15] == pytest.approx(full_val[15], abs=1e-6)
+
+
+def summary(run_dir) -> dict:
+    return json.loads((run_dir / "gate_summary.json").read_text())
+
+
+def test_a_kill_right_after_a_checkpoint_loses_no_validation(tmp_path, env):
+    # last.ckpt every 4 steps, validation every 8: the checkpoint of step 8 is the one a validation follows
+    every = ["--checkpoint_every_n_steps=4"]
+    full = ega([*ARGS, *every, "--run_name=full"], tmp_path, env)
+    assert full.wait(timeout=300) == 0, full.stderr.read()[-3000:]
+    kill = ["--trainer.callbacks+=tests.helpers.KillAfterSave", "--trainer.callbacks.step=8"]
+    killed = ega([*ARGS, *every, *kill, "--run_name=killed"], tmp_path, env)
+    killed.communicate(timeout=300)
+    assert killed.returncode == -signal.SIGKILL
+    full_dir, killed_dir = tmp_path / "lightning_logs/full", tmp_path / "lightning_logs/killed"
+    assert checkpoint_step(killed_dir / "checkpoints/last.ckpt") == 8
+
+    resumed = ega([*ARGS, *every, "--run_name=killed", "--ckpt_path=last"], tmp_path, env)
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err[-3000:]
+
+    full_val, resumed_val = scalars(full_dir, "val/loss"), scalars(killed_dir, "val/loss")
+    assert list(resumed_val) == list(full_val) == [7, 15]  # every validation, the one after the checkpoint too
+    assert list(resumed_val.values()) == pytest.approx(list(full_val.values()), abs=1e-6)
+    best = [
+        torch.load(d / "checkpoints/best.ckpt", map_location="cpu", weights_only=False) for d in (full_dir, killed_dir)
+    ]
+    assert best[0]["global_step"] == best[1]["global_step"]
+    for name, value in best[0]["state_dict"].items():
+        assert torch.allclose(best[1]["state_dict"][name], value, atol=1e-6), name
+    full_tau, resumed_tau = summary(full_dir), summary(killed_dir)
+    assert [h["step"] for h in resumed_tau["history"]] == [h["step"] for h in full_tau["history"]] == [8, 16]
+    for a, b in zip(full_tau["history"], resumed_tau["history"], strict=True):
+        assert b["gate/tau_mean"] == pytest.approx(a["gate/tau_mean"], abs=1e-6)
+    assert resumed_tau["converged"] == full_tau["converged"]
 
 
 def test_sigterm_exits_nonzero_so_a_cut_short_run_is_not_taken_for_finished(tmp_path, env):

@@ -8,6 +8,7 @@ file is read or downloaded, on every rank.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
@@ -16,10 +17,12 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from ega_lightning.errors import UserError
+
 DATA_DIR_ENV = "EGA_DATA_DIR"
 
 
-class CorpusError(RuntimeError):
+class CorpusError(UserError):
     """A corpus file is missing, corrupt or cannot be fetched."""
 
 
@@ -118,6 +121,7 @@ def verify(file: CorpusFile, path: Path) -> None:
 
 def download(file: CorpusFile, path: Path, timeout: float = 60.0) -> None:
     """Fetch `file.url` to `path`: verified in a temporary file, then renamed atomically."""
+    new_dirs = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     tmp = Path(tmp_name)
@@ -139,6 +143,10 @@ def download(file: CorpusFile, path: Path, timeout: float = 60.0) -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+        for d in new_dirs:  # a failed download leaves no empty data directories behind
+            if not path.exists():
+                with contextlib.suppress(OSError):
+                    d.rmdir()
 
 
 def ensure_corpus(corpus: Corpus, data_dir: Path) -> None:

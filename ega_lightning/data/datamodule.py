@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ega_lightning.data.corpora import CorpusError, ensure_corpus, get_corpus, read_text, resolve_data_dir
 from ega_lightning.data.tokenizer import CharTokenizer
+from ega_lightning.errors import UserError
 from ega_lightning.seeding import derive_seed
 
 Batch = tuple[torch.Tensor, torch.Tensor]  # inputs (B, T), targets (B, T) shifted by one character
@@ -152,7 +153,7 @@ class CharDataModule(L.LightningDataModule):
             )
         for split, text in (("val", val), ("test", test)):
             if len(text) < self.block_size + 1:
-                raise ValueError(
+                raise UserError(
                     f"block_size {self.block_size} is larger than the {split} split of {self.corpus.name} "
                     f"({len(text):,} characters): no evaluation window fits. Use a smaller --model.block_size."
                 )

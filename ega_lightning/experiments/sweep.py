@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
-import fcntl
 import fnmatch
 import json
 import os
@@ -56,6 +55,7 @@ from typing import Any, TextIO
 
 import yaml
 
+from ega_lightning import runs
 from ega_lightning.experiments.records import (
     RecordError,
     load_record,
@@ -69,8 +69,8 @@ from ega_lightning.experiments.records import (
 SPEC_KEYS = ("name", "configs", "args", "runs")
 RUN_KEYS = ("name", "configs", "seeds", "args", "group", "also_in", "variant")
 # the sweep sets these itself, per run; a spec that set them would break resuming and naming
-RESERVED_ARGS = ("--seed_everything", "--run_name", "--runs_dir", "--ckpt_path")
-DONE_FILE, LOG_FILE, LOCK_FILE = "DONE", "sweep.log", ".sweep.lock"
+RESERVED_ARGS = ("--seed_everything", "--run_name", "--runs_dir", "--ckpt_path", "--overwrite")
+DONE_FILE, LOG_FILE = "DONE", "sweep.log"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")  # one directory name, nothing a shell mangles
 
 
@@ -239,20 +239,21 @@ def select(runs: tuple[Run, ...], patterns: list[str] | None) -> list[Run]:
 
 
 def run_state(run_dir: Path) -> str:
-    """``done`` (DONE exists), ``resume`` (last.ckpt but no DONE) or ``fresh``."""
+    """``done`` (DONE exists), else what `ega fit` makes of the directory: ``fresh``, ``resume`` or ``stale``."""
     if (run_dir / DONE_FILE).is_file():
         return "done"
-    if (run_dir / "checkpoints" / "last.ckpt").is_file():
-        return "resume"
-    return "fresh"
+    return runs.fit_state(run_dir).value
 
 
-def fit_command(run: Run, runs_dir: Path | str, resume: bool) -> list[str]:
+def fit_command(run: Run, runs_dir: Path | str, resume: bool, overwrite: bool = False) -> list[str]:
+    """The `ega fit` of ``run``; ``resume``: from its last.ckpt; ``overwrite``: over a run that cannot resume."""
     cmd = [sys.executable, "-m", "ega_lightning.cli", "fit"]
     for config in run.configs:
         cmd += ["-c", config]
     cmd += [*run.args, f"--seed_everything={run.seed}", f"--run_name={run.run_name}", f"--runs_dir={runs_dir}"]
-    return [*cmd, "--ckpt_path", "last"] if resume else cmd
+    if resume:
+        return [*cmd, "--ckpt_path", "last"]
+    return [*cmd, "--overwrite=true"] if overwrite else cmd
 
 
 def ran_with(command: list[str] | None) -> tuple[list[str], list[str]] | None:
@@ -296,19 +297,18 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @contextlib.contextmanager
 def _run_lock(run_dir: Path) -> Iterator[TextIO | None]:
-    """An exclusive lock on the run directory, or None when another process holds it.
+    """The run directory's lock (the one `ega fit` takes), or None when another process holds it.
 
-    The child inherits the locked file, so the lock outlives a SIGKILLed sweep for as long as
-    its orphaned `ega fit` runs: a restarted sweep then leaves that run alone.
+    The child `ega fit` inherits the locked file and takes it as its own (``runs.LOCK_FD_ENV``), so
+    the lock outlives a SIGKILLed sweep for as long as its orphaned `ega fit` runs: a restarted
+    sweep then leaves that run alone, and so does a user's `ega fit` of the same run.
     """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run_dir / LOCK_FILE, "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield None
-            return
+    lock = runs.try_lock(run_dir)
+    try:
         yield lock
+    finally:
+        if lock is not None:
+            lock.close()
 
 
 def _log_tail(log_path: Path, offset: int, lines: int = 25) -> str:
@@ -357,7 +357,7 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
     run_dir = runs_dir / run.run_name
     with _run_lock(run_dir) as lock:
         if lock is None:
-            print(f"{prefix} skipped (running in another process: {run_dir / LOCK_FILE} is locked)", flush=True)
+            print(f"{prefix} skipped (running in another process: {run_dir / runs.LOCK_FILE} is locked)", flush=True)
             return "busy"
         state = run_state(run_dir)
         if state == "done":
@@ -365,16 +365,17 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
             if outcome == "skipped":  # finished before records existed, or stopped before its record
                 _record(run, run_dir, records_dir, prefix)
             return outcome
-        cmd = fit_command(run, runs_dir, resume=state == "resume")
+        cmd = fit_command(run, runs_dir, resume=state == "resume", overwrite=state == "stale")
         log_path = run_dir / LOG_FILE
         with open(log_path, "ab") as log:
             offset = log.tell()
             now = datetime.now(UTC).isoformat(timespec="seconds")
             log.write(f"\n===== {now} ega sweep {run.spec}: {state}\n$ {shlex.join(cmd)}\n".encode())
             log.flush()
-            print(f"{prefix} {'resumed' if state == 'resume' else 'started'}", flush=True)
+            print(f"{prefix} {({'resume': 'resumed', 'stale': 'started over'}).get(state, 'started')}", flush=True)
             start = time.monotonic()
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # the log shows progress as it happens
+            # the log shows progress as it happens; the child takes over the lock
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", runs.LOCK_FD_ENV: str(lock.fileno())}
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(lock.fileno(),))
             try:
                 returncode = proc.wait()
@@ -413,8 +414,9 @@ def run_sweep(runs: list[Run], runs_dir: Path, records_dir: Path, dry_run: bool 
             if state == "done":
                 outcomes.setdefault(finished(run, runs_dir / run.run_name, prefix), []).append(run.run_name)
             else:
-                cmd = fit_command(run, runs_dir, resume=state == "resume")
-                print(f"{prefix} would {'resume' if state == 'resume' else 'start'}\n    {shlex.join(cmd)}")
+                cmd = fit_command(run, runs_dir, resume=state == "resume", overwrite=state == "stale")
+                verb = {"resume": "resume", "stale": "start over"}.get(state, "start")
+                print(f"{prefix} would {verb}\n    {shlex.join(cmd)}")
             continue
         outcomes.setdefault(execute(run, runs_dir, records_dir, prefix), []).append(run.run_name)
     if dry_run:

@@ -1,0 +1,66 @@
+"""``last.ckpt``, the checkpoint a run resumes from, written only where a resume loses nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Checkpoint
+
+
+def validation_follows(trainer: L.Trainer) -> bool:
+    """Whether the training step that just ended is followed by a validation (asked at on_train_batch_end)."""
+    loop = trainer.fit_loop.epoch_loop
+    fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
+    return bool(trainer.enable_validation and fetcher is not None and loop._should_check_val_fx(fetcher))
+
+
+class LastCheckpoint(Checkpoint):
+    """Writes ``<dirpath>/last.ckpt`` every ``every_n_steps`` optimizer steps and at the end of fit.
+
+    Lightning's own ``ModelCheckpoint(save_last=True, every_n_train_steps=N)`` writes at the end of the
+    training step, before the validation of that step; a run resumed from such a file never runs that
+    validation (Lightning fast-forwards past it), so its val/loss point, its tau history entry and a
+    possible best.ckpt are lost. Here a step that validates is saved after its validation instead,
+    when every callback (best.ckpt, tau history) has already taken it in: a Checkpoint subclass runs
+    after the other callbacks.
+    """
+
+    def __init__(self, dirpath: str | Path, every_n_steps: int) -> None:
+        if every_n_steps < 1:
+            raise ValueError(f"every_n_steps must be >= 1, got {every_n_steps}.")
+        self.dirpath = Path(dirpath)
+        self.every_n_steps = every_n_steps
+        self._pending = False  # a save deferred to the end of this step's validation
+        self._saved_step = -1
+
+    @property
+    def path(self) -> Path:
+        return self.dirpath / "last.ckpt"
+
+    def _save(self, trainer: L.Trainer) -> None:
+        # What was logged up to here goes to disk first: a run killed after this save resumes past those
+        # points and never logs them again (TensorBoard buffers events for up to two minutes).
+        for logger in trainer.loggers:
+            logger.save()
+        trainer.save_checkpoint(self.path)  # through the trainer's CheckpointIO (atomic), on every rank
+        self._saved_step = trainer.global_step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.global_step % self.every_n_steps or trainer.global_step == self._saved_step:
+            return
+        if validation_follows(trainer):
+            self._pending = True
+        else:
+            self._save(trainer)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._pending and not trainer.sanity_checking:
+            self._pending = False
+            self._save(trainer)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # the end of fit (max_steps): the final state, unless this step's save already wrote it
+        if trainer.global_step != self._saved_step:
+            self._save(trainer)

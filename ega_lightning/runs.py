@@ -1,0 +1,131 @@
+"""A run directory: what state it is in, who may write into it, and undoing what a failed start wrote.
+
+One rule decides whether ``ega fit`` may start or resume a directory, and ``ega sweep`` asks the same
+function (through ``fit_state``), so the two never give each other contradictory advice:
+
+- ``fresh``: nothing of a run is there: start.
+- ``resume``: ``checkpoints/last.ckpt`` exists: continue it with ``--ckpt_path last``.
+- ``stale``: a run wrote something (event files, a config, ``best.ckpt``) but no ``last.ckpt``: it was
+  stopped before its first resumable point, so it can only be started over (``--overwrite``).
+
+One lock per run directory (``<run>/.lock``, ``flock``), owned by ``ega fit`` on global rank 0 for its
+whole life. ``ega sweep`` takes the same lock before it looks at a directory and hands the locked file
+to the ``ega fit`` it starts (``EGA_RUN_LOCK_FD``), so the two never refuse each other and two
+processes never write one run.
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import os
+import shutil
+from pathlib import Path
+from typing import TextIO
+
+from ega_lightning.errors import UserError
+
+LOCK_FILE = ".lock"
+LOCK_FD_ENV = "EGA_RUN_LOCK_FD"  # a locked file of this run inherited from `ega sweep`
+LAST = Path("checkpoints") / "last.ckpt"
+# what `ega fit` writes into a run directory; --overwrite deletes exactly these
+OUTPUT_GLOBS = ("checkpoints", "events.out.tfevents.*", "config.yaml", "config_*.yaml", "hparams.yaml", "*.json")
+
+
+class FitState(enum.Enum):
+    FRESH = "fresh"
+    RESUME = "resume"
+    STALE = "stale"
+
+
+class RunBusy(UserError):
+    """Another process holds the run directory's lock."""
+
+
+def outputs(run_dir: Path) -> list[Path]:
+    """The files and directories a run has written into ``run_dir`` (sorted)."""
+    if not run_dir.is_dir():
+        return []
+    return sorted({p for pattern in OUTPUT_GLOBS for p in run_dir.glob(pattern)})
+
+
+def fit_state(run_dir: Path) -> FitState:
+    if (run_dir / LAST).is_file():
+        return FitState.RESUME
+    return FitState.STALE if outputs(run_dir) else FitState.FRESH
+
+
+def clear_outputs(run_dir: Path) -> None:
+    """Deletes what a run wrote (not the lock, not a sweep's log): the start of ``--overwrite``."""
+    for path in outputs(run_dir):
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+
+def try_lock(run_dir: Path) -> TextIO | None:
+    """The run directory's lock file, locked by this process; None when another process holds it.
+
+    Keep the returned file open for as long as the lock must hold (closing it releases the lock). A
+    locked file inherited from `ega sweep` (``EGA_RUN_LOCK_FD``) for this same directory counts as held.
+    """
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / LOCK_FILE
+    inherited = os.environ.get(LOCK_FD_ENV)
+    if inherited:
+        try:
+            fh = os.fdopen(int(inherited), "a", closefd=False)
+            same = os.fstat(fh.fileno()).st_ino == os.stat(path).st_ino
+        except (OSError, ValueError):
+            same = False
+        if same:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the same open file: succeeds, it is ours
+            return fh
+    fh = open(path, "a")  # noqa: SIM115  (the caller keeps it open: that is the lock)
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        return None
+    return fh
+
+
+def lock(run_dir: Path) -> TextIO:
+    """:func:`try_lock`, or :class:`RunBusy` saying what to do."""
+    fh = try_lock(run_dir)
+    if fh is None:
+        raise RunBusy(
+            f"the run directory {run_dir} is in use by another process (it holds {run_dir / LOCK_FILE}). "
+            "Wait for that run to finish (or stop it), or start a separate run with --run_name <new name>."
+        )
+    return fh
+
+
+def snapshot(run_dir: Path) -> set[Path]:
+    """Every path under ``run_dir`` now (empty when it does not exist)."""
+    return set(run_dir.rglob("*")) if run_dir.is_dir() else set()
+
+
+def missing_dirs(run_dir: Path) -> list[Path]:
+    """``run_dir`` and those of its parents that do not exist yet, innermost first."""
+    return [d for d in (run_dir, *run_dir.parents) if not d.exists()]
+
+
+def undo_new(run_dir: Path, before: set[Path], missing: list[Path]) -> None:
+    """Removes what appeared under ``run_dir`` since ``before``, and the directories of ``missing`` (those
+    that did not exist before, see :func:`missing_dirs`) that are left empty, e.g. ``lightning_logs``.
+    """
+    if missing:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        for parent in missing[1:]:
+            try:
+                parent.rmdir()  # only while empty: never another run's directory
+            except OSError:
+                break
+        return
+    for path in sorted(snapshot(run_dir) - before, key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
