@@ -30,8 +30,9 @@ def atomic_file(path: Path | str, mode: str = "w") -> Iterator[IO[Any]]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)  # reopened by name, so that fh.name is the temporary file's path
     try:
-        with os.fdopen(fd, mode) as fh:
+        with open(tmp, mode) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())

@@ -161,7 +161,8 @@ def regime(v: Variant) -> str:
         return "—"
     h = v.done[0].hparams
     steps = v.done[0].max_steps
-    return f"{v.group} / {v.corpus}: {h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}, {steps} steps"
+    model = f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}"
+    return f"{v.group} / {v.corpus}: {model}, {steps} steps"
 
 
 def name(v: Variant) -> str:

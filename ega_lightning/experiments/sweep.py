@@ -236,10 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"ega sweep: error: {err}", file=sys.stderr)
         return 2
-    if args.dry_run:
-        print(numbering(sweep.runs))
     try:
-        return run_sweep(runs, args.runs_dir, args.records_dir, dry_run=args.dry_run)
+        code = run_sweep(runs, args.runs_dir, args.records_dir, dry_run=args.dry_run)
+        if args.dry_run:
+            print(numbering(sweep.runs))
+        return code
     except KeyboardInterrupt:
         print("\ninterrupted: finished runs are kept; rerun the same command to resume.", file=sys.stderr)
         return 130
