@@ -734,7 +734,9 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
     for run_dir in run_dirs:
         record = json.loads((tmp_path / "results" / "runs" / f"{run_dir.name}.json").read_text())
         done = json.loads((run_dir / "DONE").read_text())
-        assert record["done"]["command"] == done["command"] and record["machine"] == done["machine"]
+        assert record["command"] == done["command"] and record["machine"] == done["machine"]
+        assert record["command"].startswith("ega fit -c ") and "--runs_dir" not in record["command"]
+        assert record["git_commit"] == done["git_commit"] and record["versions"]["torch"] is not None
         assert record["hparams"]["n_embd"] == 16 and record["max_steps"] == 4
     shutil.rmtree(tmp_path / "runs")
     fresh = run_ega(["sweep", "spec.yaml", "--runs_dir", "runs"], cwd=tmp_path, env=env)
