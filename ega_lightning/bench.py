@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-import yaml
 from torch import nn
 
 from ega_lightning.data.corpora import CORPORA
 from ega_lightning.generate import generate
+from ega_lightning.io import read_yaml, write_atomic
 from ega_lightning.module import CharLM
 
 VOCAB = CORPORA["tinyshakespeare"].vocab
@@ -162,7 +162,7 @@ def run_interleaved(contenders: list[Contender], repeats: int, warmup: int) -> N
 
 
 def load_yaml_model(path: Path) -> dict[str, Any]:
-    return (yaml.safe_load(path.read_text()) or {}).get("model", {}) or {}
+    return read_yaml(path, missing_ok=False).get("model", {}) or {}
 
 
 def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
@@ -171,7 +171,7 @@ def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
     if not path.is_file():
         available = ", ".join(sorted(p.stem for p in (configs / "size").glob("*.yaml")))
         raise SystemExit(f"error: no model size {size!r} in {configs / 'size'} (available: {available}).")
-    raw = yaml.safe_load(path.read_text())
+    raw = read_yaml(path, missing_ok=False)
     shape = {k: raw["model"][k] for k in ("n_layer", "n_head", "n_embd", "block_size")}
     return shape, raw["data"]["batch_size"]
 
@@ -367,8 +367,8 @@ def main(argv: list[str] | None = None) -> None:
     print(markdown)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"bench-{device.type}-{args.precision}"
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (args.out / f"{stem}.md").write_text(markdown)
+    write_atomic(args.out / f"{stem}.json", json.dumps(result, indent=2) + "\n")
+    write_atomic(args.out / f"{stem}.md", markdown)
     print(f"wrote {args.out / stem}.json and .md ({math.ceil((datetime.now(UTC) - started).total_seconds())} s)")
 
 

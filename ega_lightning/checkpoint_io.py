@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ega_lightning.errors import UserError
+from ega_lightning.io import atomic_file
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -43,7 +43,7 @@ _EXAMPLE = "lightning_logs/<run>/checkpoints/best.ckpt"
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Writes `<name>.tmp` beside the target, fsyncs it, then renames it over the target.
+    """Writes a temporary file beside the target, fsyncs it, then renames it over the target.
 
     The rename is atomic on a POSIX filesystem, and the temporary file is in the target's own
     directory (Lightning's default goes through a temporary file in /tmp, which becomes a
@@ -53,14 +53,5 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError(f"{type(self).__name__} does not take storage_options, got {storage_options!r}.")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            with open(tmp, "wb") as fh:
-                torch.save(checkpoint, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_file(path, "wb") as fh:
+            torch.save(checkpoint, fh)

@@ -11,12 +11,12 @@ import torch
 import torch.nn.functional as F
 from torchmetrics import MeanMetric
 
+from ega_lightning.data.datamodule import Batch
 from ega_lightning.data.tokenizer import CharTokenizer
 from ega_lightning.gates import NO_GATE, check_gate_options
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig
 from ega_lightning.seeding import derive_seed
 
-Batch = tuple[torch.Tensor, torch.Tensor]
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate_options", "vocab")
 # Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
 # checkpoint's value (every other hyper-parameter comes from the checkpoint).

@@ -23,19 +23,6 @@ from .conftest import CONFIGS, TINY_MODEL, TINY_VOCAB, run_ega
 # ----------------------------------------------------------------------------- statistics
 
 
-@pytest.mark.parametrize("df,expected", [(1, 12.706), (2, 4.303), (4, 2.776), (30, 2.042)])
-def test_t_quantile_matches_tables(df, expected):
-    assert stats.t_ppf(0.975, df) == pytest.approx(expected, abs=1e-3)
-    assert stats.t_ppf(0.025, df) == pytest.approx(-expected, abs=1e-3)  # symmetric
-
-
-def test_t_cdf_limits_and_symmetry():
-    assert stats.t_cdf(0.0, 3) == 0.5
-    assert stats.t_cdf(-1.7, 5) + stats.t_cdf(1.7, 5) == pytest.approx(1.0, abs=1e-12)
-    assert stats.t_cdf(1.0, 1) == pytest.approx(0.75, abs=1e-12)  # Cauchy: 1/2 + atan(1)/pi
-    assert stats.t_ppf(0.975, 1e7) == pytest.approx(1.959964, abs=1e-5)  # the normal limit
-
-
 def test_summarize_mean_and_sample_std():
     s = stats.summarize([1.0, 2.0, 4.0])
     assert s.mean == pytest.approx(7 / 3) and s.n == 3
@@ -229,7 +216,7 @@ def test_sweep_runs_in_order_records_done_reports_failures_and_resumes(workdir, 
     assert "boom: bad config" in (runs / "ra-seed1" / "sweep.log").read_text()
 
     # again: the finished runs are skipped, the failed one is retried; a locked run is left alone
-    with open(runs / "rb-seed2" / ".sweep.lock", "w") as lock:
+    with open(runs / "rb-seed2" / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert sweep.main([str(path), "--runs_dir", "runs"]) == 1
     out = capsys.readouterr().out.splitlines()
@@ -329,13 +316,14 @@ def fabricated(tmp_path_factory):
     }
     path = write_spec(work / "spec.yaml", spec)
     out = work / "results"
-    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(out)]) == 0
+    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(out / "runs")]) == 0
     return out, json.loads((out / "results.json").read_text()), (out / "REPORT.md").read_text()
 
 
-def findings_of(text: str) -> str:
-    """The report's findings section."""
-    return text.split("## Findings")[1].split("\n## ")[0]
+def findings_of(out: Path, kind: str | None = None) -> list[dict]:
+    """The findings of the report in ``out`` (results.json), of one kind when given."""
+    found = json.loads((out / "results.json").read_text())["findings"]
+    return [f for f in found if kind is None or f["kind"] == kind]
 
 
 def variant(results: dict, group: str, label: str) -> dict:
@@ -377,43 +365,30 @@ def test_report_lists_missing_and_incomplete_runs(fabricated):
         "| `ega1-seed4` |" in missing_section and "| incomplete | no DONE; has checkpoints/last.ckpt" in missing_section
     )
     assert "| `ega1-seed5` |" in missing_section and "| missing |" in missing_section
-    assert "2 run(s) are missing or incomplete" in text
+    assert "**14 of 16 runs finished**" in text
 
 
 def test_report_findings_compare_with_the_paper(fabricated):
-    _, _, text = fabricated
-    findings = findings_of(text)
-    assert "[main / tinyshakespeare] EGA-1 `linear` beats the baseline `none`" in findings
-    assert "difference +0.093 (95% CI [+0.065, +0.122], paired t over 3 seeds); the interval excludes 0" in findings
-    # the fabricated +0.093 [+0.065, +0.122] holds the paper's +0.103; the real short runs do not
-    assert "Paper: +0.103; this is 91% of it; the paper's figure lies inside the interval: consistent" in findings
-    assert (
-        "generalization gap (val − train loss): EGA-1 0.273 ± 0.021 vs baseline 0.317 ± 0.015: "
-        "smaller; baseline minus EGA-1 +0.043" in findings
-    )
-    assert "the baseline's mean gap passes 0.3: the paper's overfitting regime." in findings
-    assert "best val loss (each run's lowest" not in findings  # every run ends at its best: said once is enough
-    assert "of validation keys above it (paper 36%); TauTracker saw it settle in 2 of 3 seeds." in findings
-    assert "-5.0%" in findings  # throughput 950 vs 1000 tokens/s
-    # the ablation group has no baseline or EGA-1 of its own: main's are used, and named
-    assert (
-        "[ablation / tinyshakespeare] ranking by final val loss (lowest first): EGA-1 `linear` (group main)" in findings
-    )
-    assert "paper: EGA-1 best of its ablation — holds here (rank 1 of 4)" in findings
-    assert "paper: EGA-2 worse than EGA-1 — EGA-2 `ms2` vs EGA-1 `linear`: -0.043" in findings
-    assert "paper: EGA-DB2 about baseline — EGA-DB2 `db2` vs baseline `none`: -0.003" in findings
-    assert "consistent." in findings
-    assert "[tau_init / tinyshakespeare] final tau by initialisation: tau_init 0.0" in findings
-    assert "(n=1, no interval)" in text  # the single-seed tau_init runs against the 3-seed baseline
-
-
-def test_paper_verdict_says_when_the_interval_cannot_tell_the_paper_from_no_effect():
-    wide = stats.Difference(0.001, -0.12, 0.12, 2, 1.0, "paired")
-    assert report._paper_verdict(wide, 0.103) == (
-        "the interval holds both 0 and the paper's figure: too few seeds to tell them apart"
-    )
-    assert "consistent with it" in report._paper_verdict(stats.Difference(0.09, 0.05, 0.12, 3, 2.0, "paired"), 0.103)
-    assert "**not reproduced**" in report._paper_verdict(stats.Difference(0.01, 0.0, 0.02, 3, 2.0, "paired"), 0.103)
+    out, _, text = fabricated
+    (improvement,) = findings_of(out, "improvement")
+    assert improvement["section"] == "main" and improvement["claim"] == "improvement:tinyshakespeare"
+    d = improvement["ours"]
+    assert d["method"] == "paired" and d["n"] == 3
+    assert (round(d["estimate"], 3), round(d["low"], 3), round(d["high"], 3)) == (0.093, 0.065, 0.122)
+    assert improvement["verdict"] == "reproduced"  # the fabricated interval holds the paper's +0.103
+    (gap,) = findings_of(out, "gap")
+    assert gap["ours"]["estimate"] == pytest.approx(0.13 / 3, abs=1e-6) and gap["detail"]["paper_regime"] is True
+    assert gap["verdict"] == "reproduced"  # [+0.0x, ...] holds +0.042 and not 0
+    assert not findings_of(out, "best_val_loss")  # every run ends at its best
+    (tau,) = findings_of(out, "tau")
+    assert tau["detail"] == {"settled": 2, "tracked": 3}
+    (best,) = findings_of(out, "ablation_best")
+    assert best["detail"] == {"rank": 1, "of": 4}
+    pairs = {f["subject"]: f for f in findings_of(out, "ablation_pair")}
+    assert pairs["EGA-2 `ms2`"]["ours"]["estimate"] == pytest.approx(-0.043, abs=1e-3)
+    assert pairs["EGA-DB2 `db2`"]["ours"]["estimate"] == pytest.approx(-0.003, abs=1e-3)
+    assert not findings_of(out, "cost")[0]["verdict"] or findings_of(out, "cost")[0]["claim"] == "cost"
+    assert text.index("## Claims") < text.index("## Method") < text.index("## main")
 
 
 def test_tau_trajectory_starts_at_tau_init_then_follows_the_logged_points():
@@ -441,13 +416,14 @@ def test_tau_init_finding_sets_the_loss_spread_against_seed_scatter(tmp_path):
         ],
     }
     path = write_spec(tmp_path / "spec.yaml", spec)
-    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(tmp_path / "out")]) == 0
-    findings = findings_of((tmp_path / "out" / "REPORT.md").read_text())
+    out = tmp_path / "out"
+    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(out / "runs")]) == 0
+    (f,) = findings_of(out, "tau_init")
     # means 1.52 and 1.56 span 0.04, twice the std 0.02 of the three tau_init 0 seeds
-    assert (
-        "final val loss by initialisation: tau_init 0.0 1.520 ± 0.020; tau_init 0.7 1.560; the means span 0.040, "
-        "2.0× the seed-to-seed std of tau_init 0.0 (0.020 over 3 seeds)." in findings
-    )
+    assert f["detail"]["loss_span"] == pytest.approx(0.04, abs=1e-6)
+    init, scatter = f["detail"]["scatter"]
+    assert init == 0.0 and scatter["std"] == pytest.approx(0.02, abs=1e-6) and scatter["n"] == 3
+    assert f["detail"]["tau_span"] == pytest.approx(0.6, abs=1e-6)
 
 
 def test_report_figures_and_sections(fabricated):
@@ -460,14 +436,15 @@ def test_report_figures_and_sections(fabricated):
         assert (out / name).stat().st_size > 1000 and f"]({name})" in text
     assert not (out / "main-tinyshakespeare-tau.png").exists()  # one tau_init in main: no tau study there
     assert [line for line in text.splitlines() if line.startswith("## ")] == [
-        "## Findings",
+        "## Claims",
+        "## Method",
         "## main",
         "## ablation",
         "## tau_init",
         "## Runs",
         "## Missing and incomplete runs",
     ]
-    assert "- This report: `ega report " in text and "--only 'ega1-seed*'" in text
+    assert "--only 'ega1-seed*'" in text
 
 
 def test_report_says_a_shared_comparison_once_and_names_unrun_rows(tmp_path):
@@ -489,10 +466,22 @@ def test_report_says_a_shared_comparison_once_and_names_unrun_rows(tmp_path):
         ],
     }
     path = write_spec(tmp_path / "spec.yaml", spec)
-    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(tmp_path / "out")]) == 0
+    assert (
+        report.main(
+            [
+                str(path),
+                "--runs_dir",
+                str(runs),
+                "--out",
+                str(tmp_path / "out"),
+                "--records_dir",
+                str(tmp_path / "out" / "runs"),
+            ]
+        )
+        == 0
+    )
     text = (tmp_path / "out" / "REPORT.md").read_text()
-    findings = findings_of(text)
-    assert findings.count("beats the baseline") == 1 and "[main / tinyshakespeare] EGA-1" in findings
+    assert [f["section"] for f in findings_of(tmp_path / "out", "improvement")] == ["main"]  # said once
     assert "## context" in text  # the shared runs still appear in both sections
     # a row that never ran is named from its configs: the paper's EGA-4, not "EGA-?"
     assert "(EGA-4)" in text.split("## context")[1] and "EGA-?" not in text
@@ -511,14 +500,25 @@ def test_report_gives_the_best_val_loss_beside_the_final_once_runs_overfit(tmp_p
         ],
     }
     path = write_spec(tmp_path / "spec.yaml", spec)
-    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(tmp_path / "out")]) == 0
-    findings = findings_of((tmp_path / "out" / "REPORT.md").read_text())
-    assert "difference +0.050 (95% CI [+0.050, +0.050], paired t over 2 seeds)" in findings  # final
-    assert "this is 49% of it; the paper's figure lies above the interval: **not reproduced**." in findings
     assert (
-        "best val loss (each run's lowest; the val loss rose after it in some runs): EGA-1 1.420 ± 0.000 vs "
-        "baseline 1.400 ± 0.000, difference -0.020" in findings
+        report.main(
+            [
+                str(path),
+                "--runs_dir",
+                str(runs),
+                "--out",
+                str(tmp_path / "out"),
+                "--records_dir",
+                str(tmp_path / "out" / "runs"),
+            ]
+        )
+        == 0
     )
+    (final,) = findings_of(tmp_path / "out", "improvement")
+    assert final["ours"]["estimate"] == pytest.approx(0.05) and final["ours"]["high"] == pytest.approx(0.05)
+    assert final["verdict"] == "not reproduced"
+    (best,) = findings_of(tmp_path / "out", "best_val_loss")
+    assert best["ours"]["estimate"] == pytest.approx(-0.02) and best["verdict"] is None
 
 
 def test_report_context_finding_tracks_the_difference_by_block_size(tmp_path):
@@ -541,23 +541,20 @@ def test_report_context_finding_tracks_the_difference_by_block_size(tmp_path):
         for gate in ("none", "ega1")
     ]
 
-    def context_finding(entries: list[dict]) -> list[str]:
+    def context_finding(entries: list[dict]) -> list[dict]:
         path = write_spec(tmp_path / "spec.yaml", {"name": "ctx", "runs": entries})
         out = tmp_path / "out"
-        assert report.main([str(path), "--runs_dir", str(runs), "--out", str(out)]) == 0
-        findings = findings_of((out / "REPORT.md").read_text())
-        assert "the baseline's mean gap stays below 0.3: not the paper's overfitting regime." in findings
-        return [line for line in findings.splitlines() if "by block size" in line]
+        args = [str(path), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(tmp_path / "rec")]
+        assert report.main(args) == 0
+        return findings_of(out, "context")
 
-    (line,) = context_finding(entries)
-    findings = (tmp_path / "out" / "REPORT.md").read_text()
-    assert "EGA-1 `ega1-T64` is behind the baseline `none-T64`" in findings  # one seed: no "worse than"
-    assert "EGA-1 `ega1-T32` does not measurably beat the baseline `none-T32`" in findings  # 2 seeds: +0.065
-    assert "seed 1, which every block size ran): T16 +0.010 (n=1, no interval); T32 +0.030 (n=1" in line
-    assert "T64 -0.020 (n=1, no interval)" in line
-    assert line.endswith("here it does not grow steadily with the block.")
-    (line,) = context_finding(entries[:4])  # without T64 the advantage grows
-    assert "T16 +0.010" in line and "T64" not in line and line.endswith("here it grows with every longer block.")
+    (f,) = context_finding(entries)
+    assert f["detail"]["seeds"] == [1]  # the trend is read on seed 1, which every block size ran
+    assert [(b, round(d["estimate"], 3)) for b, d in f["detail"]["by_block"]] == [(16, 0.01), (32, 0.03), (64, -0.02)]
+    assert f["detail"]["monotone"] is False and f["verdict"] == "too few seeds to tell"  # one seed
+    assert f["ours"]["estimate"] == pytest.approx(-0.03, abs=1e-6)  # T64 - T16
+    (f,) = context_finding(entries[:4])  # without T64 the advantage grows
+    assert f["detail"]["monotone"] is True and [b for b, _ in f["detail"]["by_block"]] == [16, 32]
     assert context_finding(entries[:2]) == []  # one block size: no context study
 
 
@@ -565,7 +562,7 @@ def test_report_context_finding_tracks_the_difference_by_block_size(tmp_path):
 
 
 def test_records_keep_every_point_and_the_report_regenerates_from_them_alone(fabricated, tmp_path):
-    out, results, text = fabricated
+    out, results, _ = fabricated
     record = json.loads((out / "runs" / "ega1-seed1.json").read_text())
     assert record["source"] == "event files" and record["seed"] == 1 and record["max_steps"] == 6
     assert record["scalars"]["val/loss"] == [[2, 2.0], [5, pytest.approx(1.40)]]  # the resumed run's write wins
@@ -584,40 +581,9 @@ def test_records_keep_every_point_and_the_report_regenerates_from_them_alone(fab
     sources = {r["run_name"]: r["source"] for r in regenerated["runs"] if r["status"] == "done"}
     assert set(sources.values()) == {"record"} and len(sources) == 14
     assert {r["run_name"]: r["status"] for r in regenerated["runs"]}["ega1-seed4"] == "missing"
-    assert findings_of((again / "REPORT.md").read_text()).replace(str(again), "") == findings_of(text)
+    assert findings_of(again) == findings_of(out)
     assert (again / "main-tinyshakespeare-val_loss.png").stat().st_size > 1000
     assert "| 5 | record |" in (again / "REPORT.md").read_text()  # the runs table says where a run was read from
-
-
-def test_a_record_with_final_numbers_only_counts_and_is_named_under_the_figures(fabricated, tmp_path):
-    out, results, _ = fabricated
-    shutil.copytree(out / "runs", tmp_path / "records")
-    path = tmp_path / "records" / "none-seed2.json"
-    record = json.loads(path.read_text())
-    final = next(r for r in results["runs"] if r["run_name"] == "none-seed2")
-    labels = {"run_name", "spec", "group", "variant", "seed", "corpus", "gate", "status", "reason", "source", "machine"}
-    assert set(final) - labels == set(report.RUN_METRICS)  # a backfilled record holds every per-run number
-    metrics = {k: final[k] for k in report.RUN_METRICS}
-    record |= {"scalars": {}, "source": "backfilled", "metrics": metrics, "machine": None}
-    path.write_text(json.dumps(record))
-    args = ["--runs_dir", str(tmp_path / "no-runs"), "--out", str(tmp_path / "out")]
-    assert report.main([str(out.parent / "spec.yaml"), *args, "--records_dir", str(tmp_path / "records")]) == 0
-    assert json.loads((tmp_path / "out" / "results.json").read_text())["groups"] == results["groups"]
-    text = (tmp_path / "out" / "REPORT.md").read_text()
-    main_section = text.split("## main")[1].split("\n## ")[0]
-    assert "Not in these figures: the records of `none-seed2` hold final numbers only." in main_section
-    assert "| record (final numbers only) | m2 |" in text and "- m2: not known" in text
-    # one baseline seed ran elsewhere: its speed is not set against EGA-1's
-    assert "| 950 † |" in main_section and "† tokens/s not known to be measured on its baseline's" in main_section
-    assert "throughput" not in findings_of(text)  # no comparison across machines
-    assert "throughput: EGA-1" in findings_of((out / "REPORT.md").read_text())  # all on one machine: compared
-
-    record["metrics"] = {}  # neither curves nor numbers: not a finished run
-    path.write_text(json.dumps(record))
-    assert report.main([str(out.parent / "spec.yaml"), *args, "--records_dir", str(tmp_path / "records")]) == 0
-    runs = json.loads((tmp_path / "out" / "results.json").read_text())["runs"]
-    none2 = next(r for r in runs if r["run_name"] == "none-seed2")
-    assert none2["status"] == "incomplete" and "holds no val/loss" in none2["reason"]
 
 
 def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workdir, monkeypatch, capsys):
@@ -649,7 +615,7 @@ def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workd
     assert started == ["ra-seed2", "rb-seed2"]
     assert "not finished: rb-seed1" in capsys.readouterr().out
     # the report does not count the refused record either, and says why
-    rb1 = report.load_run(runs["rb-seed1"], workdir / "runs", recorded)
+    rb1 = records.load_run(runs["rb-seed1"], workdir / "runs", recorded)
     assert rb1.status == "incomplete" and "unusable record" in rb1.reason and "ran with configs" in rb1.reason
 
 
@@ -676,10 +642,10 @@ def test_a_finished_run_is_recorded_as_it_ran_and_refused_once_its_spec_entry_ch
     # its record from before the change: the report neither counts it nor overwrites it
     records.write_record(record, workdir / "out" / "runs")
     stale = (workdir / "out" / "runs" / "ra-seed1.json").read_text()
-    assert report.main([str(path), "--runs_dir", "runs", "--out", "out"]) == 0
+    # no run counts: the report writes nothing and fails
+    assert report.main([str(path), "--runs_dir", "runs", "--out", "out", "--records_dir", "out/runs"]) == 2
     assert (workdir / "out" / "runs" / "ra-seed1.json").read_text() == stale
-    entry = json.loads((workdir / "out" / "results.json").read_text())["runs"][0]
-    assert entry["status"] == "incomplete" and "ran with configs" in entry["reason"]
+    assert "is finished" in capsys.readouterr().err and not (workdir / "out" / "results.json").exists()
 
 
 def test_a_diverged_run_is_recorded_and_reported(tmp_path):
@@ -688,7 +654,20 @@ def test_a_diverged_run_is_recorded_and_reported(tmp_path):
     fake_run(runs, "nan-seed1", "linear", [2.0, math.nan], tau=[0.1, math.nan])
     spec = {"name": "nan", "runs": [{"name": "none", "seeds": [1]}, {"name": "nan", "seeds": [1]}]}
     path = write_spec(tmp_path / "spec.yaml", spec)
-    assert report.main([str(path), "--runs_dir", str(runs), "--out", str(tmp_path / "out")]) == 0
+    assert (
+        report.main(
+            [
+                str(path),
+                "--runs_dir",
+                str(runs),
+                "--out",
+                str(tmp_path / "out"),
+                "--records_dir",
+                str(tmp_path / "out" / "runs"),
+            ]
+        )
+        == 0
+    )
     record = json.loads((tmp_path / "out" / "runs" / "nan-seed1.json").read_text())
     assert math.isnan(record["scalars"]["val/loss"][-1][1])
     results = json.loads((tmp_path / "out" / "results.json").read_text())  # strict JSON all the same
@@ -729,7 +708,7 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
         done = json.loads((run_dir / "DONE").read_text())
         assert done["returncode"] == 0 and "--seed_everything=1" in done["command"]
         assert (run_dir / "checkpoints" / "last.ckpt").is_file() and (run_dir / "sweep.log").stat().st_size > 0
-    snapshot = {p: p.stat().st_mtime_ns for d in run_dirs for p in d.rglob("*") if p.name != ".sweep.lock"}
+    snapshot = {p: p.stat().st_mtime_ns for d in run_dirs for p in d.rglob("*") if p.name != ".lock"}
 
     again = run_ega(["sweep", "spec.yaml", "--runs_dir", "runs"], cwd=tmp_path, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
@@ -755,7 +734,9 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
     for run_dir in run_dirs:
         record = json.loads((tmp_path / "results" / "runs" / f"{run_dir.name}.json").read_text())
         done = json.loads((run_dir / "DONE").read_text())
-        assert record["done"]["command"] == done["command"] and record["machine"] == done["machine"]
+        assert record["command"] == done["command"] and record["machine"] == done["machine"]
+        assert record["command"].startswith("ega fit -c ") and "--runs_dir" not in record["command"]
+        assert record["git_commit"] == done["git_commit"] and record["versions"]["torch"] is not None
         assert record["hparams"]["n_embd"] == 16 and record["max_steps"] == 4
     shutil.rmtree(tmp_path / "runs")
     fresh = run_ega(["sweep", "spec.yaml", "--runs_dir", "runs"], cwd=tmp_path, env=env)

@@ -10,6 +10,7 @@ import lightning as L
 import torch
 
 from ega_lightning.callbacks.probe import GateProbe
+from ega_lightning.io import write_atomic
 
 
 class TauTracker(L.Callback):
@@ -96,12 +97,7 @@ class TauTracker(L.Callback):
             "final": {k.removeprefix("gate/"): v for k, v in last.items()},
             "history": self.history,
         }
-        path = os.path.join(log_dir, self.summary_file)
-        os.makedirs(log_dir, exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            json.dump(summary, fh, indent=2)
-        os.replace(tmp, path)
+        write_atomic(os.path.join(log_dir, self.summary_file), json.dumps(summary, indent=2))
 
     def state_dict(self) -> dict[str, Any]:
         return {"history": self.history, "converged": self.converged}

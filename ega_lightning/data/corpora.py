@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
 from ega_lightning.errors import UserError
+from ega_lightning.io import atomic_file
 
 DATA_DIR_ENV = "EGA_DATA_DIR"
 
@@ -122,31 +122,31 @@ def verify(file: CorpusFile, path: Path) -> None:
 def download(file: CorpusFile, path: Path, timeout: float = 60.0) -> None:
     """Fetch `file.url` to `path`: verified in a temporary file, then renamed atomically."""
     new_dirs = [d for d in (path.parent, *path.parent.parents) if not d.exists()]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
-    tmp = Path(tmp_name)
     try:
-        with os.fdopen(fd, "wb") as out:
-            try:
-                with urllib.request.urlopen(file.url, timeout=timeout) as response:
-                    while chunk := response.read(1 << 20):
-                        out.write(chunk)
-            except (urllib.error.URLError, OSError) as err:
-                raise CorpusError(
-                    f"Corpus file {file.relpath} is not in {path.parent} and could not be downloaded from "
-                    f"{file.url} ({err}). The machine may be offline: " + _where_to_put_it(file, path)
-                ) from err
-        try:
-            verify(file, tmp)
-        except CorpusError as err:
-            raise CorpusError(f"Downloaded {file.url} but it is not the expected file: {err}") from None
-        os.replace(tmp, path)
+        _fetch(file, path, timeout)
     finally:
-        tmp.unlink(missing_ok=True)
         for d in new_dirs:  # a failed download leaves no empty data directories behind
             if not path.exists():
                 with contextlib.suppress(OSError):
                     d.rmdir()
+
+
+def _fetch(file: CorpusFile, path: Path, timeout: float) -> None:
+    with atomic_file(path, "wb") as out:
+        try:
+            with urllib.request.urlopen(file.url, timeout=timeout) as response:
+                while chunk := response.read(1 << 20):
+                    out.write(chunk)
+        except (urllib.error.URLError, OSError) as err:
+            raise CorpusError(
+                f"Corpus file {file.relpath} is not in {path.parent} and could not be downloaded from "
+                f"{file.url} ({err}). The machine may be offline: " + _where_to_put_it(file, path)
+            ) from err
+        out.flush()
+        try:
+            verify(file, Path(out.name))
+        except CorpusError as err:
+            raise CorpusError(f"Downloaded {file.url} but it is not the expected file: {err}") from None
 
 
 def ensure_corpus(corpus: Corpus, data_dir: Path) -> None:

@@ -1,0 +1,241 @@
+"""Variants, baselines and differences: plain functions of run records, no file I/O, no prose.
+
+A variant is the seeds of one labelled configuration in one report section on one corpus. It is
+compared with the baseline (gate ``none``) of the same corpus, model, data and step budget, found
+in its own section first, else in another. Differences are baseline minus variant (positive:
+the variant has the lower loss, like the paper's improvement), paired by seed on the seeds both
+sides share (see `ega_lightning.experiments.stats.compare`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from ega_lightning.experiments.paper import paper_name
+from ega_lightning.experiments.spec import Run, SpecError
+from ega_lightning.experiments.stats import Difference, Summary, compare, summarize
+
+# Runs are comparable when these agree; the gate and its own options are what a variant changes.
+REGIME_KEYS = (
+    "corpus",
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "block_size",
+    "dropout",
+    "bias",
+    "lr",
+    "min_lr",
+    "warmup_steps",
+    "weight_decay",
+    "betas",
+    "batch_size",
+    "max_eval_windows",
+)
+METRICS = ("final_val_loss", "best_val_loss", "final_gap", "final_tau_mean", "final_frac_above_tau", "tokens_per_sec")
+DIFF_METRICS = ("final_val_loss", "best_val_loss", "final_gap")
+
+
+@dataclass
+class RunData:
+    """One run of a spec: its record's numbers when it is finished (``status`` done), else why not."""
+
+    run: Run
+    status: str  # done | incomplete | missing
+    reason: str
+    corpus: str
+    gate: str
+    gate_options: dict[str, Any] | None = None  # for a run that never finished: from its configs
+    hparams: dict[str, Any] = field(default_factory=dict)
+    max_steps: int | None = None
+    scalars: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    source: str = ""  # where a finished run's numbers come from: its event files or its record
+    machine: str | None = None  # where it ran; None: not known
+    n_params: int | None = None
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def run_metrics(scalars: dict[str, list[tuple[int, float]]], summary: dict[str, Any] | None) -> dict[str, Any]:
+    """A finished run's numbers: the last point of each curve (the gate summary's where no curve was logged)."""
+    summary = summary or {}
+
+    def last(tag: str, summary_key: str | None = None) -> float | None:
+        if scalars.get(tag):
+            return scalars[tag][-1][1]
+        return (summary.get("final") or {}).get(summary_key) if summary_key else None
+
+    val = [v for _, v in scalars["val/loss"]]
+    speed = [v for _, v in scalars.get("train/tokens_per_sec", [])]
+    return {
+        "final_val_loss": val[-1],
+        "best_val_loss": min(val),
+        "final_val_bpc": last("val/bpc"),
+        "final_train_eval_loss": last("train_eval/loss"),
+        "final_gap": last("gap"),
+        "final_tau_mean": last("gate/tau_mean", "tau_mean"),
+        "final_frac_above_tau": last("gate/frac_above_tau", "frac_above_tau"),
+        "final_mean_gate": last("gate/mean_gate", "mean_gate"),
+        "tokens_per_sec": statistics.median(speed) if speed else None,
+        "last_val_step": scalars["val/loss"][-1][0],
+        "tau_converged": summary.get("converged"),
+        "tau_converged_step": summary.get("converged_step"),
+    }
+
+
+def from_record(run: Run, record: dict[str, Any], source: str) -> RunData:
+    """A finished run from its record (which holds a val/loss curve)."""
+    scalars = {tag: [(int(s), float(v)) for s, v in points] for tag, points in (record.get("scalars") or {}).items()}
+    return RunData(
+        run,
+        "done",
+        "",
+        str(record.get("corpus") or "?"),
+        str(record.get("gate") or "?"),
+        hparams=record.get("hparams") or {},
+        max_steps=record.get("max_steps"),
+        scalars=scalars,
+        metrics=run_metrics(scalars, record.get("gate_summary")),
+        source=source,
+        machine=record.get("machine"),
+        n_params=record.get("n_params"),
+    )
+
+
+@dataclass
+class Variant:
+    """The seeds of one labelled configuration, in one group, on one corpus."""
+
+    group: str
+    corpus: str
+    label: str
+    runs: list[RunData]
+
+    @property
+    def done(self) -> list[RunData]:
+        return [r for r in self.runs if r.status == "done"]
+
+    @property
+    def gate(self) -> str:
+        return (self.done or self.runs)[0].gate
+
+    def hp(self, key: str) -> Any:
+        return self.done[0].hparams.get(key) if self.done else None
+
+    @property
+    def regime(self) -> str | None:
+        if not self.done:
+            return None
+        ref = self.done[0]
+        return json.dumps({**{k: ref.hparams.get(k) for k in REGIME_KEYS}, "max_steps": ref.max_steps}, sort_keys=True)
+
+    @property
+    def paper_name(self) -> str | None:
+        # a variant with no finished run still has its configs: its name must not wait for a run
+        return paper_name(self.gate, self.hp("gate_options") if self.done else self.runs[0].gate_options)
+
+    @property
+    def n_params(self) -> int | None:
+        return self.done[0].n_params if self.done else None
+
+    def by_seed(self, metric: str) -> dict[int, float]:
+        return {r.run.seed: r.metrics[metric] for r in self.done if _finite(r.metrics.get(metric)) is not None}
+
+    def summary(self, metric: str) -> Summary:
+        return summarize(list(self.by_seed(metric).values()))
+
+
+def build_variants(runs: list[RunData]) -> list[Variant]:
+    # a run that never wrote its config (and whose config files are gone) takes the corpus of its
+    # spec entry's other seeds: one entry is one set of configs
+    entry_corpus = {(r.run.spec, r.run.entry): r.corpus for r in runs if r.corpus != "?"}
+    for r in runs:
+        r.corpus = entry_corpus.get((r.run.spec, r.run.entry), r.corpus)
+    variants: dict[tuple[str, str, str], Variant] = {}
+    for r in runs:
+        for group in r.run.groups:
+            key = (group, r.corpus, r.run.variant)
+            variant = variants.setdefault(key, Variant(*key, []))
+            clash = [o.run.run_name for o in variant.runs if o.run.seed == r.run.seed]
+            if clash:
+                raise SpecError(
+                    f"variant '{key[2]}' (group '{key[0]}', corpus {key[1]}) has two runs with seed {r.run.seed}: "
+                    f"{clash[0]} and {r.run.run_name}; give their spec entries distinct `variant:` labels."
+                )
+            variant.runs.append(r)
+    return list(variants.values())
+
+
+def find_reference(variant: Variant, gate: str, variants: list[Variant]) -> Variant | None:
+    """The finished variant with ``gate`` comparable to ``variant``: its own group first, then the
+    same gate initialisation, then spec order."""
+    if variant.regime is None:
+        return None
+    candidates = [v for v in variants if v is not variant and v.gate == gate and v.done and v.regime == variant.regime]
+    candidates.sort(key=lambda v: (v.group != variant.group, v.hp("tau_init") != variant.hp("tau_init")))
+    return candidates[0] if candidates else None
+
+
+def difference(
+    reference: Variant | None, variant: Variant, metric: str, seeds: set[int] | None = None, level: float = 0.95
+) -> Difference | None:
+    """reference - variant over seeds (only ``seeds`` when given); None when either side has no value."""
+    if reference is None:
+        return None
+    ref, own = reference.by_seed(metric), variant.by_seed(metric)
+    if seeds is not None:
+        ref, own = {s: v for s, v in ref.items() if s in seeds}, {s: v for s, v in own.items() if s in seeds}
+    return compare(ref, own, level) if ref and own else None
+
+
+@dataclass
+class Row:
+    variant: Variant
+    baseline: Variant | None
+    diffs: dict[str, Difference | None]
+
+    @property
+    def overhead_pct(self) -> float | None:
+        """The variant's extra parameters, in % of its baseline's."""
+        base = self.baseline.n_params if self.baseline else None
+        own = self.variant.n_params
+        if own is None or not base:
+            return None
+        return 100.0 * (own - base) / base
+
+
+def make_row(variant: Variant, variants: list[Variant]) -> Row:
+    baseline = find_reference(variant, "none", variants) if variant.gate != "none" else None
+    return Row(variant, baseline, {m: difference(baseline, variant, m) for m in DIFF_METRICS})
+
+
+@dataclass
+class Table:
+    group: str
+    corpus: str
+    rows: list[Row]
+
+    @property
+    def title(self) -> str:
+        return f"{self.group} / {self.corpus}"
+
+
+def build_tables(variants: list[Variant]) -> list[Table]:
+    tables: dict[tuple[str, str], Table] = {}
+    for v in variants:
+        tables.setdefault((v.group, v.corpus), Table(v.group, v.corpus, [])).rows.append(make_row(v, variants))
+    return list(tables.values())
+
+
+def tau_trajectory(run: RunData, tau_init: Any) -> list[tuple[int, float]]:
+    """(step, mean tau) from tau_init at step 0 (every gate starts each tau there) through the values
+    logged at each validation."""
+    start = [(0, float(tau_init))] if isinstance(tau_init, int | float) else []
+    return start + [(s, v) for s, v in run.scalars.get("gate/tau_mean", []) if s > 0 or not start]

@@ -1,0 +1,93 @@
+"""What the paper reports (EGA_SPEC.md section 4), as data: every figure and claim the report
+tests is here, and every sentence of the report that cites the paper takes its figure from here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SOURCE = "EGA_SPEC.md section 4"
+
+# baseline - EGA-1 final val loss (positive: EGA-1 better), by corpus
+IMPROVEMENT = {"tinyshakespeare": 0.103, "ptb": 0.101}
+GAP = {"linear": 0.289, "none": 0.331}  # final generalization gap (val - train loss)
+GAP_REDUCTION = round(GAP["none"] - GAP["linear"], 3)  # baseline - EGA-1
+TAU = 0.35  # where tau converges, whatever its initialisation
+FRAC_ABOVE_TAU = 0.36  # fraction of keys with z above tau at the end
+OVERFIT_GAP = 0.3  # a baseline gap past this is the paper's overfitting regime (its baseline: 0.331)
+
+# gate config -> the paper's name (multiscale by its number of scales)
+NAMES = {
+    "none": "baseline",
+    "linear": "EGA-1",
+    "db2": "EGA-DB2",
+    "db4": "EGA-DB4",
+    "morlet": "EGA-M-F",
+    "morlet_param": "EGA-M-P",
+}
+
+
+def paper_name(gate: str, options: dict[str, Any] | None) -> str | None:
+    """The paper's name of a gate configuration, None where the paper has no such row."""
+    if gate == "multiscale":
+        return f"EGA-{(options or {}).get('scales', '?')}"
+    return NAMES.get(gate)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One statement of the paper the report tests; ``rule`` names the decision rule (findings.RULES)."""
+
+    key: str
+    text: str  # the claim, as the claims table states it
+    figure: str  # the paper's figure, as the claims table states it
+    rule: str
+
+
+# the ablation as checkable statements: paper row -> (claim, the row it is measured against)
+ABLATION = {
+    "EGA-2": ("worse than EGA-1", "linear"),
+    "EGA-4": ("worse than EGA-1", "linear"),
+    "EGA-M-P": ("worse than EGA-1", "linear"),
+    "EGA-DB2": ("about baseline", "none"),
+    "EGA-DB4": ("about baseline", "none"),
+    "EGA-M-F": ("about baseline", "none"),
+}
+
+CLAIMS = (
+    Claim(
+        "improvement:tinyshakespeare",
+        "EGA-1 lowers the final val loss on TinyShakespeare",
+        f"{IMPROVEMENT['tinyshakespeare']:+.3f}",
+        "figure",
+    ),
+    Claim("improvement:ptb", "EGA-1 lowers the final val loss on PTB", f"{IMPROVEMENT['ptb']:+.3f}", "figure"),
+    Claim(
+        "gap",
+        "EGA-1 narrows the generalization gap",
+        f"{GAP['linear']} vs {GAP['none']} ({GAP_REDUCTION:+.3f})",
+        "figure",
+    ),
+    Claim("tau", "tau converges to about 0.35", f"{TAU}", "figure"),
+    Claim("frac_above_tau", "keys above tau at the end", f"{100 * FRAC_ABOVE_TAU:.0f}%", "figure"),
+    Claim("ablation:best", "EGA-1 is the best of the ablation", "rank 1", "best"),
+    *(
+        Claim(f"ablation:{row}", f"{row} {claim}", claim, "equivalent" if against == "none" else "worse")
+        for row, (claim, against) in ABLATION.items()
+    ),
+    Claim("cost", "the gate has no measurable cost", "no measurable cost", "cost"),
+    Claim("context", "the advantage grows with context (open hypothesis)", "grows", "grows"),
+)
+CLAIM = {claim.key: claim for claim in CLAIMS}
+
+
+def as_dict() -> dict[str, Any]:
+    """The paper's numbers and claims for results.json."""
+    return {
+        "source": SOURCE,
+        "improvement": IMPROVEMENT,
+        "gap": GAP,
+        "tau": TAU,
+        "frac_above_tau": FRAC_ABOVE_TAU,
+        "claims": [{"key": c.key, "claim": c.text, "figure": c.figure, "rule": c.rule} for c in CLAIMS],
+    }

@@ -1,0 +1,442 @@
+"""REPORT.md and results.json from tables and findings: the only module that writes prose.
+
+Every figure of the paper in the text comes from `paper`; every verdict from a finding.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from ega_lightning.experiments import paper
+from ega_lightning.experiments.comparisons import METRICS, Row, RunData, Table
+from ega_lightning.experiments.findings import MARGIN, RULES, Finding, Verdict, claims
+from ega_lightning.experiments.stats import Difference, Summary
+
+# ----------------------------------------------------------------------------- numbers
+
+
+def num(x: float | None, digits: int = 3, signed: bool = False) -> str:
+    if x is None:
+        return "—"
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def fmt_summary(s: Summary, digits: int = 3, scale: float = 1.0) -> str:
+    if s.mean is None:
+        return "—"
+    mean = num(s.mean * scale, digits)
+    return mean if s.std is None else f"{mean} ± {num(s.std * scale, digits)}"
+
+
+def fmt_interval(d: Difference | None, signed: bool = True, scale: float = 1.0, digits: int = 3) -> str:
+    """``+0.011 [+0.010, +0.012]``, or the estimate and why there is no interval."""
+    if d is None:
+        return "—"
+    estimate = num(d.estimate * scale, digits, signed)
+    if d.low is None or d.high is None:
+        return f"{estimate} (n=1, no interval)"
+    return f"{estimate} [{num(d.low * scale, digits, signed)}, {num(d.high * scale, digits, signed)}]"
+
+
+def how(d: Difference | None) -> str:
+    if d is None or d.low is None:
+        return "one seed"
+    if d.method == "paired":
+        return f"paired over {d.n} seed{'s' if d.n > 1 else ''}"
+    if d.method == "welch":
+        return f"Welch, df {d.df:.1f}"
+    return f"{d.n} seeds"
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
+
+
+def anchor(section: str) -> str:
+    """GitHub's anchor of a ``## section`` heading."""
+    return re.sub(r"[^a-z0-9_ -]", "", section.lower()).replace(" ", "-")
+
+
+# ----------------------------------------------------------------------------- claims table
+
+
+def _ours(f: Finding) -> str:
+    if f.kind == "ablation_best":
+        return f"rank {f.detail['rank']} of {f.detail['of']}"
+    if f.kind == "cost":
+        if f.ours is None:
+            return "no `ega bench` result"
+        return f"step time ×{num(f.ours.mean)} (quartiles {num(f.detail['q1'])}–{num(f.detail['q3'])})"
+    if f.kind == "frac_above_tau" and isinstance(f.ours, Difference):
+        return f"{fmt_interval(f.ours, signed=False, scale=100, digits=1)}%, {how(f.ours)}"
+    if f.kind == "context":
+        if f.ours is None:
+            return "no seed ran every block size"
+        return f"Δ(longest) − Δ(shortest) {fmt_interval(f.ours)}, {how(f.ours)}"
+    if not isinstance(f.ours, Difference):
+        return "—"
+    return f"{fmt_interval(f.ours, signed=f.kind != 'tau')}, {how(f.ours)}"
+
+
+def claims_table(found: list[Finding]) -> list[str]:
+    lines = [
+        "| claim of the paper | paper | ours (95% CI, seeds) | measured in | verdict | evidence |",
+        "|---|---|---|---|---|---|",
+    ]
+    for claim, f in claims(found):
+        if f is None:
+            lines.append(f"| {claim.text} | {claim.figure} | — | — | not measured by these runs | — |")
+            continue
+        section = f.section if f.kind != "cost" else None
+        link = f"[{section}](#{anchor(section)})" if section else f"[{f.detail['source']}]({f.detail['source']})"
+        subject = f" ({f.subject} vs {f.against})" if f.kind == "ablation_pair" else ""
+        lines.append(
+            f"| {claim.text}{subject} | {claim.figure} | {_ours(f)} | {f.regime} | **{f.verdict.value}** | {link} |"
+        )
+    return lines
+
+
+def method_note(found: list[Finding]) -> list[str]:
+    pairs = [f for f in found if f.kind == "ablation_pair"]
+    lines = [
+        "Final = the last evaluation of a run, best = its lowest val loss; mean ± sample std over seeds. "
+        "Δ = baseline − variant on the final val loss (positive: the variant is better, like the paper's "
+        f"{paper.IMPROVEMENT['tinyshakespeare']:+.3f}). Every interval is a 95% Student-t interval (scipy.stats): "
+        "of the per-seed differences over the seeds both sides ran (same seed: identical shared initial weights "
+        "and batches), Welch's only where the two sides share no seed. Paper figures: "
+        f"{paper.SOURCE}. Decision rules, each applied once to every claim it governs:",
+        "",
+        *(f"- {key}: {text}" for key, text in RULES.items()),
+    ]
+    if pairs:
+        k, level = pairs[0].detail["comparisons"], pairs[0].detail["bonferroni_level"]
+        changed = [f for f in pairs if f.detail["bonferroni_verdict"] != f.verdict.value]
+        lines.append(
+            f"- multiple comparisons: the ablation makes {k} comparisons at 95% each, so about "
+            f"{k * 0.05:.1f} of them would exclude 0 by chance if no gate differed. With Bonferroni's "
+            f"{100 * level:.1f}% intervals "
+            + (
+                "every ablation verdict stays the same."
+                if not changed
+                else "these verdicts change: "
+                + "; ".join(f"{f.subject}: {f.detail['bonferroni_verdict']}" for f in changed)
+                + "."
+            )
+        )
+    return lines
+
+
+# ----------------------------------------------------------------------------- findings as sentences
+
+
+def sentence(f: Finding) -> str:
+    d = f.ours if isinstance(f.ours, Difference) else None
+    verdict = f" — **{f.verdict.value}**" if f.verdict is not None else ""
+    if f.kind == "improvement":
+        ours_mean, base_mean = f.detail["means"]
+        text = (
+            f"{f.subject} vs {f.against}: final val loss {num(ours_mean)} vs {num(base_mean)}, "
+            f"Δ {fmt_interval(d)} ({how(d)})"
+        )
+        if f.paper is not None and d is not None:
+            text += f"; paper {f.paper:+.3f}, of which this is {100 * d.estimate / f.paper:.0f}%"
+        return text + verdict + "."
+    if f.kind == "best_val_loss":
+        return (
+            f"Best val loss (each run's lowest; the val loss rose after it in some runs), {f.subject} vs "
+            f"{f.against}: Δ {fmt_interval(d)} ({how(d)})."
+        )
+    if f.kind == "gap":
+        regime = f.detail["paper_regime"]
+        where = (
+            "no baseline gap logged"
+            if regime is None
+            else f"the baseline's gap {num(f.detail['baseline_gap'])} "
+            + ("passes" if regime else "stays below")
+            + f" {paper.OVERFIT_GAP}: {'' if regime else 'not '}the paper's overfitting regime"
+        )
+        return (
+            f"Generalization gap (val − train loss), baseline − EGA-1: {fmt_interval(d)} ({how(d)}); paper "
+            f"{paper.GAP['none']} − {paper.GAP['linear']} = {paper.GAP_REDUCTION:+.3f}; {where}{verdict}."
+        )
+    if f.kind == "tau":
+        settled = f.detail.get("tracked")
+        extra = f"; TauTracker saw it settle in {f.detail['settled']} of {settled} seeds" if settled else ""
+        ours = f"{fmt_interval(d, signed=False)} ({how(d)})"
+        return f"Final tau of {f.subject}: {ours}; paper ≈ {paper.TAU}{extra}{verdict}."
+    if f.kind == "frac_above_tau":
+        return (
+            f"Validation keys above tau: {fmt_interval(d, signed=False, scale=100, digits=1)}% ({how(d)}); "
+            f"paper {100 * paper.FRAC_ABOVE_TAU:.0f}%{verdict}."
+        )
+    if f.kind == "ablation_ranking":
+        ranking = ", ".join(
+            f"{n}{'' if group == f.section else f' ({group})'} {num(mean)}" for n, group, mean in f.detail["ranking"]
+        )
+        return f"Ranking by final val loss, lowest first: {ranking}."
+    if f.kind == "ablation_best":
+        return f"{f.subject} ranks {f.detail['rank']} of {f.detail['of']} paper rows; EGA-1 best{verdict}."
+    if f.kind == "ablation_pair":
+        claim = paper.CLAIM[f.claim or ""].text if f.claim in paper.CLAIM else f.subject
+        return f"{claim}: {f.against} − {f.subject} {fmt_interval(d)} ({how(d)}){verdict}."
+    if f.kind == "context":
+        if f.ours is None:
+            return "EGA-1 by block size: no seed ran every block size, so no like-for-like comparison."
+        seeds = f.detail["seeds"]
+        parts = "; ".join(f"T{block} {fmt_interval(diff)}" for block, diff in f.detail["by_block"])
+        return (
+            f"Δ by block size (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}, which every block "
+            f"size ran): {parts}; {'grows with every longer block' if f.detail['monotone'] else 'not monotone'}. "
+            f"Longest − shortest block: {fmt_interval(d)} ({how(d)}); the advantage grows with context{verdict}."
+        )
+    if f.kind == "tau_init":
+        taus = "; ".join(f"tau_init {init} → {fmt_summary(s)}" for init, _, s in f.detail["taus"])
+        text = f"Final tau by initialisation: {taus}"
+        if f.detail["tau_span"] is not None:
+            text += f"; the final means span {f.detail['tau_span']:.3f} (paper ≈ {paper.TAU} regardless)"
+        losses = "; ".join(f"tau_init {init} {fmt_summary(s)}" for init, s in f.detail["losses"])
+        text += f". Final val loss by initialisation: {losses}"
+        if f.detail["loss_span"] is not None:
+            text += f"; the means span {f.detail['loss_span']:.3f}"
+            if f.detail["scatter"] is not None:
+                init, s = f.detail["scatter"]
+                ratio = f.detail["loss_span"] / s.std
+                text += f", {ratio:.1f}× the seed-to-seed std of tau_init {init} ({s.std:.3f} over {s.n} seeds)"
+        return text + "."
+    raise ValueError(f"no sentence for a finding of kind {f.kind!r}")
+
+
+# ----------------------------------------------------------------------------- sections
+
+TABLE_HEAD = (
+    "| variant | gate (paper) | model | seeds | params | overhead | final val loss | best val loss "
+    "| Δ vs baseline [95% CI] | gap | tau | above tau |\n"
+    "|---|---|---|---|---:|---:|---|---|---|---|---|---|"
+)
+
+
+def _model_text(row: Row) -> str:
+    v = row.variant
+    if not v.done:
+        return "—"
+    h = v.done[0].hparams
+    return f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}, {v.done[0].max_steps} steps"
+
+
+def table_line(row: Row) -> str:
+    v = row.variant
+    cells = [
+        f"`{v.label}`",
+        f"{v.gate} ({v.paper_name or 'not in paper'})",
+        _model_text(row),
+        f"{len(v.done)}/{len(v.runs)}",
+        f"{v.n_params:,}" if v.n_params else "—",
+        "baseline" if v.gate == "none" else (f"{row.overhead_pct:+.2f}%" if row.overhead_pct is not None else "—"),
+        fmt_summary(v.summary("final_val_loss")),
+        fmt_summary(v.summary("best_val_loss")),
+        "—" if v.gate == "none" else fmt_interval(row.diffs["final_val_loss"]),
+        fmt_summary(v.summary("final_gap")),
+        fmt_summary(v.summary("final_tau_mean")),
+        (fmt_summary(v.summary("final_frac_above_tau"), 1, 100) + "%") if v.by_seed("final_frac_above_tau") else "—",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def section(
+    group: str,
+    tables: list[Table],
+    found: list[Finding],
+    figures: dict[str, list[tuple[str, str]]],
+    runs_dir: Path,
+) -> list[str]:
+    runs = [r for t in tables for row in t.rows for r in row.variant.runs]
+    specs: dict[Path, list[str]] = {}
+    for r in runs:
+        entries = specs.setdefault(r.run.spec, [])
+        if r.run.entry not in entries:
+            entries.append(r.run.entry)
+    configs = list(dict.fromkeys(c for r in runs for c in r.run.configs))
+    args = list(dict.fromkeys(a for r in runs for a in r.run.args))
+    lines = [f"## {group}", ""]
+    for spec, entries in specs.items():
+        only = " ".join(f"--only '{e}-seed*'" for e in entries)
+        lines.append(f"- Runs: `ega sweep {spec} --runs_dir {runs_dir} {only}`")
+    lines += [
+        f"- Configs: {', '.join(f'`{c}`' for c in configs) or '—'}",
+        f"- Arguments: {', '.join(f'`{a}`' for a in args) or '—'}",
+        "",
+    ]
+    for table in tables:
+        lines += [f"### {table.corpus}", ""]
+        mine = [f for f in found if f.section == group and f.corpus == table.corpus]
+        lines += [f"- {sentence(f)}" for f in mine]
+        lines += ["", TABLE_HEAD, *(table_line(row) for row in table.rows), ""]
+        for row in table.rows:
+            if row.baseline is not None and row.baseline.group != group:
+                lines.append(
+                    f"`{row.variant.label}` is compared with `{row.baseline.label}` of group {row.baseline.group}."
+                )
+            elif row.baseline is None and row.variant.gate != "none" and row.variant.done:
+                lines.append(f"`{row.variant.label}`: no finished baseline with the same model, data and steps.")
+        lines.append("")
+        for caption, file in figures.get(table.title, []):
+            lines += [f"![{table.title}: {caption}]({file})", ""]
+    return lines
+
+
+def _runs_table(runs: list[RunData]) -> list[str]:
+    labels = {m: f"m{i}" for i, m in enumerate(dict.fromkeys(r.machine for r in runs), 1)}
+    lines = [
+        "| run | group | variant | corpus | seed | final val loss | best | gap | tau | last val step | read from "
+        "| machine |",
+        "|" + "---|" * 12,
+    ]
+    for r in runs:
+        m = r.metrics
+        lines.append(
+            f"| `{r.run.run_name}` | {r.run.group} | `{r.run.variant}` | {r.corpus} | {r.run.seed} | "
+            f"{num(m['final_val_loss'])} | {num(m['best_val_loss'])} | {num(m['final_gap'])} | "
+            f"{num(m['final_tau_mean'])} | {m['last_val_step']} | {r.source} | {labels[r.machine]} |"
+        )
+    lines.append("")
+    lines += [f"- {label}: {m or 'not known'}" for m, label in labels.items()]
+    return lines
+
+
+def markdown(
+    tables: list[Table],
+    runs: list[RunData],
+    found: list[Finding],
+    figures: dict[str, list[tuple[str, str]]],
+    command: str,
+    runs_dir: Path,
+) -> str:
+    done = [r for r in runs if r.status == "done"]
+    missing = [r for r in runs if r.status != "done"]
+    specs = list(dict.fromkeys(str(r.run.spec) for r in runs))
+    lines = [
+        "# EGA experiment report",
+        "",
+        f"`{command}`, from {', '.join(f'`{s}`' for s in specs)}: **{len(done)} of {len(runs)} runs finished** "
+        "(the others are listed at the end and are in no number). Every number is also in `results.json`.",
+        "",
+        "## Claims",
+        "",
+        *claims_table(found),
+        "",
+        "## Method",
+        "",
+        *method_note(found),
+        "",
+    ]
+    for group in dict.fromkeys(t.group for t in tables):
+        lines += section(group, [t for t in tables if t.group == group], found, figures, runs_dir)
+    lines += ["## Runs", "", *(_runs_table(done) if done else ["No finished runs."]), ""]
+    lines += ["## Missing and incomplete runs", ""]
+    if missing:
+        lines += ["| run | spec | group | variant | status | why |", "|---|---|---|---|---|---|"]
+        lines += [
+            f"| `{r.run.run_name}` | `{r.run.spec}` | {r.run.group} | `{r.run.variant}` | {r.status} | {r.reason} |"
+            for r in missing
+        ]
+    else:
+        lines.append("None: every run of the spec(s) is finished.")
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- results.json
+
+
+def jsonable(value: Any) -> Any:
+    """Dataclasses to dicts, verdicts to their value, non-finite floats (a diverged run) to None."""
+    if hasattr(value, "to_dict"):
+        value = value.to_dict()
+    if isinstance(value, Verdict):
+        return value.value
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    return value
+
+
+def _finding_dict(f: Finding) -> dict[str, Any]:
+    return {
+        "kind": f.kind,
+        "claim": f.claim,
+        "section": f.section,
+        "corpus": f.corpus,
+        "regime": f.regime,
+        "subject": f.subject,
+        "against": f.against,
+        "ours": f.ours,
+        "paper": f.paper,
+        "verdict": f.verdict,
+        "detail": f.detail,
+    }
+
+
+def results(tables: list[Table], runs: list[RunData], found: list[Finding], command: str) -> dict[str, Any]:
+    def variant_dict(row: Row) -> dict[str, Any]:
+        v = row.variant
+        return {
+            "variant": v.label,
+            "gate": v.gate,
+            "paper_name": v.paper_name,
+            "gate_options": v.hp("gate_options"),
+            "tau_init": v.hp("tau_init"),
+            "runs": [r.run.run_name for r in v.runs],
+            "seeds_done": sorted(r.run.seed for r in v.done),
+            "seeds_not_done": sorted(r.run.seed for r in v.runs if r.status != "done"),
+            "n_params": v.n_params,
+            "baseline": {"group": row.baseline.group, "variant": row.baseline.label} if row.baseline else None,
+            "overhead_pct": row.overhead_pct,
+            **{m: v.summary(m) for m in METRICS},
+            **{f"diff_{m}": d for m, d in row.diffs.items()},
+        }
+
+    return jsonable(
+        {
+            "command": command,
+            "paper": paper.as_dict(),
+            "conventions": {
+                "diff": "baseline - variant (positive: variant better)",
+                "interval": "95% Student-t: paired over the seeds both sides ran, Welch where they share none; "
+                "n=1: none",
+                "std": "sample standard deviation over seeds (ddof=1)",
+                "equivalence_margin": MARGIN,
+                "rules": RULES,
+            },
+            "claims": [
+                {"claim": c.key, "verdict": f.verdict if f else None, "section": f.section if f else None}
+                for c, f in claims(found)
+            ],
+            "findings": [_finding_dict(f) for f in found],
+            "groups": [
+                {"group": t.group, "corpus": t.corpus, "variants": [variant_dict(row) for row in t.rows]}
+                for t in tables
+            ],
+            "runs": [
+                {
+                    "run_name": r.run.run_name,
+                    "spec": str(r.run.spec),
+                    "group": r.run.group,
+                    "variant": r.run.variant,
+                    "seed": r.run.seed,
+                    "corpus": r.corpus,
+                    "gate": r.gate,
+                    "status": r.status,
+                    "reason": r.reason,
+                    "source": r.source,
+                    "machine": r.machine,
+                    **r.metrics,
+                }
+                for r in runs
+            ],
+        }
+    )

@@ -1,0 +1,316 @@
+"""Intervals, decision rules, verdicts, shards and the report's edges (issue 15): data, not prose."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import scipy.stats
+
+from ega_lightning.experiments import findings, records, report, spec, stats
+from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
+from ega_lightning.experiments.findings import Verdict
+from ega_lightning.experiments.stats import Difference
+from ega_lightning.io import write_atomic
+
+from .conftest import REPO
+
+# ----------------------------------------------------------------------------- intervals
+
+
+def test_paired_interval_matches_scipy_ttest_rel_and_the_t_table():
+    a, b = [1.50, 1.60, 1.55, 1.58], [1.40, 1.52, 1.45, 1.49]
+    d = stats.paired_difference(a, b)
+    ci = scipy.stats.ttest_rel(a, b).confidence_interval(0.95)  # another code path of scipy
+    assert (d.low, d.high) == pytest.approx((ci.low, ci.high), abs=1e-12)
+    diffs = [x - y for x, y in zip(a, b, strict=True)]
+    mean = sum(diffs) / 4
+    sd = math.sqrt(sum((x - mean) ** 2 for x in diffs) / 3)
+    assert d.high - mean == pytest.approx(3.182446 * sd / 2, abs=1e-6)  # t(0.975, 3) from a printed table
+
+
+def test_welch_interval_matches_scipy_ttest_ind():
+    a, b = [1.0, 1.3, 1.1], [2.0, 2.4, 2.1, 2.6]
+    d = stats.compare(dict(zip((1, 2, 3), a, strict=True)), dict(zip((4, 5, 6, 7), b, strict=True)))
+    ci = scipy.stats.ttest_ind(a, b, equal_var=False).confidence_interval(0.95)
+    assert d.method == "welch" and (d.low, d.high) == pytest.approx((ci.low, ci.high), abs=1e-12)
+
+
+def test_shared_seeds_are_paired_even_when_one_side_has_more():
+    d = stats.compare({1: 1.5, 2: 1.6, 3: 1.9}, {1: 1.4, 2: 1.5})
+    assert d.method == "paired" and d.n == 2 and d.estimate == pytest.approx(0.1)
+    single = stats.compare({1: 1.5, 2: 1.6}, {1: 1.4})
+    assert single.method == "single" and single.low is None
+
+
+def test_mean_interval_matches_scipy_t_interval():
+    values = [0.30, 0.34, 0.36]
+    d = stats.mean_interval(values)
+    low, high = scipy.stats.t.interval(0.95, 2, loc=sum(values) / 3, scale=scipy.stats.sem(values))
+    assert (d.low, d.high) == pytest.approx((low, high), abs=1e-12)
+
+
+def test_report_intervals_match_an_independent_computation():
+    """Every paired interval in the committed results.json, recomputed from the committed records."""
+    results = json.loads((REPO / "results" / "results.json").read_text())
+    final = {r["run_name"]: r["final_val_loss"] for r in results["runs"] if r["status"] == "done"}
+    checked = 0
+    for group in results["groups"]:
+        by_label = {v["variant"]: v for v in group["variants"]}
+        for v in group["variants"]:
+            d = v["diff_final_val_loss"]
+            if not d or d["method"] != "paired":
+                continue
+            base = by_label.get(v["baseline"]["variant"]) if v["baseline"]["group"] == group["group"] else None
+            if base is None:
+                continue
+            seeds = sorted(set(v["seeds_done"]) & set(base["seeds_done"]))
+            ref = [final[next(r for r in base["runs"] if r.endswith(f"-seed{s}"))] for s in seeds]
+            own = [final[next(r for r in v["runs"] if r.endswith(f"-seed{s}"))] for s in seeds]
+            ci = scipy.stats.ttest_rel(ref, own).confidence_interval(0.95)
+            assert (d["low"], d["high"]) == pytest.approx((ci.low, ci.high), abs=1e-9)
+            checked += 1
+    assert checked >= 5
+
+
+# ----------------------------------------------------------------------------- decision rules
+
+
+def iv(low: float | None, high: float | None, estimate: float | None = None) -> Difference:
+    mid = estimate if estimate is not None else ((low + high) / 2 if low is not None else 0.0)
+    return Difference(mid, low, high, 3 if low is not None else 1, 2.0 if low is not None else None, "paired")
+
+
+@pytest.mark.parametrize(
+    "d,verdict",
+    [
+        (iv(0.05, 0.15), Verdict.REPRODUCED),
+        (iv(0.005, 0.02), Verdict.NOT_REPRODUCED),
+        (iv(-0.1, 0.2), Verdict.TOO_FEW_SEEDS),  # holds both 0 and the figure
+        (iv(None, None, 0.1), Verdict.TOO_FEW_SEEDS),  # one seed
+        (None, Verdict.NO_DATA),
+    ],
+)
+def test_figure_rule(d, verdict):
+    assert findings.figure_rule(d, 0.103) is verdict
+
+
+def test_figure_rule_for_a_level_has_no_null():
+    assert findings.figure_rule(iv(-0.1, 0.5), 0.35, None) is Verdict.REPRODUCED
+    assert findings.figure_rule(iv(0.05, 0.14), 0.35, None) is Verdict.NOT_REPRODUCED
+
+
+@pytest.mark.parametrize(
+    "d,verdict",
+    [
+        (iv(-0.01, 0.015), Verdict.CONSISTENT),
+        (iv(0.005, 0.015), Verdict.CONSISTENT),  # measurably different, but within the margin
+        (iv(0.021, 0.05), Verdict.NOT_CONSISTENT),
+        (iv(-0.01, 0.05), Verdict.TOO_FEW_SEEDS),
+        (iv(None, None, 0.0), Verdict.TOO_FEW_SEEDS),
+    ],
+)
+def test_equivalence_rule(d, verdict):
+    assert findings.equivalence_rule(d) is verdict
+
+
+@pytest.mark.parametrize(
+    "d,verdict",
+    [
+        (iv(-0.05, -0.01), Verdict.HOLDS),
+        (iv(0.01, 0.05), Verdict.DOES_NOT_HOLD),
+        (iv(-0.05, 0.01), Verdict.TOO_FEW_SEEDS),
+    ],
+)
+def test_worse_rule(d, verdict):
+    assert findings.worse_rule(d) is verdict
+
+
+def test_best_rule():
+    assert findings.best_rule([iv(0.01, 0.03), iv(0.02, 0.05)]) is Verdict.HOLDS
+    assert findings.best_rule([iv(0.01, 0.03), iv(-0.05, -0.02)]) is Verdict.DOES_NOT_HOLD
+    assert findings.best_rule([iv(0.01, 0.03), iv(-0.01, 0.02)]) is Verdict.TOO_FEW_SEEDS
+    assert findings.best_rule([]) is Verdict.NO_DATA
+
+
+def test_growth_and_cost_rules():
+    assert findings.growth_rule(iv(0.01, 0.05)) is Verdict.HOLDS
+    assert findings.growth_rule(iv(-0.03, 0.01)) is Verdict.DOES_NOT_HOLD
+    assert findings.growth_rule(iv(-0.03, 0.08)) is Verdict.TOO_FEW_SEEDS
+    assert findings.cost_rule(0.98, 1.04) is Verdict.HOLDS
+    assert findings.cost_rule(1.05, 1.15) is Verdict.DOES_NOT_HOLD
+
+
+# ----------------------------------------------------------------------------- verdicts from synthetic records
+
+
+def synthetic(entries: dict[str, tuple[str, dict | None, list[float]]], block_size: int = 32) -> list[RunData]:
+    """Finished runs: entry -> (gate, gate_options, final val loss per seed 1..n), one group, one corpus."""
+    runs = []
+    for entry, (gate, options, losses) in entries.items():
+        for seed, loss in enumerate(losses, 1):
+            run = spec.Run(Path("s.yaml"), entry, seed, (), (), "ablation", entry)
+            hparams = {"corpus": "tinyshakespeare", "block_size": block_size, "gate": gate, "gate_options": options}
+            metrics = {"final_val_loss": loss, "best_val_loss": loss, "final_gap": 0.1}
+            runs.append(RunData(run, "done", "", "tinyshakespeare", gate, hparams=hparams, metrics=metrics))
+    return runs
+
+
+def verdicts(runs: list[RunData]) -> dict[str, Verdict]:
+    variants = build_variants(runs)
+    return {f.claim: f.verdict for f in findings.findings(build_tables(variants), variants) if f.claim}
+
+
+def test_ablation_verdicts_from_synthetic_records():
+    base = [1.60, 1.70, 1.65]
+    runs = synthetic(
+        {
+            "none": ("none", None, base),
+            "linear": ("linear", None, [b - 0.10 for b in base]),
+            "ms2": ("multiscale", {"scales": 2}, [b - 0.05 + 0.001 * i for i, b in enumerate(base)]),  # worse
+            "db2": ("db2", None, [b + 0.001 * (-1) ** i for i, b in enumerate(base)]),  # about baseline
+            "db4": ("db4", None, [b - 0.08 + 0.002 * i for i, b in enumerate(base)]),  # far from baseline
+        }
+    )
+    got = verdicts(runs)
+    assert got["ablation:EGA-2"] is Verdict.HOLDS
+    assert got["ablation:EGA-DB2"] is Verdict.CONSISTENT
+    assert got["ablation:EGA-DB4"] is Verdict.NOT_CONSISTENT
+    assert got["ablation:best"] is Verdict.HOLDS
+
+
+def test_ablation_verdicts_when_seeds_cannot_tell():
+    runs = synthetic(
+        {
+            "none": ("none", None, [1.6, 1.7]),
+            "linear": ("linear", None, [1.55, 1.72]),
+            "db2": ("db2", None, [1.5, 1.8]),
+            "ms4": ("multiscale", {"scales": 4}, [1.4, 1.75]),
+        }
+    )
+    got = verdicts(runs)
+    assert got["ablation:EGA-DB2"] is Verdict.TOO_FEW_SEEDS
+    assert got["ablation:EGA-4"] is Verdict.TOO_FEW_SEEDS
+    assert got["ablation:best"] is Verdict.TOO_FEW_SEEDS
+
+
+def test_ablation_best_does_not_hold_when_a_gate_is_measurably_better():
+    base = [1.60, 1.70, 1.65]
+    runs = synthetic(
+        {
+            "none": ("none", None, base),
+            "linear": ("linear", None, [b - 0.01 for b in base]),
+            "db2": ("db2", None, [b - 0.05 + 0.001 * i for i, b in enumerate(base)]),
+        }
+    )
+    got = verdicts(runs)
+    assert got["ablation:best"] is Verdict.DOES_NOT_HOLD
+    assert got["ablation:EGA-DB2"] is Verdict.NOT_CONSISTENT
+
+
+# ----------------------------------------------------------------------------- shards and indices
+
+
+def test_shards_partition_the_spec_and_keep_each_seed_together():
+    sweep = spec.load_spec(REPO / "configs" / "sweeps" / "short.yaml", check_files=False)
+    for n in (1, 2, 3, 4, 7):
+        shards = [spec.shard(sweep.runs, k, n) for k in range(n)]
+        names = [r.run_name for s in shards for r in s]
+        assert sorted(names) == sorted(r.run_name for r in sweep.runs)  # every run once
+        assert len(names) == len(set(names))  # none twice
+        for s in shards:
+            for seed in {r.seed for r in s}:
+                assert {r.run_name for r in s if r.seed == seed} == {
+                    r.run_name for r in sweep.runs if r.seed == seed
+                }  # a seed's runs share one shard
+        assert shards == [spec.shard(sweep.runs, k, n) for k in range(n)]  # deterministic
+        print(f"{n} shards: {[len(s) for s in shards]} runs, seeds {[sorted({r.seed for r in s}) for s in shards]}")
+
+
+def test_index_picks_one_run_and_past_the_end_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    from ega_lightning.experiments import sweep
+
+    short = "configs/sweeps/short.yaml"
+    n = len(spec.load_spec(short).runs)
+    assert sweep.main([short, "--index", "1", "--dry_run", "--runs_dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("[1/1] ts-none-seed2:") and f"\n{n - 1:>2}  " in out  # the run, then the numbering
+    assert sweep.main([short, "--index", str(n), "--runs_dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--index {n} is out of range" in err and f"--array=0-{n - 1}" in err
+    assert sweep.main([short, "--shard", "3/3"]) == 2 and "--shard takes K/N" in capsys.readouterr().err
+
+
+def test_the_same_index_in_two_processes_trains_once(tmp_path, capsys, monkeypatch):
+    import fcntl
+
+    from ega_lightning.experiments import sweep
+
+    monkeypatch.chdir(REPO)
+    run_dir = tmp_path / "runs" / "ts-none-seed1"
+    run_dir.mkdir(parents=True)
+    with open(run_dir / spec.LOCK_FILE, "w") as lock:  # the other process, mid-run
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        args = ["configs/sweeps/short.yaml", "--index", "0", "--runs_dir", str(tmp_path / "runs")]
+        assert sweep.main([*args, "--records_dir", str(tmp_path / "rec")]) == 1
+    assert "skipped (running in another process" in capsys.readouterr().out
+    assert not (run_dir / "sweep.log").exists()
+
+
+# ----------------------------------------------------------------------------- the report's edges
+
+
+def test_report_over_no_finished_run_writes_nothing(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(REPO)
+    args = ["configs/sweeps/long.yaml", "--runs_dir", str(tmp_path / "none"), "--out", str(tmp_path / "out")]
+    assert report.main([*args, "--records_dir", str(tmp_path / "empty")]) == 2
+    assert "nothing was written" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_report_elsewhere_than_results_finds_the_committed_records(tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "elsewhere"
+    assert report.main(["configs/sweeps/long.yaml", "--runs_dir", str(tmp_path / "none"), "--out", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert sum(r["status"] == "done" for r in results["runs"]) == 4
+    assert not list(out.glob("runs"))  # read from results/runs, nothing written beside the report
+
+
+# ----------------------------------------------------------------------------- records and files
+
+
+def test_migration_rewrites_a_format_1_record_without_machine_paths(tmp_path):
+    v2 = json.loads((REPO / "results" / "runs" / "ts-linear-seed1.json").read_text())
+    v1 = {k: v for k, v in v2.items() if k not in ("command", "git_commit", "git_dirty", "versions", "n_params")}
+    v1 |= {"format": 1, "hparams": {**v2["hparams"], "data_dir": "/somewhere/data"}}
+    v1["done"] = {**v2["done"], "command": ["/opt/venv/bin/python", "-m", "ega_lightning.cli", "fit", "--runs_dir=/x"]}
+    (tmp_path / "r.json").write_text(json.dumps(v1))
+    assert records.migrate(tmp_path) == [tmp_path / "r.json"]
+    migrated = json.loads((tmp_path / "r.json").read_text())
+    assert migrated["command"] == v2["command"] and migrated["command"].startswith("ega fit -c configs/base.yaml")
+    assert migrated["git_commit"] is None and migrated["versions"] is None  # never known: not invented
+    assert migrated["n_params"] == 820128 and migrated["gate_params"] == 2080
+    assert "/somewhere" not in json.dumps(migrated) and "/opt/venv" not in json.dumps(migrated)
+    assert records.migrate(tmp_path) == []  # once is enough
+
+
+def test_shipped_records_hold_no_absolute_path():
+    for path in (REPO / "results" / "runs").glob("*.json"):
+        text = path.read_text()
+        assert '"/' not in text and json.loads(text)["format"] == records.FORMAT, path
+
+
+def test_atomic_write_leaves_the_old_file_and_no_temporary_on_failure(tmp_path):
+    target = tmp_path / "f.json"
+    write_atomic(target, "old")
+
+    with pytest.raises(TypeError):
+        write_atomic(target, 123)  # type: ignore[arg-type]
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.json"]
+    shutil.rmtree(tmp_path / "sub", ignore_errors=True)
+    write_atomic(tmp_path / "sub" / "g", b"\x00")
+    assert (tmp_path / "sub" / "g").read_bytes() == b"\x00"
