@@ -192,8 +192,8 @@ def test_sweep_runs_in_order_records_done_reports_failures_and_resumes(workdir, 
     commands: dict[str, list[str]] = {}
     real_fit_command = sweep.fit_command
 
-    def fake_fit(run, runs_dir, resume):
-        commands[run.run_name] = real_fit_command(run, runs_dir, resume)
+    def fake_fit(run, runs_dir, resume, overwrite=False):
+        commands[run.run_name] = real_fit_command(run, runs_dir, resume, overwrite)
         code = "print('boom: bad config'); raise SystemExit(3)" if run.run_name == "ra-seed1" else "print('ok')"
         return [sys.executable, "-c", code]
 
@@ -606,7 +606,7 @@ def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workd
 
     started: list[str] = []
 
-    def fake_fit(run, runs_dir, resume):
+    def fake_fit(run, runs_dir, resume, overwrite=False):
         started.append(run.run_name)
         return [sys.executable, "-c", "print('ok')"]
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ega_lightning import runs
-from ega_lightning.experiments import sweep
+from ega_lightning.experiments import spec
 
 from .conftest import REPO, TINY_MODEL, run_ega
 from .helpers import scalars
@@ -45,7 +45,7 @@ def test_fit_state_is_decided_by_last_ckpt_and_outputs(tmp_path):
     (run / "checkpoints").mkdir()
     (run / "checkpoints/best.ckpt").write_bytes(b"x")
     assert runs.fit_state(run) is runs.FitState.STALE
-    assert sweep.run_state(run) == "stale"
+    assert spec.run_state(run) == "stale"
     (run / runs.LAST).write_bytes(b"x")
     assert runs.fit_state(run) is runs.FitState.RESUME
     runs.clear_outputs(run)
@@ -65,12 +65,12 @@ def test_the_lock_is_one_per_directory_and_passes_to_a_child(tmp_path, monkeypat
 
 
 def test_sweep_starts_a_run_that_cannot_resume_over_and_resumes_one_that_can(tmp_path):
-    spec = tmp_path / "spec.yaml"
-    spec.write_text("name: s\nruns:\n  - {name: a, configs: [], seeds: [1]}\n")
-    (run,) = sweep.load_spec(spec).runs
-    assert "--overwrite=true" in sweep.fit_command(run, tmp_path, resume=False, overwrite=True)
-    assert sweep.fit_command(run, tmp_path, resume=True)[-2:] == ["--ckpt_path", "last"]
-    assert sweep.ran_with(sweep.fit_command(run, tmp_path, resume=False, overwrite=True)) == ([], [])
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: s\nruns:\n  - {name: a, configs: [], seeds: [1]}\n")
+    (run,) = spec.load_spec(path).runs
+    assert "--overwrite=true" in spec.fit_command(run, tmp_path, resume=False, overwrite=True)
+    assert spec.fit_command(run, tmp_path, resume=True)[-2:] == ["--ckpt_path", "last"]
+    assert spec.ran_with(spec.fit_command(run, tmp_path, resume=False, overwrite=True)) == ([], [])
 
 
 @pytest.mark.slow
