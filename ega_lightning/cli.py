@@ -158,6 +158,7 @@ TOOLS = {
     "bench": "ega_lightning.bench",
     "sweep": "ega_lightning.experiments.sweep",
     "report": "ega_lightning.experiments.report",
+    "landscape": "ega_lightning.landscape",
 }
 
 
@@ -171,7 +172,8 @@ def main(args: Any = None) -> None:
     if isinstance(argv, list) and argv[:1] in (["-h"], ["--help"]):
         print(
             "Also: `ega generate` (sample from a checkpoint), `ega bench` (gate cost), "
-            "`ega sweep` (run a sweep spec), `ega report` (summarise one). Each takes --help.\n"
+            "`ega sweep` (run a sweep spec), `ega report` (summarise one), `ega landscape` (loss around tau and "
+            "alpha, from checkpoints). Each takes --help.\n"
         )
     try:
         EgaCLI(

@@ -1,6 +1,7 @@
 from ega_lightning.callbacks.gap import GeneralizationGap
 from ega_lightning.callbacks.gate_map import GateMap
 from ega_lightning.callbacks.hparams import HParamsSummary
+from ega_lightning.callbacks.keep import KeepCheckpointAt
 from ega_lightning.callbacks.tau import TauTracker
 
-__all__ = ["GateMap", "GeneralizationGap", "HParamsSummary", "TauTracker"]
+__all__ = ["GateMap", "GeneralizationGap", "HParamsSummary", "KeepCheckpointAt", "TauTracker"]
