@@ -29,7 +29,7 @@ class PoisonLossAt(L.Callback):
                     p.grad.fill_(torch.nan)
 
 
-def tiny_checkpoint(ckpt_dir, data_dir, steps: int = 3, keep: int = 2, **model_options):
+def tiny_checkpoint(ckpt_dir, data_dir, steps: int = 3, keep: int | None = 2, **model_options):
     """Trains a test-size CharLM for `steps` steps and keeps its step-`keep` checkpoint; returns (module, path)."""
     from ega_lightning import CharDataModule, CharLM
     from ega_lightning.callbacks import KeepCheckpointAt
@@ -48,7 +48,7 @@ def tiny_checkpoint(ckpt_dir, data_dir, steps: int = 3, keep: int = 2, **model_o
         enable_progress_bar=False,
         enable_model_summary=False,
         plugins=[AtomicCheckpointIO()],
-        callbacks=[KeepCheckpointAt(steps=[keep], dirpath=str(ckpt_dir))],
+        callbacks=[KeepCheckpointAt(steps=[keep], dirpath=str(ckpt_dir))] if keep else [],
     )
     trainer.fit(lm, dm)
-    return lm, ckpt_dir / f"step{keep}.ckpt"
+    return lm, ckpt_dir / f"step{keep}.ckpt" if keep else None

@@ -2,6 +2,7 @@
 learn_tau (a frozen threshold), the evaluation-time z-norm override, and the gate logging they need."""
 
 import json
+import re
 
 import lightning as L
 import pytest
@@ -13,7 +14,7 @@ from ega_lightning.errors import UserError
 from ega_lightning.gates import build_gate, gate_class, gate_names, window_znorm
 from ega_lightning.module import RUNTIME_KEYS
 
-from .conftest import TINY_MODEL, TINY_VOCAB
+from .conftest import TINY_MODEL, TINY_VOCAB, run_ega
 from .helpers import tiny_checkpoint
 
 GATED = [name for name in gate_names() if name != "none"]
@@ -161,3 +162,17 @@ def test_tau_tracker_logs_gate_gradient_norms_and_the_fraction_above_tau_per_hea
         assert metrics[f"gate/frac_above_tau/layer_{layer}"].item() == pytest.approx(per_head[layer].mean().item())
     summary = json.loads((tmp_path / "gate_summary.json").read_text())
     assert summary["final"]["frac_above_tau_per_head"] == tracker.history[-1]["frac_above_tau_per_head"]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="needs RUNTIME_KEYS honoured over --ckpt_path (issue 14): remove this mark then")
+def test_validate_flag_eval_znorm_wins_over_the_checkpoint(tmp_path, data_dir):
+    _, ckpt = tiny_checkpoint(tmp_path, data_dir, gate_options={"znorm": "window"}, alpha_init=3.0)
+    common = ["validate", "--ckpt_path", str(ckpt), "--data.max_eval_windows=8", "--trainer.logger=false"]
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    losses = []
+    for extra in ([], ["--model.eval_znorm=prefix"]):
+        out = run_ega([*common, *extra], cwd=tmp_path, env=env)
+        assert out.returncode == 0, out.stderr
+        losses.append(float(re.search(r"val/loss\s+([0-9.]+)", out.stdout).group(1)))
+    assert abs(losses[0] - losses[1]) > 1e-4

@@ -37,6 +37,9 @@ def test_keep_checkpoint_at_writes_the_chosen_step_once(tmp_path, data_dir):
     kept = CharLM.load_from_checkpoint(ckpt)
     assert torch.load(ckpt, weights_only=True)["global_step"] == 2
     assert not torch.equal(kept.model.gates[0].tau, final.model.gates[0].tau)  # one step before the end
+    unkept, _ = tiny_checkpoint(tmp_path / "unkept", data_dir, steps=3, keep=None)
+    for (name, a), b in zip(final.state_dict().items(), unkept.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name  # keeping a checkpoint changes nothing in training
 
 
 def test_landscape_reproduces_plain_evaluation_and_the_baseline_at_alpha_zero(tmp_path, data_dir):
