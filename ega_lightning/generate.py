@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ega_lightning.errors import UserError
 from ega_lightning.model import GPT
 
 
@@ -99,6 +100,19 @@ def generate(
     return torch.cat([idx, *new], dim=1)
 
 
+def check_causal(model: GPT, ckpt_path: str) -> None:
+    """Raises UserError for a model whose gates see the future: it cannot generate text."""
+    znorm = model.cfg.gate_options.get("znorm", "prefix")
+    if znorm != "prefix":
+        raise UserError(
+            f"{ckpt_path} was trained with gate option znorm={znorm}, a diagnostic that z-normalises each key's "
+            "energy with statistics of the whole training window, later characters included: the model expects "
+            "to see the future, so it cannot generate text one character at a time. Generate from a checkpoint "
+            "trained with the causal default (znorm: prefix); to measure this one causally, evaluate it with "
+            "--model.eval_znorm=prefix (`ega validate`) or `ega landscape --eval_znorm prefix`."
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="ega generate", description="Sample text from a CharLM checkpoint.")
     parser.add_argument("--ckpt_path", required=True, help="a checkpoint written by `ega fit`")
@@ -123,6 +137,7 @@ def main(argv: list[str] | None = None) -> None:
 
     load_checkpoint(args.ckpt_path)  # a missing, foreign or corrupt file: one clear error
     lm = CharLM.load_from_checkpoint(args.ckpt_path, map_location=args.device).eval()
+    check_causal(lm.model, args.ckpt_path)
     try:
         prompt = lm.tokenizer.encode(args.prompt)[None].to(args.device)
     except ValueError as err:

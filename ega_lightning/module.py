@@ -13,14 +13,14 @@ from torchmetrics import MeanMetric
 
 from ega_lightning.data.datamodule import Batch
 from ega_lightning.data.tokenizer import CharTokenizer
-from ega_lightning.gates import NO_GATE, check_gate_options
+from ega_lightning.gates import NO_GATE, ZNORM_MODES, check_gate_options
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig
 from ega_lightning.seeding import derive_seed
 
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate_options", "vocab")
 # Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
 # checkpoint's value (every other hyper-parameter comes from the checkpoint).
-RUNTIME_KEYS = ("attention",)
+RUNTIME_KEYS = ("attention", "eval_znorm")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -41,7 +41,11 @@ class CharLM(L.LightningModule):
         n_layer, n_head, n_embd, block_size, dropout, bias: the transformer's shape.
         gate: a registered gate name (``none`` is the baseline, ``linear`` is EGA-1).
         tau_init, alpha_init: initial threshold and scale of every gate head.
-        gate_options: further options of the chosen gate (see its docstring).
+        gate_options: further options of the chosen gate (see its docstring); every gate also takes
+            ``znorm`` (``prefix``, the causal default, or ``window``, a leaky diagnostic) and
+            ``learn_tau`` (false: tau stays at tau_init).
+        eval_znorm: if set, every gate z-normalises this way during validation and test instead of
+            as trained (e.g. ``prefix`` evaluates a ``znorm: window`` model causally); training is unchanged.
         attention: ``fused`` (SDPA kernel, the default) or ``reference`` (the spec's formula, slow).
         lr, min_lr, warmup_steps: AdamW learning rate, linear warm-up then cosine decay to
             ``min_lr`` at ``trainer.max_steps``.
@@ -62,6 +66,7 @@ class CharLM(L.LightningModule):
         tau_init: float = 0.0,
         alpha_init: float = 1.0,
         gate_options: dict[str, Any] | None = None,
+        eval_znorm: str | None = None,
         attention: str = "fused",
         lr: float = 1e-3,
         min_lr: float = 1e-4,
@@ -80,6 +85,8 @@ class CharLM(L.LightningModule):
         for name, value in (("tau_init", tau_init), ("alpha_init", alpha_init)):
             _require(math.isfinite(value), f"model.{name} must be a finite number, got {value}.")
         _require(weight_decay >= 0, f"model.weight_decay must be >= 0, got {weight_decay}.")
+        znorms = (None, *ZNORM_MODES)
+        _require(eval_znorm in znorms, f"model.eval_znorm must be one of {znorms}, got {eval_znorm!r}.")
         _require(attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {attention!r}.")
         options = dict(gate_options or {})
         if gate != NO_GATE:
@@ -173,6 +180,24 @@ class CharLM(L.LightningModule):
 
     def on_validation_start(self) -> None:
         self._last_step_start = None  # evaluation time is not training throughput
+        self._use_eval_znorm(True)
+
+    def on_validation_end(self) -> None:
+        self._use_eval_znorm(False)
+
+    def on_test_start(self) -> None:
+        self._use_eval_znorm(True)
+
+    def on_test_end(self) -> None:
+        self._use_eval_znorm(False)
+
+    def _use_eval_znorm(self, evaluating: bool) -> None:
+        """Switches every gate to ``eval_znorm`` (evaluating) or back to the z-norm it was trained with."""
+        if self.hparams.eval_znorm is None:
+            return
+        trained = self.model.cfg.gate_options.get("znorm", "prefix")
+        for gate in self.model.gates:
+            gate.znorm = self.hparams.eval_znorm if evaluating else trained
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
         self.val_loss.update(self.loss(batch), weight=batch[1].numel())

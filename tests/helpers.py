@@ -99,3 +99,28 @@ class WaitForFile(L.Callback):
         deadline = time.time() + self.timeout
         while not self.path.exists() and time.time() < deadline:
             time.sleep(0.1)
+
+
+def tiny_checkpoint(ckpt_dir, data_dir, steps: int = 3, keep: int | None = 2, **model_options):
+    """Trains a test-size CharLM for `steps` steps and keeps its step-`keep` checkpoint; returns (module, path)."""
+    from ega_lightning import CharDataModule, CharLM
+    from ega_lightning.callbacks import KeepCheckpointAt
+    from ega_lightning.checkpoint_io import AtomicCheckpointIO
+
+    from .conftest import TINY_MODEL
+
+    torch.manual_seed(0)
+    dm = CharDataModule("tinyshakespeare", data_dir=str(data_dir), block_size=TINY_MODEL["block_size"], batch_size=4)
+    lm = CharLM(dm.vocab, **{**TINY_MODEL, **model_options}, warmup_steps=1)
+    trainer = L.Trainer(
+        max_steps=steps,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        plugins=[AtomicCheckpointIO()],
+        callbacks=[KeepCheckpointAt(steps=[keep], dirpath=str(ckpt_dir))] if keep else [],
+    )
+    trainer.fit(lm, dm)
+    return lm, ckpt_dir / f"step{keep}.ckpt" if keep else None

@@ -1,7 +1,8 @@
 from ega_lightning.callbacks.gap import GeneralizationGap
 from ega_lightning.callbacks.gate_map import GateMap
 from ega_lightning.callbacks.hparams import HParamsSummary
+from ega_lightning.callbacks.keep import KeepCheckpointAt
 from ega_lightning.callbacks.last import LastCheckpoint
 from ega_lightning.callbacks.tau import TauTracker
 
-__all__ = ["GateMap", "GeneralizationGap", "HParamsSummary", "LastCheckpoint", "TauTracker"]
+__all__ = ["GateMap", "GeneralizationGap", "HParamsSummary", "KeepCheckpointAt", "LastCheckpoint", "TauTracker"]

@@ -15,12 +15,14 @@ class GateProbe:
 
     The z is recomputed from the gate's input (only while probing), so the gates
     themselves stay free of bookkeeping. With ``keep_last=True`` the last gate
-    values (B, nh, T) of every layer are kept too, for pictures.
+    values (B, nh, T) of every layer are kept too, for pictures. With ``z_edges`` (E,), a histogram
+    of z per layer (all heads): ``z_counts[layer]`` (E + 1,), count i of edges[i-1] < z <= edges[i],
+    the first and last counts for z at or below edges[0] and above edges[-1].
     """
 
-    def __init__(self, model: nn.Module, keep_last: bool = False) -> None:
+    def __init__(self, model: nn.Module, keep_last: bool = False, z_edges: torch.Tensor | None = None) -> None:
         self.gates: list[Gate] = [m for m in model.modules() if isinstance(m, Gate)]
-        self.keep_last = keep_last
+        self.keep_last, self.z_edges = keep_last, z_edges
         self._handles: list[torch.utils.hooks.RemovableHandle] = []
         self.reset()
 
@@ -29,6 +31,8 @@ class GateProbe:
         self.above = [torch.zeros(g.n_head) for g in self.gates]  # (nh,) per layer
         self.gate_sum = [torch.zeros(g.n_head) for g in self.gates]
         self.last: list[torch.Tensor] = [torch.empty(0) for _ in self.gates]
+        bins = 0 if self.z_edges is None else len(self.z_edges) + 1
+        self.z_counts = [torch.zeros(bins, dtype=torch.long) for _ in self.gates]
 
     def _hook(self, layer: int):
         def record(gate: Gate, inputs: tuple[torch.Tensor], log_g: torch.Tensor) -> None:
@@ -41,6 +45,10 @@ class GateProbe:
                     self.keys = self.keys.to(z.device) + z.shape[0] * z.shape[2]
                 if self.keep_last:
                     self.last[layer] = log_g.exp().detach()
+                if self.z_edges is not None:
+                    bins = torch.bucketize(z.flatten(), self.z_edges.to(z.device, z.dtype))
+                    counts = bins.bincount(minlength=len(self.z_edges) + 1)
+                    self.z_counts[layer] = self.z_counts[layer].to(z.device) + counts
 
         return record
 

@@ -10,6 +10,7 @@ import lightning as L
 import torch
 
 from ega_lightning.callbacks.probe import GateProbe
+from ega_lightning.gates import Gate
 from ega_lightning.io import write_atomic
 
 
@@ -18,8 +19,11 @@ class TauTracker(L.Callback):
     with z > tau and the mean gate value; detects when tau has converged; writes a JSON summary.
 
     Tags: ``gate/tau/layer_L/head_H``, ``gate/alpha/layer_L/head_H``, ``gate/tau_mean``,
-    ``gate/alpha_mean``, ``gate/frac_above_tau`` (+ ``/layer_L``), ``gate/mean_gate`` (+ ``/layer_L``),
-    and once, at the step where convergence is detected, ``gate/tau_converged``.
+    ``gate/alpha_mean``, ``gate/frac_above_tau`` (+ ``/layer_L`` and ``/layer_L/head_H``), ``gate/mean_gate``
+    (+ ``/layer_L``), and once, at the step where convergence is detected, ``gate/tau_converged``.
+    At every optimizer step (before clipping), the gradient norm over all gates of ``gate/grad_norm/tau``,
+    ``gate/grad_norm/alpha`` and ``gate/grad_norm/energy`` (every other gate parameter: the energy
+    projection, learned filter taps); a frozen tau (``learn_tau: false``) has no gradient and no tag.
 
     Args:
         window: number of consecutive validation checks tau must stay within ``tolerance``.
@@ -63,6 +67,8 @@ class TauTracker(L.Callback):
                 metrics[f"gate/tau/layer_{layer}/head_{head}"] = tau[layer, head].item()
                 metrics[f"gate/alpha/layer_{layer}/head_{head}"] = alpha[layer, head].item()
             metrics[f"gate/frac_above_tau/layer_{layer}"] = above[layer].mean().item()
+            for head in range(tau.shape[1]):  # beside 1 - Phi(tau) per head: the tail identity of a normal z
+                metrics[f"gate/frac_above_tau/layer_{layer}/head_{head}"] = above[layer, head].item()
             metrics[f"gate/mean_gate/layer_{layer}"] = mean_gate[layer].mean().item()
         summary = {
             "gate/tau_mean": tau.mean().item(),
@@ -72,16 +78,34 @@ class TauTracker(L.Callback):
         }
         metrics.update(summary)
         if trainer.state.fn == "fit":
-            self._update_convergence(trainer.global_step, summary, tau)
+            self._update_convergence(trainer.global_step, summary, tau, above)
             if self.converged is not None and self.converged["step"] == trainer.global_step:
                 metrics["gate/tau_converged"] = self.converged["tau_mean"]
         pl_module.log_dict(metrics, sync_dist=True)  # equal on every rank: the mean is a no-op (silences a warning)
 
-    def _update_convergence(self, step: int, summary: dict[str, float], tau: torch.Tensor) -> None:
-        self.history.append({"step": step, **summary, "tau": tau.tolist()})
+    def _update_convergence(
+        self, step: int, summary: dict[str, float], tau: torch.Tensor, above: torch.Tensor | None = None
+    ) -> None:
+        entry = {"step": step, **summary, "tau": tau.tolist()}
+        if above is not None:
+            entry["frac_above_tau_per_head"] = above.tolist()  # (n_layer, nh), beside "tau"
+        self.history.append(entry)
         recent = [h["gate/tau_mean"] for h in self.history[-self.window :]]
         if self.converged is None and len(recent) == self.window and max(recent) - min(recent) < self.tolerance:
             self.converged = {"step": step, "tau_mean": summary["gate/tau_mean"]}
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        # the gradients are already reduced over ranks: equal everywhere, no collective needed
+        norms: dict[str, list[torch.Tensor]] = {"tau": [], "alpha": [], "energy": []}
+        for gate in (m for m in pl_module.modules() if isinstance(m, Gate)):
+            for name, p in gate.named_parameters():
+                if p.grad is not None:
+                    norms[name if name in ("tau", "alpha") else "energy"].append(p.grad.detach().float().norm())
+        metrics = {f"gate/grad_norm/{k}": torch.linalg.vector_norm(torch.stack(v)) for k, v in norms.items() if v}
+        if metrics:
+            pl_module.log_dict(metrics)
 
     def on_fit_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         log_dir = trainer.log_dir  # a broadcast: every rank asks, before the rank-zero block

@@ -1,7 +1,7 @@
 """Energy gates by name. Importing this package registers every shipped gate."""
 
 from ega_lightning.gates import linear, multiscale, wavelet  # noqa: F401  (importing registers the gates)
-from ega_lightning.gates.base import Gate, GateState, causal_znorm
+from ega_lightning.gates.base import ZNORM_MODES, Gate, GateState, causal_znorm, window_znorm
 from ega_lightning.gates.registry import (
     NO_GATE,
     build_gate,
@@ -14,6 +14,7 @@ from ega_lightning.gates.registry import (
 
 __all__ = [
     "NO_GATE",
+    "ZNORM_MODES",
     "Gate",
     "GateState",
     "build_gate",
@@ -23,4 +24,5 @@ __all__ = [
     "gate_names",
     "gate_params_per_layer",
     "register_gate",
+    "window_znorm",
 ]

@@ -17,6 +17,11 @@ import torch.nn.functional as F
 from torch import nn
 
 ZNORM_EPS = 1e-5
+# "prefix": the causal z-norm of EGA_SPEC.md section 2 (the default). "window": statistics of the whole
+# window, a DIAGNOSTIC that leaks the future (the leak audit of the paper's +0.103): never for generation.
+ZNORM_MODES = ("prefix", "window")
+# Options every gate takes besides its own __init__'s, with their defaults; `build_gate` applies them.
+COMMON_OPTIONS: dict[str, Any] = {"znorm": "prefix", "learn_tau": True}
 
 
 @dataclass
@@ -52,6 +57,16 @@ def causal_znorm(e: torch.Tensor) -> torch.Tensor:
     return _znorm_continue(e, None)[0]
 
 
+def window_znorm(e: torch.Tensor) -> torch.Tensor:
+    """z_j = (e_j - mean(e_1..e_T)) / sqrt(var(e_1..e_T) + 1e-5) along the last dim, population variance.
+
+    NOT causal: every position sees the statistics of the whole window, later positions included.
+    """
+    mean = e.mean(-1, keepdim=True)
+    var = e.var(-1, unbiased=False, keepdim=True)
+    return (e - mean) / torch.sqrt(var + ZNORM_EPS)
+
+
 @dataclass
 class GateState:
     """What a gate carries between generation steps: its last inputs and the energy's prefix statistics."""
@@ -74,12 +89,27 @@ class Gate(nn.Module, ABC):
     """
 
     receptive_field: int = 1
+    znorm: str = "prefix"  # see ZNORM_MODES; an evaluation may switch it (CharLM's eval_znorm)
 
     def __init__(self, n_embd: int, n_head: int, tau_init: float = 0.0, alpha_init: float = 1.0) -> None:
         super().__init__()
         self.n_embd, self.n_head = n_embd, n_head
         self.tau = nn.Parameter(torch.full((n_head,), float(tau_init)))
         self.alpha = nn.Parameter(torch.full((n_head,), float(alpha_init)))
+
+    def set_common_options(self, znorm: str = "prefix", learn_tau: bool = True) -> None:
+        """The options of COMMON_OPTIONS. learn_tau=False keeps tau at tau_init: still a parameter
+        (same state_dict), but without gradient, so the optimizer never moves it."""
+        if znorm not in ZNORM_MODES:
+            raise ValueError(f"gate option znorm must be one of {', '.join(ZNORM_MODES)}, got {znorm!r}.")
+        if not isinstance(learn_tau, bool):
+            raise ValueError(f"gate option learn_tau must be true or false, got {learn_tau!r}.")
+        self.znorm = znorm
+        self.tau.requires_grad_(learn_tau)
+
+    def normalise(self, e: torch.Tensor) -> torch.Tensor:
+        """z (B, nh, T) of the energy e (B, nh, T), as ``znorm`` says."""
+        return causal_znorm(e) if self.znorm == "prefix" else window_znorm(e)
 
     @classmethod
     @abstractmethod
@@ -99,9 +129,9 @@ class Gate(nn.Module, ABC):
         raise NotImplementedError(f"{type(self).__name__} has no input projection")
 
     def z(self, x: torch.Tensor) -> torch.Tensor:
-        """Causally z-normalised energy (B, nh, T), computed in fp32 even under autocast."""
+        """Z-normalised energy (B, nh, T) (causally, unless znorm says otherwise), in fp32 even under autocast."""
         with torch.autocast(x.device.type, enabled=False):
-            return causal_znorm(self.energy(x.float()).float())
+            return self.normalise(self.energy(x.float()).float())
 
     def step(self, x: torch.Tensor, state: GateState | None) -> tuple[torch.Tensor, GateState]:
         """log g (B, nh, t) of t new positions x (B, t, C) that follow `state` (None: x starts the sequence).
@@ -109,6 +139,8 @@ class Gate(nn.Module, ABC):
         The incremental form of `forward` for cached generation: the energy needs the last
         `receptive_field` inputs, the z-norm only the prefix statistics.
         """
+        if self.znorm != "prefix":  # `ega generate` refuses such a model before it gets here
+            raise ValueError(f"Cached generation needs the causal z-norm; this gate has znorm={self.znorm!r}.")
         with torch.autocast(x.device.type, enabled=False):
             x = x.float()
             window = x if state is None else torch.cat([state.x_tail, x], dim=1)  # (B, R - 1 + t, C)
@@ -129,4 +161,4 @@ class Gate(nn.Module, ABC):
         """log g (B, nh, T) in fp32 from x (B, T, C), or from its precomputed `input_projection` (B, T, m)."""
         with torch.autocast(x.device.type, enabled=False):
             e = self.energy(x.float()) if projection is None else self.energy_from_projection(projection.float())
-            return self.log_gate_from_z(causal_znorm(e.float()))
+            return self.log_gate_from_z(self.normalise(e.float()))

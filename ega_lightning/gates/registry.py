@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from ega_lightning.gates.base import Gate
+from ega_lightning.gates.base import COMMON_OPTIONS, Gate
 
 NO_GATE = "none"
 _GATES: dict[str, type[Gate]] = {}
@@ -37,11 +37,12 @@ def gate_class(name: str) -> type[Gate] | None:
 
 
 def gate_option_names(name: str) -> list[str]:
-    """The options a gate accepts besides the layer shape (n_embd, n_head)."""
+    """The options a gate accepts besides the layer shape (n_embd, n_head): its __init__'s and COMMON_OPTIONS."""
     cls = gate_class(name)
     if cls is None:
         return []
-    return [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "n_embd", "n_head")]
+    own = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "n_embd", "n_head")]
+    return [*own, *COMMON_OPTIONS]
 
 
 def check_gate_options(name: str, options: dict[str, Any]) -> None:
@@ -60,9 +61,13 @@ def build_gate(name: str, n_embd: int, n_head: int, **options: Any) -> Gate | No
     if cls is None:
         return None
     check_gate_options(name, options)
-    return cls(n_embd, n_head, **options)
+    common = {k: options.pop(k) for k in list(options) if k in COMMON_OPTIONS}
+    gate = cls(n_embd, n_head, **options)
+    gate.set_common_options(**common)
+    return gate
 
 
 def gate_params_per_layer(name: str, n_embd: int, n_head: int, **options: Any) -> int:
     cls = gate_class(name)
-    return 0 if cls is None else cls.params_per_layer(n_embd, n_head, **options)
+    own = {k: v for k, v in options.items() if k not in COMMON_OPTIONS}  # they add no parameter
+    return 0 if cls is None else cls.params_per_layer(n_embd, n_head, **own)
