@@ -158,6 +158,8 @@ TOOLS = {
     "bench": "ega_lightning.bench",
     "sweep": "ega_lightning.experiments.sweep",
     "report": "ega_lightning.experiments.report",
+    "gates": "ega_lightning.gates.listing",
+    "check-gate": "ega_lightning.gates.conformance",
 }
 
 
@@ -171,7 +173,8 @@ def main(args: Any = None) -> None:
     if isinstance(argv, list) and argv[:1] in (["-h"], ["--help"]):
         print(
             "Also: `ega generate` (sample from a checkpoint), `ega bench` (gate cost), "
-            "`ega sweep` (run a sweep spec), `ega report` (summarise one). Each takes --help.\n"
+            "`ega sweep` (run a sweep spec), `ega report` (summarise one), `ega gates` (list the gates), "
+            "`ega check-gate` (check one). Each takes --help.\n"
         )
     try:
         EgaCLI(

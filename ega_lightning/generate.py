@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ega_lightning.errors import UserError
 from ega_lightning.model import GPT
 
 
@@ -104,7 +105,10 @@ def main(argv: list[str] | None = None) -> None:
 
     from ega_lightning.module import CharLM  # Lightning is slow to import: only once the arguments are valid
 
-    lm = CharLM.load_from_checkpoint(args.ckpt_path, map_location=args.device).eval()
+    try:
+        lm = CharLM.load_from_checkpoint(args.ckpt_path, map_location=args.device).eval()
+    except UserError as err:  # e.g. a gate whose module is not importable here
+        parser.error(str(err))
     try:
         prompt = lm.tokenizer.encode(args.prompt)[None].to(args.device)
     except ValueError as err:

@@ -27,3 +27,21 @@ class PoisonLossAt(L.Callback):
             for p in pl_module.parameters():
                 if p.grad is not None:
                     p.grad.fill_(torch.nan)
+
+
+def write_gate_package(root, entry_points: dict[str, str], dist: str = "my-pkg", version: str = "0.1"):
+    """An installed-looking package `my_pkg` (holding examples/my_gates.py as my_pkg.gates) under `root`:
+    put `root` on PYTHONPATH and its entry points in the group ega_lightning.gates are found."""
+    from pathlib import Path
+
+    root = Path(root)
+    (root / "my_pkg").mkdir(parents=True, exist_ok=True)
+    (root / "my_pkg" / "__init__.py").write_text("")
+    example = Path(__file__).resolve().parents[1] / "examples" / "my_gates.py"
+    (root / "my_pkg" / "gates.py").write_text(example.read_text())
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    lines = [f"{name} = {value}" for name, value in entry_points.items()]
+    (info / "entry_points.txt").write_text("[ega_lightning.gates]\n" + "\n".join(lines) + "\n")
+    return root
