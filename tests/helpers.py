@@ -1,6 +1,7 @@
 """Test-only Lightning callbacks, importable by the real CLI as `tests.helpers.<name>` (PYTHONPATH=repo)."""
 
 import time
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -29,11 +30,9 @@ class PoisonLossAt(L.Callback):
                     p.grad.fill_(torch.nan)
 
 
-def write_gate_package(root, entry_points: dict[str, str], dist: str = "my-pkg", version: str = "0.1"):
+def write_gate_package(root: Path, entry_points: dict[str, str], dist: str = "my-pkg", version: str = "0.1") -> Path:
     """An installed-looking package `my_pkg` (holding examples/my_gates.py as my_pkg.gates) under `root`:
     put `root` on PYTHONPATH and its entry points in the group ega_lightning.gates are found."""
-    from pathlib import Path
-
     root = Path(root)
     (root / "my_pkg").mkdir(parents=True, exist_ok=True)
     (root / "my_pkg" / "__init__.py").write_text("")
