@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ega_lightning.data.corpora import CORPORA
+from ega_lightning.gates import GateError, gate_class, gate_names
 from ega_lightning.generate import generate
 from ega_lightning.io import read_yaml, write_atomic
 from ega_lightning.module import CharLM
@@ -177,8 +178,18 @@ def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
 
 
 def gate_settings(configs: Path, names: list[str] | None) -> dict[str, dict[str, Any]]:
-    """Gate configs by file stem: {"linear": {"gate": "linear"}, "multiscale2": {...}, ...}; `none` first."""
+    """Gate configs by file stem: {"linear": {"gate": "linear"}, "multiscale2": {...}, ...}; `none` first.
+
+    A name that is no config file but a gate (an entry point, an import path such as
+    my_gates.AbsEnergyGate) is benchmarked at its default options."""
     found = {p.stem: load_yaml_model(p) for p in sorted((configs / "gate").glob("*.yaml"))}
+    for name in names or []:
+        if name not in found and ("." in name or name in gate_names()):
+            try:
+                gate_class(name)
+            except GateError as err:
+                raise SystemExit(f"error: {err}") from None
+            found[name] = {"gate": name}
     unknown = sorted(set(names or []) - found.keys())
     if unknown:
         raise SystemExit(f"error: no gate config {unknown} in {configs / 'gate'} (available: {', '.join(found)}).")

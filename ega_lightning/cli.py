@@ -349,6 +349,8 @@ TOOLS = {
     "sweep": "ega_lightning.experiments.sweep",
     "report": "ega_lightning.experiments.report",
     "landscape": "ega_lightning.landscape",
+    "gates": "ega_lightning.gates.listing",
+    "check-gate": "ega_lightning.gates.conformance",
 }
 
 
@@ -371,8 +373,9 @@ def main(args: Any = None) -> None:
     if argv[:1] in (["-h"], ["--help"]):
         print(
             "Also: `ega generate` (sample from a checkpoint), `ega bench` (gate cost), "
-            "`ega sweep` (run a sweep spec), `ega report` (summarise one), `ega landscape` (loss around tau and "
-            "alpha, from checkpoints). Each takes --help.\n"
+            "`ega sweep` (run a sweep spec), `ega report` (summarise one), `ega gates` (list the gates), "
+            "`ega check-gate` (check one), `ega landscape` (loss around tau and alpha, from checkpoints). "
+            "Each takes --help.\n"
             "With no -c, fit/validate/test start from the packaged configs "
             f"{' + '.join(DEFAULT_CONFIGS)}; -c takes a file or a packaged name (e.g. -c gate/db4.yaml).\n"
         )

@@ -39,7 +39,8 @@ class CharLM(L.LightningModule):
         vocab: the character vocabulary (linked from ``data.vocab``; never typed by hand).
             It is saved in the checkpoint, so a checkpoint decodes text on its own.
         n_layer, n_head, n_embd, block_size, dropout, bias: the transformer's shape.
-        gate: a registered gate name (``none`` is the baseline, ``linear`` is EGA-1).
+        gate: a registered gate name (``none`` is the baseline, ``linear`` is EGA-1), an entry point's
+            name, or the import path of a Gate subclass (``my_gates.AbsEnergyGate``); see gates.registry.
         tau_init, alpha_init: initial threshold and scale of every gate head.
         gate_options: further options of the chosen gate (see its docstring); every gate also takes
             ``znorm`` (``prefix``, the causal default, or ``window``, a leaky diagnostic) and

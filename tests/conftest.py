@@ -32,3 +32,18 @@ def run_ega(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeo
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     cmd = [sys.executable, "-m", "ega_lightning.cli", *args]
     return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def gate_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An empty working directory for a user's gate modules; the gate registry, sys.path and the
+    modules imported from the directory are restored afterwards."""
+    from ega_lightning.gates import registry
+
+    monkeypatch.setattr(registry, "_GATES", dict(registry._GATES))
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", os.getcwd())])
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    for name, module in list(sys.modules.items()):
+        if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
+            del sys.modules[name]

@@ -124,3 +124,19 @@ def tiny_checkpoint(ckpt_dir, data_dir, steps: int = 3, keep: int | None = 2, **
     )
     trainer.fit(lm, dm)
     return lm, ckpt_dir / f"step{keep}.ckpt" if keep else None
+
+
+def write_gate_package(root: Path, entry_points: dict[str, str], dist: str = "my-pkg", version: str = "0.1") -> Path:
+    """An installed-looking package `my_pkg` (holding examples/my_gates.py as my_pkg.gates) under `root`:
+    put `root` on PYTHONPATH and its entry points in the group ega_lightning.gates are found."""
+    root = Path(root)
+    (root / "my_pkg").mkdir(parents=True, exist_ok=True)
+    (root / "my_pkg" / "__init__.py").write_text("")
+    example = Path(__file__).resolve().parents[1] / "examples" / "my_gates.py"
+    (root / "my_pkg" / "gates.py").write_text(example.read_text())
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    lines = [f"{name} = {value}" for name, value in entry_points.items()]
+    (info / "entry_points.txt").write_text("[ega_lightning.gates]\n" + "\n".join(lines) + "\n")
+    return root

@@ -22,7 +22,7 @@ class GPTConfig:
     n_embd: int = 128
     dropout: float = 0.0
     bias: bool = True
-    gate: str = "none"
+    gate: str | type[Gate] = "none"  # a name or import path (see gates.registry), or a Gate subclass
     gate_options: dict[str, Any] = field(default_factory=dict)  # passed to the gate's __init__
     attention: str = "fused"
 

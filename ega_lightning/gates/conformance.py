@@ -1,0 +1,410 @@
+"""`ega check-gate`: does a gate keep the promises the model relies on? One checker, for the CLI and for tests.
+
+    ega check-gate my_gates.AbsEnergyGate
+    ega check-gate multiscale --options '{scales: 4}'
+
+    from ega_lightning.gates.conformance import check_gate
+    report = check_gate("my_gates.AbsEnergyGate")  # a name, import path or Gate subclass, and its options
+    assert report.passed, report.format()
+
+Every property is checked on a small fp32 CPU model (2 layers x 2 heads x 32, T = 32, by default)
+with tau = 0.3, alpha = 2 (away from the defaults, so the gate visibly acts):
+
+- causal: changing token t never moves a log-gate or a logit before t (bit for bit, both attention paths);
+- alpha_zero_is_baseline: at alpha = 0 the model equals the baseline with the same shared weights;
+- fused_equals_reference: the fused attention path equals the spec's formula, in values and gradients;
+- cached_equals_recompute: cached generation gives the logits of recomputing the window (a
+  ``receptive_field`` smaller than what the energy reads shows here);
+- params_per_layer: the documented count equals the gate's parameters, at two layer shapes;
+- fp32_under_autocast: under bf16 autocast the log-gate is fp32 and equals the fp32 computation;
+- finite_on_constant_input: energy, log-gate and gradients are finite for a constant and a zero input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import yaml
+
+from ega_lightning.errors import UserError
+from ega_lightning.gates.base import Gate
+from ega_lightning.gates.registry import GateSpec, build_gate, check_gate_options, gate_class, qualified_name
+from ega_lightning.generate import next_token_logits
+from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig
+
+ACTIVE = {"tau_init": 0.3, "alpha_init": 2.0}  # away from the defaults: the gate visibly acts
+TOLERANCE = 1e-5  # fp32: two orders above the rounding of the shipped gates' paths
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The model the properties are checked on."""
+
+    n_layer: int = 2
+    n_head: int = 2
+    n_embd: int = 32
+    block_size: int = 32
+    vocab_size: int = 16
+
+
+@dataclass(frozen=True)
+class PropertyResult:
+    name: str
+    passed: bool
+    detail: str  # what was measured, or what went wrong
+
+    def line(self) -> str:
+        return f"{'PASS' if self.passed else 'FAIL'}  {self.name:<25} {self.detail}"
+
+
+@dataclass
+class Conformance:
+    """The results of `check_gate`, one per property, in a fixed order."""
+
+    gate: str
+    options: dict[str, Any]
+    shape: Shape
+    results: list[PropertyResult] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.results)
+
+    @property
+    def failed(self) -> list[str]:
+        return [r.name for r in self.results if not r.passed]
+
+    def __getitem__(self, name: str) -> PropertyResult:
+        return next(r for r in self.results if r.name == name)
+
+    def format(self) -> str:
+        s = self.shape
+        head = (
+            f"gate {self.gate}, options {self.options or '{}'}: "
+            f"{s.n_layer} layers x {s.n_head} heads x {s.n_embd}, T = {s.block_size}, fp32 CPU"
+        )
+        n_failed = len(self.failed)
+        verdict = "all passed" if not n_failed else f"{n_failed} failed: {', '.join(self.failed)}"
+        return "\n".join([head, *(r.line() for r in self.results), f"{len(self.results)} properties, {verdict}."])
+
+
+@dataclass
+class _Context:
+    gate: GateSpec
+    options: dict[str, Any]
+    shape: Shape
+    seed: int
+
+    def gate_options(self, **override: float) -> dict[str, Any]:
+        return {**ACTIVE, **self.options, **override}
+
+    def model(self, attention: str = "fused", gated: bool = True, **override: float) -> GPT:
+        s = self.shape
+        torch.manual_seed(self.seed)  # the same shared weights for every model of one check
+        cfg = GPTConfig(
+            vocab_size=s.vocab_size,
+            block_size=s.block_size,
+            n_layer=s.n_layer,
+            n_head=s.n_head,
+            n_embd=s.n_embd,
+            dropout=0.0,
+            gate=self.gate if gated else "none",
+            gate_options=self.gate_options(**override) if gated else {},
+            attention=attention,
+        )
+        return GPT(cfg).eval()
+
+    def layer_gate(self, n_embd: int | None = None, n_head: int | None = None) -> Gate:
+        torch.manual_seed(self.seed)
+        gate = build_gate(self.gate, n_embd or self.shape.n_embd, n_head or self.shape.n_head, **self.gate_options())
+        assert gate is not None
+        return gate
+
+    def tokens(self, batch: int, length: int) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed)
+        return torch.randint(0, self.shape.vocab_size, (batch, length), generator=generator)
+
+
+@contextmanager
+def _gate_calls(model: GPT) -> Iterator[list[tuple[Gate, torch.Tensor, torch.Tensor]]]:
+    """Records (gate, input x, log-gate) of every gate call inside the block."""
+    calls: list[tuple[Gate, torch.Tensor, torch.Tensor]] = []
+
+    def hook(module: Gate, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+        calls.append((module, args[0].detach(), out.detach()))
+
+    handles = [g.register_forward_hook(hook) for g in model.gates]
+    try:
+        yield calls
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _causal(ctx: _Context) -> tuple[bool, str]:
+    T, V = ctx.shape.block_size, ctx.shape.vocab_size
+    positions = (1, T // 2, T - 1)
+    for attention in ATTENTION_IMPLS:
+        model = ctx.model(attention)
+        idx = ctx.tokens(2, T)
+        for t in positions:
+            changed = idx.clone()
+            changed[:, t] = (changed[:, t] + 1) % V
+            with torch.no_grad(), _gate_calls(model) as calls:
+                before, after = model(idx), model(changed)
+            n = len(calls) // 2
+            gates_before = torch.stack([out for _, _, out in calls[:n]])  # (n_layer, B, nh, T)
+            gates_after = torch.stack([out for _, _, out in calls[n:]])
+            for what, a, b in (
+                ("log-gate", gates_before.movedim(-1, 0), gates_after.movedim(-1, 0)),  # (T, ...)
+                ("logits", before.movedim(1, 0), after.movedim(1, 0)),
+            ):
+                moved = (a[:t] - b[:t]).flatten(1).abs().amax(1)  # (t,): the largest change at each earlier position
+                if (moved > 0).any():
+                    first = int(torch.nonzero(moved)[0])
+                    return False, (
+                        f"changing token {t} moved the {what} at {int((moved > 0).sum())} of the {t} positions "
+                        f"before it (the first: {first}) by up to {moved.max().item():.3g} ({attention} attention): "
+                        "the gate reads the future"
+                    )
+    where = ", ".join(map(str, positions))
+    return True, f"changing token t (t = {where}) left every earlier log-gate and logit bit-identical"
+
+
+def _alpha_zero_is_baseline(ctx: _Context) -> tuple[bool, str]:
+    diffs = []
+    for attention in ATTENTION_IMPLS:
+        gated, baseline = ctx.model(attention, alpha_init=0.0), ctx.model(attention, gated=False)
+        missing, unexpected = baseline.load_state_dict(gated.state_dict(), strict=False)
+        outside = [k for k in unexpected if ".gate." not in k]
+        if missing or outside:
+            return False, f"the gated model's shared weights differ from the baseline's: {missing + outside}"
+        idx = ctx.tokens(3, ctx.shape.block_size)
+        with torch.no_grad():
+            diffs.append((gated(idx) - baseline(idx)).abs().max().item())
+    ok = max(diffs) <= TOLERANCE
+    measured = f"max |logits - baseline| {diffs[0]:.2g} fused, {diffs[1]:.2g} reference (tolerance {TOLERANCE:g})"
+    return ok, measured if ok else f"{measured}: at alpha = 0 the gate still changes attention"
+
+
+def _fused_equals_reference(ctx: _Context) -> tuple[bool, str]:
+    fused, reference = ctx.model("fused"), ctx.model("reference")
+    reference.load_state_dict(fused.state_dict())
+    idx = ctx.tokens(3, ctx.shape.block_size + 1)
+    outputs = []
+    for model in (fused, reference):
+        logits = model(idx[:, :-1])
+        F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten()).backward()
+        outputs.append((logits.detach(), dict(model.named_parameters())))
+    (a, params_a), (b, params_b) = outputs
+    value = (a - b).abs().max().item()
+    grad, worst = 0.0, ""
+    for name, p in params_a.items():
+        ga, gb = p.grad, params_b[name].grad
+        if (ga is None) != (gb is None):
+            return False, f"{name} gets a gradient on one path only (fused: {ga is not None})"
+        if ga is not None:
+            # relative to the gradient's own scale: a gate's gradients can be large or tiny
+            d = ((ga - gb).abs().max() / gb.abs().max().clamp_min(1.0)).item()
+            if d > grad:
+                grad, worst = d, name
+    ok = value <= TOLERANCE and grad <= TOLERANCE
+    detail = f"max |fused - reference| {value:.2g} in logits, {grad:.2g} in gradients (relative"
+    detail += f", {worst})" if worst else ")"
+    return ok, f"{detail}, tolerance {TOLERANCE:g}" if ok else f"{detail}: the fused path computes another function"
+
+
+def _receptive_field_hint(gate: Gate, length: int) -> str:
+    """What the energy reads, measured in float64 by changing one input: the hint for a cache that disagrees."""
+    stated = f"receptive_field = {gate.receptive_field}"
+    try:
+        g = copy.deepcopy(gate).double()
+        t = length // 4
+        x = torch.randn(1, length, g.n_embd, dtype=torch.float64)
+        changed = x.clone()
+        changed[:, t] += 1.0
+        with torch.no_grad():
+            energy = g.energy(x)
+            moved = (g.energy(changed) - energy).abs().amax(dim=(0, 1)) > 1e-9 * energy.abs().max()  # (T,)
+    except Exception:  # a gate that does not run in float64: no hint, the failure stands on its own
+        return stated
+    if moved[:t].any():
+        return f"{stated}, and the energy reads later positions (see causal)"
+    span = int(torch.nonzero(moved).max()) - t + 1 if moved.any() else 1
+    if span <= gate.receptive_field:
+        return stated
+    if span == length - t:
+        return f"the energy at j reads at least {span} positions back but {stated}: bound its window and set it"
+    return f"the energy at j reads the last {span} positions but {stated}: set receptive_field = {span}"
+
+
+def _cached_equals_recompute(ctx: _Context) -> tuple[bool, str]:
+    model = ctx.model("fused")
+    block = ctx.shape.block_size
+    idx = ctx.tokens(2, 5)
+    steps = next_token_logits(model, idx, use_cache=True)
+    worst = 0.0
+    with torch.no_grad():
+        step = next(steps)
+        for i in range(2 * block + block // 2):  # fills the window and rebuilds the cache at least once
+            recomputed = model(step.window)[:, -1]
+            diff = (step.logits - recomputed).abs().max().item()
+            worst = max(worst, diff)
+            if diff > TOLERANCE * max(1.0, recomputed.abs().max().item()):
+                return False, (
+                    f"at step {i} (window of {step.window.shape[1]} tokens) the cached logits differ from "
+                    f"recomputing the window by {diff:.3g}; {_receptive_field_hint(model.gates[0], block)}"
+                )
+            idx = torch.cat([idx, step.logits.argmax(-1, keepdim=True)], dim=1)
+            step = steps.send(idx)
+    return True, f"{2 * block + block // 2} steps, the cache rebuilt once: max |cached - recomputed| {worst:.2g}"
+
+
+def _params_per_layer(ctx: _Context) -> tuple[bool, str]:
+    cls = gate_class(ctx.gate)
+    assert cls is not None
+    found = []
+    for n_embd, n_head in ((ctx.shape.n_embd, ctx.shape.n_head), (48, 3)):
+        counted = sum(p.numel() for p in ctx.layer_gate(n_embd, n_head).parameters())
+        documented = cls.params_per_layer(n_embd, n_head, **ctx.gate_options())
+        if counted != documented:
+            return False, f"at n_embd {n_embd}, n_head {n_head}: params_per_layer says {documented}, counted {counted}"
+        found.append(f"{counted} at {n_embd}x{n_head}")
+    return True, "documented = counted: " + ", ".join(found)
+
+
+def _fp32_under_autocast(ctx: _Context) -> tuple[bool, str]:
+    model = ctx.model("fused")
+    idx = ctx.tokens(2, ctx.shape.block_size)
+    with torch.no_grad(), _gate_calls(model) as calls, torch.autocast("cpu", dtype=torch.bfloat16):
+        model(idx)
+    worst = 0.0
+    for gate, x, out in calls:
+        with torch.no_grad():
+            exact = gate(x.float())
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                stepped, _ = gate.step(x, None)
+        for what, got in (("forward", out), ("step", stepped)):
+            if got.dtype != torch.float32:
+                return False, f"under bf16 autocast the gate's {what} returns {got.dtype}: compute it in fp32"
+            worst = max(worst, (got - exact).abs().max().item())
+    ok = worst <= 1e-6
+    detail = f"log-gate fp32 (forward and step); max |autocast - fp32| {worst:.2g}"
+    return ok, detail if ok else f"{detail}: part of the gate runs in bf16 under autocast"
+
+
+def _finite_on_constant_input(ctx: _Context) -> tuple[bool, str]:
+    gate = ctx.layer_gate()
+    T, C = ctx.shape.block_size, ctx.shape.n_embd
+    vector = torch.randn(C, generator=torch.Generator().manual_seed(ctx.seed))
+    for label, x in (("a constant input", vector.expand(2, T, C).clone()), ("a zero input", torch.zeros(2, T, C))):
+        gate.zero_grad()
+        x.requires_grad_(True)
+        energy, log_g = gate.energy(x), gate(x)
+        stepped, _ = gate.step(x.detach(), None)
+        log_g.sum().backward()
+        for what, value in (("energy", energy), ("log-gate", log_g), ("step's log-gate", stepped), ("dx", x.grad)):
+            if value is None or not torch.isfinite(value).all():
+                return False, f"the {what} is not finite for {label}"
+        for name, p in gate.named_parameters():
+            if p.grad is not None and not torch.isfinite(p.grad).all():
+                return False, f"the gradient of {name} is not finite for {label}"
+    return True, "energy, log-gate and gradients finite for a constant and a zero input"
+
+
+PROPERTIES: dict[str, Callable[[_Context], tuple[bool, str]]] = {
+    "causal": _causal,
+    "alpha_zero_is_baseline": _alpha_zero_is_baseline,
+    "fused_equals_reference": _fused_equals_reference,
+    "cached_equals_recompute": _cached_equals_recompute,
+    "params_per_layer": _params_per_layer,
+    "fp32_under_autocast": _fp32_under_autocast,
+    "finite_on_constant_input": _finite_on_constant_input,
+}
+
+
+def check_gate(
+    gate: GateSpec,
+    options: dict[str, Any] | None = None,
+    shape: Shape | None = None,
+    seed: int = 0,
+    properties: list[str] | None = None,
+) -> Conformance:
+    """Checks a gate configuration (a name, import path or Gate subclass, with its gate options).
+
+    Raises `GateError` (a UserError) when the gate cannot be found or built with these options;
+    a property that raises counts as failed, with the exception in its detail. The caller's
+    random state is left as it was.
+    """
+    options = dict(options or {})
+    shape = shape or Shape()
+    unknown = sorted(set(properties or []) - PROPERTIES.keys())
+    if unknown:
+        raise UserError(f"Unknown propert(y/ies) {', '.join(unknown)}; the properties are {', '.join(PROPERTIES)}.")
+    cls = gate_class(gate)
+    if cls is None:
+        raise UserError("The baseline 'none' has no gate to check; name a gate, e.g. linear or my_gates.MyGate.")
+    name = gate if isinstance(gate, str) else qualified_name(gate)
+    ctx = _Context(gate, options, shape, seed)
+    check_gate_options(gate, ctx.gate_options())
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tensors this small only lose time to threads (a lot of it on a busy machine)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            try:
+                ctx.layer_gate()
+            except Exception as err:
+                raise UserError(f"Gate {name!r} cannot be built with options {options}: {err}") from err
+            report = Conformance(name, options, shape)
+            for prop, check in PROPERTIES.items():
+                if properties and prop not in properties:
+                    continue
+                try:
+                    passed, detail = check(ctx)
+                except Exception as err:  # the gate's own code failed inside the check: that is the finding
+                    passed, detail = False, f"raised {type(err).__name__}: {err}"
+                report.results.append(PropertyResult(prop, passed, detail))
+    finally:
+        torch.set_num_threads(threads)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ega check-gate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("gate", help="a gate name (ega gates lists them) or an import path, e.g. my_gates.MyGate")
+    parser.add_argument("--options", default="{}", help="gate options as YAML, e.g. '{scales: 4}'")
+    parser.add_argument("--n_layer", type=int, default=Shape.n_layer)
+    parser.add_argument("--n_head", type=int, default=Shape.n_head)
+    parser.add_argument("--n_embd", type=int, default=Shape.n_embd)
+    parser.add_argument("--block_size", type=int, default=Shape.block_size)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", nargs="+", default=None, metavar="PROPERTY", help=", ".join(PROPERTIES))
+    args = parser.parse_args(argv)
+    try:
+        options = yaml.safe_load(args.options)
+    except yaml.YAMLError as err:
+        parser.error(f"--options is not YAML: {err}")
+    if not isinstance(options, dict):
+        parser.error(f"--options must be a mapping such as '{{scales: 4}}', got {args.options!r}")
+    shape = Shape(args.n_layer, args.n_head, args.n_embd, args.block_size)
+    if min(args.n_layer, args.n_head, args.n_embd) < 1 or args.n_embd % args.n_head or args.block_size < 8:
+        parser.error("the shape needs n_embd divisible by n_head and block_size >= 8")
+    try:
+        report = check_gate(args.gate, options, shape, args.seed, args.only)
+    except UserError as err:
+        print(f"ega check-gate: error: {err}", file=sys.stderr)
+        return 2
+    print(report.format())
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

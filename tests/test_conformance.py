@@ -1,0 +1,134 @@
+"""`check_gate`: every shipped gate passes, and each kind of broken gate fails exactly where it is broken."""
+
+import shutil
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+import yaml
+
+from ega_lightning.errors import UserError
+from ega_lightning.gates import causal_znorm
+from ega_lightning.gates.conformance import PROPERTIES, check_gate
+from ega_lightning.gates.linear import LinearGate
+
+from .conftest import CONFIGS, REPO
+
+SHIPPED = [
+    (p.stem, yaml.safe_load(p.read_text())["model"])
+    for p in sorted((CONFIGS / "gate").glob("*.yaml"))
+    if yaml.safe_load(p.read_text())["model"]["gate"] != "none"
+]
+
+
+@pytest.mark.parametrize("model", [m for _, m in SHIPPED], ids=[name for name, _ in SHIPPED])
+def test_every_shipped_gate_config_passes(model):
+    report = check_gate(model["gate"], model.get("gate_options"))
+    assert [r.name for r in report.results] == list(PROPERTIES)
+    assert report.passed, report.format()
+
+
+def test_the_example_gate_passes_and_its_leaking_copy_fails(gate_sandbox):
+    shutil.copy(REPO / "examples" / "my_gates.py", gate_sandbox)
+    assert check_gate("my_gates.AbsEnergyGate").passed
+    leaky = check_gate("my_gates.LeakyAbsEnergyGate")
+    assert leaky.failed == ["causal", "cached_equals_recompute"]
+    assert "the gate reads the future" in leaky["causal"].detail
+
+
+# --- one defect each --------------------------------------------------------------------------
+
+
+class WrongReceptiveField(LinearGate):
+    """Reads x_j and x_{j-3} but keeps receptive_field = 1: the cache drops what it needs."""
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        earlier = F.pad(x, (0, 0, 3, 0))[:, : x.shape[1]]  # (B, T, C): x_{j-3}, zeros before the start
+        return self.proj(x + earlier).transpose(1, 2)
+
+    def input_projection(self) -> None:
+        return None
+
+
+class WrongCount(LinearGate):
+    @classmethod
+    def params_per_layer(cls, n_embd: int, n_head: int, **options: Any) -> int:
+        return n_head * (n_embd + 1)  # forgot alpha
+
+
+class Bf16Energy(LinearGate):
+    """Overrides forward without keeping autocast out: the projection runs in bf16."""
+
+    def forward(self, x: torch.Tensor, projection: torch.Tensor | None = None) -> torch.Tensor:
+        return self.log_gate_from_z(causal_znorm(self.energy(x)))
+
+
+class LogOfNorm(LinearGate):
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        return super().energy(x) + torch.log(x.square().mean(-1))[:, None, :]  # -inf at x = 0
+
+    def input_projection(self) -> None:
+        return None
+
+
+class NotOffAtAlphaZero(LinearGate):
+    def log_gate_from_z(self, z: torch.Tensor) -> torch.Tensor:
+        return super().log_gate_from_z(z) - 0.1 * F.softplus(z)  # a term alpha does not scale
+
+
+class FusedDisagrees(LinearGate):
+    """The fused path's energy (from the folded projection) is not the energy(x) the reference uses."""
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).transpose(1, 2)
+
+    def energy_from_projection(self, p: torch.Tensor) -> torch.Tensor:
+        return p.transpose(1, 2).square()
+
+
+@pytest.mark.parametrize(
+    "gate,failed,detail",
+    [
+        (WrongReceptiveField, ["cached_equals_recompute"], "reads the last 4 positions but receptive_field = 1"),
+        (WrongCount, ["params_per_layer"], "params_per_layer says 66, counted 68"),
+        (Bf16Energy, ["fp32_under_autocast"], "part of the gate runs in bf16"),
+        (LogOfNorm, ["finite_on_constant_input"], "energy is not finite for a zero input"),
+        (NotOffAtAlphaZero, ["alpha_zero_is_baseline"], "at alpha = 0 the gate still changes attention"),
+        (FusedDisagrees, ["fused_equals_reference", "cached_equals_recompute"], "computes another function"),
+    ],
+    ids=lambda v: v.__name__ if isinstance(v, type) else None,
+)
+def test_each_defect_fails_its_property_and_only_it(gate, failed, detail):
+    report = check_gate(gate)
+    assert report.failed == failed, report.format()
+    assert detail in report[failed[0]].detail
+
+
+def test_a_gate_configuration_is_checked_with_its_options():
+    report = check_gate("multiscale", {"scales": 3}, properties=["params_per_layer", "cached_equals_recompute"])
+    assert report.passed and report["params_per_layer"].detail.startswith("documented = counted: 196 at 32x2")
+    with pytest.raises(UserError, match=r"Gate 'linear' does not take option\(s\) znorm"):
+        check_gate("linear", {"znorm": "window"})  # until that option exists
+    with pytest.raises(UserError, match="scales must be an integer >= 1"):
+        check_gate("multiscale", {"scales": 0})
+
+
+def test_check_gate_leaves_the_callers_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    check_gate("linear", properties=["params_per_layer"])
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_the_cli_prints_one_line_per_property_and_exits_by_verdict(capsys):
+    from ega_lightning.gates.conformance import main
+
+    assert main([f"{__name__}.WrongCount"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in out[1:-1]] == [
+        ["FAIL" if p == "params_per_layer" else "PASS", p] for p in PROPERTIES
+    ]
+    assert out[-1] == "7 properties, 1 failed: params_per_layer."
+    assert main(["linear", "--only", "causal"]) == 0
