@@ -40,7 +40,7 @@ class GateInfo:
 
 def _paper_row(name: str, defaults: dict[str, Any]) -> str:
     # the report's mapping: one place says which gate configuration is which row of the paper
-    from ega_lightning.experiments.report import paper_name
+    from ega_lightning.experiments.paper import paper_name
 
     return paper_name(name, defaults) or "-"
 
