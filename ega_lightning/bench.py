@@ -7,6 +7,7 @@ a nanoGPT-style model written here; then generation speed with and without the K
 
     ega bench                               # cpu and paper sizes, every gate config, this machine
     ega bench --sizes cpu --repeats 9 --precision bf16-mixed --device cuda
+    ega bench --sizes cpu --gates linear --compile   # also every gate under torch.compile, compile time apart
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ class Contender:
         self.autocast_dtype = torch.bfloat16 if precision == "bf16-mixed" else None
         self.device = batch[0].device
         self.times: list[float] = []
+        self.first_s: float | None = None  # the first step, warm-up or not: it includes any compilation
 
     def _loss(self) -> torch.Tensor:
         if self.autocast_dtype is None:
@@ -109,8 +111,11 @@ class Contender:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         _sync(self.device)
+        elapsed = time.perf_counter() - t0
+        if self.first_s is None:
+            self.first_s = elapsed
         if record:
-            self.times.append(time.perf_counter() - t0)
+            self.times.append(elapsed)
 
     def memory(self) -> dict[str, float]:
         """Bytes of tensors autograd saves for backward (activations, deduplicated by storage), of the
@@ -147,6 +152,7 @@ class Contender:
             "max_ms": 1e3 * max(self.times),
             "tokens_per_s": tokens / median,
             "repeats": len(self.times),
+            "first_step_s": self.first_s,
         }
 
 
@@ -186,10 +192,18 @@ def gate_settings(configs: Path, names: list[str] | None) -> dict[str, dict[str,
     return {"none": chosen.pop("none"), **chosen}
 
 
-def build(shape: dict[str, Any], gate: dict[str, Any], device: torch.device, seed: int) -> CharLM:
+def build(
+    shape: dict[str, Any], gate: dict[str, Any], device: torch.device, seed: int, compile: bool = False
+) -> CharLM:
     torch.manual_seed(seed)  # same seed: every gated model shares the baseline's weights
     options = {k: v for k, v in gate.items() if k in ("gate", "gate_options", "tau_init", "alpha_init")}
-    return CharLM(VOCAB, **shape, **options).to(device)
+    return CharLM(VOCAB, **shape, **options, compile=compile).to(device)
+
+
+def paired_ratios(times: list[float], base: list[float]) -> list[float]:
+    """Per-repetition ratios, sorted: each repetition times every contender back to back, so the ratio
+    within one cancels the machine's drift."""
+    return sorted(t / b for t, b in zip(times, base, strict=True))
 
 
 def bench_size(
@@ -203,8 +217,15 @@ def bench_size(
     contenders = [
         Contender(name, build(shape, g, device, args.seed), batch, args.precision) for name, g in gates.items()
     ]
+    if args.compile:
+        contenders += [
+            Contender(f"{name}+compile", build(shape, g, device, args.seed, compile=True), batch, args.precision)
+            for name, g in gates.items()
+        ]
     torch.manual_seed(args.seed)
     reference = NanoGPTReference(len(VOCAB), **shape).to(device)
+    if args.compile:  # like for like: the reference compiled too
+        reference.loss = torch.compile(reference.loss)
     contenders.append(Contender("nanogpt_reference", reference, batch, args.precision))
     print(f"[{size}] {shape}, batch {batch_size}: {len(contenders)} contenders x {args.repeats} repeats", flush=True)
     run_interleaved(contenders, args.repeats, args.warmup)
@@ -215,15 +236,19 @@ def bench_size(
             rows[c.name]["params"] = sum(p.numel() for p in c.model.parameters())
     base = rows["none"]
     base_times = next(c.times for c in contenders if c.name == "none")
+    times = {c.name: c.times for c in contenders}
     for c in contenders:
         row = rows[c.name]
-        # each repetition times every contender back to back: the ratio within a repetition cancels
-        # the machine's drift, so its median is the cost estimate; the ratio of medians is kept beside it
-        paired = sorted(t / b for t, b in zip(c.times, base_times, strict=True))
+        # the median of per-repetition ratios is the cost estimate; the ratio of medians is kept beside it
+        paired = paired_ratios(c.times, base_times)
         row["time_ratio"] = statistics.median(paired)
         row["time_ratio_q1_q3"] = (paired[len(paired) // 4], paired[(3 * len(paired)) // 4])
         row["median_ratio"] = row["median_ms"] / base["median_ms"]
         row["memory_ratio"] = row["total_mb"] / base["total_mb"]
+        eager = c.name.removesuffix("+compile")
+        if eager != c.name:  # compiled against its own eager self; the first step's excess is compilation
+            row["eager_ratio"] = statistics.median(paired_ratios(c.times, times[eager]))
+            row["compile_s"] = row["first_step_s"] - row["median_ms"] / 1e3
     return {"size": size, "shape": shape, "batch_size": batch_size, "rows": rows}
 
 
@@ -296,7 +321,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         ]
     ref_rows = []
     for size in result["sizes"]:
-        ours, ref = size["rows"]["none"], size["rows"]["nanogpt_reference"]
+        # under --compile the reference is compiled: against our compiled baseline
+        ours, ref = size["rows"].get("none+compile", size["rows"]["none"]), size["rows"]["nanogpt_reference"]
         ref_rows.append(
             [
                 size["size"],
@@ -305,6 +331,26 @@ def to_markdown(result: dict[str, Any]) -> str:
                 f"{ours['median_ms'] / ref['median_ms']:.3f}",
             ]
         )
+    for size in result["sizes"]:
+        compiled = {name: r for name, r in size["rows"].items() if "eager_ratio" in r}
+        if not compiled:
+            continue
+        rows = [
+            [
+                name.removesuffix("+compile"),
+                f"{size['rows'][name.removesuffix('+compile')]['median_ms']:.1f}",
+                f"{r['median_ms']:.1f}",
+                f"{r['eager_ratio']:.3f}",
+                f"{r['compile_s']:.1f}",
+            ]
+            for name, r in compiled.items()
+        ]
+        out += [
+            "",
+            f"## torch.compile at the `{size['size']}` size (compile s: the first step's excess, in no ratio)",
+            "",
+            _table(["gate", "eager ms", "compiled ms", "compiled / eager", "compile s"], rows),
+        ]
     out += ["", "## Our baseline against a nanoGPT-style model (same shape, same batch)", ""]
     out += [_table(["size", "ours (none) ms", "nanoGPT-style ms", "ours / nanoGPT"], ref_rows)]
     for g in result.get("generation", []):
@@ -335,11 +381,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--generation_sizes", nargs="+", default=["cpu", "paper"], help="sizes for generation")
     parser.add_argument("--new_tokens", type=int, default=256)
     parser.add_argument("--no_generation", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="also time every gate (and the reference) compiled")
     parser.add_argument("--out", type=Path, default=Path("results"))
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.repeats < 3:
         parser.error("--repeats must be at least 3 for a median with min and max to mean anything")
+    if args.compile and args.warmup < 1:
+        parser.error("--compile needs --warmup >= 1: compilation happens in the first step, which is not timed")
     device = torch.device(args.device)
     gates = gate_settings(args.configs, args.gates)
     started = datetime.now(UTC)
@@ -347,6 +396,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(["ega bench", *argv]),
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
         "precision": args.precision,
+        "compile": args.compile,
         "repeats": args.repeats,
         "warmup": args.warmup,
         "environment": {
@@ -366,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
     markdown = to_markdown(result)
     print(markdown)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"bench-{device.type}-{args.precision}"
+    stem = f"bench-{device.type}-{args.precision}" + ("-compile" if args.compile else "")
     (args.out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
     (args.out / f"{stem}.md").write_text(markdown)
     print(f"wrote {args.out / stem}.json and .md ({math.ceil((datetime.now(UTC) - started).total_seconds())} s)")

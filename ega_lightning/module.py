@@ -20,7 +20,7 @@ Batch = tuple[torch.Tensor, torch.Tensor]
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate_options", "vocab")
 # Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
 # checkpoint's value (every other hyper-parameter comes from the checkpoint).
-RUNTIME_KEYS = ("attention",)
+RUNTIME_KEYS = ("attention", "compile")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -42,7 +42,11 @@ class CharLM(L.LightningModule):
         gate: a registered gate name (``none`` is the baseline, ``linear`` is EGA-1).
         tau_init, alpha_init: initial threshold and scale of every gate head.
         gate_options: further options of the chosen gate (see its docstring).
-        attention: ``fused`` (SDPA kernel, the default) or ``reference`` (the spec's formula, slow).
+        attention: ``fused`` (SDPA kernel, the default), ``reference`` (the spec's formula, slow) or
+            ``flex`` (FlexAttention, compiled; trains on CUDA only, and without dropout).
+        compile: run the model through ``torch.compile`` (values as eager up to float rounding;
+            checkpoints are the same either way). Forward passes that a gate probe hooks into (the
+            gate callbacks) run eager, so the probes see every gate.
         lr, min_lr, warmup_steps: AdamW learning rate, linear warm-up then cosine decay to
             ``min_lr`` at ``trainer.max_steps``.
         weight_decay: AdamW decay of the 2-D weights; biases, LayerNorms and gates get none.
@@ -63,6 +67,7 @@ class CharLM(L.LightningModule):
         alpha_init: float = 1.0,
         gate_options: dict[str, Any] | None = None,
         attention: str = "fused",
+        compile: bool = False,
         lr: float = 1e-3,
         min_lr: float = 1e-4,
         warmup_steps: int = 100,
@@ -79,6 +84,13 @@ class CharLM(L.LightningModule):
         _require(warmup_steps >= 0, f"model.warmup_steps must be >= 0, got {warmup_steps}.")
         _require(weight_decay >= 0, f"model.weight_decay must be >= 0, got {weight_decay}.")
         _require(attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {attention!r}.")
+        if attention == "flex":
+            _require(
+                torch.cuda.is_available(),
+                "model.attention=flex needs a CUDA device: torch's FlexAttention cannot train on CPU. "
+                "Use model.attention=fused (the default), the same attention on the SDPA kernel.",
+            )
+            _require(dropout == 0, "model.attention=flex has no attention dropout; use model.attention=fused.")
         options = dict(gate_options or {})
         if gate != NO_GATE:
             clash = {"tau_init", "alpha_init"} & options.keys()
@@ -101,6 +113,8 @@ class CharLM(L.LightningModule):
                 attention=attention,
             )
         )
+        # a compiled function, not a module: the state dict keeps its keys (no `_orig_mod.`)
+        self._compiled_forward = torch.compile(self.model.forward) if compile else None
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
         self._last_step_start: float | None = None
@@ -108,7 +122,10 @@ class CharLM(L.LightningModule):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """idx (B, T) -> logits (B, T, V)."""
-        return self.model(idx)
+        # hooks on gates added after compiling would not be called: a probed pass runs eager
+        if self._compiled_forward is None or any(g._forward_hooks for g in self.model.gates):
+            return self.model(idx)
+        return self._compiled_forward(idx)
 
     def loss(self, batch: Batch) -> torch.Tensor:
         x, y = batch
