@@ -30,9 +30,11 @@ from torch import nn
 
 from ega_lightning.data.corpora import CORPORA
 from ega_lightning.generate import generate
+from ega_lightning.model.attention import pad_width
 from ega_lightning.module import CharLM
 
 VOCAB = CORPORA["tinyshakespeare"].vocab
+SPLIT_GATE = "linear"  # EGA-1: the gate whose overhead the bench splits into the kernel's share and the rest
 
 
 # --- a nanoGPT-style reference (after karpathy/nanoGPT model.py), to show the baseline is not slowed down
@@ -156,7 +158,70 @@ class Contender:
         }
 
 
-def run_interleaved(contenders: list[Contender], repeats: int, warmup: int) -> None:
+class KernelTiming:
+    """The attention kernel alone, as a layer calls it: SDPA forward and backward on the views of one
+    (B, T, 3, nh, hs + extra) Q/K/V buffer, scaled by the true head size; ``extra=0`` is the baseline's
+    layout. Timed like a contender, in the same repetitions."""
+
+    def __init__(
+        self, name: str, batch_size: int, shape: dict[str, Any], extra: int, device: torch.device, precision: str
+    ):
+        nh = shape["n_head"]
+        hs, T = shape["n_embd"] // nh, shape["block_size"]
+        dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float32
+        gen = torch.Generator().manual_seed(0)
+        self.buffer = torch.randn(batch_size, T, 3, nh, hs + extra, generator=gen).to(device, dtype).requires_grad_()
+        self.grad_out = torch.randn(batch_size, nh, T, hs + extra, generator=gen).to(device, dtype)  # (B, nh, T, d)
+        self.name, self.device, self.scale = name, device, 1.0 / math.sqrt(hs)
+        self.times: list[float] = []
+        self.first_s: float | None = None
+
+    def step(self, record: bool = True) -> None:
+        _sync(self.device)
+        t0 = time.perf_counter()
+        q, k, v = self.buffer.permute(2, 0, 3, 1, 4)  # (B, nh, T, d) views
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale).backward(self.grad_out)
+        self.buffer.grad = None
+        _sync(self.device)
+        if record:
+            self.times.append(time.perf_counter() - t0)
+
+
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free interval for the median: order statistics k and n + 1 - k (1-based), with the
+    largest k whose binomial tail stays within (1 - level) / 2; (min, max) when n is too small for one."""
+    x, n = sorted(values), len(values)
+    k, tail = 0, 0.0
+    while k < n // 2:
+        tail += math.comb(n, k) / 2**n  # P(Bin(n, 1/2) <= k)
+        if tail > (1 - level) / 2:
+            break
+        k += 1
+    k = max(k, 1)
+    return x[k - 1], x[n - k]
+
+
+def overhead_split(
+    gated: list[float], base: list[float], plain_kernel: list[float], padded_kernel: list[float], n_layer: int
+) -> dict[str, Any]:
+    """Per repetition, in points of the baseline's step: the gated model's overhead, the padded kernel's
+    extra time over all layers, and the rest; each as median with its 95% interval."""
+    total = [100 * (g / b - 1) for g, b in zip(gated, base, strict=True)]
+    kernel = [100 * n_layer * (p - q) / b for p, q, b in zip(padded_kernel, plain_kernel, base, strict=True)]
+    rest = [t - k for t, k in zip(total, kernel, strict=True)]
+    split = {
+        name: {"points": statistics.median(v), "interval": median_interval(v)}
+        for name, v in (("total", total), ("kernel", kernel), ("rest", rest))
+    }
+    split["kernel_ms"] = {
+        "plain": 1e3 * statistics.median(plain_kernel),
+        "padded": 1e3 * statistics.median(padded_kernel),
+    }
+    split["kernel_ratio"] = statistics.median(paired_ratios(padded_kernel, plain_kernel))
+    return split
+
+
+def run_interleaved(contenders: list[Any], repeats: int, warmup: int) -> None:
     """Each repetition times every contender once, in an order rotated per repetition, so drifts
     of the machine (turbo, other load) fall on all of them alike."""
     for contender in contenders:
@@ -227,8 +292,12 @@ def bench_size(
     if args.compile:  # like for like: the reference compiled too
         reference.loss = torch.compile(reference.loss)
     contenders.append(Contender("nanogpt_reference", reference, batch, args.precision))
+    kernels: list[KernelTiming] = []
+    if SPLIT_GATE in gates:  # the attention kernel alone, plain and padded, on this size's shapes
+        extra = pad_width(device)
+        kernels = [KernelTiming(f"sdpa+{w}", batch_size, shape, w, device, args.precision) for w in (0, extra)]
     print(f"[{size}] {shape}, batch {batch_size}: {len(contenders)} contenders x {args.repeats} repeats", flush=True)
-    run_interleaved(contenders, args.repeats, args.warmup)
+    run_interleaved([*contenders, *kernels], args.repeats, args.warmup)
     rows = {}
     for c in contenders:
         rows[c.name] = {**c.summary(), **c.memory()}
@@ -249,7 +318,12 @@ def bench_size(
         if eager != c.name:  # compiled against its own eager self; the first step's excess is compilation
             row["eager_ratio"] = statistics.median(paired_ratios(c.times, times[eager]))
             row["compile_s"] = row["first_step_s"] - row["median_ms"] / 1e3
-    return {"size": size, "shape": shape, "batch_size": batch_size, "rows": rows}
+    result = {"size": size, "shape": shape, "batch_size": batch_size, "rows": rows}
+    if kernels:
+        gated = times[SPLIT_GATE]
+        result["split"] = overhead_split(gated, base_times, kernels[0].times, kernels[1].times, shape["n_layer"])
+        result["split"]["head_sizes"] = [shape["n_embd"] // shape["n_head"] + w for w in (0, pad_width(device))]
+    return result
 
 
 def bench_generation(
@@ -331,6 +405,34 @@ def to_markdown(result: dict[str, Any]) -> str:
                 f"{ours['median_ms'] / ref['median_ms']:.3f}",
             ]
         )
+    for size in result["sizes"]:
+        split = size.get("split")
+        if split is None:
+            continue
+        plain, padded = split["head_sizes"]
+        rows = [
+            [
+                label,
+                f"{split[key]['points']:+.1f}",
+                f"{split[key]['interval'][0]:+.1f} to {split[key]['interval'][1]:+.1f}",
+            ]
+            for key, label in (
+                ("total", f"`{SPLIT_GATE}` over `none`"),
+                ("kernel", f"the attention kernel at head size {padded} vs {plain}"),
+                ("rest", "everything else (the gate, the padded weights and buffers)"),
+            )
+        ]
+        out += [
+            "",
+            f"## Where `{SPLIT_GATE}`'s time goes at the `{size['size']}` size "
+            "(points of the baseline's step: medians of per-repetition values, 95% intervals)",
+            "",
+            _table(["part", "points", "95% interval"], rows),
+            "",
+            f"The kernel alone (SDPA forward + backward on the model's shapes, x {size['shape']['n_layer']} layers): "
+            f"{split['kernel_ms']['plain']:.2f} ms at head size {plain}, {split['kernel_ms']['padded']:.2f} ms at "
+            f"{padded} ({split['kernel_ratio']:.3f}x, per-repetition median).",
+        ]
     for size in result["sizes"]:
         compiled = {name: r for name, r in size["rows"].items() if "eager_ratio" in r}
         if not compiled:
