@@ -21,6 +21,8 @@
 # Rehearsal of the script itself on a CPU machine (checks nothing about CUDA, and says so):
 #   EGA_CHECK_DEVICE=cpu EGA_CHECK_SIZE=cpu EGA_WHEELS=/nowhere \
 #   EGA_CHECK_BENCH_ARGS="--gates linear --repeats 3 --no_generation" scripts/gpu_check.sh
+# and of the study, with a small spec and records kept out of results/:
+#   EGA_CHECK_DEVICE=cpu EGA_STUDY_SPEC=my_small.yaml EGA_STUDY_RECORDS=/tmp/records scripts/gpu_check.sh --study
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -96,15 +98,16 @@ step_of() {  # the global step a checkpoint was written at
 
 if [ $STUDY -eq 1 ]; then
   # --- the paper-size study: every run of the spec at once on the one GPU, stopped before the deadline
+  SPEC=${EGA_STUDY_SPEC:-configs/sweeps/paper.yaml}
+  RECORDS=${EGA_STUDY_RECORDS:-$REPO/results/runs}
   SECONDS_LEFT=${EGA_STUDY_SECONDS:-480}
-  mapfile -t RUNS < <("${EGA[@]}" sweep configs/sweeps/paper.yaml --dry_run --runs_dir "$WORK/runs" \
-    | sed -n 's/^\[[0-9]*\/[0-9]*\] \([^:]*\): would .*/\1/p')
-  say "study: ${#RUNS[@]} runs of configs/sweeps/paper.yaml at once, stopped after $SECONDS_LEFT s"
+  SWEEP=(sweep "$SPEC" --runs_dir "$WORK/runs" --records_dir "$RECORDS")
+  mapfile -t RUNS < <("${EGA[@]}" "${SWEEP[@]}" --dry_run | sed -n 's/^\[[0-9]*\/[0-9]*\] \([^:]*\): would .*/\1/p')
+  say "study: ${#RUNS[@]} runs of $SPEC to do, all at once, stopped after $SECONDS_LEFT s"
   start=$(date +%s)
   pids=()
-  for run in "${RUNS[@]}"; do
-    setsid "${EGA[@]}" sweep configs/sweeps/paper.yaml --only "$run" --runs_dir "$WORK/runs" \
-      >"$WORK/logs/sweep-$run.log" 2>&1 &
+  for run in "${RUNS[@]}"; do  # its own session each: stopping one stops its `ega fit` too
+    setsid "${EGA[@]}" "${SWEEP[@]}" --only "$run" >"$WORK/logs/sweep-$run.log" 2>&1 &
     pids+=($!)
   done
   while [ $(( $(date +%s) - start )) -lt "$SECONDS_LEFT" ]; do
@@ -113,15 +116,18 @@ if [ $STUDY -eq 1 ]; then
     [ $alive -eq 0 ] && break
     sleep 5
   done
-  for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done  # a run cut short resumes on the next --study
+  for pid in "${pids[@]}"; do kill -TERM -- "-$pid" 2>/dev/null; done  # a run cut short resumes next time
   for pid in "${pids[@]}"; do wait "$pid"; done
-  done_runs=$(ls "$REPO"/results/runs/paper-*.json 2>/dev/null | wc -l)
-  say "study: $done_runs of ${#RUNS[@]} runs recorded in results/runs/ after $(( $(date +%s) - start )) s"
-  grep -h "done in" "$WORK"/logs/sweep-*.log | tee -a "$SUMMARY"
-  mkdir -p "$WORK/records" && cp "$REPO"/results/runs/paper-*.json "$WORK/records/" 2>/dev/null
-  "${EGA[@]}" report configs/sweeps/paper.yaml --runs_dir "$WORK/runs" --out "$WORK/report" \
-    >"$WORK/logs/report.log" 2>&1 || say "note  ega report did not finish (logs/report.log)"
-  [ "$done_runs" -eq "${#RUNS[@]}" ] || { say "note  rerun scripts/gpu_check.sh --study to finish the rest"; FAILED=1; }
+  mkdir -p "$WORK/records"
+  recorded=0
+  for run in "${RUNS[@]}"; do
+    [ -f "$RECORDS/$run.json" ] && recorded=$((recorded + 1)) && cp "$RECORDS/$run.json" "$WORK/records/"
+  done
+  say "study: $recorded of ${#RUNS[@]} runs finished and recorded in $RECORDS after $(( $(date +%s) - start )) s"
+  cat "$WORK"/logs/sweep-*.log 2>/dev/null | grep -E "done in|failed" | tee -a "$SUMMARY"
+  "${EGA[@]}" report "$SPEC" --runs_dir "$WORK/runs" --out "$WORK/report" >"$WORK/logs/report.log" 2>&1 \
+    || say "note  ega report did not finish (logs/report.log)"
+  [ "$recorded" -eq "${#RUNS[@]}" ] || { say "note  rerun scripts/gpu_check.sh --study to finish the rest"; FAILED=1; }
   archive
   exit $FAILED
 fi
