@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The first GPU machine's one command: checks every CUDA-only line of the project and measures it.
 #
-#   scripts/gpu_check.sh            # the checks, about 5 minutes on one H200
+#   scripts/gpu_check.sh            # the checks: a few minutes on one H200 (an estimate)
 #   scripts/gpu_check.sh --study    # then, as a separate command: configs/sweeps/paper.yaml (~8 minutes)
 #
 # Run from a copy of the repository that carries, beside its files:
