@@ -104,7 +104,9 @@ def main(argv: list[str] | None = None) -> None:
 
     from ega_lightning.module import CharLM  # Lightning is slow to import: only once the arguments are valid
 
-    lm = CharLM.load_from_checkpoint(args.ckpt_path, map_location=args.device).eval()
+    # the same model on the fused kernel, whatever it trained with: flex cannot run on CPU, and the
+    # cache keeps the fused layout anyway
+    lm = CharLM.load_from_checkpoint(args.ckpt_path, map_location=args.device, attention="fused").eval()
     try:
         prompt = lm.tokenizer.encode(args.prompt)[None].to(args.device)
     except ValueError as err:

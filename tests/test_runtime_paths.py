@@ -207,3 +207,17 @@ def test_bench_compile_times_compiled_gates_beside_eager_and_compilation_apart(t
         # compiling takes far longer than a step of this tiny model
         assert compiled["compile_s"] > 10 * compiled["median_ms"] / 1e3
     assert "## torch.compile at the `tiny` size" in (out / "bench-cpu-32-true-compile.md").read_text()
+
+
+def test_generate_runs_a_flex_checkpoint_on_the_fused_kernel(tmp_path, capsys):
+    from ega_lightning.generate import main as generate_main
+
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=0)
+    trainer.strategy.connect(tiny("linear"))
+    path = tmp_path / "flex.ckpt"
+    trainer.save_checkpoint(path)
+    ckpt = torch.load(path, weights_only=False)
+    ckpt["hyper_parameters"]["attention"] = "flex"  # as trained on a GPU with --model.attention=flex
+    torch.save(ckpt, path)
+    generate_main([f"--ckpt_path={path}", "--prompt=ROMEO:", "--max_new_tokens=5", "--temperature=0"])
+    assert capsys.readouterr().out.startswith("ROMEO:")
