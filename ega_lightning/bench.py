@@ -7,6 +7,7 @@ a nanoGPT-style model written here; then generation speed with and without the K
 
     ega bench                               # cpu and paper sizes, every gate config, this machine
     ega bench --sizes cpu --repeats 9 --precision bf16-mixed --device cuda
+    ega bench --sizes cpu --gates linear --compile   # also every gate under torch.compile, compile time apart
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from ega_lightning.data.corpora import CORPORA
 from ega_lightning.gates import GateError, gate_class, gate_names
 from ega_lightning.generate import generate
 from ega_lightning.io import read_yaml, write_atomic
+from ega_lightning.model.attention import pad_width
 from ega_lightning.module import CharLM
 
 VOCAB = CORPORA["tinyshakespeare"].vocab
+SPLIT_GATE = "linear"  # EGA-1: the gate whose overhead the bench splits into the kernel's share and the rest
 
 
 # --- a nanoGPT-style reference (after karpathy/nanoGPT model.py), to show the baseline is not slowed down
@@ -96,6 +99,7 @@ class Contender:
         self.autocast_dtype = torch.bfloat16 if precision == "bf16-mixed" else None
         self.device = batch[0].device
         self.times: list[float] = []
+        self.first_s: float | None = None  # the first step, warm-up or not: it includes any compilation
 
     def _loss(self) -> torch.Tensor:
         if self.autocast_dtype is None:
@@ -110,8 +114,11 @@ class Contender:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         _sync(self.device)
+        elapsed = time.perf_counter() - t0
+        if self.first_s is None:
+            self.first_s = elapsed
         if record:
-            self.times.append(time.perf_counter() - t0)
+            self.times.append(elapsed)
 
     def memory(self) -> dict[str, float]:
         """Bytes of tensors autograd saves for backward (activations, deduplicated by storage), of the
@@ -148,10 +155,74 @@ class Contender:
             "max_ms": 1e3 * max(self.times),
             "tokens_per_s": tokens / median,
             "repeats": len(self.times),
+            "first_step_s": self.first_s,
         }
 
 
-def run_interleaved(contenders: list[Contender], repeats: int, warmup: int) -> None:
+class KernelTiming:
+    """The attention kernel alone, as a layer calls it: SDPA forward and backward on the views of one
+    (B, T, 3, nh, hs + extra) Q/K/V buffer, scaled by the true head size; ``extra=0`` is the baseline's
+    layout. Timed like a contender, in the same repetitions."""
+
+    def __init__(
+        self, name: str, batch_size: int, shape: dict[str, Any], extra: int, device: torch.device, precision: str
+    ):
+        nh = shape["n_head"]
+        hs, T = shape["n_embd"] // nh, shape["block_size"]
+        dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float32
+        gen = torch.Generator().manual_seed(0)
+        self.buffer = torch.randn(batch_size, T, 3, nh, hs + extra, generator=gen).to(device, dtype).requires_grad_()
+        self.grad_out = torch.randn(batch_size, nh, T, hs + extra, generator=gen).to(device, dtype)  # (B, nh, T, d)
+        self.name, self.device, self.scale = name, device, 1.0 / math.sqrt(hs)
+        self.times: list[float] = []
+        self.first_s: float | None = None
+
+    def step(self, record: bool = True) -> None:
+        _sync(self.device)
+        t0 = time.perf_counter()
+        q, k, v = self.buffer.permute(2, 0, 3, 1, 4)  # (B, nh, T, d) views
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale).backward(self.grad_out)
+        self.buffer.grad = None
+        _sync(self.device)
+        if record:
+            self.times.append(time.perf_counter() - t0)
+
+
+def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """Distribution-free interval for the median: order statistics k and n + 1 - k (1-based), with the
+    largest k whose binomial tail stays within (1 - level) / 2; (min, max) when n is too small for one."""
+    x, n = sorted(values), len(values)
+    k, tail = 0, 0.0
+    while k < n // 2:
+        tail += math.comb(n, k) / 2**n  # P(Bin(n, 1/2) <= k)
+        if tail > (1 - level) / 2:
+            break
+        k += 1
+    k = max(k, 1)
+    return x[k - 1], x[n - k]
+
+
+def overhead_split(
+    gated: list[float], base: list[float], plain_kernel: list[float], padded_kernel: list[float], n_layer: int
+) -> dict[str, Any]:
+    """Per repetition, in points of the baseline's step: the gated model's overhead, the padded kernel's
+    extra time over all layers, and the rest; each as median with its 95% interval."""
+    total = [100 * (g / b - 1) for g, b in zip(gated, base, strict=True)]
+    kernel = [100 * n_layer * (p - q) / b for p, q, b in zip(padded_kernel, plain_kernel, base, strict=True)]
+    rest = [t - k for t, k in zip(total, kernel, strict=True)]
+    split = {
+        name: {"points": statistics.median(v), "interval": median_interval(v)}
+        for name, v in (("total", total), ("kernel", kernel), ("rest", rest))
+    }
+    split["kernel_ms"] = {
+        "plain": 1e3 * statistics.median(plain_kernel),
+        "padded": 1e3 * statistics.median(padded_kernel),
+    }
+    split["kernel_ratio"] = statistics.median(paired_ratios(padded_kernel, plain_kernel))
+    return split
+
+
+def run_interleaved(contenders: list[Any], repeats: int, warmup: int) -> None:
     """Each repetition times every contender once, in an order rotated per repetition, so drifts
     of the machine (turbo, other load) fall on all of them alike."""
     for contender in contenders:
@@ -197,10 +268,18 @@ def gate_settings(configs: Path, names: list[str] | None) -> dict[str, dict[str,
     return {"none": chosen.pop("none"), **chosen}
 
 
-def build(shape: dict[str, Any], gate: dict[str, Any], device: torch.device, seed: int) -> CharLM:
+def build(
+    shape: dict[str, Any], gate: dict[str, Any], device: torch.device, seed: int, compile: bool = False
+) -> CharLM:
     torch.manual_seed(seed)  # same seed: every gated model shares the baseline's weights
     options = {k: v for k, v in gate.items() if k in ("gate", "gate_options", "tau_init", "alpha_init")}
-    return CharLM(VOCAB, **shape, **options).to(device)
+    return CharLM(VOCAB, **shape, **options, compile=compile).to(device)
+
+
+def paired_ratios(times: list[float], base: list[float]) -> list[float]:
+    """Per-repetition ratios, sorted: each repetition times every contender back to back, so the ratio
+    within one cancels the machine's drift."""
+    return sorted(t / b for t, b in zip(times, base, strict=True))
 
 
 def bench_size(
@@ -214,11 +293,22 @@ def bench_size(
     contenders = [
         Contender(name, build(shape, g, device, args.seed), batch, args.precision) for name, g in gates.items()
     ]
+    if args.compile:
+        contenders += [
+            Contender(f"{name}+compile", build(shape, g, device, args.seed, compile=True), batch, args.precision)
+            for name, g in gates.items()
+        ]
     torch.manual_seed(args.seed)
     reference = NanoGPTReference(len(VOCAB), **shape).to(device)
+    if args.compile:  # like for like: the reference compiled too
+        reference.loss = torch.compile(reference.loss)
     contenders.append(Contender("nanogpt_reference", reference, batch, args.precision))
+    kernels: list[KernelTiming] = []
+    if SPLIT_GATE in gates:  # the attention kernel alone, plain and padded, on this size's shapes
+        extra = pad_width(device)
+        kernels = [KernelTiming(f"sdpa+{w}", batch_size, shape, w, device, args.precision) for w in (0, extra)]
     print(f"[{size}] {shape}, batch {batch_size}: {len(contenders)} contenders x {args.repeats} repeats", flush=True)
-    run_interleaved(contenders, args.repeats, args.warmup)
+    run_interleaved([*contenders, *kernels], args.repeats, args.warmup)
     rows = {}
     for c in contenders:
         rows[c.name] = {**c.summary(), **c.memory()}
@@ -226,16 +316,25 @@ def bench_size(
             rows[c.name]["params"] = sum(p.numel() for p in c.model.parameters())
     base = rows["none"]
     base_times = next(c.times for c in contenders if c.name == "none")
+    times = {c.name: c.times for c in contenders}
     for c in contenders:
         row = rows[c.name]
-        # each repetition times every contender back to back: the ratio within a repetition cancels
-        # the machine's drift, so its median is the cost estimate; the ratio of medians is kept beside it
-        paired = sorted(t / b for t, b in zip(c.times, base_times, strict=True))
+        # the median of per-repetition ratios is the cost estimate; the ratio of medians is kept beside it
+        paired = paired_ratios(c.times, base_times)
         row["time_ratio"] = statistics.median(paired)
         row["time_ratio_q1_q3"] = (paired[len(paired) // 4], paired[(3 * len(paired)) // 4])
         row["median_ratio"] = row["median_ms"] / base["median_ms"]
         row["memory_ratio"] = row["total_mb"] / base["total_mb"]
-    return {"size": size, "shape": shape, "batch_size": batch_size, "rows": rows}
+        eager = c.name.removesuffix("+compile")
+        if eager != c.name:  # compiled against its own eager self; the first step's excess is compilation
+            row["eager_ratio"] = statistics.median(paired_ratios(c.times, times[eager]))
+            row["compile_s"] = row["first_step_s"] - row["median_ms"] / 1e3
+    result = {"size": size, "shape": shape, "batch_size": batch_size, "rows": rows}
+    if kernels:
+        gated = times[SPLIT_GATE]
+        result["split"] = overhead_split(gated, base_times, kernels[0].times, kernels[1].times, shape["n_layer"])
+        result["split"]["head_sizes"] = [shape["n_embd"] // shape["n_head"] + w for w in (0, pad_width(device))]
+    return result
 
 
 def bench_generation(
@@ -307,7 +406,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         ]
     ref_rows = []
     for size in result["sizes"]:
-        ours, ref = size["rows"]["none"], size["rows"]["nanogpt_reference"]
+        # under --compile the reference is compiled: against our compiled baseline
+        ours, ref = size["rows"].get("none+compile", size["rows"]["none"]), size["rows"]["nanogpt_reference"]
         ref_rows.append(
             [
                 size["size"],
@@ -316,6 +416,54 @@ def to_markdown(result: dict[str, Any]) -> str:
                 f"{ours['median_ms'] / ref['median_ms']:.3f}",
             ]
         )
+    for size in result["sizes"]:
+        split = size.get("split")
+        if split is None:
+            continue
+        plain, padded = split["head_sizes"]
+        rows = [
+            [
+                label,
+                f"{split[key]['points']:+.1f}",
+                f"{split[key]['interval'][0]:+.1f} to {split[key]['interval'][1]:+.1f}",
+            ]
+            for key, label in (
+                ("total", f"`{SPLIT_GATE}` over `none`"),
+                ("kernel", f"the attention kernel at head size {padded} vs {plain}"),
+                ("rest", "everything else (the gate, the padded weights and buffers)"),
+            )
+        ]
+        out += [
+            "",
+            f"## Where `{SPLIT_GATE}`'s time goes at the `{size['size']}` size "
+            "(points of the baseline's step: medians of per-repetition values, 95% intervals)",
+            "",
+            _table(["part", "points", "95% interval"], rows),
+            "",
+            f"The kernel alone (SDPA forward + backward on the model's shapes, x {size['shape']['n_layer']} layers): "
+            f"{split['kernel_ms']['plain']:.2f} ms at head size {plain}, {split['kernel_ms']['padded']:.2f} ms at "
+            f"{padded} ({split['kernel_ratio']:.3f}x, per-repetition median).",
+        ]
+    for size in result["sizes"]:
+        compiled = {name: r for name, r in size["rows"].items() if "eager_ratio" in r}
+        if not compiled:
+            continue
+        rows = [
+            [
+                name.removesuffix("+compile"),
+                f"{size['rows'][name.removesuffix('+compile')]['median_ms']:.1f}",
+                f"{r['median_ms']:.1f}",
+                f"{r['eager_ratio']:.3f}",
+                f"{r['compile_s']:.1f}",
+            ]
+            for name, r in compiled.items()
+        ]
+        out += [
+            "",
+            f"## torch.compile at the `{size['size']}` size (compile s: the first step's excess, in no ratio)",
+            "",
+            _table(["gate", "eager ms", "compiled ms", "compiled / eager", "compile s"], rows),
+        ]
     out += ["", "## Our baseline against a nanoGPT-style model (same shape, same batch)", ""]
     out += [_table(["size", "ours (none) ms", "nanoGPT-style ms", "ours / nanoGPT"], ref_rows)]
     for g in result.get("generation", []):
@@ -346,11 +494,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--generation_sizes", nargs="+", default=["cpu", "paper"], help="sizes for generation")
     parser.add_argument("--new_tokens", type=int, default=256)
     parser.add_argument("--no_generation", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="also time every gate (and the reference) compiled")
     parser.add_argument("--out", type=Path, default=Path("results"))
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.repeats < 3:
         parser.error("--repeats must be at least 3 for a median with min and max to mean anything")
+    if args.compile and args.warmup < 1:
+        parser.error("--compile needs --warmup >= 1: compilation happens in the first step, which is not timed")
     device = torch.device(args.device)
     gates = gate_settings(args.configs, args.gates)
     started = datetime.now(UTC)
@@ -358,6 +509,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": " ".join(["ega bench", *argv]),
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
         "precision": args.precision,
+        "compile": args.compile,
         "repeats": args.repeats,
         "warmup": args.warmup,
         "environment": {
@@ -377,7 +529,7 @@ def main(argv: list[str] | None = None) -> None:
     markdown = to_markdown(result)
     print(markdown)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"bench-{device.type}-{args.precision}"
+    stem = f"bench-{device.type}-{args.precision}" + ("-compile" if args.compile else "")
     write_atomic(args.out / f"{stem}.json", json.dumps(result, indent=2) + "\n")
     write_atomic(args.out / f"{stem}.md", markdown)
     print(f"wrote {args.out / stem}.json and .md ({math.ceil((datetime.now(UTC) - started).total_seconds())} s)")

@@ -136,8 +136,10 @@ def main(argv: list[str] | None = None) -> None:
     from ega_lightning.module import CharLM
 
     load_checkpoint(args.ckpt_path)  # a missing, foreign or corrupt file: one clear error
-    # a gate whose module is not importable here raises a UserError: `ega` prints it as one paragraph
-    lm = CharLM.load_from_checkpoint(args.ckpt_path, map_location=args.device).eval()
+    # a gate whose module is not importable here raises a UserError: `ega` prints it as one paragraph.
+    # The same model on the fused kernel, whatever it trained with: flex cannot run on CPU, and the
+    # cache keeps the fused layout anyway.
+    lm = CharLM.load_from_checkpoint(args.ckpt_path, map_location=args.device, attention="fused").eval()
     check_causal(lm.model, args.ckpt_path)
     try:
         prompt = lm.tokenizer.encode(args.prompt)[None].to(args.device)

@@ -20,7 +20,7 @@ from ega_lightning.seeding import derive_seed
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate_options", "vocab")
 # Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
 # checkpoint's value (every other hyper-parameter comes from the checkpoint).
-RUNTIME_KEYS = ("attention", "eval_znorm")
+RUNTIME_KEYS = ("attention", "eval_znorm", "compile")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -47,7 +47,11 @@ class CharLM(L.LightningModule):
             ``learn_tau`` (false: tau stays at tau_init).
         eval_znorm: if set, every gate z-normalises this way during validation and test instead of
             as trained (e.g. ``prefix`` evaluates a ``znorm: window`` model causally); training is unchanged.
-        attention: ``fused`` (SDPA kernel, the default) or ``reference`` (the spec's formula, slow).
+        attention: ``fused`` (SDPA kernel, the default), ``reference`` (the spec's formula, slow) or
+            ``flex`` (FlexAttention, compiled; trains on CUDA only, and without dropout).
+        compile: run the model through ``torch.compile`` (values as eager up to float rounding;
+            checkpoints are the same either way). Forward passes that a gate probe hooks into (the
+            gate callbacks) run eager, so the probes see every gate.
         lr, min_lr, warmup_steps: AdamW learning rate, linear warm-up then cosine decay to
             ``min_lr`` at ``trainer.max_steps``.
         weight_decay: AdamW decay of the 2-D weights; biases, LayerNorms and gates get none.
@@ -69,6 +73,7 @@ class CharLM(L.LightningModule):
         gate_options: dict[str, Any] | None = None,
         eval_znorm: str | None = None,
         attention: str = "fused",
+        compile: bool = False,
         lr: float = 1e-3,
         min_lr: float = 1e-4,
         warmup_steps: int = 100,
@@ -89,6 +94,13 @@ class CharLM(L.LightningModule):
         znorms = (None, *ZNORM_MODES)
         _require(eval_znorm in znorms, f"model.eval_znorm must be one of {znorms}, got {eval_znorm!r}.")
         _require(attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {attention!r}.")
+        if attention == "flex":
+            _require(
+                torch.cuda.is_available(),
+                "model.attention=flex needs a CUDA device: torch's FlexAttention cannot train on CPU. "
+                "Use model.attention=fused (the default), the same attention on the SDPA kernel.",
+            )
+            _require(dropout == 0, "model.attention=flex has no attention dropout; use model.attention=fused.")
         options = dict(gate_options or {})
         if gate != NO_GATE:
             clash = {"tau_init", "alpha_init"} & options.keys()
@@ -111,6 +123,8 @@ class CharLM(L.LightningModule):
                 attention=attention,
             )
         )
+        # a compiled function, not a module: the state dict keeps its keys (no `_orig_mod.`)
+        self._compiled_forward = torch.compile(self.model.forward) if compile else None
         self.val_loss = MeanMetric()
         self.test_loss = MeanMetric()
         self._last_step_start: float | None = None
@@ -118,7 +132,10 @@ class CharLM(L.LightningModule):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """idx (B, T) -> logits (B, T, V)."""
-        return self.model(idx)
+        # hooks on gates added after compiling would not be called: a probed pass runs eager
+        if self._compiled_forward is None or any(g._forward_hooks for g in self.model.gates):
+            return self.model(idx)
+        return self._compiled_forward(idx)
 
     def loss(self, batch: Batch) -> torch.Tensor:
         x, y = batch

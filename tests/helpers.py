@@ -140,3 +140,29 @@ def write_gate_package(root: Path, entry_points: dict[str, str], dist: str = "my
     lines = [f"{name} = {value}" for name, value in entry_points.items()]
     (info / "entry_points.txt").write_text("[ega_lightning.gates]\n" + "\n".join(lines) + "\n")
     return root
+
+
+def validate_tiny(model: L.LightningModule, data_dir, callbacks: list[L.Callback]) -> dict[str, float]:
+    """One `trainer.validate` of a TINY_MODEL-shaped model on 40 TinyShakespeare windows; the logged metrics."""
+    from ega_lightning import CharDataModule
+
+    from .conftest import TINY_MODEL
+
+    dm = CharDataModule(
+        corpus="tinyshakespeare",
+        data_dir=str(data_dir),
+        block_size=TINY_MODEL["block_size"],
+        batch_size=4,
+        eval_batch_size=16,
+        max_eval_windows=40,
+    )
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
+    return trainer.validate(model, datamodule=dm, verbose=False)[0]

@@ -8,10 +8,14 @@ Two implementations of the gated attention of EGA_SPEC.md section 2:
   log-gate rides in one extra query/key channel, q' = [q, 1] and
   k' = [k, log g * sqrt(hs)] (and v' = [v, 0]), so attention stays on the fused causal
   SDPA kernel. The extra channels come out of the Q/K/V matmul itself (see `_gated_qkv`).
+- ``flex``: the same identity as a FlexAttention ``score_mod`` that adds log g of the key,
+  with a causal block mask: no padded channel. For CUDA, where it is compiled; on CPU
+  torch's FlexAttention has no backward, so there it only evaluates (under no_grad).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,11 +27,17 @@ from torch import nn
 
 from ega_lightning.gates import Gate, GateState
 
-ATTENTION_IMPLS = ("fused", "reference")
+ATTENTION_IMPLS = ("fused", "reference", "flex")
 
 # exp(-30) ~ 1e-13: a key gated that far down is already gone, and bf16 keeps the
 # clamped value to within its usual relative precision.
 LOG_GATE_FLOOR = -30.0
+
+
+def pad_width(device: torch.device) -> int:
+    """Extra channels per head of the fused layout: CUDA's fused kernels want a head size that is a
+    multiple of 8, the CPU kernel takes any (and is fastest with one)."""
+    return 8 if device.type == "cuda" else 1
 
 
 def gated_attention_reference(
@@ -43,6 +53,54 @@ def gated_attention_reference(
         att = att / att.sum(dim=-1, keepdim=True)  # renormalise over k <= i
     att = F.dropout(att, p=dropout_p)
     return att @ v
+
+
+def _causal(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+    return q_idx >= kv_idx
+
+
+@functools.cache
+def _flex(device_type: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """(flex_attention, create_block_mask); compiled on CUDA, where eager FlexAttention would
+    materialise the (T, T) scores. Imported here: FlexAttention exists from torch 2.5 on."""
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    except ImportError as err:
+        raise ValueError(
+            f"model.attention=flex needs FlexAttention (torch >= 2.5; this is torch {torch.__version__}). "
+            "Use model.attention=fused, the same attention on the SDPA kernel."
+        ) from err
+    return (torch.compile(flex_attention) if device_type == "cuda" else flex_attention), create_block_mask
+
+
+@functools.lru_cache(maxsize=8)
+def _causal_block_mask(T: int, device: torch.device) -> Any:
+    return _flex(device.type)[1](_causal, None, None, T, T, device=device)
+
+
+def flex_gated_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_g: torch.Tensor, dropout_p: float = 0.0
+) -> torch.Tensor:
+    """q, k, v (B, nh, T, hs); log_g (B, nh, T) -> (B, nh, T, hs): softmax_j(q_i.k_j / sqrt(hs) + log g_j), j <= i."""
+    if dropout_p > 0:
+        raise ValueError(
+            "model.attention=flex has no attention dropout (FlexAttention takes none); "
+            "train with model.attention=fused, or with model.dropout=0."
+        )
+    if not q.is_cuda and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, log_g)):
+        raise ValueError(
+            "model.attention=flex trains only on CUDA: torch's FlexAttention has no backward on CPU. "
+            "Use model.attention=fused (the default), the same attention on the SDPA kernel."
+        )
+    T, hs = q.shape[-2], q.shape[-1]
+    flex_attention = _flex(q.device.type)[0]
+    log_g = log_g.clamp_min(LOG_GATE_FLOOR)  # as the fused path, so the two agree on gated-out keys
+
+    def add_log_gate(score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor):
+        return score + log_g[b, h, kv_idx]
+
+    block_mask = _causal_block_mask(T, q.device)
+    return flex_attention(q, k, v, score_mod=add_log_gate, block_mask=block_mask, scale=1.0 / math.sqrt(hs))
 
 
 @dataclass
@@ -92,6 +150,9 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.resid_dropout = nn.Dropout(dropout)
         self.gate = gate
+        # extra channels per head of the fused layout; None: `pad_width` of the input's device.
+        # Tests set 8 to run the CUDA layout on CPU.
+        self.pad_width: int | None = None
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
         """x: the LayerNorm-ed hidden state (B, T, C) -> (B, T, C).
@@ -100,7 +161,11 @@ class CausalSelfAttention(nn.Module):
         """
         B, T, C = x.shape
         dropout_p = self.dropout if self.training else 0.0
-        if self.gate is not None and (self.impl == "fused" or cache is not None):
+        if self.gate is not None and self.impl == "flex" and cache is None:
+            q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+            y = flex_gated_attention(q, k, v, self.gate(x), dropout_p)  # (B, nh, T, hs)
+            return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))
+        if self.gate is not None and (self.impl != "reference" or cache is not None):
             q, k, v = self._gated_qkv(x, cache)  # 3 x (B, nh, T, hs + width)
             y = self._attend(q, k, v, cache, dropout_p)
             return self.resid_dropout(self._project_padded(y, cache))
@@ -122,7 +187,7 @@ class CausalSelfAttention(nn.Module):
         """
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
-        width = 8 if x.is_cuda else 1  # CUDA's fused kernels want a head size that is a multiple of 8
+        width = self.pad_width or pad_width(x.device)
         projection = self.gate.input_projection()
         # under autocast the gate keeps its own fp32 projection, so its energy stays exact
         fold = (

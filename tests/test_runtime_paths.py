@@ -1,0 +1,230 @@
+"""The ways of running the same model, each against its plain counterpart on CPU: the CUDA padding
+layout (8 channels) against the reference, FlexAttention against the reference, compiled against eager."""
+
+import importlib.util
+import warnings
+
+import lightning as L
+import pytest
+import torch
+
+from ega_lightning import CharLM
+from ega_lightning.callbacks import TauTracker
+from ega_lightning.callbacks.probe import GateProbe
+from ega_lightning.gates import build_gate, gate_names
+from ega_lightning.generate import next_token_logits
+from ega_lightning.model import GPT, GPTConfig
+from ega_lightning.model.attention import CausalSelfAttention
+
+from .conftest import TINY_MODEL, TINY_VOCAB
+from .helpers import validate_tiny
+
+GATED = [name for name in gate_names() if name != "none"]
+# FlexAttention exists from torch 2.5 on; the project supports 2.4
+needs_flex = pytest.mark.skipif(
+    importlib.util.find_spec("torch.nn.attention.flex_attention") is None, reason="this torch has no FlexAttention"
+)
+
+
+def tiny(gate: str = "linear", **kwargs) -> CharLM:
+    torch.manual_seed(0)
+    return CharLM(TINY_VOCAB, **{**TINY_MODEL, "gate": gate, "tau_init": 0.3, "alpha_init": 2.0, **kwargs})
+
+
+def batch(n: int = 3, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    idx = torch.randint(
+        0, len(TINY_VOCAB), (n, TINY_MODEL["block_size"] + 1), generator=torch.Generator().manual_seed(seed)
+    )
+    return idx[:, :-1], idx[:, 1:]
+
+
+def loss_and_grads(
+    model: CharLM, data: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.zero_grad(set_to_none=True)
+    loss = model.loss(data)
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def assert_same_training_step(a: CharLM, b: CharLM, atol: float, rtol: float) -> None:
+    data = batch()
+    (loss_a, grads_a), (loss_b, grads_b) = loss_and_grads(a, data), loss_and_grads(b, data)
+    torch.testing.assert_close(loss_a, loss_b, atol=atol, rtol=rtol)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], atol=atol, rtol=rtol, msg=name)
+
+
+def set_pad_width(model: CharLM, width: int) -> None:
+    for block in model.model.blocks:
+        block.attn.pad_width = width
+
+
+# --- the CUDA layout: 8 extra channels per head, run on CPU
+
+
+@pytest.mark.parametrize("gate", GATED)
+def test_cuda_padding_layout_equals_reference_in_values_and_gradients(gate):
+    """Stated tolerance (fp32): 1e-5 absolute and relative, as the fused path against the reference."""
+    padded = tiny(gate)
+    set_pad_width(padded, 8)
+    reference = tiny(gate, attention="reference")
+    reference.load_state_dict(padded.state_dict())
+    assert_same_training_step(padded, reference, atol=1e-5, rtol=1e-5)
+    x = torch.randn(2, 5, TINY_MODEL["n_embd"])
+    layer = padded.model.blocks[0].attn
+    assert layer._gated_qkv(x, None).shape[-1] == TINY_MODEL["n_embd"] // TINY_MODEL["n_head"] + 8  # it did pad
+
+
+def test_cuda_padding_layout_caches_as_it_recomputes():
+    model = tiny("linear").eval().model
+    for block in model.blocks:
+        block.attn.pad_width = 8
+    idx = torch.randint(0, len(TINY_VOCAB), (2, 4))
+    steps = next_token_logits(model, idx, use_cache=True)
+    step = next(steps)
+    with torch.no_grad():
+        for _ in range(TINY_MODEL["block_size"] + 4):  # past one cache refill
+            torch.testing.assert_close(step.logits, model(step.window)[:, -1], atol=1e-5, rtol=1e-5)
+            idx = torch.cat([idx, step.logits.argmax(-1, keepdim=True)], dim=1)
+            step = steps.send(idx)
+
+
+# --- FlexAttention: on CPU forward only (torch has no CPU backward for it)
+
+
+@needs_flex
+@pytest.mark.parametrize("gate", GATED)
+def test_flex_attention_equals_reference_without_gradients(gate):
+    torch.manual_seed(2)
+    C, nh, T = 24, 3, 19
+    reference = CausalSelfAttention(
+        C, nh, 0.0, True, build_gate(gate, C, nh, tau_init=0.2, alpha_init=3.0), "reference"
+    )
+    flex = CausalSelfAttention(C, nh, 0.0, True, build_gate(gate, C, nh), "flex")
+    flex.load_state_dict(reference.state_dict())
+    x = torch.randn(2, T, C)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # eager FlexAttention warns that it is not compiled
+        torch.testing.assert_close(flex(x), reference(x), atol=1e-5, rtol=1e-5)
+
+
+@needs_flex
+def test_flex_model_equals_reference_model_without_gradients():
+    torch.manual_seed(0)
+    cfg = {**TINY_MODEL, "vocab_size": len(TINY_VOCAB), "gate": "linear"}
+    cfg["gate_options"] = {"tau_init": 0.3, "alpha_init": 2.0}
+    reference = GPT(GPTConfig(**cfg, attention="reference")).eval()
+    flex = GPT(GPTConfig(**cfg, attention="flex")).eval()
+    flex.load_state_dict(reference.state_dict())
+    idx = batch()[0]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.testing.assert_close(flex(idx), reference(idx), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
+def test_flex_training_on_cpu_is_refused_naming_fused():
+    with pytest.raises(ValueError, match=r"model.attention=flex needs a CUDA device.*model.attention=fused"):
+        CharLM(TINY_VOCAB, **TINY_MODEL, attention="flex")
+    layer = CausalSelfAttention(16, 2, 0.0, True, build_gate("linear", 16, 2), "flex")
+    with pytest.raises(ValueError, match=r"trains only on CUDA.*model.attention=fused"):
+        layer(torch.randn(1, 4, 16))  # with gradients: refused before torch's own error
+
+
+# --- torch.compile: one compilation for the whole module (it takes tens of seconds on CPU)
+
+
+@pytest.fixture(scope="module")
+def compiled_and_eager():
+    eager = tiny("linear")
+    compiled = tiny("linear", compile=True)
+    compiled.load_state_dict(eager.state_dict())
+    return compiled, eager
+
+
+@pytest.mark.slow
+def test_compiled_training_step_equals_eager(compiled_and_eager):
+    """Stated tolerance (fp32): 1e-5 absolute and relative (the compiler reorders float sums)."""
+    compiled, eager = compiled_and_eager
+    assert compiled._compiled_forward is not None
+    assert_same_training_step(compiled, eager, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_checkpoints_with_and_without_compile_load_into_each_other(compiled_and_eager, tmp_path):
+    compiled, eager = compiled_and_eager
+    assert list(compiled.state_dict()) == list(eager.state_dict())  # no `_orig_mod.` keys
+    for source, flag in ((compiled, False), (eager, True)):
+        trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=0)
+        trainer.strategy.connect(source)
+        path = tmp_path / f"compile-{not flag}.ckpt"
+        trainer.save_checkpoint(path)
+        loaded = CharLM.load_from_checkpoint(path, compile=flag)  # compile is a runtime argument
+        assert loaded.hparams.compile is flag and (loaded._compiled_forward is not None) is flag
+        for key, value in source.state_dict().items():
+            assert torch.equal(loaded.state_dict()[key], value), key
+
+
+@pytest.mark.slow
+def test_gate_probes_see_the_same_under_compile(compiled_and_eager, data_dir):
+    """What TauTracker and GateMap compute: probe totals and the last gate values, equal to eager."""
+    compiled, eager = compiled_and_eager
+    idx = batch(seed=3)[0]
+    seen = []
+    for model in (compiled, eager):
+        model.eval()
+        with torch.no_grad(), GateProbe(model, keep_last=True) as probe:
+            model(idx)
+        seen.append(probe)
+    torch.testing.assert_close(seen[0].totals(), seen[1].totals(), atol=0, rtol=0)
+    assert seen[0].totals()[-1] == idx.numel()  # every key of every layer was counted
+    for a, b in zip(seen[0].last, seen[1].last, strict=True):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    logged = [validate_tiny(model, data_dir, [TauTracker()]) for model in (compiled, eager)]
+    gate_tags = [tag for tag in logged[1] if tag.startswith("gate/")]
+    assert "gate/frac_above_tau" in gate_tags and logged[0].keys() == logged[1].keys()
+    for tag in [*gate_tags, "val/loss"]:
+        assert logged[0][tag] == pytest.approx(logged[1][tag], abs=1e-6), tag
+
+
+@pytest.mark.slow
+def test_bench_compile_times_compiled_gates_beside_eager_and_compilation_apart(tmp_path):
+    import json
+
+    import yaml
+
+    from ega_lightning.bench import main
+
+    configs, out = tmp_path / "configs", tmp_path / "out"
+    (configs / "size").mkdir(parents=True)
+    (configs / "gate").mkdir()
+    shape = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
+    (configs / "size/tiny.yaml").write_text(yaml.safe_dump({"model": shape, "data": {"batch_size": 2}}))
+    for name in ("none", "linear"):
+        (configs / f"gate/{name}.yaml").write_text(yaml.safe_dump({"model": {"gate": name}}))
+    args = ["--configs", str(configs), "--sizes", "tiny", "--repeats", "3", "--warmup", "1", "--compile"]
+    main([*args, "--no_generation", "--device", "cpu", "--out", str(out)])
+    rows = json.loads((out / "bench-cpu-32-true-compile.json").read_text())["sizes"][0]["rows"]
+    assert list(rows) == ["none", "linear", "none+compile", "linear+compile", "nanogpt_reference"]
+    for name in ("none", "linear"):
+        compiled = rows[f"{name}+compile"]
+        assert compiled["eager_ratio"] > 0 and "eager_ratio" not in rows[name]
+        # compiling takes far longer than a step of this tiny model
+        assert compiled["compile_s"] > 10 * compiled["median_ms"] / 1e3
+    assert "## torch.compile at the `tiny` size" in (out / "bench-cpu-32-true-compile.md").read_text()
+
+
+def test_generate_runs_a_flex_checkpoint_on_the_fused_kernel(tmp_path, capsys):
+    from ega_lightning.generate import main as generate_main
+
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=0)
+    trainer.strategy.connect(tiny("linear"))
+    path = tmp_path / "flex.ckpt"
+    trainer.save_checkpoint(path)
+    ckpt = torch.load(path, weights_only=False)
+    ckpt["hyper_parameters"]["attention"] = "flex"  # as trained on a GPU with --model.attention=flex
+    torch.save(ckpt, path)
+    generate_main([f"--ckpt_path={path}", "--prompt=ROMEO:", "--max_new_tokens=5", "--temperature=0"])
+    assert capsys.readouterr().out.startswith("ROMEO:")
