@@ -153,9 +153,9 @@ def main(argv: list[str] | None = None) -> None:
     tokens = stream(lm.model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed, not args.no_cache)
     try:
         for token in tokens:  # each character as soon as it exists: a long generation shows progress
+            n += 1
             sys.stdout.write(lm.tokenizer.decode(token[0]))
             sys.stdout.flush()
-            n += 1
     except KeyboardInterrupt:  # keep what was generated; no traceback
         sys.stdout.write("\n")
         sys.stderr.write(f"ega generate: interrupted after {n} of {args.max_new_tokens} new tokens\n")

@@ -125,7 +125,8 @@ def test_generate_streams_and_ctrl_c_keeps_what_was_generated(tmp_path, checkpoi
     assert proc.returncode == 130
     assert b"Traceback" not in err and b"interrupted after" in err
     n = int(err.split(b"interrupted after ")[1].split()[0])
-    assert n >= 38 and len(first + out) >= n + 2  # every generated token was printed
+    # every token counted was printed (the last one perhaps not, if Ctrl-C came while it was written)
+    assert n >= 38 and len(first + out) >= n + 1
 
 
 def test_validate_takes_the_runtime_attention_from_the_command_not_the_checkpoint(tmp_path, checkpoint, data_dir):
