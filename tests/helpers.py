@@ -142,8 +142,14 @@ def write_gate_package(root: Path, entry_points: dict[str, str], dist: str = "my
     return root
 
 
-def validate_tiny(model: L.LightningModule, data_dir, callbacks: list[L.Callback]) -> dict[str, float]:
-    """One `trainer.validate` of a TINY_MODEL-shaped model on 40 TinyShakespeare windows; the logged metrics."""
+def validate_tiny(
+    model: L.LightningModule,
+    data_dir,
+    callbacks: list[L.Callback] = (),
+    precision: str = "32-true",
+    max_eval_windows: int = 40,
+) -> tuple[L.LightningDataModule, dict[str, float]]:
+    """One `trainer.validate` of a TINY_MODEL-shaped model on TinyShakespeare windows: (datamodule, metrics)."""
     from ega_lightning import CharDataModule
 
     from .conftest import TINY_MODEL
@@ -154,15 +160,16 @@ def validate_tiny(model: L.LightningModule, data_dir, callbacks: list[L.Callback
         block_size=TINY_MODEL["block_size"],
         batch_size=4,
         eval_batch_size=16,
-        max_eval_windows=40,
+        max_eval_windows=max_eval_windows,
     )
     trainer = L.Trainer(
         accelerator="cpu",
         devices=1,
+        precision=precision,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=callbacks,
+        callbacks=list(callbacks),
     )
-    return trainer.validate(model, datamodule=dm, verbose=False)[0]
+    return dm, trainer.validate(model, datamodule=dm, verbose=False)[0]

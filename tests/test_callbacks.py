@@ -3,18 +3,18 @@
 import json
 import math
 
-import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
 
-from ega_lightning import CharDataModule, CharLM
+from ega_lightning import CharLM
 from ega_lightning.callbacks import GateMap, GeneralizationGap, TauTracker
 from ega_lightning.callbacks.gate_map import gate_map_figure
 from ega_lightning.callbacks.probe import GateProbe
 from ega_lightning.data.datamodule import SequentialWindows
 
 from .conftest import TINY_MODEL, TINY_VOCAB
+from .helpers import validate_tiny
 
 
 def trained_tiny(gate: str = "linear", steps: int = 20, seed: int = 0) -> CharLM:
@@ -64,32 +64,9 @@ def test_tau_convergence_needs_a_full_quiet_window_and_survives_a_restart():
     assert [h["step"] for h in restored.history] == [100, 200, 300, 400, 500, 600, 700]
 
 
-def _validate(model: CharLM, data_dir, callbacks, precision="32-true"):
-    dm = CharDataModule(
-        corpus="tinyshakespeare",
-        data_dir=str(data_dir),
-        block_size=TINY_MODEL["block_size"],
-        batch_size=4,
-        eval_batch_size=16,
-        max_eval_windows=40,
-    )
-    trainer = L.Trainer(
-        accelerator="cpu",
-        devices=1,
-        precision=precision,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=callbacks,
-    )
-    metrics = trainer.validate(model, datamodule=dm, verbose=False)[0]
-    return dm, metrics
-
-
 def test_gap_is_val_minus_train_loss_on_fixed_training_windows(data_dir):
     model = trained_tiny()
-    dm, metrics = _validate(model, data_dir, [GeneralizationGap()])
+    dm, metrics = validate_tiny(model, data_dir, [GeneralizationGap()])
     windows = SequentialWindows(dm.splits["train"], dm.block_size, 16, max_windows=40)
     assert windows.num_windows == 40  # as many training windows as validation windows
     total, count = 0.0, 0
@@ -105,8 +82,8 @@ def test_gap_is_val_minus_train_loss_on_fixed_training_windows(data_dir):
 def test_tau_tracker_logs_every_head_and_ignores_other_passes(data_dir):
     model = trained_tiny()
     # GeneralizationGap runs an extra pass over training windows; it must not leak into the statistics
-    _, with_gap = _validate(model, data_dir, [GeneralizationGap(), TauTracker()])
-    _, alone = _validate(model, data_dir, [TauTracker()])
+    _, with_gap = validate_tiny(model, data_dir, [GeneralizationGap(), TauTracker()])
+    _, alone = validate_tiny(model, data_dir, [TauTracker()])
     for layer in range(TINY_MODEL["n_layer"]):
         for head in range(TINY_MODEL["n_head"]):
             tag = f"gate/tau/layer_{layer}/head_{head}"
@@ -118,7 +95,7 @@ def test_tau_tracker_logs_every_head_and_ignores_other_passes(data_dir):
 
 def test_callbacks_are_no_ops_for_the_baseline(data_dir):
     model = trained_tiny(gate="none")
-    _, metrics = _validate(model, data_dir, [TauTracker(), GateMap()])
+    _, metrics = validate_tiny(model, data_dir, [TauTracker(), GateMap()])
     assert not any(key.startswith("gate/") for key in metrics)
 
 
