@@ -109,7 +109,7 @@ class EgaCLI(LightningCLI):
         ckpt = load_checkpoint(path)
         saved = ckpt["hyper_parameters"]
         asked = config.model.clone()
-        defaults = self.parser._subcommands_action._name_parser_map[subcommand].get_defaults().model
+        defaults = self._parser(subcommand).get_defaults().model
         _check_model_matches(asked, defaults, saved, path, strict=subcommand == "fit")
         if ckpt_path != "last":  # a run resumed from its own last.ckpt already has the right config
             super()._parse_ckpt_path()
