@@ -229,10 +229,10 @@ def _check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> 
     last = run_dir / runs.LAST
     if overwrite:
         if ckpt_path:
-            raise UserError("--overwrite starts the run over, so it cannot go with --ckpt_path; drop one of them.")
+            raise UserError("--overwrite=true starts the run over, so it cannot go with --ckpt_path; drop one of them.")
         runs.clear_outputs(run_dir)
         return
-    start_over = "start it over with --overwrite (deletes what it wrote), or start a separate run with --run_name"
+    start_over = "start it over with --overwrite=true (deletes what it wrote), or start a separate run with --run_name"
     if ckpt_path == "last":
         if state is runs.FitState.FRESH:
             raise UserError(
