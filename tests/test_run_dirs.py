@@ -128,7 +128,7 @@ def test_a_run_stopped_before_its_first_last_ckpt_is_started_over_by_one_flag(tm
     assert (run_dir / "checkpoints/best.ckpt").is_file() and not (run_dir / runs.LAST).exists()
     before = files(run_dir)
     for args in ([], ["--ckpt_path=last"]):  # both say the same thing: start over with --overwrite
-        assert "--overwrite=true" in error_of(fit(tmp_path, data_dir, "--run_name=r", *args))  # advice that runs as given
+        assert "--overwrite=true" in error_of(fit(tmp_path, data_dir, "--run_name=r", *args))  # runs as given
         assert files(run_dir) == before
     result = fit(tmp_path, data_dir, "--run_name=r", "--overwrite=true")
     assert result.returncode == 0, result.stderr[-3000:]
