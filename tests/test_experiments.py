@@ -447,6 +447,11 @@ def test_report_figures_and_sections(fabricated):
     assert "--only 'ega1-seed*'" in text
 
 
+def report_into(spec: Path, runs: Path, out: Path) -> int:
+    """`ega report SPEC` over fabricated runs, its records beside the report (not the committed ones)."""
+    return report.main([str(spec), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(out / "runs")])
+
+
 def test_report_says_a_shared_comparison_once_and_names_unrun_rows(tmp_path):
     runs = tmp_path / "runs"
     for seed in (1, 2):
@@ -466,20 +471,7 @@ def test_report_says_a_shared_comparison_once_and_names_unrun_rows(tmp_path):
         ],
     }
     path = write_spec(tmp_path / "spec.yaml", spec)
-    assert (
-        report.main(
-            [
-                str(path),
-                "--runs_dir",
-                str(runs),
-                "--out",
-                str(tmp_path / "out"),
-                "--records_dir",
-                str(tmp_path / "out" / "runs"),
-            ]
-        )
-        == 0
-    )
+    assert report_into(path, runs, tmp_path / "out") == 0
     text = (tmp_path / "out" / "REPORT.md").read_text()
     assert [f["section"] for f in findings_of(tmp_path / "out", "improvement")] == ["main"]  # said once
     assert "## context" in text  # the shared runs still appear in both sections
@@ -500,20 +492,7 @@ def test_report_gives_the_best_val_loss_beside_the_final_once_runs_overfit(tmp_p
         ],
     }
     path = write_spec(tmp_path / "spec.yaml", spec)
-    assert (
-        report.main(
-            [
-                str(path),
-                "--runs_dir",
-                str(runs),
-                "--out",
-                str(tmp_path / "out"),
-                "--records_dir",
-                str(tmp_path / "out" / "runs"),
-            ]
-        )
-        == 0
-    )
+    assert report_into(path, runs, tmp_path / "out") == 0
     (final,) = findings_of(tmp_path / "out", "improvement")
     assert final["ours"]["estimate"] == pytest.approx(0.05) and final["ours"]["high"] == pytest.approx(0.05)
     assert final["verdict"] == "not reproduced"
@@ -654,20 +633,7 @@ def test_a_diverged_run_is_recorded_and_reported(tmp_path):
     fake_run(runs, "nan-seed1", "linear", [2.0, math.nan], tau=[0.1, math.nan])
     spec = {"name": "nan", "runs": [{"name": "none", "seeds": [1]}, {"name": "nan", "seeds": [1]}]}
     path = write_spec(tmp_path / "spec.yaml", spec)
-    assert (
-        report.main(
-            [
-                str(path),
-                "--runs_dir",
-                str(runs),
-                "--out",
-                str(tmp_path / "out"),
-                "--records_dir",
-                str(tmp_path / "out" / "runs"),
-            ]
-        )
-        == 0
-    )
+    assert report_into(path, runs, tmp_path / "out") == 0
     record = json.loads((tmp_path / "out" / "runs" / "nan-seed1.json").read_text())
     assert math.isnan(record["scalars"]["val/loss"][-1][1])
     results = json.loads((tmp_path / "out" / "results.json").read_text())  # strict JSON all the same
