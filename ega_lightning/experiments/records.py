@@ -46,7 +46,7 @@ from ega_lightning.experiments.spec import (
 from ega_lightning.io import read_yaml, write_atomic
 
 FORMAT = 2
-# what the report reads: its tables (final, best, gap, tau, speed) and its figures (curves)
+# what the report reads: its tables (final, best, gap, tau, speed), its figures (curves) and the tau mechanism
 RECORD_TAGS = (
     "val/loss",
     "val/bpc",
@@ -55,6 +55,10 @@ RECORD_TAGS = (
     "gate/tau_mean",
     "gate/frac_above_tau",
     "gate/mean_gate",
+    # the tau mechanism: how hard tau is pushed beside the energy projection (every log_every_n_steps)
+    "gate/grad_norm/tau",
+    "gate/grad_norm/alpha",
+    "gate/grad_norm/energy",
     "train/tokens_per_sec",
 )
 FROM_EVENT_FILES = "event files"
