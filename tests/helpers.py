@@ -173,3 +173,51 @@ def validate_tiny(
         callbacks=list(callbacks),
     )
     return dm, trainer.validate(model, datamodule=dm, verbose=False)[0]
+
+
+def landscape_json(path: Path, checkpoints: list[dict]) -> Path:
+    """A JSON as `ega landscape` writes it (the whole validation split), one entry per dict of
+    ``checkpoints``: ``name`` (``<run>/<file>``), ``loss``, and optionally ``tau_shift_loss``,
+    ``alpha_scale_loss``, ``tau``, ``frac_above_tau``, ``gate``, ``gate_options``, ``trained_znorm``,
+    ``eval_znorm``, ``step``; the rest is filled in consistently (one layer of two heads)."""
+    import json
+    import math
+
+    from ega_lightning import landscape
+
+    entries = []
+    for c in checkpoints:
+        tau = c.get("tau", [[0.0, 0.5]])
+        tail = [[0.5 * math.erfc(t / math.sqrt(2.0)) for t in row] for row in tau]
+        entry = {
+            "name": c["name"],
+            "step": c.get("step", 10),
+            "corpus": "tinyshakespeare",
+            "gate": c.get("gate", "linear"),
+            "gate_options": c.get("gate_options", {}),
+            "tau_init": 0.0,
+            "trained_znorm": c.get("trained_znorm", "prefix"),
+            "eval_znorm": c.get("eval_znorm", c.get("trained_znorm", "prefix")),
+            "windows": 16,
+            "loss": c["loss"],
+            "tau_shift_loss": c.get("tau_shift_loss", [c["loss"]] * len(landscape.TAU_SHIFTS)),
+            "alpha_scale_loss": c.get("alpha_scale_loss", [c["loss"]] * len(landscape.ALPHA_SCALES)),
+            "tau": tau,
+            "alpha": [[1.0] * len(row) for row in tau],
+            "frac_above_tau": c.get("frac_above_tau", tail),
+            "normal_tail": tail,
+            "mean_gate": [[0.5] * len(row) for row in tau],
+            "z_counts": [[1] * (len(landscape.Z_EDGES) + 1) for _ in tau],
+        }
+        entries.append(entry)
+    result = {
+        "format": landscape.FORMAT,
+        "tau_shifts": list(landscape.TAU_SHIFTS),
+        "alpha_scales": list(landscape.ALPHA_SCALES),
+        "z_edges": list(landscape.Z_EDGES),
+        "max_eval_windows": None,
+        "checkpoints": entries,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result))
+    return path

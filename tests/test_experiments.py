@@ -19,6 +19,7 @@ from ega_lightning.cli import main as ega_main
 from ega_lightning.experiments import records, report, stats, sweep
 
 from .conftest import CONFIGS, TINY_MODEL, TINY_VOCAB, run_ega
+from .helpers import landscape_json
 
 # ----------------------------------------------------------------------------- statistics
 
@@ -535,6 +536,65 @@ def test_report_context_finding_tracks_the_difference_by_block_size(tmp_path):
     (f,) = context_finding(entries[:4])  # without T64 the advantage grows
     assert f["detail"]["monotone"] is True and [b for b, _ in f["detail"]["by_block"]] == [16, 32]
     assert context_finding(entries[:2]) == []  # one block size: no context study
+
+
+def test_frozen_tau_and_the_leak_audit_are_set_against_learned_tau_and_the_causal_evaluation(tmp_path):
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    base = {1: 1.50, 2: 1.60, 3: 1.55}
+    learned = {1: 1.49, 2: 1.59, 3: 1.54}  # causal EGA-1: +0.010
+    frozen = {1: 1.492, 2: 1.588, 3: 1.541}  # learned - frozen: -0.002, +0.002, -0.001
+    window = {1: 1.30, 2: 1.42, 3: 1.36}  # the leak, as trained: +0.190
+    causal_eval = {1: 1.70, 2: 1.81, 3: 1.74}  # the same checkpoints evaluated causally: -0.200
+    for seed in (1, 2, 3):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, base[seed]])
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, learned[seed]], tau=[0.1, 0.2])
+        fake_run(
+            runs, f"frozen-seed{seed}", "linear", [2.0, frozen[seed]], tau=[0.0, 0.0], options={"learn_tau": False}
+        )
+        fake_run(runs, f"window-seed{seed}", "linear", [2.0, window[seed]], tau=[0.1, 0.3], options={"znorm": "window"})
+    landscape_json(
+        out / "landscape" / "window-prefix.json",
+        [
+            {
+                "name": f"window-seed{s}/last.ckpt",
+                "loss": causal_eval[s],
+                "trained_znorm": "window",
+                "eval_znorm": "prefix",
+            }
+            for s in (1, 2, 3)
+        ],
+    )
+    spec = {
+        "name": "tau",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"},
+            {"name": "frozen", "seeds": [1, 2, 3], "group": "frozen_tau", "variant": "frozen_tau=0"},
+            {"name": "window", "seeds": [1, 2, 3], "group": "leak", "variant": "znorm=window"},
+        ],
+    }
+    assert report_into(write_spec(tmp_path / "spec.yaml", spec), runs, out) == 0
+
+    def mean_diff(a: dict, b: dict) -> float:
+        return sum(a[s] - b[s] for s in a) / len(a)
+
+    (f,) = findings_of(out, "frozen_tau")
+    assert f["against"] == "EGA-1 `linear`" and f["ours"]["method"] == "paired" and f["ours"]["n"] == 3
+    assert f["ours"]["estimate"] == pytest.approx(mean_diff(learned, frozen), abs=1e-6)  # event files hold float32
+    assert f["verdict"] == "consistent"  # the whole interval lies within the margin
+    (leak,) = findings_of(out, "leak")
+    assert leak["ours"]["estimate"] == pytest.approx(mean_diff(base, window), abs=1e-6)
+    assert leak["detail"]["causal"]["estimate"] == pytest.approx(mean_diff(base, learned), abs=1e-6)
+    assert leak["verdict"] == "not reproduced"  # +0.190 with a tight interval: above the paper's +0.103
+    (causal,) = findings_of(out, "leak_causal")
+    assert causal["ours"]["estimate"] == pytest.approx(mean_diff(base, causal_eval), abs=1e-6)
+    assert causal["detail"]["seeds"] == [1, 2, 3] and causal["verdict"] == "not reproduced"
+    # only the head-to-head section makes the main claim: neither the frozen nor the leaky model is "EGA-1"
+    assert [x["section"] for x in findings_of(out, "improvement")] == ["main"]
+    claims = (out / "REPORT.md").read_text().split("## Method")[0]
+    assert claims.count("leak audit") == 2 and "never trained" in claims
+    (mechanism,) = findings_of(out, "tau_mechanism")
+    assert mechanism["verdict"] == "too few seeds to tell"  # no EGA-1 checkpoint evaluated
 
 
 # ----------------------------------------------------------------------------- run records

@@ -10,13 +10,16 @@ from pathlib import Path
 import pytest
 import scipy.stats
 
-from ega_lightning.experiments import findings, records, report, spec, stats
+from ega_lightning.errors import UserError
+from ega_lightning.experiments import findings, landscapes, records, report, spec, stats
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
 from ega_lightning.experiments.findings import Verdict
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.io import write_atomic
+from ega_lightning.landscape import TAU_SHIFTS
 
 from .conftest import REPO
+from .helpers import landscape_json
 
 # ----------------------------------------------------------------------------- intervals
 
@@ -316,3 +319,106 @@ def test_atomic_write_leaves_the_old_file_and_no_temporary_on_failure(tmp_path):
     shutil.rmtree(tmp_path / "sub", ignore_errors=True)
     write_atomic(tmp_path / "sub" / "g", b"\x00")
     assert (tmp_path / "sub" / "g").read_bytes() == b"\x00"
+
+
+# ----------------------------------------------------------------------------- the tau landscape
+
+
+def evaluation(tmp_path: Path, name: str = "ega1-seed1/last.ckpt", **entry) -> landscapes.Evaluation:
+    """One checkpoint as the report reads it from a JSON of `ega landscape` (one directory each)."""
+    path = landscape_json(tmp_path / name.replace("/", "_") / "landscape.json", [{"name": name, **entry}])
+    (e,) = landscapes.load(path.parent)
+    return e
+
+
+def landscape_of(loss: float, cost_at_half: tuple[float, float]) -> list[float]:
+    """tau_shift_loss over landscape.TAU_SHIFTS: ``cost_at_half`` at -0.5 and +0.5, twice that at ±1."""
+    lo, hi = cost_at_half
+    costs = {-1.0: 2 * lo, -0.5: lo, -0.25: lo / 2, 0.0: 0.0, 0.25: hi / 2, 0.5: hi, 1.0: 2 * hi}
+    return [loss + costs[d] for d in TAU_SHIFTS]
+
+
+def frozen(verdict: Verdict) -> findings.Finding:
+    return findings.Finding(
+        "frozen_tau", "frozen_tau", "tinyshakespeare", "r", "EGA-1 `f`", "EGA-1", None, None, verdict
+    )
+
+
+@pytest.mark.parametrize(
+    ("costs", "frozen_verdicts", "expected"),
+    [
+        ((0.012, 0.009), [Verdict.CONSISTENT, Verdict.CONSISTENT], Verdict.CO_ADAPTATION),  # a minimum at tau
+        ((0.001, 0.002), [Verdict.CONSISTENT, Verdict.CONSISTENT], Verdict.WEAK_GRADIENT),  # flat
+        ((-0.03, 0.02), [Verdict.CONSISTENT, Verdict.CONSISTENT], Verdict.WEAK_GRADIENT),  # lower on one side
+        ((0.012, 0.009), [Verdict.CONSISTENT, Verdict.NOT_CONSISTENT], Verdict.NEITHER),  # training tau matters
+        ((0.012, 0.009), [Verdict.CONSISTENT, Verdict.TOO_FEW_SEEDS], Verdict.TOO_FEW_SEEDS),
+        ((0.012, 0.009), [], Verdict.TOO_FEW_SEEDS),
+    ],
+)
+def test_the_tau_mechanism_verdict_follows_its_rule(tmp_path, costs, frozen_verdicts, expected):
+    e = evaluation(tmp_path, loss=1.5, tau_shift_loss=landscape_of(1.5, costs))
+    assert e.shift_cost(-0.5) == pytest.approx(costs[0]) and e.shift_cost(0.5) == pytest.approx(costs[1])
+    (f,) = findings.mechanism_finding([frozen(v) for v in frozen_verdicts], [e], [])
+    assert f.verdict is expected
+
+
+def test_the_mechanism_reads_only_final_causal_ega1_checkpoints(tmp_path):
+    early = evaluation(tmp_path, "ega1-seed1/step250.ckpt", loss=2.0, tau_shift_loss=landscape_of(2.0, (0.1, 0.1)))
+    leaky = evaluation(
+        tmp_path, "w-seed1/last.ckpt", loss=1.4, trained_znorm="window", tau_shift_loss=landscape_of(1.4, (0.1, 0.1))
+    )
+    final = evaluation(tmp_path, loss=1.5, tau_shift_loss=landscape_of(1.5, (0.001, 0.001)))
+    consistent = [frozen(Verdict.CONSISTENT)]
+    (f,) = findings.mechanism_finding(consistent, [early, leaky, final], [])
+    assert f.verdict is Verdict.WEAK_GRADIENT  # the early and the leaky minimum do not decide
+    assert [c["step"] for c in f.detail["checkpoints"]] == [early.step, final.step]  # shown: causal ones
+    (f,) = findings.mechanism_finding(consistent, [early], [])
+    assert f.verdict is Verdict.TOO_FEW_SEEDS  # no final EGA-1 checkpoint
+
+
+def test_the_tail_identity_pools_the_heads_of_a_gates_final_checkpoints(tmp_path):
+    tau = [[0.0, 0.5, 1.0, -0.5]]
+    tail = [0.5 * math.erfc(t / math.sqrt(2.0)) for t in tau[0]]
+    near = [[t + g for t, g in zip(tail, (0.01, -0.01, 0.005, -0.005), strict=True)]]
+    far = [[t + g for t, g in zip(tail, (0.12, 0.10, 0.14, 0.11), strict=True)]]
+    db2 = [
+        evaluation(tmp_path, f"db2-seed{s}/last.ckpt", gate="db2", loss=1.5, tau=tau, frac_above_tau=near)
+        for s in (1, 2)
+    ]
+    early = evaluation(tmp_path, "db2-seed1/step250.ckpt", gate="db2", loss=2.0, tau=tau, frac_above_tau=far)
+    ega1 = evaluation(tmp_path, "ega1-seed1/last.ckpt", loss=1.5, tau=tau, frac_above_tau=far)
+    scales = [
+        evaluation(tmp_path, f"ms{k}-seed1/last.ckpt", gate="multiscale", gate_options={"scales": k}, loss=1.5)
+        for k in (2, 4)
+    ]
+    found = {f.subject: f for f in findings.tail_findings([*db2, early, ega1, *scales])}
+    assert set(found) == {"EGA-DB2 `db2`", "EGA-1 `linear`", "EGA-2 `multiscale`", "EGA-4 `multiscale`"}
+    pooled = found["EGA-DB2 `db2`"]
+    assert pooled.detail["heads"] == 8 and pooled.detail["runs"] == ["db2-seed1", "db2-seed2"]  # step 250 left out
+    assert pooled.ours.estimate == pytest.approx(0.0, abs=1e-12) and pooled.verdict is Verdict.HOLDS
+    assert pooled.detail["max_abs_gap"] == pytest.approx(0.01)
+    assert (
+        found["EGA-1 `linear`"].ours.estimate == pytest.approx(0.1175)
+        and found["EGA-1 `linear`"].verdict is Verdict.DOES_NOT_HOLD
+    )
+
+
+def test_a_broken_landscape_json_is_named_and_the_report_writes_nothing(tmp_path):
+    (tmp_path / "landscape").mkdir()
+    (tmp_path / "landscape" / "x.json").write_text('{"format": 1, "checkpoints": [{"name": "a/last.ckpt"}]}')
+    with pytest.raises(UserError, match=r"x\.json is not a JSON that `ega landscape` wrote \(KeyError"):
+        landscapes.load(tmp_path / "landscape")
+
+
+def test_committed_landscapes_agree_with_the_records_of_their_runs():
+    """`ega landscape`'s loss as trained on a final checkpoint is the run's recorded final val loss: the
+    landscape and the records measure the same model on the same windows."""
+    checked = 0
+    for e in landscapes.load(REPO / "results" / landscapes.DIRNAME):
+        record_path = REPO / "results" / "runs" / f"{e.run}.json"
+        if e.final and e.as_trained and e.whole_split and record_path.is_file():
+            val = json.loads(record_path.read_text())["scalars"]["val/loss"]
+            assert e.loss == pytest.approx(val[-1][1], abs=1e-5), e.label
+            assert e.shift_cost(0.0) == 0.0 and e.alpha_cost(1.0) == 0.0, e.label  # the restores are exact
+            checked += 1
+    assert checked > 0

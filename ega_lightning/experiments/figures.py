@@ -48,3 +48,41 @@ def tau_figure(
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the plot: the lines span it
     fig.tight_layout()
     return fig
+
+
+# one line of the landscape figure: (label, tau shifts, loss changes, alpha scales, loss changes)
+LandscapeLine = tuple[str, Sequence[float], Sequence[float], Sequence[float], Sequence[float]]
+
+
+def landscape_figure(lines: Sequence[LandscapeLine], title: str) -> Figure:
+    """The validation loss around a checkpoint: every tau shifted (left), every alpha scaled (right)."""
+    fig = Figure(figsize=(11, 4.5))
+    left, right = fig.subplots(1, 2)
+    for i, (label, shifts, tau_cost, scales, alpha_cost) in enumerate(lines):
+        style = {"color": f"C{i}", "marker": "o", "label": label}
+        left.plot(shifts, tau_cost, **style)
+        right.plot(scales, alpha_cost, **style)
+    left.set(xlabel="delta added to every head's tau", ylabel="val loss − val loss as trained (nats/char)")
+    right.set(xlabel="factor on every head's alpha (0: plain attention)", ylabel="val loss − as trained")
+    for ax in (left, right):
+        ax.axhline(0.0, color="grey", linewidth=0.8)
+        ax.grid(alpha=0.3)
+    right.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def z_figure(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], title: str) -> Figure:
+    """Densities of z (bin centres, density) against the standard normal density."""
+    fig = Figure(figsize=(7.5, 4.5))
+    ax = fig.add_subplot()
+    for label, centres, density in series:
+        ax.step(centres, density, where="mid", label=label)
+    x = np.linspace(-4.0, 4.0, 401)
+    ax.plot(x, np.exp(-0.5 * x**2) / np.sqrt(2 * np.pi), color="black", linestyle="--", label="N(0, 1)")
+    ax.set(xlabel="z (normalised energy of a key)", ylabel="density", xlim=(-4, 4), title=title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig

@@ -10,14 +10,22 @@ from __future__ import annotations
 import enum
 import itertools
 import math
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Row, Table, Variant, difference, find_reference
+from ega_lightning.experiments.landscapes import Evaluation
 from ega_lightning.experiments.stats import LEVEL, Difference, Summary, compare, mean_interval
 
 MARGIN = 0.02  # nats/char: differences whose whole interval lies within ±MARGIN count as "about equal"
+# nats/char: a checkpoint's loss is deterministic (the whole validation split), so a much finer line
+# than the seed margin tells a flat landscape from a minimum
+FLAT = MARGIN / 4
+TAIL_MARGIN = 0.03  # fraction of keys: "above tau" within 3 points of 1 - Phi(tau) counts as the normal tail
+TAU_STEP = 0.5  # the tau shift at which the landscape is read (both signs)
 
 
 class Verdict(enum.Enum):
@@ -29,6 +37,9 @@ class Verdict(enum.Enum):
     HOLDS = "holds"
     DOES_NOT_HOLD = "does not hold"
     NO_DATA = "no finished runs"
+    WEAK_GRADIENT = "(a) weak gradient"
+    CO_ADAPTATION = "(b) co-adaptation"
+    NEITHER = "neither"
 
 
 RULES = {
@@ -55,6 +66,25 @@ RULES = {
         "the advantage grows with context (**holds**) when the interval of (Δ at the longest block − Δ at the "
         f"shortest), per seed, lies above 0; **does not hold** when its upper end is below +{MARGIN} (any growth "
         "is within the equivalence margin); else **too few seeds to tell**."
+    ),
+    "frozen": (
+        "freezing tau at its initial value changes nothing (**consistent**) when the whole interval of "
+        f"learned − frozen (same tau_init, paired by seed) lies within ±{MARGIN}; **not consistent** when it "
+        "excludes 0 and leaves the margin; else **too few seeds to tell**."
+    ),
+    "tail": (
+        "the fraction of keys above tau is what a standard normal z gives (**holds**) when the 95% interval, "
+        "over the model's heads, of measured − (1 − Φ(tau)) lies within "
+        f"±{100 * TAIL_MARGIN:.0f} points; **does not hold** when it excludes 0 and leaves that margin; "
+        "else **too few seeds to tell**."
+    ),
+    "mechanism": (
+        "why tau does not move, read from EGA-1's final checkpoint and the frozen-tau runs: **neither** "
+        "mechanism when freezing tau is not consistent with learning it (tau's training matters); else "
+        f"**(b) co-adaptation** when moving every tau by ±{TAU_STEP} raises the loss by more than {FLAT} on "
+        "both sides (the trained tau sits at a minimum the rest of the network built around it), and "
+        "**(a) weak gradient** when it does not (the loss does not hold tau where it is, yet tau stays): "
+        "**too few seeds to tell** while a frozen-tau comparison is undecided or missing."
     ),
     "cost": (
         "no measurable cost (**holds**) when the interquartile range of `ega bench`'s per-repetition step-time "
@@ -331,11 +361,189 @@ def _tau_init_findings(table: Table) -> list[Finding]:
     ]
 
 
+def _options(v: Variant) -> dict[str, Any]:
+    return v.hp("gate_options") or {}
+
+
+def learned_reference(v: Variant, variants: list[Variant]) -> Variant | None:
+    """The gate of ``v`` as the paper trains it (tau learned, z over the causal prefix), from the same
+    tau_init, in the same regime: what a frozen-tau or whole-window variant is set against."""
+    candidates = [
+        x
+        for x in variants
+        if x is not v
+        and x.done
+        and x.gate == v.gate
+        and x.regime == v.regime
+        and x.hp("tau_init") == v.hp("tau_init")
+        and _options(x).get("learn_tau", True)
+        and _options(x).get("znorm", "prefix") == "prefix"
+    ]
+    return candidates[0] if candidates else None
+
+
+def _frozen_tau_findings(table: Table, variants: list[Variant]) -> list[Finding]:
+    out = []
+    for v in (r.variant for r in table.rows):
+        if not v.done or _options(v).get("learn_tau", True):
+            continue
+        ref = learned_reference(v, variants)
+        d = difference(ref, v, "final_val_loss")
+        detail = {
+            "tau_init": v.hp("tau_init"),
+            "frozen_loss": v.summary("final_val_loss").mean,
+            "learned_loss": ref.summary("final_val_loss").mean if ref else None,
+            "learned_tau": ref.summary("final_tau_mean").mean if ref else None,
+        }
+        against = name(ref) if ref else "learned tau (no finished run)"
+        out.append(
+            Finding(
+                "frozen_tau",
+                table.group,
+                table.corpus,
+                regime(v),
+                name(v),
+                against,
+                d,
+                None,
+                equivalence_rule(d),
+                "tau",
+                detail,
+            )
+        )
+    return out
+
+
+def _leak_findings(table: Table, variants: list[Variant], evaluations: Sequence[Evaluation]) -> list[Finding]:
+    """A gate z-normalised over the whole window against the paper's figure: as trained (it sees a
+    little of the future) and the same final checkpoints evaluated with the causal prefix z."""
+    out = []
+    for row in table.rows:
+        v, base = row.variant, row.baseline
+        if not v.done or base is None or _options(v).get("znorm") != "window":
+            continue
+        figure = paper.IMPROVEMENT.get(table.corpus)
+        claim = f"improvement:{table.corpus}" if figure is not None else None
+        causal = learned_reference(v, variants)
+        where = (table.group, table.corpus, regime(v), name(v), f"baseline `{base.label}`")
+        d = row.diffs["final_val_loss"]
+        detail = {
+            "causal": difference(base, causal, "final_val_loss") if causal else None,
+            "causal_subject": name(causal) if causal else None,
+        }
+        verdict = figure_rule(d, figure) if figure is not None else None
+        out.append(Finding("leak", *where, d, figure, verdict, claim, detail))
+        seeds = {r.run.run_name: r.run.seed for r in v.done}
+        evaluated = {
+            seeds[e.run]: e.loss
+            for e in evaluations
+            if e.run in seeds and e.final and e.eval_znorm == "prefix" and e.whole_split
+        }
+        baseline = base.by_seed("final_val_loss")
+        d_causal = compare(baseline, evaluated) if evaluated and baseline else None
+        verdict = figure_rule(d_causal, figure) if figure is not None else None
+        out.append(Finding("leak_causal", *where, d_causal, figure, verdict, claim, {"seeds": sorted(evaluated)}))
+    return out
+
+
 def primary_rows(table: Table) -> list[Row]:
-    """EGA-1 against its baseline where a section is a head-to-head (one EGA-1 row): the main
-    comparison of each regime; sections with several EGA-1 rows are studies (context, tau_init)."""
+    """EGA-1 against its baseline where a section is a head-to-head (one EGA-1 row, the baseline in
+    the section itself): the main comparison of each regime. Sections with several EGA-1 rows are
+    studies (context, tau_init); those that borrow their baseline (a frozen tau, a leak audit, a
+    rerun for its checkpoints) test something else."""
     linear = [r for r in table.rows if r.variant.gate == "linear" and r.variant.done]
-    return [r for r in linear if r.baseline is not None] if len(linear) == 1 else []
+    if len(linear) != 1 or linear[0].baseline is None or linear[0].baseline.group != table.group:
+        return []
+    return linear
+
+
+# ----------------------------------------------------------------------------- the tau landscape
+
+TAU_SECTION = "tau landscape"
+
+
+def tail_rule(d: Difference | None, margin: float = TAIL_MARGIN) -> Verdict:
+    """``d``: measured fraction above tau − (1 − Phi(tau)), over heads."""
+    equal = equivalence_rule(d, margin)
+    return {Verdict.CONSISTENT: Verdict.HOLDS, Verdict.NOT_CONSISTENT: Verdict.DOES_NOT_HOLD}.get(equal, equal)
+
+
+def tail_findings(evaluations: Sequence[Evaluation]) -> list[Finding]:
+    """Per gate and z-normalisation: the heads of every final checkpoint as trained, pooled."""
+    groups: dict[tuple[str, str, str, str], list[Evaluation]] = {}
+    for e in evaluations:
+        if e.final and e.as_trained:
+            options = {k: v for k, v in e.gate_options.items() if k != "znorm"}  # e.g. multiscale's scales
+            groups.setdefault((e.corpus, e.gate, repr(sorted(options.items())), e.trained_znorm), []).append(e)
+    out = []
+    for (corpus, gate, _, znorm), evals in groups.items():
+        gaps = [g for e in evals for g in e.tail_gaps()]
+        d = mean_interval(gaps)
+        detail = {
+            "znorm": znorm,
+            "runs": [e.run or e.source for e in evals],
+            "heads": len(gaps),
+            "max_abs_gap": max(abs(g) for g in gaps),
+            "frac_above_tau": math.fsum(e.mean("frac_above_tau") for e in evals) / len(evals),
+            "normal_tail": math.fsum(e.mean("normal_tail") for e in evals) / len(evals),
+        }
+        subject = f"{paper.paper_name(gate, evals[0].gate_options) or gate} `{gate}`"
+        split = "the whole" if all(e.whole_split for e in evals) else "part of the"
+        where = f"final checkpoints ({len(evals)}), {split} validation split"
+        out.append(
+            Finding("tail", TAU_SECTION, corpus, where, subject, None, d, None, tail_rule(d), "frac_above_tau", detail)
+        )
+    return out
+
+
+def grad_norm_ratio(variants: list[Variant]) -> float | None:
+    """Median over the logged steps of learned-tau EGA-1 runs: |grad tau| / |grad energy projection|."""
+    ratios = []
+    for r in {id(r): r for v in variants if v.gate == "linear" for r in v.done}.values():
+        tau = dict(r.scalars.get("gate/grad_norm/tau", []))
+        energy = dict(r.scalars.get("gate/grad_norm/energy", []))
+        ratios += [tau[s] / energy[s] for s in tau if energy.get(s)]
+    return statistics.median(ratios) if ratios else None
+
+
+def mechanism_finding(
+    found: list[Finding], evaluations: Sequence[Evaluation], variants: list[Variant]
+) -> list[Finding]:
+    """Which of the two explanations of a tau that does not move the data support (RULES['mechanism'])."""
+    frozen = [f for f in found if f.kind == "frozen_tau"]
+    shown = [e for e in evaluations if e.as_trained and e.trained_znorm == "prefix" and TAU_STEP in e.tau_shifts]
+    ega1 = [e for e in shown if e.gate == "linear" and e.final and e.gate_options.get("learn_tau", True)]
+    if not frozen and not ega1:
+        return []
+    minimum = [e.shift_cost(-TAU_STEP) > FLAT and e.shift_cost(TAU_STEP) > FLAT for e in ega1]
+    if any(f.verdict is Verdict.NOT_CONSISTENT for f in frozen):
+        verdict = Verdict.NEITHER
+    elif not frozen or not ega1 or any(f.verdict is not Verdict.CONSISTENT for f in frozen) or len(set(minimum)) > 1:
+        verdict = Verdict.TOO_FEW_SEEDS
+    else:
+        verdict = Verdict.CO_ADAPTATION if minimum[0] else Verdict.WEAK_GRADIENT
+    detail = {
+        "checkpoints": [
+            {
+                "label": e.label,
+                "gate": e.gate,
+                "step": e.step,
+                "final": e.final,
+                "tau_shift_cost": {d: e.shift_cost(d) for d in e.tau_shifts},
+                "alpha_scale_cost": {s: e.alpha_cost(s) for s in e.alpha_scales},
+            }
+            for e in shown
+        ],
+        "frozen": [(f.subject, f.verdict.value if f.verdict else None) for f in frozen],
+        "grad_norm_ratio": grad_norm_ratio(variants),
+    }
+    corpus = ega1[0].corpus if ega1 else frozen[0].corpus
+    regime_text = f"EGA-1 final checkpoints ({len(ega1)}) and frozen-tau runs"
+    return [
+        Finding(
+            "tau_mechanism", TAU_SECTION, corpus, regime_text, "EGA-1", None, None, paper.TAU, verdict, "tau", detail
+        )
+    ]
 
 
 def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
@@ -364,8 +572,10 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
     )
 
 
-def findings(tables: list[Table], variants: list[Variant]) -> list[Finding]:
-    """Every finding, section by section; a comparison shared by sections (``also_in``) is made once."""
+def findings(tables: list[Table], variants: list[Variant], evaluations: Sequence[Evaluation] = ()) -> list[Finding]:
+    """Every finding, section by section; a comparison shared by sections (``also_in``) is made once.
+    ``evaluations``: the checkpoints `ega landscape` evaluated (the leak audit's causal evaluation,
+    the tail identity, the tau mechanism)."""
     out: list[Finding] = []
     said: set[tuple[str, ...]] = set()
     for table in tables:
@@ -375,7 +585,8 @@ def findings(tables: list[Table], variants: list[Variant]) -> list[Finding]:
                 said.add(compared)
                 out += _ega1_findings(table, row)
         out += _ablation_findings(table, variants) + _tau_init_findings(table) + _context_findings(table)
-    return out
+        out += _frozen_tau_findings(table, variants) + _leak_findings(table, variants, evaluations)
+    return out + tail_findings(evaluations) + mechanism_finding(out, evaluations, variants)
 
 
 def claims(found: list[Finding]) -> list[tuple[paper.Claim, Finding | None]]:

@@ -12,7 +12,8 @@ from typing import Any
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import METRICS, Row, RunData, Table
-from ega_lightning.experiments.findings import MARGIN, RULES, Finding, Verdict, claims
+from ega_lightning.experiments.findings import MARGIN, RULES, TAU_SECTION, TAU_STEP, Finding, Verdict, claims
+from ega_lightning.experiments.landscapes import Evaluation
 from ega_lightning.experiments.stats import Difference, Summary
 
 # ----------------------------------------------------------------------------- numbers
@@ -70,6 +71,17 @@ def _ours(f: Finding) -> str:
         if f.ours is None:
             return "no `ega bench` result"
         return f"step time ×{num(f.ours.mean)} (quartiles {num(f.detail['q1'])}–{num(f.detail['q3'])})"
+    if f.kind == "tail" and isinstance(f.ours, Difference):
+        return f"measured − (1 − Φ(tau)) {fmt_interval(f.ours, scale=100, digits=1)} points, {f.detail['heads']} heads"
+    if f.kind == "tau_mechanism":
+        final = [c for c in f.detail["checkpoints"] if c["final"] and c["gate"] == "linear"]
+        costs = "; ".join(
+            f"tau {-TAU_STEP:+}: {num(c['tau_shift_cost'][-TAU_STEP], 4, True)}, "
+            f"{TAU_STEP:+}: {num(c['tau_shift_cost'][TAU_STEP], 4, True)}"
+            for c in final
+        )
+        frozen = ", ".join(f"{subject}: {verdict}" for subject, verdict in f.detail["frozen"])
+        return "; ".join(part for part in (costs, frozen) if part) or "—"
     if f.kind == "frac_above_tau" and isinstance(f.ours, Difference):
         return f"{fmt_interval(f.ours, signed=False, scale=100, digits=1)}%, {how(f.ours)}"
     if f.kind == "context":
@@ -79,6 +91,23 @@ def _ours(f: Finding) -> str:
     if not isinstance(f.ours, Difference):
         return "—"
     return f"{fmt_interval(f.ours, signed=f.kind != 'tau')}, {how(f.ours)}"
+
+
+def _claim_subject(f: Finding) -> str:
+    """What a row of the claims table measured, where it is not the claim's own comparison."""
+    if f.kind == "ablation_pair":
+        return f"{f.subject} vs {f.against}"
+    if f.kind == "leak":
+        return f"leak audit: {f.subject}, z over the whole window, as trained"
+    if f.kind == "leak_causal":
+        return f"leak audit: {f.subject}'s checkpoints evaluated with the causal prefix z"
+    if f.kind == "frozen_tau":
+        return f"{f.subject}, never trained, vs {f.against}: learned − frozen"
+    if f.kind == "tail":
+        return f"is it 1 − Φ(tau)? {f.subject}, z over the {f.detail['znorm']}"
+    if f.kind == "tau_mechanism":
+        return "why tau does not move: mechanism (a) or (b)"
+    return ""
 
 
 def claims_table(found: list[Finding]) -> list[str]:
@@ -92,7 +121,7 @@ def claims_table(found: list[Finding]) -> list[str]:
             continue
         section = f.section if f.kind != "cost" else None
         link = f"[{section}](#{anchor(section)})" if section else f"[{f.detail['source']}]({f.detail['source']})"
-        subject = f" ({f.subject} vs {f.against})" if f.kind == "ablation_pair" else ""
+        subject = f" ({_claim_subject(f)})" if _claim_subject(f) else ""
         lines.append(
             f"| {claim.text}{subject} | {claim.figure} | {_ours(f)} | {f.regime} | **{f.verdict.value}** | {link} |"
         )
@@ -206,7 +235,78 @@ def sentence(f: Finding) -> str:
                 ratio = f.detail["loss_span"] / s.std
                 text += f", {ratio:.1f}× the seed-to-seed std of tau_init {init} ({s.std:.3f} over {s.n} seeds)"
         return text + "."
+    if f.kind == "leak":
+        text = (
+            f"Leak audit: {f.subject} (z from the whole window's mean and variance, so each key's gate reads later "
+            f"characters) vs {f.against}, as trained: Δ {fmt_interval(d)} ({how(d)}); paper {num(f.paper, 3, True)}"
+        )
+        causal = f.detail["causal"]
+        if causal is not None:
+            text += f"; causal {f.detail['causal_subject']}: Δ {fmt_interval(causal)} ({how(causal)})"
+        return text + verdict + "."
+    if f.kind == "leak_causal":
+        if d is None:
+            return (
+                "The leak audit's checkpoints evaluated with the causal prefix z: not evaluated yet "
+                "(`ega landscape --eval_znorm prefix --max_eval_windows 0 --ckpt_path <run>/checkpoints/last.ckpt "
+                "--out results/landscape/<run>-prefix.json`)."
+            )
+        seeds = ", ".join(map(str, f.detail["seeds"]))
+        return (
+            "The same final checkpoints evaluated with the causal prefix z (`ega landscape --eval_znorm prefix`, "
+            f"whole validation split, seed{'s' if len(f.detail['seeds']) > 1 else ''} {seeds}) vs {f.against}: "
+            f"Δ {fmt_interval(d)} ({how(d)}); paper {num(f.paper, 3, True)}{verdict}."
+        )
+    if f.kind == "frozen_tau":
+        return (
+            f"{f.subject} (tau held at its tau_init {f.detail['tau_init']}, never trained) vs {f.against}: "
+            f"learned − frozen {fmt_interval(d)} ({how(d)}); final val loss {num(f.detail['frozen_loss'])} frozen, "
+            f"{num(f.detail['learned_loss'])} learned, whose tau ended at {num(f.detail['learned_tau'])}{verdict}."
+        )
+    if f.kind == "tail":
+        return (
+            f"{f.subject}, z over the {f.detail['znorm']}: {100 * f.detail['frac_above_tau']:.1f}% of keys above tau "
+            f"against {100 * f.detail['normal_tail']:.1f}% = 1 − Φ(tau) (means over the heads of "
+            f"{', '.join(f'`{r}`' for r in f.detail['runs'])}); measured − normal per head "
+            f"{fmt_interval(d, scale=100, digits=1)} points over {f.detail['heads']} heads, the largest "
+            f"{100 * f.detail['max_abs_gap']:.1f}{verdict}."
+        )
+    if f.kind == "tau_mechanism":
+        return mechanism_sentence(f)
     raise ValueError(f"no sentence for a finding of kind {f.kind!r}")
+
+
+MEANING = {
+    Verdict.WEAK_GRADIENT: (
+        "the loss does not hold tau where it ends, so tau ends about where it started and a final tau near "
+        f"{paper.TAU} reflects its initialisation more than the data"
+    ),
+    Verdict.CO_ADAPTATION: (
+        "each tau sits at a minimum that the rest of the network built around it, so any initialisation ends at "
+        f"its own minimum and a final tau near {paper.TAU} reflects its initialisation more than the data"
+    ),
+    Verdict.NEITHER: "training tau changes the loss, so where tau ends carries information",
+}
+
+
+def mechanism_sentence(f: Finding) -> str:
+    parts = []
+    for c in f.detail["checkpoints"]:
+        costs = c["tau_shift_cost"].items()
+        shifts = ", ".join(f"{num(delta, 2, True)}: {num(cost, 4, True)}" for delta, cost in costs)
+        alpha = num(c["alpha_scale_cost"].get(0.0), 3, True)
+        parts.append(f"`{c['label']}`: tau shifted by {shifts}; alpha × 0: {alpha}")
+    text = "Why tau does not move. Loss change with every tau shifted (nats/char): " + (
+        "; ".join(parts) if parts else "no checkpoint evaluated yet"
+    )
+    if f.detail["frozen"]:
+        text += ". Frozen tau vs learned: " + ", ".join(f"{s}: {v}" for s, v in f.detail["frozen"])
+    ratio = f.detail["grad_norm_ratio"]
+    if ratio is not None:
+        text += f". Median |grad tau| / |grad energy projection| over EGA-1's logged steps: {ratio:.3g}"
+    text += f" — **{f.verdict.value}**" if f.verdict else ""
+    meaning = MEANING.get(f.verdict) if f.verdict else None
+    return text + (f": {meaning}." if meaning else ".")
 
 
 # ----------------------------------------------------------------------------- sections
@@ -287,6 +387,51 @@ def section(
     return lines
 
 
+LANDSCAPE_HEAD = (
+    "| checkpoint | gate | z trained / evaluated | val loss | tau −1 / −0.5 / +0.5 / +1 | alpha ×0 / ×0.5 / ×2 "
+    "| mean tau | above tau | 1 − Φ(tau) |\n|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def _landscape_line(e: Evaluation) -> str:
+    def costs(values: list[float]) -> str:
+        return " / ".join(num(v, 3, True) for v in values)
+
+    taus = [e.shift_cost(d) for d in (-1.0, -0.5, 0.5, 1.0) if d in e.tau_shifts]
+    alphas = [e.alpha_cost(a) for a in (0.0, 0.5, 2.0) if a in e.alpha_scales]
+    cells = [
+        f"`{e.run}/{e.checkpoint}` (step {e.step})" if e.run else f"`{e.source}` {e.checkpoint}",
+        e.gate,
+        f"{e.trained_znorm} / {e.eval_znorm}",
+        f"{num(e.loss, 4)}{'' if e.whole_split else ' (part of the split)'}",
+        costs(taus),
+        costs(alphas),
+        num(e.mean("tau")),
+        f"{100 * e.mean('frac_above_tau'):.1f}%",
+        f"{100 * e.mean('normal_tail'):.1f}%",
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def landscape_section(evaluations: list[Evaluation], found: list[Finding], figures: list[tuple[str, str]]) -> list[str]:
+    """The checkpoints `ega landscape` evaluated: the tau mechanism and the tail identity."""
+    lines = [
+        f"## {TAU_SECTION}",
+        "",
+        "Read from `results/landscape/*.json`, written by `ega landscape` from checkpoints (which are not committed). "
+        "Every loss is over the whole validation split unless the table says otherwise; costs are the loss "
+        "minus the loss as trained, in nats/char.",
+        "",
+        *(f"- {sentence(f)}" for f in found if f.section == TAU_SECTION),
+        "",
+    ]
+    if evaluations:
+        lines += [LANDSCAPE_HEAD, *(_landscape_line(e) for e in evaluations), ""]
+    for caption, file in figures:
+        lines += [f"![{caption}]({file})", ""]
+    return lines
+
+
 def _runs_table(runs: list[RunData]) -> list[str]:
     labels = {m: f"m{i}" for i, m in enumerate(dict.fromkeys(r.machine for r in runs), 1)}
     lines = [
@@ -313,6 +458,8 @@ def markdown(
     figures: dict[str, list[tuple[str, str]]],
     command: str,
     runs_dir: Path,
+    evaluations: list[Evaluation] | None = None,
+    landscape_figures: list[tuple[str, str]] | None = None,
 ) -> str:
     done = [r for r in runs if r.status == "done"]
     missing = [r for r in runs if r.status != "done"]
@@ -334,6 +481,8 @@ def markdown(
     ]
     for group in dict.fromkeys(t.group for t in tables):
         lines += section(group, [t for t in tables if t.group == group], found, figures, runs_dir)
+    if evaluations or any(f.section == TAU_SECTION for f in found):
+        lines += landscape_section(evaluations or [], found, landscape_figures or [])
     lines += ["## Runs", "", *(_runs_table(done) if done else ["No finished runs."]), ""]
     lines += ["## Missing and incomplete runs", ""]
     if missing:
@@ -381,7 +530,32 @@ def _finding_dict(f: Finding) -> dict[str, Any]:
     }
 
 
-def results(tables: list[Table], runs: list[RunData], found: list[Finding], command: str) -> dict[str, Any]:
+def _evaluation_dict(e: Evaluation) -> dict[str, Any]:
+    return {
+        "source": e.source,
+        "run": e.run,
+        "checkpoint": e.checkpoint,
+        "step": e.step,
+        "gate": e.gate,
+        "trained_znorm": e.trained_znorm,
+        "eval_znorm": e.eval_znorm,
+        "whole_split": e.whole_split,
+        "loss": e.loss,
+        "tau_shift_cost": {str(d): e.shift_cost(d) for d in e.tau_shifts},
+        "alpha_scale_cost": {str(a): e.alpha_cost(a) for a in e.alpha_scales},
+        "tau_mean": e.mean("tau"),
+        "frac_above_tau": e.mean("frac_above_tau"),
+        "normal_tail": e.mean("normal_tail"),
+    }
+
+
+def results(
+    tables: list[Table],
+    runs: list[RunData],
+    found: list[Finding],
+    command: str,
+    evaluations: list[Evaluation] | None = None,
+) -> dict[str, Any]:
     def variant_dict(row: Row) -> dict[str, Any]:
         v = row.variant
         return {
@@ -417,6 +591,7 @@ def results(tables: list[Table], runs: list[RunData], found: list[Finding], comm
                 for c, f in claims(found)
             ],
             "findings": [_finding_dict(f) for f in found],
+            "landscape": [_evaluation_dict(e) for e in evaluations or []],
             "groups": [
                 {"group": t.group, "corpus": t.corpus, "variants": [variant_dict(row) for row in t.rows]}
                 for t in tables

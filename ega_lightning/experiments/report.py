@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import figures, paper, records, render
+from ega_lightning.experiments import figures, landscapes, paper, records, render
 from ega_lightning.experiments.comparisons import (
     RunData,
     Table,
@@ -41,6 +41,7 @@ from ega_lightning.experiments.spec import Run, collect_runs, load_spec, static_
 from ega_lightning.io import atomic_file, write_atomic
 
 RECORDS_DIR = Path("results/runs")
+FIGURE_GATES = ("linear", "db2")  # the landscape and z figures' gates, where they were evaluated
 
 
 def load_runs(runs: list[Run], runs_dir: Path, records_dir: Path) -> tuple[list[RunData], list[dict[str, Any]]]:
@@ -104,6 +105,33 @@ def table_figures(table: Table) -> list[tuple[str, str, Any]]:
     return out
 
 
+def landscape_figures(evaluations: list[landscapes.Evaluation]) -> list[tuple[str, str, Any]]:
+    """(caption, file name, figure): the tau/alpha landscape of every checkpoint of FIGURE_GATES trained
+    and evaluated with the causal prefix z, and the z distributions of their final checkpoints as
+    trained, one line per gate and z-normalisation."""
+    out = []
+    # the study's pair (EGA-1 and one wavelet gate) when evaluated; the table beside lists every checkpoint
+    shown_gates = {e.gate for e in evaluations} & set(FIGURE_GATES) or {e.gate for e in evaluations}
+    evaluations = [e for e in evaluations if e.gate in shown_gates]
+    causal = [e for e in evaluations if e.as_trained and e.trained_znorm == "prefix"]
+    if causal:
+        lines = [
+            (e.label, e.tau_shifts, [e.shift_cost(d) for d in e.tau_shifts], e.alpha_scales,
+             [e.alpha_cost(a) for a in e.alpha_scales])
+            for e in causal
+        ]  # fmt: skip
+        fig = figures.landscape_figure(lines, "validation loss around the trained tau and alpha")
+        out.append(("tau and alpha landscape", "landscape-tau-alpha.png", fig))
+    shown: dict[tuple[str, str], landscapes.Evaluation] = {}
+    for e in evaluations:
+        if e.final and e.as_trained:
+            shown.setdefault((e.gate, e.trained_znorm), e)
+    if shown:
+        series = [(f"{e.gate}, z over the {e.trained_znorm} ({e.run})", *e.z_density()) for e in shown.values()]
+        out.append(("z distributions", "landscape-z.png", figures.z_figure(series, "z of every key, all heads")))
+    return out
+
+
 def _bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[str, Any] | None, str]:
     """The `ega bench` result the cost claim is read from: ``path``, else the first beside the records."""
     candidates = [path] if path else sorted(records_dir.parent.glob("bench-*.json"))
@@ -135,7 +163,8 @@ def write_report(
         records.write_record(record, records_dir)
     variants = build_variants(runs)
     tables = build_tables(variants)
-    found = findings(tables, variants)
+    evaluations = landscapes.load(records_dir.parent / landscapes.DIRNAME)
+    found = findings(tables, variants, evaluations)
     found.append(cost_finding(*_bench(bench, records_dir, out)))
     out.mkdir(parents=True, exist_ok=True)
     drawn: dict[str, list[tuple[str, str]]] = {}
@@ -144,9 +173,14 @@ def write_report(
             with atomic_file(out / name, "wb") as fh:
                 fig.savefig(fh, format="png", dpi=110)
             drawn.setdefault(table.title, []).append((caption, name))
+    landscape_drawn = []
+    for caption, name, fig in landscape_figures(evaluations):
+        with atomic_file(out / name, "wb") as fh:
+            fig.savefig(fh, format="png", dpi=110)
+        landscape_drawn.append((caption, name))
     report = out / "REPORT.md"
-    write_atomic(report, render.markdown(tables, runs, found, drawn, command, runs_dir))
-    payload = render.results(tables, runs, found, command)
+    write_atomic(report, render.markdown(tables, runs, found, drawn, command, runs_dir, evaluations, landscape_drawn))
+    payload = render.results(tables, runs, found, command, evaluations)
     write_atomic(out / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
     return runs, report
 
