@@ -402,7 +402,7 @@ def test_tau_trajectory_starts_at_tau_init_then_follows_the_logged_points():
     assert report.tau_trajectory(data, None) == [(0, 0.36), (250, 0.41)]  # no tau_init: the logged points only
 
 
-def test_tau_init_finding_sets_the_loss_spread_against_seed_scatter(tmp_path):
+def test_tau_init_finding_reads_the_shared_seeds_and_pairs_with_the_default_init(tmp_path):
     runs = tmp_path / "runs"
     for seed, val in zip((1, 2, 3), (1.50, 1.52, 1.54), strict=True):
         fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.6])
@@ -420,11 +420,15 @@ def test_tau_init_finding_sets_the_loss_spread_against_seed_scatter(tmp_path):
     out = tmp_path / "out"
     assert report.main([str(path), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(out / "runs")]) == 0
     (f,) = findings_of(out, "tau_init")
-    # means 1.52 and 1.56 span 0.04, twice the std 0.02 of the three tau_init 0 seeds
-    assert f["detail"]["loss_span"] == pytest.approx(0.04, abs=1e-6)
+    # read on seed 1, the only one both ran: 1.50 and 1.56 span 0.06, three times the std 0.02 of the
+    # three tau_init 0 seeds (the 3-seed mean 1.52 would have given 0.04)
+    assert f["detail"]["seeds"] == [1]
+    assert f["detail"]["loss_span"] == pytest.approx(0.06, abs=1e-6)
     init, scatter = f["detail"]["scatter"]
     assert init == 0.0 and scatter["std"] == pytest.approx(0.02, abs=1e-6) and scatter["n"] == 3
     assert f["detail"]["tau_span"] == pytest.approx(0.6, abs=1e-6)
+    ((init, paired),) = f["detail"]["paired"]  # tau_init 0 − tau_init 0.7 on seed 1
+    assert init == 0.7 and paired["method"] == "single" and paired["estimate"] == pytest.approx(-0.06, abs=1e-6)
 
 
 def test_report_figures_and_sections(fabricated):

@@ -18,7 +18,7 @@ from typing import Any
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Row, Table, Variant, difference, find_reference
 from ega_lightning.experiments.landscapes import Evaluation
-from ega_lightning.experiments.stats import LEVEL, Difference, Summary, compare, mean_interval
+from ega_lightning.experiments.stats import LEVEL, Difference, Summary, compare, mean_interval, summarize
 
 MARGIN = 0.02  # nats/char: differences whose whole interval lies within ±MARGIN count as "about equal"
 # nats/char: a checkpoint's loss is deterministic (the whole validation split), so a much finer line
@@ -337,21 +337,38 @@ def _context_findings(table: Table) -> list[Finding]:
     return [Finding("context", *where, contrast, None, growth_rule(contrast), "context", detail)]
 
 
+DEFAULT_TAU_INIT = 0.0  # CharLM's default: the learned-tau EGA-1 every other initialisation is paired with
+
+
 def _tau_init_findings(table: Table) -> list[Finding]:
+    """Final tau and loss by tau_init on the seeds every initialisation ran (a one-seed row beside a
+    3-seed mean would put seed noise into the spread), and each initialisation paired by seed with
+    the default tau_init's run."""
     gated = [r.variant for r in table.rows if r.variant.gate != "none" and r.variant.done]
     if len({v.hp("tau_init") for v in gated}) < 2:
         return []
-    taus = [(v.hp("tau_init"), name(v), v.summary("final_tau_mean")) for v in gated]
-    losses = [(v.hp("tau_init"), v.summary("final_val_loss")) for v in gated]
+    metric = "final_val_loss"
+    seeds = set.intersection(*(set(v.by_seed(metric)) for v in gated))
+
+    def shared(v: Variant, key: str) -> Summary:
+        return summarize([x for s, x in v.by_seed(key).items() if s in seeds])
+
+    taus = [(v.hp("tau_init"), name(v), shared(v, "final_tau_mean")) for v in gated]
+    losses = [(v.hp("tau_init"), shared(v, metric)) for v in gated]
     finals = [s.mean for _, _, s in taus if s.mean is not None]
     loss_means = [s.mean for _, s in losses if s.mean is not None]
-    # the only yardstick for single-seed rows: how far seeds of one initialisation scatter
-    init, scatter = max(losses, key=lambda pair: pair[1].n)
+    reference = next((v for v in gated if v.hp("tau_init") == DEFAULT_TAU_INIT), None)
+    paired = [(v.hp("tau_init"), difference(reference, v, metric)) for v in gated if reference and v is not reference]
+    # the only yardstick while the rows share one seed: how far the seeds of one initialisation scatter
+    init, scatter = max(((v.hp("tau_init"), v.summary(metric)) for v in gated), key=lambda pair: pair[1].n)
     detail = {
+        "seeds": sorted(seeds),
         "taus": taus,
         "tau_span": max(finals) - min(finals) if finals else None,
         "losses": losses,
         "loss_span": max(loss_means) - min(loss_means) if len(loss_means) > 1 else None,
+        "paired": paired,
+        "reference": reference.hp("tau_init") if reference else None,
         "scatter": (init, scatter) if scatter.std else None,
     }
     return [

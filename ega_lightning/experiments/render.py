@@ -222,8 +222,12 @@ def sentence(f: Finding) -> str:
             f"Longest − shortest block: {fmt_interval(d)} ({how(d)}); the advantage grows with context{verdict}."
         )
     if f.kind == "tau_init":
+        seeds = f.detail["seeds"]
+        if not seeds:
+            return "Final tau and loss by initialisation: no seed ran every initialisation, so no like-for-like view."
+        on = f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}, which every initialisation ran"
         taus = "; ".join(f"tau_init {init} → {fmt_summary(s)}" for init, _, s in f.detail["taus"])
-        text = f"Final tau by initialisation: {taus}"
+        text = f"Final tau by initialisation ({on}): {taus}"
         if f.detail["tau_span"] is not None:
             text += f"; the final means span {f.detail['tau_span']:.3f} (paper ≈ {paper.TAU} regardless)"
         losses = "; ".join(f"tau_init {init} {fmt_summary(s)}" for init, s in f.detail["losses"])
@@ -234,6 +238,9 @@ def sentence(f: Finding) -> str:
                 init, s = f.detail["scatter"]
                 ratio = f.detail["loss_span"] / s.std
                 text += f", {ratio:.1f}× the seed-to-seed std of tau_init {init} ({s.std:.3f} over {s.n} seeds)"
+        if f.detail["paired"]:
+            pairs = "; ".join(f"tau_init {init} {fmt_interval(d)} ({how(d)})" for init, d in f.detail["paired"])
+            text += f". Paired by seed with tau_init {f.detail['reference']}, its loss − each: {pairs}"
         return text + "."
     if f.kind == "leak":
         text = (
