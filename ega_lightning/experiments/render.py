@@ -239,7 +239,10 @@ def sentence(f: Finding) -> str:
                 ratio = f.detail["loss_span"] / s.std
                 text += f", {ratio:.1f}× the seed-to-seed std of tau_init {init} ({s.std:.3f} over {s.n} seeds)"
         if f.detail["paired"]:
-            pairs = "; ".join(f"tau_init {init} {fmt_interval(d)} ({how(d)})" for init, d in f.detail["paired"])
+            pairs = "; ".join(
+                f"tau_init {init} {fmt_interval(d)}" + (f" ({how(d)})" if d is not None and d.low is not None else "")
+                for init, d in f.detail["paired"]
+            )
             text += f". Paired by seed with tau_init {f.detail['reference']}, its loss − each: {pairs}"
         return text + "."
     if f.kind == "leak":
