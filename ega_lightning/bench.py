@@ -8,6 +8,7 @@ a nanoGPT-style model written here; then generation speed with and without the K
     ega bench                               # cpu and paper sizes, every gate config, this machine
     ega bench --sizes cpu --repeats 9 --precision bf16-mixed --device cuda
     ega bench --sizes cpu --gates linear --compile   # also every gate under torch.compile, compile time apart
+    ega bench --generation_only --gates linear --generation_repeats 5   # KV cache against recompute only
 """
 
 from __future__ import annotations
@@ -345,16 +346,19 @@ def bench_generation(
     for name, gate in gates.items():
         lm = build(shape, gate, device, args.seed).eval()
         prompt = torch.zeros(1, 1, dtype=torch.long, device=device)
-        timings = {}
-        for use_cache in (True, False):
-            t0 = time.perf_counter()
-            generate(lm.model, prompt, args.new_tokens, temperature=1.0, seed=0, use_cache=use_cache)
-            _sync(device)
-            timings[use_cache] = time.perf_counter() - t0
+        timings: dict[bool, list[float]] = {True: [], False: []}
+        for _ in range(args.generation_repeats):
+            for use_cache in (True, False):  # alternating: the machine's drift hits both alike
+                t0 = time.perf_counter()
+                generate(lm.model, prompt, args.new_tokens, temperature=1.0, seed=0, use_cache=use_cache)
+                _sync(device)
+                timings[use_cache].append(time.perf_counter() - t0)
         rows[name] = {
-            "cached_tokens_per_s": args.new_tokens / timings[True],
-            "recompute_tokens_per_s": args.new_tokens / timings[False],
-            "speedup": timings[False] / timings[True],
+            "cached_tokens_per_s": args.new_tokens / statistics.median(timings[True]),
+            "recompute_tokens_per_s": args.new_tokens / statistics.median(timings[False]),
+            # per repetition, as the training ratios: pairing cancels the drift between repetitions
+            "speedup": statistics.median(paired_ratios(timings[False], timings[True])),
+            "repeats": args.generation_repeats,
         }
     return {"size": size, "shape": shape, "new_tokens": args.new_tokens, "rows": rows}
 
@@ -374,14 +378,17 @@ def to_markdown(result: dict[str, Any]) -> str:
         "",
         f"Command: `{result['command']}`  ",
         f"torch {env['torch']}, {env['threads']} threads, {env['platform']}, {result['date']}.",
-        "",
-        "Training step = forward + backward + AdamW step on one fixed batch; every contender is timed once per",
-        f"repetition in a rotated order ({result['repeats']} repetitions after {result['warmup']} warm-up steps).",
-        "`x none` is the median over repetitions of the step time divided by the baseline's in the same",
-        "repetition (quartiles in brackets): pairing within a repetition cancels the machine's drift.",
-        "Memory = tensors saved for backward (activations) + training state (parameters, gradients, two AdamW",
-        "moments); on CUDA the allocator's peak is listed too.",
     ]
+    if result["sizes"]:  # none under --generation_only
+        out += [
+            "",
+            "Training step = forward + backward + AdamW step on one fixed batch; every contender is timed once per",
+            f"repetition in a rotated order ({result['repeats']} repetitions after {result['warmup']} warm-up steps).",
+            "`x none` is the median over repetitions of the step time divided by the baseline's in the same",
+            "repetition (quartiles in brackets): pairing within a repetition cancels the machine's drift.",
+            "Memory = tensors saved for backward (activations) + training state (parameters, gradients, two AdamW",
+            "moments); on CUDA the allocator's peak is listed too.",
+        ]
     for size in result["sizes"]:
         rows = [
             [
@@ -464,16 +471,19 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             _table(["gate", "eager ms", "compiled ms", "compiled / eager", "compile s"], rows),
         ]
-    out += ["", "## Our baseline against a nanoGPT-style model (same shape, same batch)", ""]
-    out += [_table(["size", "ours (none) ms", "nanoGPT-style ms", "ours / nanoGPT"], ref_rows)]
+    if ref_rows:
+        out += ["", "## Our baseline against a nanoGPT-style model (same shape, same batch)", ""]
+        out += [_table(["size", "ours (none) ms", "nanoGPT-style ms", "ours / nanoGPT"], ref_rows)]
     for g in result.get("generation", []):
         rows = [
             [name, f"{r['cached_tokens_per_s']:.1f}", f"{r['recompute_tokens_per_s']:.1f}", f"{r['speedup']:.1f}x"]
             for name, r in g["rows"].items()
         ]
+        repeats = next(iter(g["rows"].values())).get("repeats", 1)
+        timing = "" if repeats == 1 else f" (medians of {repeats} alternating repetitions)"
         out += [
             "",
-            f"## Generation, `{g['size']}` size, {g['new_tokens']} new tokens from a 1-token prompt, batch 1",
+            f"## Generation, `{g['size']}` size, {g['new_tokens']} new tokens from a 1-token prompt, batch 1{timing}",
             "",
             _table(["gate", "KV cache tokens/s", "recompute tokens/s", "speed-up"], rows),
         ]
@@ -494,6 +504,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--generation_sizes", nargs="+", default=["cpu", "paper"], help="sizes for generation")
     parser.add_argument("--new_tokens", type=int, default=256)
     parser.add_argument("--no_generation", action="store_true")
+    parser.add_argument(
+        "--generation_repeats",
+        type=int,
+        default=1,
+        help="time cached and recomputed generation this many times each, alternating; medians",
+    )
+    parser.add_argument(
+        "--generation_only",
+        action="store_true",
+        help="only the generation tables, in bench-<device>-<precision>-generation.json and .md",
+    )
     parser.add_argument("--compile", action="store_true", help="also time every gate (and the reference) compiled")
     parser.add_argument("--out", type=Path, default=Path("results"))
     argv = sys.argv[1:] if argv is None else argv
@@ -502,6 +523,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--repeats must be at least 3 for a median with min and max to mean anything")
     if args.compile and args.warmup < 1:
         parser.error("--compile needs --warmup >= 1: compilation happens in the first step, which is not timed")
+    if args.generation_repeats < 1:
+        parser.error(f"--generation_repeats must be positive, got {args.generation_repeats}")
+    if args.generation_only and (args.no_generation or args.compile):
+        parser.error("--generation_only times generation alone: it takes neither --no_generation nor --compile")
     device = torch.device(args.device)
     gates = gate_settings(args.configs, args.gates)
     started = datetime.now(UTC)
@@ -520,7 +545,7 @@ def main(argv: list[str] | None = None) -> None:
             if device.type == "cuda"
             else f"CPU ({platform.machine()})",
         },
-        "sizes": [bench_size(size, args.configs, gates, device, args) for size in args.sizes],
+        "sizes": [] if args.generation_only else [bench_size(s, args.configs, gates, device, args) for s in args.sizes],
     }
     if not args.no_generation:
         result["generation"] = [
@@ -529,7 +554,9 @@ def main(argv: list[str] | None = None) -> None:
     markdown = to_markdown(result)
     print(markdown)
     args.out.mkdir(parents=True, exist_ok=True)
+    # its own files: a generation-only run does not overwrite the full tables
     stem = f"bench-{device.type}-{args.precision}" + ("-compile" if args.compile else "")
+    stem += "-generation" if args.generation_only else ""
     write_atomic(args.out / f"{stem}.json", json.dumps(result, indent=2) + "\n")
     write_atomic(args.out / f"{stem}.md", markdown)
     print(f"wrote {args.out / stem}.json and .md ({math.ceil((datetime.now(UTC) - started).total_seconds())} s)")

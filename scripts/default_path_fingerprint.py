@@ -46,7 +46,8 @@ def fingerprint() -> dict[str, Any]:
                 logits = lm(idx[:, :-1])
                 loss = F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
                 loss.backward()
-                grads = {n: p.grad.clone() for n, p in lm.named_parameters()}
+                # a frozen parameter (linear_frozen_tau's tau) has no gradient
+                grads = {n: p.grad.clone() for n, p in lm.named_parameters() if p.grad is not None}
                 steps.append({"logits": logits.detach(), "loss": loss.detach(), "grads": grads})
                 opt.step()
                 opt.zero_grad()

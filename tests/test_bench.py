@@ -57,6 +57,25 @@ def test_bench_writes_tables_with_ratios_memory_and_generation(tmp_path):
     assert "| linear |" in markdown and "ours / nanoGPT" in markdown and "KV cache tokens/s" in markdown
 
 
+def test_generation_only_times_generation_alone_into_its_own_files(tmp_path):
+    write_configs(tmp_path / "configs")
+    out = tmp_path / "out"
+    args = ["--configs", str(tmp_path / "configs"), "--gates", "linear", "--generation_sizes", "tiny"]
+    args += ["--generation_only", "--generation_repeats", "3", "--new_tokens", "8", "--device", "cpu"]
+    main([*args, "--out", str(out)])
+    assert sorted(p.name for p in out.iterdir()) == [
+        "bench-cpu-32-true-generation.json",
+        "bench-cpu-32-true-generation.md",
+    ]
+    result = json.loads((out / "bench-cpu-32-true-generation.json").read_text())
+    assert result["sizes"] == []
+    (generation,) = result["generation"]
+    assert set(generation["rows"]) == {"none", "linear"}
+    assert all(r["repeats"] == 3 and r["speedup"] > 0 for r in generation["rows"].values())
+    markdown = (out / "bench-cpu-32-true-generation.md").read_text()
+    assert "medians of 3 alternating repetitions" in markdown and "Training step" not in markdown
+
+
 def test_nanogpt_reference_has_the_baselines_shape():
     ours = CharLM(VOCAB, **SHAPE, gate="none")
     reference = NanoGPTReference(len(VOCAB), **SHAPE)

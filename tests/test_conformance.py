@@ -97,7 +97,8 @@ class FusedDisagrees(LinearGate):
         (Bf16Energy, ["fp32_under_autocast"], "part of the gate runs in bf16"),
         (LogOfNorm, ["finite_on_constant_input"], "energy is not finite for a zero input"),
         (NotOffAtAlphaZero, ["alpha_zero_is_baseline"], "at alpha = 0 the gate still changes attention"),
-        (FusedDisagrees, ["fused_equals_reference", "cached_equals_recompute"], "computes another function"),
+        # cached generation folds the projection as the fused path does: the two agree, on the wrong function
+        (FusedDisagrees, ["fused_equals_reference"], "computes another function"),
     ],
     ids=lambda v: v.__name__ if isinstance(v, type) else None,
 )

@@ -9,6 +9,7 @@ per-head energy e is estimated.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +50,19 @@ def _znorm_continue(e: torch.Tensor, prefix: PrefixStats | None) -> tuple[torch.
     return z, PrefixStats(first, start + e.shape[-1], s[..., -1:], sq[..., -1:])
 
 
+def _znorm_next(e: torch.Tensor, prefix: PrefixStats) -> tuple[torch.Tensor, PrefixStats]:
+    """`_znorm_continue` for one new position e (B, nh, 1), bit for bit: a one-element cumsum is the
+    element itself and the count a Python number, which saves the arange and both cumsums of
+    every cached generation step."""
+    n = prefix.count + 1
+    c = e - prefix.first
+    s, sq = prefix.total + c, prefix.total_sq + c.square()
+    mean = s / n
+    var = (sq / n - mean.square()).clamp_min(0.0)
+    z = (c - mean) / torch.sqrt(var + ZNORM_EPS)
+    return z, PrefixStats(prefix.first, n, s, sq)
+
+
 def causal_znorm(e: torch.Tensor) -> torch.Tensor:
     """z_j = (e_j - mean(e_1..e_j)) / sqrt(var(e_1..e_j) + 1e-5) along the last dim; z_1 = 0.
 
@@ -71,7 +85,9 @@ def window_znorm(e: torch.Tensor) -> torch.Tensor:
 class GateState:
     """What a gate carries between generation steps: its last inputs and the energy's prefix statistics."""
 
-    x_tail: torch.Tensor  # (B, receptive_field - 1, C): the inputs later energies still depend on
+    # (B, receptive_field - 1, C): the inputs later energies still depend on; their input_projection
+    # (B, receptive_field - 1, m) instead when the layer hands the gate its projection (see `step`)
+    x_tail: torch.Tensor
     prefix: PrefixStats
 
 
@@ -133,20 +149,33 @@ class Gate(nn.Module, ABC):
         with torch.autocast(x.device.type, enabled=False):
             return self.normalise(self.energy(x.float()).float())
 
-    def step(self, x: torch.Tensor, state: GateState | None) -> tuple[torch.Tensor, GateState]:
+    def step(
+        self, x: torch.Tensor, state: GateState | None, projection: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, GateState]:
         """log g (B, nh, t) of t new positions x (B, t, C) that follow `state` (None: x starts the sequence).
 
         The incremental form of `forward` for cached generation: the energy needs the last
-        `receptive_field` inputs, the z-norm only the prefix statistics.
+        `receptive_field` inputs, the z-norm only the prefix statistics. With `projection`, x's
+        `input_projection` (B, t, m) precomputed (the attention layer folds it into its Q/K/V
+        matmul), the energy comes from it and the state keeps projections, not inputs: a cache
+        must then pass it at every step.
         """
         if self.znorm != "prefix":  # `ega generate` refuses such a model before it gets here
             raise ValueError(f"Cached generation needs the causal z-norm; this gate has znorm={self.znorm!r}.")
-        with torch.autocast(x.device.type, enabled=False):
-            x = x.float()
-            window = x if state is None else torch.cat([state.x_tail, x], dim=1)  # (B, R - 1 + t, C)
-            e = self.energy(window)[..., -x.shape[1] :].float()  # (B, nh, t)
-            z, prefix = _znorm_continue(e, None if state is None else state.prefix)
-            tail = window[:, max(0, window.shape[1] - (self.receptive_field - 1)) :]
+        # entering torch.autocast costs as much as a small op: only when there is an autocast to leave
+        autocast = torch.is_autocast_enabled(x.device.type)
+        with torch.autocast(x.device.type, enabled=False) if autocast else nullcontext():
+            new = x.float() if projection is None else projection.float()  # (B, t, C) or (B, t, m)
+            t, R = new.shape[1], self.receptive_field
+            # (B, R - 1 + t, .); with R = 1 there is no tail to prepend
+            window = new if state is None or R == 1 else torch.cat([state.x_tail, new], dim=1)
+            e = self.energy(window) if projection is None else self.energy_from_projection(window)
+            e = (e if R == 1 else e[..., -t:]).float()  # (B, nh, t)
+            if state is not None and t == 1:  # the usual generation step
+                z, prefix = _znorm_next(e, state.prefix)
+            else:
+                z, prefix = _znorm_continue(e, None if state is None else state.prefix)
+            tail = window[:, max(0, window.shape[1] - (R - 1)) :] if state is None or R > 1 else state.x_tail
             return self.log_gate_from_z(z), GateState(tail, prefix)
 
     def log_gate_from_z(self, z: torch.Tensor) -> torch.Tensor:

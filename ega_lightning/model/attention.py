@@ -188,25 +188,31 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
         width = self.pad_width or pad_width(x.device)
+        if cache is None:
+            weight, bias, fold = self._qkv_weights(x, width)
+        else:  # generation: the weights do not change between steps, nor does folding (the gate's
+            # state then keeps projections), so both are decided once per cache
+            weight, bias, fold = cache.reuse("qkv", lambda: self._qkv_weights(x, width))
+        qkv = F.linear(x, weight, bias).view(B, T, 3, nh, hs + width)
+        channel = qkv[:, :, 1, :, hs]  # (B, T, nh): k's first extra channel, the energy projection if folded
+        folded = channel.clone() if fold else None  # copied: log g overwrites the channel below
+        if cache is not None:  # only the new keys' gates, from the gate's incremental state
+            log_g, cache.gate = self.gate.step(x, cache.gate, folded)
+        else:
+            log_g = self.gate(x, folded)  # (B, nh, T), fp32
+        channel.copy_((log_g.clamp_min(LOG_GATE_FLOOR) * math.sqrt(hs)).transpose(1, 2).to(qkv.dtype))
+        return qkv.permute(2, 0, 3, 1, 4)
+
+    def _qkv_weights(self, x: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """The padded Q/K/V weight and bias for input x, and whether they fold the gate's projection."""
         projection = self.gate.input_projection()
         # under autocast the gate keeps its own fp32 projection, so its energy stays exact
         fold = (
-            cache is None
-            and projection is not None
-            and projection.out_features == nh
+            projection is not None
+            and projection.out_features == self.n_head
             and not torch.is_autocast_enabled(x.device.type)
         )
-        if cache is None:
-            weight, bias = self._padded_qkv_weights(width, fold)
-        else:  # generation: the weights do not change between steps
-            weight, bias = cache.reuse("qkv", lambda: self._padded_qkv_weights(width, fold))
-        qkv = F.linear(x, weight, bias).view(B, T, 3, nh, hs + width)
-        if cache is not None:  # only the new keys' gates, from the gate's incremental state
-            log_g, cache.gate = self.gate.step(x, cache.gate)
-        else:
-            log_g = self.gate(x, qkv[:, :, 1, :, hs].clone() if fold else None)  # (B, nh, T), fp32
-        qkv[:, :, 1, :, hs] = (log_g.clamp_min(LOG_GATE_FLOOR) * math.sqrt(hs)).transpose(1, 2).to(qkv.dtype)
-        return qkv.permute(2, 0, 3, 1, 4)
+        return *self._padded_qkv_weights(width, fold), fold
 
     def _padded_qkv_weights(self, width: int, fold: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The Q/K/V weight (3 nh (hs + width), C) and bias with the extra rows of `_gated_qkv`."""
