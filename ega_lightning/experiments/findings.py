@@ -477,6 +477,8 @@ def primary_rows(table: Table) -> list[Row]:
 # ----------------------------------------------------------------------------- the tau landscape
 
 TAU_SECTION = "tau landscape"
+# the tau mechanism is read on EGA-1 and shown beside one wavelet gate (the report's figures use the same pair)
+MECHANISM_GATES = ("linear", "db2")
 
 
 def tail_rule(d: Difference | None, margin: float = TAIL_MARGIN) -> Verdict:
@@ -528,7 +530,11 @@ def mechanism_finding(
 ) -> list[Finding]:
     """Which of the two explanations of a tau that does not move the data support (RULES['mechanism'])."""
     frozen = [f for f in found if f.kind == "frozen_tau"]
-    shown = [e for e in evaluations if e.as_trained and e.trained_znorm == "prefix" and TAU_STEP in e.tau_shifts]
+    shown = [
+        e
+        for e in evaluations
+        if e.gate in MECHANISM_GATES and e.as_trained and e.trained_znorm == "prefix" and TAU_STEP in e.tau_shifts
+    ]
     ega1 = [e for e in shown if e.gate == "linear" and e.final and e.gate_options.get("learn_tau", True)]
     if not frozen and not ega1:
         return []

@@ -36,12 +36,11 @@ from ega_lightning.experiments.comparisons import (
     from_record,
     tau_trajectory,
 )
-from ega_lightning.experiments.findings import cost_finding, findings
+from ega_lightning.experiments.findings import MECHANISM_GATES, cost_finding, findings
 from ega_lightning.experiments.spec import Run, collect_runs, load_spec, static_value
 from ega_lightning.io import atomic_file, write_atomic
 
 RECORDS_DIR = Path("results/runs")
-FIGURE_GATES = ("linear", "db2")  # the landscape and z figures' gates, where they were evaluated
 
 
 def load_runs(runs: list[Run], runs_dir: Path, records_dir: Path) -> tuple[list[RunData], list[dict[str, Any]]]:
@@ -106,12 +105,12 @@ def table_figures(table: Table) -> list[tuple[str, str, Any]]:
 
 
 def landscape_figures(evaluations: list[landscapes.Evaluation]) -> list[tuple[str, str, Any]]:
-    """(caption, file name, figure): the tau/alpha landscape of every checkpoint of FIGURE_GATES trained
+    """(caption, file name, figure): the tau/alpha landscape of every checkpoint of MECHANISM_GATES trained
     and evaluated with the causal prefix z, and the z distributions of their final checkpoints as
     trained, one line per gate and z-normalisation."""
     out = []
     # the study's pair (EGA-1 and one wavelet gate) when evaluated; the table beside lists every checkpoint
-    shown_gates = {e.gate for e in evaluations} & set(FIGURE_GATES) or {e.gate for e in evaluations}
+    shown_gates = {e.gate for e in evaluations} & set(MECHANISM_GATES) or {e.gate for e in evaluations}
     evaluations = [e for e in evaluations if e.gate in shown_gates]
     causal = [e for e in evaluations if e.as_trained and e.trained_znorm == "prefix"]
     if causal:
