@@ -33,18 +33,18 @@ def fmt_summary(s: Summary, digits: int = 3, scale: float = 1.0) -> str:
 
 
 def fmt_interval(d: Difference | None, signed: bool = True, scale: float = 1.0, digits: int = 3) -> str:
-    """``+0.011 [+0.010, +0.012]``, or the estimate and why there is no interval."""
+    """``+0.011 [+0.010, +0.012]``, or the estimate alone (one seed: `how` says there is no interval)."""
     if d is None:
         return "—"
     estimate = num(d.estimate * scale, digits, signed)
     if d.low is None or d.high is None:
-        return f"{estimate} (n=1, no interval)"
+        return estimate
     return f"{estimate} [{num(d.low * scale, digits, signed)}, {num(d.high * scale, digits, signed)}]"
 
 
 def how(d: Difference | None) -> str:
     if d is None or d.low is None:
-        return "one seed"
+        return "one seed, no interval"
     if d.method == "paired":
         return f"paired over {d.n} seed{'s' if d.n > 1 else ''}"
     if d.method == "welch":
@@ -239,10 +239,7 @@ def sentence(f: Finding) -> str:
                 ratio = f.detail["loss_span"] / s.std
                 text += f", {ratio:.1f}× the seed-to-seed std of tau_init {init} ({s.std:.3f} over {s.n} seeds)"
         if f.detail["paired"]:
-            pairs = "; ".join(
-                f"tau_init {init} {fmt_interval(d)}" + (f" ({how(d)})" if d is not None and d.low is not None else "")
-                for init, d in f.detail["paired"]
-            )
+            pairs = "; ".join(f"tau_init {init} {fmt_interval(d)} ({how(d)})" for init, d in f.detail["paired"])
             text += f". Paired by seed with tau_init {f.detail['reference']}, its loss − each: {pairs}"
         return text + "."
     if f.kind == "leak":
@@ -253,6 +250,12 @@ def sentence(f: Finding) -> str:
         causal = f.detail["causal"]
         if causal is not None:
             text += f"; causal {f.detail['causal_subject']}: Δ {fmt_interval(causal)} ({how(causal)})"
+            if d is not None and f.paper is not None and f.paper != causal.estimate:
+                share = (d.estimate - causal.estimate) / (f.paper - causal.estimate)
+                text += (
+                    f". The leak moves Δ by {num(d.estimate - causal.estimate, 3, True)}: {100 * share:.0f}% of "
+                    "the way from causal EGA-1 to the paper's figure"
+                )
         return text + verdict + "."
     if f.kind == "leak_causal":
         if d is None:
@@ -265,7 +268,13 @@ def sentence(f: Finding) -> str:
         return (
             "The same final checkpoints evaluated with the causal prefix z (`ega landscape --eval_znorm prefix`, "
             f"whole validation split, seed{'s' if len(f.detail['seeds']) > 1 else ''} {seeds}) vs {f.against}: "
-            f"Δ {fmt_interval(d)} ({how(d)}); paper {num(f.paper, 3, True)}{verdict}."
+            f"Δ {fmt_interval(d)} ({how(d)}); paper {num(f.paper, 3, True)}{verdict}"
+            + (
+                ". Read causally, as generation must, the leaky model is worse than the baseline: what the "
+                "whole-window z adds is a look at later characters, not a better gate."
+                if d.estimate < 0
+                else "."
+            )
         )
     if f.kind == "frozen_tau":
         return (
@@ -336,6 +345,10 @@ def _model_text(row: Row) -> str:
     return f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}, {v.done[0].max_steps} steps"
 
 
+def _cell(d: Difference | None) -> str:
+    return fmt_interval(d) + (" (one seed)" if d is not None and d.low is None else "")
+
+
 def table_line(row: Row) -> str:
     v = row.variant
     cells = [
@@ -347,7 +360,7 @@ def table_line(row: Row) -> str:
         "baseline" if v.gate == "none" else (f"{row.overhead_pct:+.2f}%" if row.overhead_pct is not None else "—"),
         fmt_summary(v.summary("final_val_loss")),
         fmt_summary(v.summary("best_val_loss")),
-        "—" if v.gate == "none" else fmt_interval(row.diffs["final_val_loss"]),
+        "—" if v.gate == "none" else _cell(row.diffs["final_val_loss"]),
         fmt_summary(v.summary("final_gap")),
         fmt_summary(v.summary("final_tau_mean")),
         (fmt_summary(v.summary("final_frac_above_tau"), 1, 100) + "%") if v.by_seed("final_frac_above_tau") else "—",
