@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ega_lightning.errors import UserError
+from ega_lightning.landscape import FORMAT  # what `ega landscape` writes is what this reads
 
 DIRNAME = "landscape"  # beside the records directory: results/landscape/
-FORMAT = 1
 
 
 @dataclass(frozen=True)
