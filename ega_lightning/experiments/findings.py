@@ -552,8 +552,8 @@ def mechanism_finding(
                 "gate": e.gate,
                 "step": e.step,
                 "final": e.final,
-                "tau_shift_cost": {d: e.shift_cost(d) for d in e.tau_shifts},
-                "alpha_scale_cost": {s: e.alpha_cost(s) for s in e.alpha_scales},
+                "tau_shift_cost": e.tau_shift_costs,
+                "alpha_scale_cost": e.alpha_scale_costs,
             }
             for e in shown
         ],

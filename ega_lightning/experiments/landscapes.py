@@ -63,6 +63,16 @@ class Evaluation:
         """Loss with every alpha multiplied by ``scale``, minus the loss as trained (0: the plain attention)."""
         return self.alpha_scale_loss[self.alpha_scales.index(scale)] - self.loss
 
+    @property
+    def tau_shift_costs(self) -> dict[float, float]:
+        """delta -> `shift_cost(delta)`, for every delta evaluated."""
+        return {d: self.shift_cost(d) for d in self.tau_shifts}
+
+    @property
+    def alpha_scale_costs(self) -> dict[float, float]:
+        """scale -> `alpha_cost(scale)`, for every scale evaluated."""
+        return {a: self.alpha_cost(a) for a in self.alpha_scales}
+
     def tail_gaps(self) -> list[float]:
         """Per head: measured fraction above tau minus 1 - Phi(tau)."""
         return [

@@ -564,8 +564,8 @@ def _evaluation_dict(e: Evaluation) -> dict[str, Any]:
         "eval_znorm": e.eval_znorm,
         "whole_split": e.whole_split,
         "loss": e.loss,
-        "tau_shift_cost": {str(d): e.shift_cost(d) for d in e.tau_shifts},
-        "alpha_scale_cost": {str(a): e.alpha_cost(a) for a in e.alpha_scales},
+        "tau_shift_cost": e.tau_shift_costs,  # results() writes the keys as strings (jsonable)
+        "alpha_scale_cost": e.alpha_scale_costs,
         "tau_mean": e.mean("tau"),
         "frac_above_tau": e.mean("frac_above_tau"),
         "normal_tail": e.mean("normal_tail"),

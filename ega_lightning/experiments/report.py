@@ -115,10 +115,15 @@ def landscape_figures(evaluations: list[landscapes.Evaluation]) -> list[tuple[st
     causal = [e for e in evaluations if e.as_trained and e.trained_znorm == "prefix"]
     if causal:
         lines = [
-            (e.label, e.tau_shifts, [e.shift_cost(d) for d in e.tau_shifts], e.alpha_scales,
-             [e.alpha_cost(a) for a in e.alpha_scales])
+            (
+                e.label,
+                e.tau_shifts,
+                list(e.tau_shift_costs.values()),
+                e.alpha_scales,
+                list(e.alpha_scale_costs.values()),
+            )
             for e in causal
-        ]  # fmt: skip
+        ]
         fig = figures.landscape_figure(lines, "validation loss around the trained tau and alpha")
         out.append(("tau and alpha landscape", "landscape-tau-alpha.png", fig))
     shown: dict[tuple[str, str], landscapes.Evaluation] = {}
