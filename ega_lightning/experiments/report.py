@@ -104,6 +104,13 @@ def table_figures(table: Table) -> list[tuple[str, str, Any]]:
     return out
 
 
+def save_png(fig: Any, path: Path) -> str:
+    """Writes a report figure (atomically) and returns its file name, as REPORT.md links it."""
+    with atomic_file(path, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=110)
+    return path.name
+
+
 def landscape_figures(evaluations: list[landscapes.Evaluation]) -> list[tuple[str, str, Any]]:
     """(caption, file name, figure): the tau/alpha landscape of every checkpoint of MECHANISM_GATES trained
     and evaluated with the causal prefix z, and the z distributions of their final checkpoints as
@@ -174,14 +181,8 @@ def write_report(
     drawn: dict[str, list[tuple[str, str]]] = {}
     for table in tables:
         for caption, name, fig in table_figures(table):
-            with atomic_file(out / name, "wb") as fh:
-                fig.savefig(fh, format="png", dpi=110)
-            drawn.setdefault(table.title, []).append((caption, name))
-    landscape_drawn = []
-    for caption, name, fig in landscape_figures(evaluations):
-        with atomic_file(out / name, "wb") as fh:
-            fig.savefig(fh, format="png", dpi=110)
-        landscape_drawn.append((caption, name))
+            drawn.setdefault(table.title, []).append((caption, save_png(fig, out / name)))
+    landscape_drawn = [(caption, save_png(fig, out / name)) for caption, name, fig in landscape_figures(evaluations)]
     report = out / "REPORT.md"
     write_atomic(report, render.markdown(tables, runs, found, drawn, command, runs_dir, evaluations, landscape_drawn))
     payload = render.results(tables, runs, found, command, evaluations)
