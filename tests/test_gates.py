@@ -285,3 +285,30 @@ def test_wavelet_packet_rejects_unknown_init_and_negative_penalty():
         tiny_lm("wavelet_packet", init="db3")
     with pytest.raises(ValueError, match="orthonormal_penalty must be >= 0"):
         build_gate("wavelet_packet", C, NH, orthonormal_penalty=-0.1)
+
+
+@pytest.mark.parametrize("name", ["linear", "multiscale", "db2", "wavelet_packet"])
+@pytest.mark.parametrize("znorm", ["prefix", "window"])
+def test_gate_forward_recomputes_its_intermediates_with_the_plain_graphs_values_and_gradients(name, znorm):
+    """gate(x) keeps only the energy for backward (z-norm and sigmoid recomputed there); bit for bit
+    the graph that keeps everything."""
+    g = gate(name, torch.float32, tau_init=0.3, alpha_init=2.0, znorm=znorm)
+    x = torch.randn(3, 24, C, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    weights = torch.randn(3, NH, 24, generator=torch.Generator().manual_seed(2))
+    results = []
+    for out_of in (lambda: g(x), lambda: g.log_gate_from_energy(g.energy(x))):
+        saved: list[int] = []
+
+        def pack(t: torch.Tensor, saved: list[int] = saved) -> torch.Tensor:
+            saved.append(t.numel())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            log_g = out_of()
+        grads = torch.autograd.grad((log_g * weights).sum(), [x, *g.parameters()], allow_unused=True)
+        results.append((log_g, grads, sum(saved)))
+    (log_g, grads, saved), (plain, plain_grads, plain_saved) = results
+    assert torch.equal(log_g, plain)
+    for grad, plain_grad in zip(grads, plain_grads, strict=True):
+        assert (grad is None and plain_grad is None) or torch.equal(grad, plain_grad)
+    assert saved < plain_saved

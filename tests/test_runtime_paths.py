@@ -13,7 +13,7 @@ from ega_lightning.callbacks import TauTracker
 from ega_lightning.callbacks.probe import GateProbe
 from ega_lightning.gates import build_gate, gate_names
 from ega_lightning.generate import next_token_logits
-from ega_lightning.model import GPT, GPTConfig
+from ega_lightning.model import GPT, GPTConfig, attention
 from ega_lightning.model.attention import CausalSelfAttention
 
 from .conftest import TINY_MODEL, TINY_VOCAB
@@ -89,6 +89,56 @@ def test_cuda_padding_layout_caches_as_it_recomputes():
             torch.testing.assert_close(step.logits, model(step.window)[:, -1], atol=1e-5, rtol=1e-5)
             idx = torch.cat([idx, step.logits.argmax(-1, keepdim=True)], dim=1)
             step = steps.send(idx)
+
+
+# --- training's copy-free write of log g against autograd's in-place write
+
+
+def saved_bytes(model: CharLM, data: tuple[torch.Tensor, torch.Tensor]) -> int:
+    """Bytes of the tensors autograd keeps for backward, by storage, parameters left out."""
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.loss(data)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    return sum(n for ptr, n in saved.items() if ptr not in params)
+
+
+@pytest.mark.parametrize("width", [1, 8])
+@pytest.mark.parametrize("gate", GATED)
+@pytest.mark.parametrize("mode", ["fp32", "bf16-mixed", "frozen tau"])
+def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width, mode, monkeypatch):
+    data, learn_tau = batch(), mode != "frozen tau"
+    runs = {}
+    for copy_free in (True, False):
+        monkeypatch.setattr(attention, "COPY_FREE_WRITE", copy_free)
+        model = tiny(gate, gate_options={"learn_tau": learn_tau})
+        set_pad_width(model, width)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16-mixed"):
+            loss = model.loss(data)
+        loss.backward()
+        runs[copy_free] = (loss.detach(), {n: p.grad for n, p in model.named_parameters()}, saved_bytes(model, data))
+    (loss, grads, saved), (plain_loss, plain_grads, plain_saved) = runs[True], runs[False]
+    assert torch.equal(loss, plain_loss)
+    assert grads.keys() == plain_grads.keys()
+    for name in grads:
+        assert (grads[name] is None and plain_grads[name] is None) or torch.equal(grads[name], plain_grads[name]), name
+    assert all((grads[n] is not None) == learn_tau for n in grads if n.endswith("gate.tau"))
+    assert saved <= plain_saved
+
+
+def test_a_probed_gate_sees_every_training_forward():
+    model = tiny("linear")
+    calls = []
+    handles = [g.register_forward_hook(lambda *_: calls.append(1)) for g in model.model.gates]
+    loss_and_grads(model, batch())
+    for h in handles:
+        h.remove()
+    assert len(calls) == TINY_MODEL["n_layer"]
 
 
 # --- FlexAttention: on CPU forward only (torch has no CPU backward for it)

@@ -9,6 +9,7 @@ per-head energy e is estimated.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 ZNORM_EPS = 1e-5
 # "prefix": the causal z-norm of EGA_SPEC.md section 2 (the default). "window": statistics of the whole
@@ -182,6 +184,14 @@ class Gate(nn.Module, ABC):
         # log sigmoid(a) = -softplus(-a), stable for large |a|
         return -F.softplus(-self.alpha[:, None] * (z - self.tau[:, None]))
 
+    def log_gate_from_energy(self, e: torch.Tensor) -> torch.Tensor:
+        """log g (B, nh, T) from the energy e (B, nh, T)."""
+        return self.log_gate_from_z(self.normalise(e.float()))
+
+    def log_gate_from_projection(self, p: torch.Tensor) -> torch.Tensor:
+        """log g (B, nh, T) from p = input_projection()(x) (B, T, m)."""
+        return self.log_gate_from_energy(self.energy_from_projection(p.float()))
+
     def penalty(self) -> torch.Tensor | None:
         """An extra training loss term (e.g. a constraint on learned filters), or None."""
         return None
@@ -190,4 +200,50 @@ class Gate(nn.Module, ABC):
         """log g (B, nh, T) in fp32 from x (B, T, C), or from its precomputed `input_projection` (B, T, m)."""
         with torch.autocast(x.device.type, enabled=False):
             e = self.energy(x.float()) if projection is None else self.energy_from_projection(projection.float())
-            return self.log_gate_from_z(self.normalise(e.float()))
+            if torch.compiler.is_compiling():  # the compiler's partitioner chooses what to recompute itself
+                return self.log_gate_from_energy(e)
+            # the z-norm and the sigmoid would keep about eight (B, nh, T) intermediates per layer for
+            # backward, most of a gated model's extra activation memory: backward recomputes them from e
+            return Recomputed.apply(self.log_gate_from_energy, e, *self.parameters())
+
+
+class Recomputed(torch.autograd.Function):
+    """``fn(source)``, keeping only `source` for backward, where fn's graph is built again and differentiated.
+
+    The recomputation runs the same operators in the same order, so values and gradients equal those of
+    the plain graph bit for bit; fn must be deterministic given its input (no dropout). `params` are the
+    parameters fn may read (as module attributes): their gradients come back as this function's.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, fn: Callable[[torch.Tensor], torch.Tensor], source: torch.Tensor, *params: nn.Parameter
+    ) -> torch.Tensor:
+        ctx.fn, ctx.params = fn, params
+        ctx.save_for_backward(source)
+        return fn(source)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        (source,) = ctx.saved_tensors
+        source_grad, param_grads = recompute_grads(ctx.fn, source, ctx.params, grad)
+        return None, source_grad, *param_grads
+
+
+def recompute_grads(
+    fn: Callable[[torch.Tensor], torch.Tensor],
+    source: torch.Tensor,
+    params: tuple[nn.Parameter, ...],
+    grad: torch.Tensor,
+) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+    """Gradients of <fn(source), grad> with respect to source and to each of params (None where a
+    parameter has no gradient or fn does not read it): fn's graph built again, then differentiated."""
+    leaf = source.detach().requires_grad_()
+    trained = [p for p in params if p.requires_grad]
+    # as in the forward pass, whatever autocast backward runs under (the gates compute in fp32)
+    with torch.enable_grad(), torch.autocast(source.device.type, enabled=False):
+        out = fn(leaf)
+    grads = iter(torch.autograd.grad(out, [leaf, *trained], grad, allow_unused=True))
+    source_grad = next(grads)
+    return source_grad, [next(grads) if p.requires_grad else None for p in params]

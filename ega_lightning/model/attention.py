@@ -24,14 +24,20 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 from ega_lightning.gates import Gate, GateState
+from ega_lightning.gates.base import recompute_grads
 
 ATTENTION_IMPLS = ("fused", "reference", "flex")
 
 # exp(-30) ~ 1e-13: a key gated that far down is already gone, and bf16 keeps the
 # clamped value to within its usual relative precision.
 LOG_GATE_FLOOR = -30.0
+
+# Training writes log g with `_LogGateIntoKeys`; False: with autograd's own in-place copy (the path
+# generation, compiled models and probed gates take), which the tests hold it equal to bit for bit.
+COPY_FREE_WRITE = True
 
 
 def pad_width(device: torch.device) -> int:
@@ -101,6 +107,74 @@ def flex_gated_attention(
 
     block_mask = _causal_block_mask(T, q.device)
     return flex_attention(q, k, v, score_mod=add_log_gate, block_mask=block_mask, scale=1.0 / math.sqrt(hs))
+
+
+def _key_channel(log_g: torch.Tensor, hs: int, dtype: torch.dtype) -> torch.Tensor:
+    """What k's extra channel holds: log g sqrt(hs) (B, T, nh) from log g (B, nh, T), so that q's 1 times it,
+    scaled by 1 / sqrt(hs) like every logit, adds log g."""
+    return (log_g.clamp_min(LOG_GATE_FLOOR) * math.sqrt(hs)).transpose(1, 2).to(dtype)
+
+
+def _key_channel_of(qkv: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
+    """The view (B, T, nh) of k's first extra channel in the padded Q/K/V buffer (B T, 3 nh d);
+    shape = (T, nh, hs), the true head size hs (d = hs + the padding width)."""
+    T, nh, hs = shape
+    return qkv.view(-1, T, 3, nh, qkv.shape[-1] // (3 * nh))[:, :, 1, :, hs]
+
+
+def _identity(t: torch.Tensor) -> torch.Tensor:
+    return t
+
+
+class _LogGateIntoKeys(torch.autograd.Function):
+    """Writes log g into k's extra channel of the padded Q/K/V matmul output, in place, with a backward
+    that copies no buffer.
+
+    As autograd's own in-place write, it would cost backward a clone of the whole buffer's gradient
+    (the write's CopySlices) and, when the gate read its projection from that channel first, a
+    zero-filled buffer-sized gradient and its sum. Here the buffer's gradient passes through with only
+    the channel replaced. log g = `log_gate(source)`, with `source` the channel's projection (None:
+    read it here) or a log g computed outside; backward recomputes log g from `source`, so its
+    intermediates are not kept either (see `Recomputed`). Values and gradients equal the plain
+    in-place graph's bit for bit.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        qkv: torch.Tensor,
+        shape: tuple[int, int, int],
+        log_gate: Callable[[torch.Tensor], torch.Tensor],
+        source: torch.Tensor | None,
+        *params: nn.Parameter,
+    ) -> torch.Tensor:
+        channel = _key_channel_of(qkv, shape)  # (B, T, nh)
+        ctx.folded = source is None
+        if ctx.folded:
+            source = channel.clone()  # the energy projection, before log g overwrites it
+        channel.copy_(_key_channel(log_gate(source), shape[2], qkv.dtype))
+        ctx.mark_dirty(qkv)
+        ctx.shape, ctx.log_gate, ctx.params = shape, log_gate, params
+        ctx.save_for_backward(source)
+        return qkv
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        # grad (B, T, 3 nh d) is the reshape of the SDPA's q, k, v gradients into the buffer's layout,
+        # a tensor of its own, so its channel may be overwritten in place
+        (source,) = ctx.saved_tensors
+        hs = ctx.shape[2]
+        grad = grad.contiguous()
+        channel = _key_channel_of(grad, ctx.shape)  # (B, T, nh)
+        source_grad, param_grads = recompute_grads(
+            lambda s: _key_channel(ctx.log_gate(s), hs, grad.dtype), source, ctx.params, channel
+        )
+        if ctx.folded:  # the write made the channel's own gradient 0; the read gives it the projection's
+            channel.copy_(source_grad)
+            return grad, None, None, None, *param_grads
+        channel.zero_()
+        return grad, None, None, source_grad, *param_grads
 
 
 @dataclass
@@ -193,6 +267,26 @@ class CausalSelfAttention(nn.Module):
         else:  # generation: the weights do not change between steps, nor does folding (the gate's
             # state then keeps projections), so both are decided once per cache
             weight, bias, fold = cache.reuse("qkv", lambda: self._qkv_weights(x, width))
+        # In training, a write whose backward copies no buffer (`_LogGateIntoKeys`); it calls the gate's
+        # arithmetic, not the module, when it folds: a gate with forward hooks (the gate callbacks' probes)
+        # takes the plain path, so that its hooks see every call
+        hooked = fold and bool(self.gate._forward_hooks or self.gate._forward_pre_hooks)
+        if (
+            COPY_FREE_WRITE
+            and cache is None
+            and torch.is_grad_enabled()
+            and not hooked
+            and not torch.compiler.is_compiling()
+        ):
+            # (B T, 3 nh (hs + width)): F.linear's own matmul, but a tensor of its own rather than a view,
+            # so that autograd takes the write below as in place on it, not on a view of another tensor
+            qkv = torch.addmm(bias, x.reshape(B * T, C), weight.t())
+            if fold:  # the gate reads its projection from the channel that its log g then overwrites
+                gate_params = self.gate.parameters()
+                qkv = _LogGateIntoKeys.apply(qkv, (T, nh, hs), self.gate.log_gate_from_projection, None, *gate_params)
+            else:
+                qkv = _LogGateIntoKeys.apply(qkv, (T, nh, hs), _identity, self.gate(x))
+            return qkv.view(B, T, 3, nh, hs + width).permute(2, 0, 3, 1, 4)
         qkv = F.linear(x, weight, bias).view(B, T, 3, nh, hs + width)
         channel = qkv[:, :, 1, :, hs]  # (B, T, nh): k's first extra channel, the energy projection if folded
         folded = channel.clone() if fold else None  # copied: log g overwrites the channel below
@@ -200,7 +294,7 @@ class CausalSelfAttention(nn.Module):
             log_g, cache.gate = self.gate.step(x, cache.gate, folded)
         else:
             log_g = self.gate(x, folded)  # (B, nh, T), fp32
-        channel.copy_((log_g.clamp_min(LOG_GATE_FLOOR) * math.sqrt(hs)).transpose(1, 2).to(qkv.dtype))
+        channel.copy_(_key_channel(log_g, hs, qkv.dtype))
         return qkv.permute(2, 0, 3, 1, 4)
 
     def _qkv_weights(self, x: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
