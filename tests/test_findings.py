@@ -422,3 +422,20 @@ def test_committed_landscapes_agree_with_the_records_of_their_runs():
             assert e.shift_cost(0.0) == 0.0 and e.alpha_cost(1.0) == 0.0, e.label  # the restores are exact
             checked += 1
     assert checked > 0
+
+
+def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
+    runs = synthetic({"linear": ("linear", None, [1.5, 1.6]), "window": ("linear", {"znorm": "window"}, [1.4])})
+    runs += synthetic({"frozen": ("linear", {"learn_tau": False}, [1.5]), "db2": ("db2", None, [1.5])})
+    logged = {
+        "linear": [(0.01, 1.0), (0.03, 1.0)],
+        "window": [(0.5, 1.0)] * 4,
+        "frozen": [(0.0, 1.0)],
+        "db2": [(1.0, 1.0)],
+    }
+    for r in runs:
+        steps = logged[r.run.entry]
+        for tag, i in (("gate/grad_norm/tau", 0), ("gate/grad_norm/energy", 1)):
+            r.scalars[tag] = [(50 * (k + 1), values[i]) for k, values in enumerate(steps)]
+    # two causal EGA-1 seeds, two steps each: ratios 0.01, 0.03, 0.01, 0.03
+    assert findings.grad_norm_ratio(build_variants(runs)) == pytest.approx(0.02)

@@ -393,10 +393,14 @@ def learned_reference(v: Variant, variants: list[Variant]) -> Variant | None:
         and x.gate == v.gate
         and x.regime == v.regime
         and x.hp("tau_init") == v.hp("tau_init")
-        and _options(x).get("learn_tau", True)
-        and _options(x).get("znorm", "prefix") == "prefix"
+        and trained_as_in_paper(x)
     ]
     return candidates[0] if candidates else None
+
+
+def trained_as_in_paper(v: Variant) -> bool:
+    """tau learned and z over the causal prefix: not a frozen-tau or whole-window diagnostic."""
+    return bool(_options(v).get("learn_tau", True)) and _options(v).get("znorm", "prefix") == "prefix"
 
 
 def _frozen_tau_findings(table: Table, variants: list[Variant]) -> list[Finding]:
@@ -516,9 +520,10 @@ def tail_findings(evaluations: Sequence[Evaluation]) -> list[Finding]:
 
 
 def grad_norm_ratio(variants: list[Variant]) -> float | None:
-    """Median over the logged steps of learned-tau EGA-1 runs: |grad tau| / |grad energy projection|."""
+    """Median over the logged steps of EGA-1 runs trained as in the paper: |grad tau| / |grad energy projection|."""
     ratios = []
-    for r in {id(r): r for v in variants if v.gate == "linear" for r in v.done}.values():
+    ega1 = [v for v in variants if v.gate == "linear" and trained_as_in_paper(v)]
+    for r in {id(r): r for v in ega1 for r in v.done}.values():
         tau = dict(r.scalars.get("gate/grad_norm/tau", []))
         energy = dict(r.scalars.get("gate/grad_norm/energy", []))
         ratios += [tau[s] / energy[s] for s in tau if energy.get(s)]
