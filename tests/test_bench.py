@@ -15,7 +15,9 @@ def write_configs(root):
     (root / "size").mkdir(parents=True)
     (root / "gate").mkdir()
     (root / "size/tiny.yaml").write_text(yaml.safe_dump({"model": SHAPE, "data": {"batch_size": 2}}))
-    for name, model in {"none": {"gate": "none"}, "linear": {"gate": "linear"}, "db2": {"gate": "db2"}}.items():
+    gates = {"none": {"gate": "none"}, "linear": {"gate": "linear"}, "db2": {"gate": "db2"}}
+    gates["linear_window"] = {"gate": "linear", "gate_options": {"znorm": "window"}}
+    for name, model in gates.items():
         (root / f"gate/{name}.yaml").write_text(yaml.safe_dump({"model": model}))
 
 
@@ -45,13 +47,14 @@ def test_bench_writes_tables_with_ratios_memory_and_generation(tmp_path):
     result = json.loads((out / "bench-cpu-32-true.json").read_text())
     (size,) = result["sizes"]
     rows = size["rows"]
-    assert list(rows) == ["none", "db2", "linear", "nanogpt_reference"]  # the baseline first
+    assert list(rows) == ["none", "db2", "linear", "linear_window", "nanogpt_reference"]  # the baseline first
     assert rows["none"]["time_ratio"] == 1.0 and all(r["repeats"] == 3 for r in rows.values())
     assert rows["linear"]["params"] - rows["none"]["params"] == SHAPE["n_layer"] * SHAPE["n_head"] * (16 + 2)
     assert rows["linear"]["train_state_mb"] > rows["none"]["train_state_mb"]
     assert rows["linear"]["activation_mb"] > rows["none"]["activation_mb"] > 0
     (generation,) = result["generation"]
-    assert set(generation["rows"]) == {"none", "db2", "linear"}
+    assert set(generation["rows"]) == {"none", "db2", "linear"}  # the leaky z-norm has no cached form
+    assert generation["uncached"] == ["linear_window"]
     assert all(r["speedup"] > 0 for r in generation["rows"].values())
     markdown = (out / "bench-cpu-32-true.md").read_text()
     assert "| linear |" in markdown and "ours / nanoGPT" in markdown and "KV cache tokens/s" in markdown
