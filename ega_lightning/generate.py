@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -151,15 +152,23 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout.flush()
     t0, n = time.perf_counter(), 0
     tokens = stream(lm.model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed, not args.no_cache)
+    # Ctrl-C sets a flag that the loop reads after each token: a KeyboardInterrupt raised wherever the
+    # signal lands could be swallowed (inside a finalizer, say), and the generation would go on
+    interrupted: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
     try:
         for token in tokens:  # each character as soon as it exists: a long generation shows progress
             n += 1
             sys.stdout.write(lm.tokenizer.decode(token[0]))
             sys.stdout.flush()
-    except KeyboardInterrupt:  # keep what was generated; no traceback
+            if interrupted:
+                break
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if interrupted:  # keep what was generated; no traceback
         sys.stdout.write("\n")
         sys.stderr.write(f"ega generate: interrupted after {n} of {args.max_new_tokens} new tokens\n")
-        raise SystemExit(130) from None
+        raise SystemExit(130)
     seconds = time.perf_counter() - t0
     sys.stdout.write("\n")
     sys.stderr.write(f"{n} tokens in {seconds:.2f} s ({n / seconds:.1f} tokens/s)\n")
