@@ -131,10 +131,12 @@ def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width,
     assert saved <= plain_saved
 
 
-def test_a_probed_gate_sees_every_training_forward():
+@pytest.mark.parametrize("hook", ["forward", "full backward"])
+def test_a_hooked_gate_sees_every_training_pass(hook):
     model = tiny("linear")
     calls = []
-    handles = [g.register_forward_hook(lambda *_: calls.append(1)) for g in model.model.gates]
+    register = {"forward": "register_forward_hook", "full backward": "register_full_backward_hook"}[hook]
+    handles = [getattr(g, register)(lambda *_: calls.append(1)) for g in model.model.gates]
     loss_and_grads(model, batch())
     for h in handles:
         h.remove()

@@ -104,6 +104,10 @@ class Gate(nn.Module, ABC):
     A gate whose energy starts with a linear map p = x W^T (EGA-1, EGA-K) exposes it as
     ``input_projection``: the attention layer then computes p in the same matmul as Q, K, V
     and hands it to ``forward(x, p)``, which goes on with ``energy_from_projection(p)``.
+
+    In training, ``normalise``, ``log_gate_from_z`` and ``energy_from_projection`` run again in
+    backward (see `Recomputed`): they must be deterministic and read no tensors but their input
+    and the gate's own parameters.
     """
 
     receptive_field: int = 1
@@ -200,7 +204,8 @@ class Gate(nn.Module, ABC):
         """log g (B, nh, T) in fp32 from x (B, T, C), or from its precomputed `input_projection` (B, T, m)."""
         with torch.autocast(x.device.type, enabled=False):
             e = self.energy(x.float()) if projection is None else self.energy_from_projection(projection.float())
-            if torch.compiler.is_compiling():  # the compiler's partitioner chooses what to recompute itself
+            # no backward to prepare for; or the compiler's partitioner chooses what to recompute itself
+            if not torch.is_grad_enabled() or torch.compiler.is_compiling():
                 return self.log_gate_from_energy(e)
             # the z-norm and the sigmoid would keep about eight (B, nh, T) intermediates per layer for
             # backward, most of a gated model's extra activation memory: backward recomputes them from e

@@ -122,6 +122,15 @@ def _key_channel_of(qkv: torch.Tensor, shape: tuple[int, int, int]) -> torch.Ten
     return qkv.view(-1, T, 3, nh, qkv.shape[-1] // (3 * nh))[:, :, 1, :, hs]
 
 
+def _has_hooks(module: nn.Module) -> bool:
+    """Whether calling `module` would run hooks of its own or global module hooks."""
+    from torch.nn.modules import module as hooks
+
+    own = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
+    every = (hooks._global_forward_hooks, hooks._global_forward_pre_hooks, hooks._global_backward_hooks)
+    return any(bool(h) for h in (*own, *every))
+
+
 def _identity(t: torch.Tensor) -> torch.Tensor:
     return t
 
@@ -161,8 +170,9 @@ class _LogGateIntoKeys(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        # grad (B, T, 3 nh d) is the reshape of the SDPA's q, k, v gradients into the buffer's layout,
-        # a tensor of its own, so its channel may be overwritten in place
+        # grad (B T, 3 nh d) is the reshape of the SDPA's q, k, v gradients into the buffer's layout: a
+        # tensor of its own while this function's output has that one consumer (its view into q, k, v in
+        # `_gated_qkv`), so its channel may be overwritten in place
         (source,) = ctx.saved_tensors
         hs = ctx.shape[2]
         grad = grad.contiguous()
@@ -268,9 +278,9 @@ class CausalSelfAttention(nn.Module):
             # state then keeps projections), so both are decided once per cache
             weight, bias, fold = cache.reuse("qkv", lambda: self._qkv_weights(x, width))
         # In training, a write whose backward copies no buffer (`_LogGateIntoKeys`); it calls the gate's
-        # arithmetic, not the module, when it folds: a gate with forward hooks (the gate callbacks' probes)
-        # takes the plain path, so that its hooks see every call
-        hooked = fold and bool(self.gate._forward_hooks or self.gate._forward_pre_hooks)
+        # arithmetic, not the module, when it folds: a gate with hooks (the gate callbacks' probes) takes
+        # the plain path, so that its hooks see every call
+        hooked = fold and _has_hooks(self.gate)
         if (
             COPY_FREE_WRITE
             and cache is None
