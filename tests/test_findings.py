@@ -439,3 +439,17 @@ def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
             r.scalars[tag] = [(50 * (k + 1), values[i]) for k, values in enumerate(steps)]
     # two causal EGA-1 seeds, two steps each: ratios 0.01, 0.03, 0.01, 0.03
     assert findings.grad_norm_ratio(build_variants(runs)) == pytest.approx(0.02)
+
+
+def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp_path):
+    records_dir = tmp_path / "results" / "runs"
+    records_dir.mkdir(parents=True)
+    timed = {"sizes": [{"size": "cpu", "rows": {"linear": {"time_ratio": 1.1, "time_ratio_q1_q3": [1.05, 1.2]}}}]}
+    write_atomic(tmp_path / "results" / "bench-cpu-32-true.json", json.dumps(timed))
+    write_atomic(
+        tmp_path / "results" / "bench-cpu-32-true-generation.json", json.dumps({"sizes": [], "generation": []})
+    )
+    bench, source = report._bench(None, records_dir, tmp_path / "results")
+    assert source == "bench-cpu-32-true.md"
+    f = findings.cost_finding(bench, source)
+    assert f.ours.mean == 1.1 and f.verdict is Verdict.DOES_NOT_HOLD

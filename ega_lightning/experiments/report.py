@@ -144,13 +144,17 @@ def landscape_figures(evaluations: list[landscapes.Evaluation]) -> list[tuple[st
 
 
 def _bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[str, Any] | None, str]:
-    """The `ega bench` result the cost claim is read from: ``path``, else the first beside the records."""
-    candidates = [path] if path else sorted(records_dir.parent.glob("bench-*.json"))
-    for candidate in candidates:
+    """The `ega bench` result the cost claim is read from: ``path``, else the first beside the records
+    that times EGA-1's training step; the full table (bench-<device>-<precision>.json) before the
+    tables of one mode (-compile, -generation)."""
+    found = sorted(records_dir.parent.glob("bench-*.json"), key=lambda p: (p.stem.count("-"), p.name))
+    for candidate in [path] if path else found:
         try:
-            return json.loads(candidate.read_text()), os.path.relpath(candidate.with_suffix(".md"), out)
+            result = json.loads(candidate.read_text())
         except (OSError, json.JSONDecodeError):
             continue
+        if path or any("linear" in size.get("rows", {}) for size in result.get("sizes", [])):
+            return result, os.path.relpath(candidate.with_suffix(".md"), out)
     return None, "README.md#cost-of-the-gates"
 
 
