@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
+from torch.nn.modules import module as hooks
 
 from ega_lightning.gates import Gate, GateState
 from ega_lightning.gates.base import recompute_grads
@@ -124,8 +125,6 @@ def _key_channel_of(qkv: torch.Tensor, shape: tuple[int, int, int]) -> torch.Ten
 
 def _has_hooks(module: nn.Module) -> bool:
     """Whether calling `module` would run hooks of its own or global module hooks."""
-    from torch.nn.modules import module as hooks
-
     own = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
     every = (hooks._global_forward_hooks, hooks._global_forward_pre_hooks, hooks._global_backward_hooks)
     return any(bool(h) for h in (*own, *every))
