@@ -20,9 +20,10 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +35,8 @@ from ega_lightning.generate import generate
 from ega_lightning.io import read_yaml, write_atomic
 from ega_lightning.model.attention import pad_width
 from ega_lightning.module import CharLM
+
+T = TypeVar("T")
 
 VOCAB = CORPORA["tinyshakespeare"].vocab
 SPLIT_GATE = "linear"  # EGA-1: the gate whose overhead the bench splits into the kernel's share and the rest
@@ -91,6 +94,22 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def saved_activation_bytes(forward: Callable[[], T], params: Iterable[torch.Tensor]) -> tuple[T, int]:
+    """forward()'s result and the bytes of the tensors autograd saved for its backward, counted once per
+    storage, the storages of `params` left out."""
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        result = forward()
+    param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+    return result, sum(n for ptr, n in saved.items() if ptr not in param_ptrs)
+
+
 class Contender:
     """A model with its optimizer and a fixed batch; `step()` times one training step."""
 
@@ -124,22 +143,12 @@ class Contender:
     def memory(self) -> dict[str, float]:
         """Bytes of tensors autograd saves for backward (activations, deduplicated by storage), of the
         training state (parameters, gradients, two AdamW moments) and, on CUDA, the allocator's peak."""
-        saved: dict[int, int] = {}
-
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            storage = t.untyped_storage()
-            saved[storage.data_ptr()] = storage.nbytes()
-            return t
-
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = self._loss()
+        loss, activations = saved_activation_bytes(self._loss, self.model.parameters())
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        param_ptrs = {p.untyped_storage().data_ptr() for p in self.model.parameters()}
-        activations = sum(n for ptr, n in saved.items() if ptr not in param_ptrs)
         params = sum(p.numel() * p.element_size() for p in self.model.parameters())
         out = {"activation_mb": activations / 2**20, "train_state_mb": 4 * params / 2**20}
         out["total_mb"] = out["activation_mb"] + out["train_state_mb"]

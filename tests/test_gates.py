@@ -12,6 +12,7 @@ import pywt
 import torch
 
 from ega_lightning import CharLM
+from ega_lightning.bench import saved_activation_bytes
 from ega_lightning.gates import build_gate, gate_class, gate_names
 from ega_lightning.gates.multiscale import causal_moving_average
 from ega_lightning.gates.wavelet import causal_fir
@@ -302,19 +303,10 @@ def test_gate_forward_recomputes_its_intermediates_with_the_plain_graphs_values_
 
     results = []
     for out_of in (lambda: g(x), plain):
-        saved: list[int] = []
-
-        def pack(t: torch.Tensor, saved: list[int] = saved) -> torch.Tensor:
-            saved.append(t.numel())
-            return t
-
-        with (
-            torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
-            torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16-mixed"),
-        ):
-            log_g = out_of()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16-mixed"):
+            log_g, saved = saved_activation_bytes(out_of, g.parameters())
         grads = torch.autograd.grad((log_g * weights).sum(), [x, *g.parameters()], allow_unused=True)
-        results.append((log_g, grads, sum(saved)))
+        results.append((log_g, grads, saved))
     (log_g, grads, saved), (plain, plain_grads, plain_saved) = results
     assert torch.equal(log_g, plain)
     for grad, plain_grad in zip(grads, plain_grads, strict=True):

@@ -1,6 +1,7 @@
 """The ways of running the same model, each against its plain counterpart on CPU: the CUDA padding
 layout (8 channels) against the reference, FlexAttention against the reference, compiled against eager."""
 
+import functools
 import importlib.util
 import warnings
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 from ega_lightning import CharLM
+from ega_lightning.bench import saved_activation_bytes
 from ega_lightning.callbacks import TauTracker
 from ega_lightning.callbacks.probe import GateProbe
 from ega_lightning.gates import build_gate, gate_names
@@ -94,20 +96,6 @@ def test_cuda_padding_layout_caches_as_it_recomputes():
 # --- training's copy-free write of log g against autograd's in-place write
 
 
-def saved_bytes(model: CharLM, data: tuple[torch.Tensor, torch.Tensor]) -> int:
-    """Bytes of the tensors autograd keeps for backward, by storage, parameters left out."""
-    saved: dict[int, int] = {}
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model.loss(data)
-    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-    return sum(n for ptr, n in saved.items() if ptr not in params)
-
-
 @pytest.mark.parametrize("width", [1, 8])
 @pytest.mark.parametrize("gate", GATED)
 @pytest.mark.parametrize("mode", ["fp32", "bf16-mixed", "frozen tau"])
@@ -121,7 +109,8 @@ def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width,
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16-mixed"):
             loss = model.loss(data)
         loss.backward()
-        runs[copy_free] = (loss.detach(), {n: p.grad for n, p in model.named_parameters()}, saved_bytes(model, data))
+        _, saved = saved_activation_bytes(functools.partial(model.loss, data), model.parameters())
+        runs[copy_free] = (loss.detach(), {n: p.grad for n, p in model.named_parameters()}, saved)
     (loss, grads, saved), (plain_loss, plain_grads, plain_saved) = runs[True], runs[False]
     assert torch.equal(loss, plain_loss)
     assert grads.keys() == plain_grads.keys()
