@@ -36,9 +36,14 @@ ATTENTION_IMPLS = ("fused", "reference", "flex")
 # clamped value to within its usual relative precision.
 LOG_GATE_FLOOR = -30.0
 
-# Training writes log g with `_LogGateIntoKeys`; False: with autograd's own in-place copy (the path
-# generation, compiled models and probed gates take), which the tests hold it equal to bit for bit.
+# Training runs the gated Q/K/V matmul as `_GatedQKV`; False: as autograd's own graph of F.linear and an
+# in-place write (the path generation, compiled models and probed gates take), which the tests hold it
+# equal to bit for bit.
 COPY_FREE_WRITE = True
+
+# `_GatedQKV`'s forward matmul rounds its output rows up to a multiple of this with zero rows: the CPU
+# GEMM runs its full-width kernel on them (at the cpu size 396 rows cost 1.067x 384, 400 rows 1.034x).
+QKV_ROW_MULTIPLE = 16
 
 
 def pad_width(device: torch.device) -> int:
@@ -116,11 +121,16 @@ def _key_channel(log_g: torch.Tensor, hs: int, dtype: torch.dtype) -> torch.Tens
     return (log_g.clamp_min(LOG_GATE_FLOOR) * math.sqrt(hs)).transpose(1, 2).to(dtype)
 
 
-def _key_channel_of(qkv: torch.Tensor, shape: tuple[int, int, int]) -> torch.Tensor:
-    """The view (B, T, nh) of k's first extra channel in the padded Q/K/V buffer (B T, 3 nh d);
-    shape = (T, nh, hs), the true head size hs (d = hs + the padding width)."""
-    T, nh, hs = shape
-    return qkv.view(-1, T, 3, nh, qkv.shape[-1] // (3 * nh))[:, :, 1, :, hs]
+def _heads(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor:
+    """The view (3, B, nh, T, d) of q', k', v' in the padded Q/K/V buffer (B T, rows) or (B, T, rows);
+    layout = (T, nh, hs, d): the true head size hs and the padded one d."""
+    T, nh, _, d = layout
+    return qkv.view(-1, T, qkv.shape[-1])[..., : 3 * nh * d].view(-1, T, 3, nh, d).permute(2, 0, 3, 1, 4)
+
+
+def _key_channel_of(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor:
+    """The view (B, T, nh) of k's first extra channel in the padded Q/K/V buffer (see `_heads`)."""
+    return _heads(qkv, layout)[1, ..., layout[2]].transpose(1, 2)
 
 
 def _has_hooks(module: nn.Module) -> bool:
@@ -134,56 +144,74 @@ def _identity(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-class _LogGateIntoKeys(torch.autograd.Function):
-    """Writes log g into k's extra channel of the padded Q/K/V matmul output, in place, with a backward
-    that copies no buffer.
+class _GatedQKV(torch.autograd.Function):
+    """Training's gated Q/K/V: the padded matmul x W'^T + b' (B T, rows), log g written into k's extra
+    channel, q', k', v' (B, nh, T, d) returned as views of that buffer; values and gradients equal those
+    of autograd's graph of the same operators (F.linear, an in-place write, the views) bit for bit.
 
-    As autograd's own in-place write, it would cost backward a clone of the whole buffer's gradient
-    (the write's CopySlices) and, when the gate read its projection from that channel first, a
-    zero-filled buffer-sized gradient and its sum. Here the buffer's gradient passes through with only
-    the channel replaced. log g = `log_gate(source)`, with `source` the channel's projection (None:
-    read it here) or a log g computed outside; backward recomputes log g from `source`, so its
-    intermediates are not kept either (see `Recomputed`). Values and gradients equal the plain
-    in-place graph's bit for bit.
+    That graph costs backward two copies of the buffer's gradient (the stack of the q, k, v gradients,
+    then its reshape), a third for the in-place write (CopySlices) and, when the gate read its projection
+    from the channel first, a zero-filled buffer-sized gradient and its sum. Here backward gathers the
+    q, k, v gradients into one buffer (one copy), replaces the channel's gradient and runs the matmul's
+    backward on it. log g = `log_gate(source)`, with `source` the channel's projection (None: read it
+    here) or a log g computed outside; backward recomputes log g from `source`, so its intermediates
+    are not kept either (see `Recomputed`). Under autocast the matmul runs in autocast's dtype, as
+    autocast would run it, and the gradients come back in the inputs' dtypes.
     """
 
     @staticmethod
     def forward(
         ctx: Any,
-        qkv: torch.Tensor,
-        shape: tuple[int, int, int],
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor,
+        layout: tuple[int, int, int, int],
         log_gate: Callable[[torch.Tensor], torch.Tensor],
         source: torch.Tensor | None,
         *params: nn.Parameter,
-    ) -> torch.Tensor:
-        channel = _key_channel_of(qkv, shape)  # (B, T, nh)
-        ctx.folded = source is None
-        if ctx.folded:
-            source = channel.clone()  # the energy projection, before log g overwrites it
-        channel.copy_(_key_channel(log_gate(source), shape[2], qkv.dtype))
-        ctx.mark_dirty(qkv)
-        ctx.shape, ctx.log_gate, ctx.params = shape, log_gate, params
-        ctx.save_for_backward(source)
-        return qkv
+    ) -> tuple[torch.Tensor, ...]:
+        # x (B T, C); weight (3 nh d, C); bias (3 nh d,)
+        ctx.dtypes = (x.dtype, weight.dtype, bias.dtype)
+        if torch.is_autocast_enabled(x.device.type):
+            dtype = torch.get_autocast_dtype(x.device.type)
+            x, weight, bias = x.to(dtype), weight.to(dtype), bias.to(dtype)
+        rounding = -weight.shape[0] % QKV_ROW_MULTIPLE
+        with torch.autocast(x.device.type, enabled=False):
+            qkv = torch.addmm(F.pad(bias, (0, rounding)), x, F.pad(weight, (0, 0, 0, rounding)).t())  # (B T, rows)
+            channel = _key_channel_of(qkv, layout)  # (B, T, nh)
+            ctx.folded = source is None
+            if ctx.folded:
+                source = channel.clone()  # the energy projection, before log g overwrites it
+            channel.copy_(_key_channel(log_gate(source), layout[2], qkv.dtype))
+        ctx.layout, ctx.log_gate, ctx.params = layout, log_gate, params
+        ctx.save_for_backward(x, weight, source)
+        return tuple(_heads(qkv, layout).unbind(0))  # 3 x (B, nh, T, d)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        # grad (B T, 3 nh d) is the reshape of the SDPA's q, k, v gradients into the buffer's layout: a
-        # tensor of its own while this function's output has that one consumer (its view into q, k, v in
-        # `_gated_qkv`), so its channel may be overwritten in place
-        (source,) = ctx.saved_tensors
-        hs = ctx.shape[2]
-        grad = grad.contiguous()
-        channel = _key_channel_of(grad, ctx.shape)  # (B, T, nh)
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, weight, source = ctx.saved_tensors
+        hs = ctx.layout[2]
+        # (B T, 3 nh d): the buffer's gradient without the rounding rows, so that backward's matmuls and
+        # sum take the unrounded shapes (rounded, the column sums differ in the last bits at some widths)
+        grad = x.new_empty(x.shape[0], weight.shape[0])
+        for part, g in zip(_heads(grad, ctx.layout), grads, strict=True):
+            part.copy_(g)
+        channel = _key_channel_of(grad, ctx.layout)  # (B, T, nh)
         source_grad, param_grads = recompute_grads(
             lambda s: _key_channel(ctx.log_gate(s), hs, grad.dtype), source, ctx.params, channel
         )
         if ctx.folded:  # the write made the channel's own gradient 0; the read gives it the projection's
             channel.copy_(source_grad)
-            return grad, None, None, None, *param_grads
-        channel.zero_()
-        return grad, None, None, source_grad, *param_grads
+            source_grad = None
+        else:
+            channel.zero_()
+        # addmm's backward as autograd runs it, then back to the dtypes the inputs came in
+        x_grad = grad.mm(weight) if ctx.needs_input_grad[0] else None
+        weight_grad = grad.t().mm(x) if ctx.needs_input_grad[1] else None
+        bias_grad = grad.sum(0) if ctx.needs_input_grad[2] else None
+        matmul = zip((x_grad, weight_grad, bias_grad), ctx.dtypes, strict=True)
+        return *(g if g is None else g.to(t) for g, t in matmul), None, None, source_grad, *param_grads
 
 
 @dataclass
@@ -260,7 +288,7 @@ class CausalSelfAttention(nn.Module):
             y = self._attend(q, k, v, cache, dropout_p)
         return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))
 
-    def _gated_qkv(self, x: torch.Tensor, cache: LayerCache | None) -> torch.Tensor:
+    def _gated_qkv(self, x: torch.Tensor, cache: LayerCache | None) -> tuple[torch.Tensor, ...]:
         """q' = [q, 1], k' = [k, log g sqrt(hs)], v' = [v, 0], each (B, nh, T, hs + width), from one matmul.
 
         The Q/K/V weight gets `width` extra output rows per head (zero weights; bias 1 for q's,
@@ -270,15 +298,14 @@ class CausalSelfAttention(nn.Module):
         """
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
-        width = self.pad_width or pad_width(x.device)
+        layout = (T, nh, hs, hs + (self.pad_width or pad_width(x.device)))
         if cache is None:
-            weight, bias, fold = self._qkv_weights(x, width)
+            weight, bias, fold = self._qkv_weights(x, layout)
         else:  # generation: the weights do not change between steps, nor does folding (the gate's
             # state then keeps projections), so both are decided once per cache
-            weight, bias, fold = cache.reuse("qkv", lambda: self._qkv_weights(x, width))
-        # In training, a write whose backward copies no buffer (`_LogGateIntoKeys`); it calls the gate's
-        # arithmetic, not the module, when it folds: a gate with hooks (the gate callbacks' probes) takes
-        # the plain path, so that its hooks see every call
+            weight, bias, fold = cache.reuse("qkv", lambda: self._qkv_weights(x, layout))
+        # `_GatedQKV` calls the gate's arithmetic, not the module, when it folds: a gate with hooks (the
+        # gate callbacks' probes) takes the plain path, so that its hooks see every call
         hooked = fold and _has_hooks(self.gate)
         if (
             COPY_FREE_WRITE
@@ -287,26 +314,24 @@ class CausalSelfAttention(nn.Module):
             and not hooked
             and not torch.compiler.is_compiling()
         ):
-            # (B T, 3 nh (hs + width)): F.linear's own matmul, but a tensor of its own rather than a view,
-            # so that autograd takes the write below as in place on it, not on a view of another tensor
-            qkv = torch.addmm(bias, x.reshape(B * T, C), weight.t())
             if fold:  # the gate reads its projection from the channel that its log g then overwrites
-                gate_params = self.gate.parameters()
-                qkv = _LogGateIntoKeys.apply(qkv, (T, nh, hs), self.gate.log_gate_from_projection, None, *gate_params)
+                log_gate, source = self.gate.log_gate_from_projection, None
             else:
-                qkv = _LogGateIntoKeys.apply(qkv, (T, nh, hs), _identity, self.gate(x))
-            return qkv.view(B, T, 3, nh, hs + width).permute(2, 0, 3, 1, 4)
-        qkv = F.linear(x, weight, bias).view(B, T, 3, nh, hs + width)
-        channel = qkv[:, :, 1, :, hs]  # (B, T, nh): k's first extra channel, the energy projection if folded
+                log_gate, source = _identity, self.gate(x)
+            return _GatedQKV.apply(x.reshape(B * T, C), weight, bias, layout, log_gate, source, *self.gate.parameters())
+        qkv = F.linear(x, weight, bias)  # (B, T, rows)
+        channel = _key_channel_of(qkv, layout)  # (B, T, nh): the energy projection if folded
         folded = channel.clone() if fold else None  # copied: log g overwrites the channel below
         if cache is not None:  # only the new keys' gates, from the gate's incremental state
             log_g, cache.gate = self.gate.step(x, cache.gate, folded)
         else:
             log_g = self.gate(x, folded)  # (B, nh, T), fp32
         channel.copy_(_key_channel(log_g, hs, qkv.dtype))
-        return qkv.permute(2, 0, 3, 1, 4)
+        return tuple(_heads(qkv, layout).unbind(0))
 
-    def _qkv_weights(self, x: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    def _qkv_weights(
+        self, x: torch.Tensor, layout: tuple[int, int, int, int]
+    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
         """The padded Q/K/V weight and bias for input x, and whether they fold the gate's projection."""
         projection = self.gate.input_projection()
         # under autocast the gate keeps its own fp32 projection, so its energy stays exact
@@ -315,7 +340,7 @@ class CausalSelfAttention(nn.Module):
             and projection.out_features == self.n_head
             and not torch.is_autocast_enabled(x.device.type)
         )
-        return *self._padded_qkv_weights(width, fold), fold
+        return *self._padded_qkv_weights(layout[3] - layout[2], fold), fold
 
     def _padded_qkv_weights(self, width: int, fold: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The Q/K/V weight (3 nh (hs + width), C) and bias with the extra rows of `_gated_qkv`."""
