@@ -215,6 +215,29 @@ def test_compiled_training_step_equals_eager(compiled_and_eager):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("width", [1, 8])
+def test_compiled_gated_layer_equals_eager_at_both_widths(width):
+    """Compiled, a gated layer concatenates q', k', v' (`_gated_compiled`); eager, it writes log g into
+    its padded matmul's buffer (`_GatedQKV`). Stated tolerance (fp32): 1e-5 absolute and relative."""
+    torch.manual_seed(0)
+    C, nh = TINY_MODEL["n_embd"], TINY_MODEL["n_head"]
+    layer = CausalSelfAttention(C, nh, 0.0, True, build_gate("linear", C, nh, tau_init=0.3, alpha_init=2.0))
+    layer.pad_width = width
+    x = torch.randn(3, TINY_MODEL["block_size"], C)
+    runs = []
+    for forward in (torch.compile(layer), layer):  # one module: the compiled one shares its parameters
+        layer.zero_grad(set_to_none=True)
+        inputs = x.clone().requires_grad_()
+        out = forward(inputs)
+        out.square().sum().backward()
+        runs.append({"out": out.detach(), "x": inputs.grad, **{n: p.grad for n, p in layer.named_parameters()}})
+    compiled, eager = runs
+    assert compiled.keys() == eager.keys() and all(g is not None for g in eager.values())
+    for name in eager:
+        torch.testing.assert_close(compiled[name], eager[name], atol=1e-5, rtol=1e-5, msg=name)
+
+
+@pytest.mark.slow
 def test_checkpoints_with_and_without_compile_load_into_each_other(compiled_and_eager, tmp_path):
     compiled, eager = compiled_and_eager
     assert list(compiled.state_dict()) == list(eager.state_dict())  # no `_orig_mod.` keys

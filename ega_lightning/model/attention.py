@@ -1,13 +1,14 @@
 """Causal self-attention, plain or energy-gated.
 
-Two implementations of the gated attention of EGA_SPEC.md section 2:
+Three implementations of the gated attention of EGA_SPEC.md section 2:
 
 - ``reference``: the spec's formula written out. softmax over j <= i, multiply
   by g_j, renormalise. Quadratic memory; the tests' ground truth.
 - ``fused``: the identity a'_ij = softmax_j(q_i.k_j / sqrt(hs) + log g_j). The
   log-gate rides in one extra query/key channel, q' = [q, 1] and
   k' = [k, log g * sqrt(hs)] (and v' = [v, 0]), so attention stays on the fused causal
-  SDPA kernel. The extra channels come out of the Q/K/V matmul itself (see `_gated_qkv`).
+  SDPA kernel. The extra channels come out of the Q/K/V matmul itself (see `_gated_qkv`);
+  under torch.compile, out of concatenations the compiler fuses (see `_gated_compiled`).
 - ``flex``: the same identity as a FlexAttention ``score_mod`` that adds log g of the key,
   with a causal block mask: no padded channel. For CUDA, where it is compiled; on CPU
   torch's FlexAttention has no backward, so there it only evaluates (under no_grad).
@@ -37,8 +38,7 @@ ATTENTION_IMPLS = ("fused", "reference", "flex")
 LOG_GATE_FLOOR = -30.0
 
 # Training runs the gated Q/K/V matmul as `_GatedQKV`; False: as autograd's own graph of F.linear and an
-# in-place write (the path generation, compiled models and probed gates take), which the tests hold it
-# equal to bit for bit.
+# in-place write (the path generation and probed gates take), which the tests hold it equal to bit for bit.
 COPY_FREE_WRITE = True
 
 # `_GatedQKV`'s forward matmul rounds its output rows up to a multiple of this with zero rows: the CPU
@@ -277,6 +277,8 @@ class CausalSelfAttention(nn.Module):
             y = flex_gated_attention(q, k, v, self.gate(x), dropout_p)  # (B, nh, T, hs)
             return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))
         if self.gate is not None and (self.impl != "reference" or cache is not None):
+            if cache is None and torch.compiler.is_compiling():
+                return self.resid_dropout(self._gated_compiled(x, dropout_p))
             q, k, v = self._gated_qkv(x, cache)  # 3 x (B, nh, T, hs + width)
             y = self._attend(q, k, v, cache, dropout_p)
             return self.resid_dropout(self._project_padded(y, cache))
@@ -287,6 +289,26 @@ class CausalSelfAttention(nn.Module):
         else:
             y = self._attend(q, k, v, cache, dropout_p)
         return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))
+
+    def _gated_compiled(self, x: torch.Tensor, dropout_p: float) -> torch.Tensor:
+        """The fused layout as `torch.compile` traces it: q', k', v' concatenated from q, k, v and the
+        gate's channel, y sliced back to hs channels for c_proj.
+
+        Eager, the padded matmul and its in-place write of log g save copies; traced, the compiler turns
+        that write into a copy of the whole Q/K/V buffer (forward and backward) and cannot fuse it, while
+        it fuses these concatenations and the slice into its own kernels (`ega bench --compile`).
+        """
+        B, T, C = x.shape
+        nh, hs = self.n_head, C // self.n_head
+        width = self.pad_width or pad_width(x.device)
+        q, k, v = self.c_attn(x).view(B, T, 3, nh, hs).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs)
+        channel = _key_channel(self.gate(x), hs, q.dtype).transpose(1, 2)[..., None]  # (B, nh, T, 1)
+        zeros = channel.new_zeros(B, nh, T, width - 1)
+        q = torch.cat([q, torch.ones_like(channel), zeros], dim=-1)  # (B, nh, T, hs + width)
+        k = torch.cat([k, channel, zeros], dim=-1)
+        v = torch.cat([v, channel.new_zeros(B, nh, T, width)], dim=-1)
+        y = self._attend(q, k, v, None, dropout_p)[..., :hs]  # (B, nh, T, hs)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
     def _gated_qkv(self, x: torch.Tensor, cache: LayerCache | None) -> tuple[torch.Tensor, ...]:
         """q' = [q, 1], k' = [k, log g sqrt(hs)], v' = [v, 0], each (B, nh, T, hs + width), from one matmul.
@@ -307,13 +329,7 @@ class CausalSelfAttention(nn.Module):
         # `_GatedQKV` calls the gate's arithmetic, not the module, when it folds: a gate with hooks (the
         # gate callbacks' probes) takes the plain path, so that its hooks see every call
         hooked = fold and _has_hooks(self.gate)
-        if (
-            COPY_FREE_WRITE
-            and cache is None
-            and torch.is_grad_enabled()
-            and not hooked
-            and not torch.compiler.is_compiling()
-        ):
+        if COPY_FREE_WRITE and cache is None and torch.is_grad_enabled() and not hooked:
             if fold:  # the gate reads its projection from the channel that its log g then overwrites
                 log_gate, source = self.gate.log_gate_from_projection, None
             else:
