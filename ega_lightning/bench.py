@@ -33,13 +33,13 @@ from ega_lightning.data.corpora import CORPORA
 from ega_lightning.gates import GateError, gate_class, gate_names
 from ega_lightning.generate import generate
 from ega_lightning.io import read_yaml, write_atomic
-from ega_lightning.model.attention import pad_width
+from ega_lightning.model.attention import QKV_ROW_MULTIPLE, pad_width
 from ega_lightning.module import CharLM
 
 T = TypeVar("T")
 
 VOCAB = CORPORA["tinyshakespeare"].vocab
-SPLIT_GATE = "linear"  # EGA-1: the gate whose overhead the bench splits into the kernel's share and the rest
+SPLIT_GATE = "linear"  # EGA-1: the gate whose overhead the bench splits into the kernel's share, the matmuls', the rest
 
 
 # --- a nanoGPT-style reference (after karpathy/nanoGPT model.py), to show the baseline is not slowed down
@@ -198,6 +198,54 @@ class KernelTiming:
             self.times.append(time.perf_counter() - t0)
 
 
+class MatmulTiming:
+    """The attention layer's two matmuls alone, forward and backward as training runs them: Q/K/V
+    (B T, C) -> 3 nh d and c_proj (B T, nh d) -> C, with head size d = hs + extra. ``extra=0`` is the
+    baseline's; otherwise the fused layout's, whose padded weights are built every step from the
+    parameters and whose Q/K/V forward rounds its output rows up to a multiple of `QKV_ROW_MULTIPLE`
+    (as `_GatedQKV` does). Timed like a contender, in the same repetitions."""
+
+    def __init__(
+        self, name: str, batch_size: int, shape: dict[str, Any], extra: int, device: torch.device, precision: str
+    ):
+        C, nh, T = shape["n_embd"], shape["n_head"], shape["block_size"]
+        dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float32
+        gen = torch.Generator().manual_seed(0)
+
+        def randn(*size: int) -> torch.Tensor:
+            return torch.randn(*size, generator=gen).to(device, dtype)
+
+        d = C // nh + extra
+        self.qkv_weight, self.qkv_bias, self.proj_weight = randn(3 * C, C), randn(3 * C), randn(C, C)
+        self.x, self.y = randn(batch_size * T, C), randn(batch_size * T, nh * d)  # the two matmuls' inputs
+        self.qkv_grad, self.proj_grad = randn(batch_size * T, 3 * nh * d), randn(batch_size * T, C)
+        self.proj_bias = randn(C)
+        self.name, self.device, self.nh, self.extra = name, device, nh, extra
+        self.times: list[float] = []
+        self.first_s: float | None = None
+
+    def _padded(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q/K/V weight and bias with `extra` rows per head, c_proj's weight with `extra` columns per head."""
+        C, nh, extra = self.proj_weight.shape[0], self.nh, self.extra
+        weight = F.pad(self.qkv_weight.view(3, nh, C // nh, C), (0, 0, 0, extra)).view(-1, C)
+        bias = F.pad(self.qkv_bias.view(3, nh, C // nh), (0, extra)).flatten()
+        proj = F.pad(self.proj_weight.view(C, nh, C // nh), (0, extra)).view(C, -1)
+        return weight, bias, proj
+
+    def step(self, record: bool = True) -> None:
+        _sync(self.device)
+        t0 = time.perf_counter()
+        weight, bias, proj = self._padded() if self.extra else (self.qkv_weight, self.qkv_bias, self.proj_weight)
+        rounding = -weight.shape[0] % QKV_ROW_MULTIPLE if self.extra else 0
+        torch.addmm(F.pad(bias, (0, rounding)), self.x, F.pad(weight, (0, 0, 0, rounding)).t())
+        self.qkv_grad.mm(weight), self.qkv_grad.t().mm(self.x), self.qkv_grad.sum(0)
+        torch.addmm(self.proj_bias, self.y, proj.t())
+        self.proj_grad.mm(proj), self.proj_grad.t().mm(self.y), self.proj_grad.sum(0)
+        _sync(self.device)
+        if record:
+            self.times.append(time.perf_counter() - t0)
+
+
 def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
     """Distribution-free interval for the median: order statistics k and n + 1 - k (1-based), with the
     largest k whose binomial tail stays within (1 - level) / 2; (min, max) when n is too small for one."""
@@ -213,22 +261,24 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
 
 
 def overhead_split(
-    gated: list[float], base: list[float], plain_kernel: list[float], padded_kernel: list[float], n_layer: int
+    gated: list[float], base: list[float], parts: dict[str, tuple[list[float], list[float]]], n_layer: int
 ) -> dict[str, Any]:
-    """Per repetition, in points of the baseline's step: the gated model's overhead, the padded kernel's
-    extra time over all layers, and the rest; each as median with its 95% interval."""
+    """Per repetition, in points of the baseline's step: the gated model's overhead, each part's extra
+    time over all layers (part: (plain times, padded times) of one layer's share), and the rest after
+    the parts; each as median with its 95% interval, and each part's plain and padded medians in ms."""
     total = [100 * (g / b - 1) for g, b in zip(gated, base, strict=True)]
-    kernel = [100 * n_layer * (p - q) / b for p, q, b in zip(padded_kernel, plain_kernel, base, strict=True)]
-    rest = [t - k for t, k in zip(total, kernel, strict=True)]
-    split = {
+    points = {
+        name: [100 * n_layer * (p - q) / b for q, p, b in zip(plain, padded, base, strict=True)]
+        for name, (plain, padded) in parts.items()
+    }
+    rest = [t - sum(per_rep) for t, *per_rep in zip(total, *points.values(), strict=True)]
+    split: dict[str, Any] = {
         name: {"points": statistics.median(v), "interval": median_interval(v)}
-        for name, v in (("total", total), ("kernel", kernel), ("rest", rest))
+        for name, v in (("total", total), *points.items(), ("rest", rest))
     }
-    split["kernel_ms"] = {
-        "plain": 1e3 * statistics.median(plain_kernel),
-        "padded": 1e3 * statistics.median(padded_kernel),
-    }
-    split["kernel_ratio"] = statistics.median(paired_ratios(padded_kernel, plain_kernel))
+    for name, (plain, padded) in parts.items():
+        split[name]["ms"] = {"plain": 1e3 * statistics.median(plain), "padded": 1e3 * statistics.median(padded)}
+        split[name]["ratio"] = statistics.median(paired_ratios(padded, plain))
     return split
 
 
@@ -313,10 +363,14 @@ def bench_size(
     if args.compile:  # like for like: the reference compiled too
         reference.loss = torch.compile(reference.loss)
     contenders.append(Contender("nanogpt_reference", reference, batch, args.precision))
-    kernels: list[KernelTiming] = []
-    if SPLIT_GATE in gates:  # the attention kernel alone, plain and padded, on this size's shapes
-        extra = pad_width(device)
-        kernels = [KernelTiming(f"sdpa+{w}", batch_size, shape, w, device, args.precision) for w in (0, extra)]
+    parts: dict[str, list[Any]] = {}
+    if SPLIT_GATE in gates:  # the attention kernel and the matmuls alone, plain and padded, on this size's shapes
+        widths = (0, pad_width(device))
+        parts = {
+            "kernel": [KernelTiming(f"sdpa+{w}", batch_size, shape, w, device, args.precision) for w in widths],
+            "matmuls": [MatmulTiming(f"matmuls+{w}", batch_size, shape, w, device, args.precision) for w in widths],
+        }
+    kernels = [timing for pair in parts.values() for timing in pair]
     print(f"[{size}] {shape}, batch {batch_size}: {len(contenders)} contenders x {args.repeats} repeats", flush=True)
     run_interleaved([*contenders, *kernels], args.repeats, args.warmup)
     rows = {}
@@ -340,9 +394,9 @@ def bench_size(
             row["eager_ratio"] = statistics.median(paired_ratios(c.times, times[eager]))
             row["compile_s"] = row["first_step_s"] - row["median_ms"] / 1e3
     result = {"size": size, "shape": shape, "batch_size": batch_size, "rows": rows}
-    if kernels:
-        gated = times[SPLIT_GATE]
-        result["split"] = overhead_split(gated, base_times, kernels[0].times, kernels[1].times, shape["n_layer"])
+    if parts:
+        timings = {name: (plain.times, padded.times) for name, (plain, padded) in parts.items()}
+        result["split"] = overhead_split(times[SPLIT_GATE], base_times, timings, shape["n_layer"])
         result["split"]["head_sizes"] = [shape["n_embd"] // shape["n_head"] + w for w in (0, pad_width(device))]
     return result
 
@@ -449,7 +503,17 @@ def to_markdown(result: dict[str, Any]) -> str:
             for key, label in (
                 ("total", f"`{SPLIT_GATE}` over `none`"),
                 ("kernel", f"the attention kernel at head size {padded} vs {plain}"),
-                ("rest", "everything else (the gate, the padded weights and buffers)"),
+                ("matmuls", f"the Q/K/V and c_proj matmuls at head size {padded} vs {plain}"),
+                ("rest", "everything else (the gate's arithmetic, the write of log g, the Python of both)"),
+            )
+        ]
+        n_layer = size["shape"]["n_layer"]
+        alone = [
+            f"{what} ({split[key]['ms']['plain']:.2f} ms at head size {plain}, {split[key]['ms']['padded']:.2f} ms "
+            f"at {padded}: {split[key]['ratio']:.3f}x)"
+            for key, what in (
+                ("kernel", "SDPA forward + backward on the model's shapes"),
+                ("matmuls", "the two matmuls forward + backward, padded weights built as training builds them"),
             )
         ]
         out += [
@@ -459,9 +523,9 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             _table(["part", "points", "95% interval"], rows),
             "",
-            f"The kernel alone (SDPA forward + backward on the model's shapes, x {size['shape']['n_layer']} layers): "
-            f"{split['kernel_ms']['plain']:.2f} ms at head size {plain}, {split['kernel_ms']['padded']:.2f} ms at "
-            f"{padded} ({split['kernel_ratio']:.3f}x, per-repetition median).",
+            f"Each part alone, one layer's call (the points count it {n_layer} times), per-repetition medians: "
+            + "; ".join(alone)
+            + ".",
         ]
     for size in result["sizes"]:
         compiled = {name: r for name, r in size["rows"].items() if "eager_ratio" in r}

@@ -1,11 +1,15 @@
-"""`ega bench`'s split of EGA-1's overhead into the attention kernel's share and everything else."""
+"""`ega bench`'s split of EGA-1's overhead: the attention kernel's share, the padded matmuls', the rest."""
 
 import json
 import math
 
 import pytest
+import torch
+import torch.nn.functional as F
 
-from ega_lightning.bench import main, median_interval, overhead_split
+from ega_lightning.bench import MatmulTiming, main, median_interval, overhead_split
+from ega_lightning.gates import build_gate
+from ega_lightning.model.attention import CausalSelfAttention
 
 from .test_bench import SHAPE, write_configs
 
@@ -23,12 +27,35 @@ def test_median_interval_uses_the_binomial_order_statistics():
 def test_overhead_split_adds_up_per_repetition():
     base, gated = [100.0, 110.0, 90.0], [110.0, 120.0, 99.0]
     plain, padded = [5.0, 5.5, 4.5], [5.5, 6.0, 5.0]
-    split = overhead_split(gated, base, plain, padded, n_layer=4)
+    matmuls = ([2.0, 2.0, 2.0], [2.25, 2.2, 2.2])
+    split = overhead_split(gated, base, {"kernel": (plain, padded), "matmuls": matmuls}, n_layer=4)
     assert split["total"]["points"] == pytest.approx(10.0)  # 10%, 9.09%, 10%
     assert split["kernel"]["points"] == pytest.approx(100 * 4 * 0.5 / 100)  # 2.0, 1.82, 2.22 -> median 2.0
-    # per repetition 8.0, 7.27, 7.78: the median of differences, not the difference of medians
-    assert split["rest"]["points"] == pytest.approx(10 - 200 / 90)
-    assert split["kernel_ratio"] == pytest.approx(5.5 / 5)
+    assert split["matmuls"]["points"] == pytest.approx(80 / 90)  # 1.0, 0.727, 0.889 -> median 0.889
+    # per repetition 7.0, 6.55, 6.89: the median of differences, not the difference of medians
+    assert split["rest"]["points"] == pytest.approx(10 - 200 / 90 - 80 / 90)
+    assert split["kernel"]["ratio"] == pytest.approx(5.5 / 5)
+    assert split["matmuls"]["ms"] == pytest.approx({"plain": 2000.0, "padded": 2200.0})
+
+
+def test_the_timed_matmuls_take_the_padded_layers_weights():
+    """The bench's padded matmuls on the layer's own parameters: the same Q/K/V weight and bias as the
+    layer builds, and the same c_proj output on an attention output whose extra channels are 0."""
+    shape = {"n_embd": 16, "n_head": 2, "block_size": 5}
+    timing = MatmulTiming("matmuls+8", 3, shape, 8, torch.device("cpu"), "32-true")
+    layer = CausalSelfAttention(16, 2, 0.0, True, build_gate("linear", 16, 2))
+    with torch.no_grad():
+        layer.c_attn.weight.copy_(timing.qkv_weight), layer.c_attn.bias.copy_(timing.qkv_bias)
+        layer.c_proj.weight.copy_(timing.proj_weight), layer.c_proj.bias.copy_(timing.proj_bias)
+        weight, bias, proj = timing._padded()
+        assert (weight.shape, proj.shape) == ((3 * 2 * 16, 16), (16, 2 * 16))
+        layer_weight, layer_bias = layer._padded_qkv_weights(8, fold=False)
+        assert torch.equal(weight, layer_weight) and bias.shape == layer_bias.shape
+        # the layer's bias differs only by q's 1 in the first extra channel, which costs no time
+        assert torch.equal(bias.view(3, 2, 16)[..., :8], layer_bias.view(3, 2, 16)[..., :8])
+        y = F.pad(torch.randn(3, 2, 5, 8), (0, 8))  # (B, nh, T, hs + 8), extra channels 0 as v's are
+        expected = torch.addmm(timing.proj_bias, y.transpose(1, 2).reshape(15, 32), proj.t()).view(3, 5, 16)
+        torch.testing.assert_close(layer._project_padded(y), expected, atol=0, rtol=0)
 
 
 def test_bench_reports_the_split_beside_the_table(tmp_path):
@@ -40,7 +67,9 @@ def test_bench_reports_the_split_beside_the_table(tmp_path):
     split = size["split"]
     hs = SHAPE["n_embd"] // SHAPE["n_head"]
     assert split["head_sizes"] == [hs, hs + 1]
-    assert all(key not in size["rows"] for key in ("sdpa+0", "sdpa+1"))  # not contenders of the table
-    low, high = split["rest"]["interval"]
-    assert low <= split["rest"]["points"] <= high
-    assert "the attention kernel at head size 9 vs 8" in (out / "bench-cpu-32-true.md").read_text()
+    assert all(key not in size["rows"] for key in ("sdpa+0", "sdpa+1", "matmuls+0", "matmuls+1"))  # not contenders
+    for part in ("total", "kernel", "matmuls", "rest"):
+        low, high = split[part]["interval"]
+        assert low <= split[part]["points"] <= high, part
+    text = (out / "bench-cpu-32-true.md").read_text()
+    assert "the attention kernel at head size 9 vs 8" in text and "c_proj matmuls at head size 9 vs 8" in text
