@@ -33,7 +33,7 @@ from ega_lightning.data.corpora import CORPORA
 from ega_lightning.gates import GateError, gate_class, gate_names
 from ega_lightning.generate import generate
 from ega_lightning.io import read_yaml, write_atomic
-from ega_lightning.model.attention import QKV_ROW_MULTIPLE, pad_width
+from ega_lightning.model.attention import QKV_ROW_MULTIPLE, pad_width, padded_proj_weight, padded_qkv_weights
 from ega_lightning.module import CharLM
 
 T = TypeVar("T")
@@ -220,24 +220,23 @@ class MatmulTiming:
         self.x, self.y = randn(batch_size * T, C), randn(batch_size * T, nh * d)  # the two matmuls' inputs
         self.qkv_grad, self.proj_grad = randn(batch_size * T, 3 * nh * d), randn(batch_size * T, C)
         self.proj_bias = randn(C)
-        self.name, self.device, self.nh, self.extra = name, device, nh, extra
+        self.name, self.device, self.nh, self.d, self.extra = name, device, nh, d, extra
         self.times: list[float] = []
         self.first_s: float | None = None
-
-    def _padded(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Q/K/V weight and bias with `extra` rows per head, c_proj's weight with `extra` columns per head."""
-        C, nh, extra = self.proj_weight.shape[0], self.nh, self.extra
-        weight = F.pad(self.qkv_weight.view(3, nh, C // nh, C), (0, 0, 0, extra)).view(-1, C)
-        bias = F.pad(self.qkv_bias.view(3, nh, C // nh), (0, extra)).flatten()
-        proj = F.pad(self.proj_weight.view(C, nh, C // nh), (0, extra)).view(C, -1)
-        return weight, bias, proj
 
     def step(self, record: bool = True) -> None:
         _sync(self.device)
         t0 = time.perf_counter()
-        weight, bias, proj = self._padded() if self.extra else (self.qkv_weight, self.qkv_bias, self.proj_weight)
-        rounding = -weight.shape[0] % QKV_ROW_MULTIPLE if self.extra else 0
-        torch.addmm(F.pad(bias, (0, rounding)), self.x, F.pad(weight, (0, 0, 0, rounding)).t())
+        if self.extra:  # the model's own padded weights, built as each training step builds them
+            rows = 3 * self.nh * self.d
+            layout = (0, self.nh, self.d - self.extra, self.d)
+            rounded = rows + -rows % QKV_ROW_MULTIPLE
+            weight, bias = padded_qkv_weights(self.qkv_weight, self.qkv_bias, None, layout, rounded)
+            torch.addmm(bias, self.x, weight.t())
+            weight, proj = weight[:rows], padded_proj_weight(self.proj_weight, self.nh, self.d)
+        else:
+            weight, proj = self.qkv_weight, self.proj_weight
+            torch.addmm(self.qkv_bias, self.x, weight.t())
         self.qkv_grad.mm(weight), self.qkv_grad.t().mm(self.x), self.qkv_grad.sum(0)
         torch.addmm(self.proj_bias, self.y, proj.t())
         self.proj_grad.mm(proj), self.proj_grad.t().mm(self.y), self.proj_grad.sum(0)

@@ -27,7 +27,16 @@ from ega_lightning import bench
 from ega_lightning.model import attention
 
 ROOT = Path(__file__).resolve().parents[1]
-METHODS = ("forward", "_gated_qkv", "_project_padded", "_qkv_weights", "_padded_qkv_weights", "_attend")
+METHODS = (
+    "forward",
+    "_gated_qkv",
+    "_gated_compiled",
+    "_project_padded",
+    "_folded_projection",
+    "_qkv_weights",
+    "_padded_qkv_weights",
+    "_attend",
+)
 
 
 def base_module(commit: str, folder: Path) -> types.ModuleType:

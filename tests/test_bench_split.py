@@ -4,12 +4,8 @@ import json
 import math
 
 import pytest
-import torch
-import torch.nn.functional as F
 
-from ega_lightning.bench import MatmulTiming, main, median_interval, overhead_split
-from ega_lightning.gates import build_gate
-from ega_lightning.model.attention import CausalSelfAttention
+from ega_lightning.bench import main, median_interval, overhead_split
 
 from .test_bench import SHAPE, write_configs
 
@@ -36,26 +32,6 @@ def test_overhead_split_adds_up_per_repetition():
     assert split["rest"]["points"] == pytest.approx(10 - 200 / 90 - 80 / 90)
     assert split["kernel"]["ratio"] == pytest.approx(5.5 / 5)
     assert split["matmuls"]["ms"] == pytest.approx({"plain": 2000.0, "padded": 2200.0})
-
-
-def test_the_timed_matmuls_take_the_padded_layers_weights():
-    """The bench's padded matmuls on the layer's own parameters: the same Q/K/V weight and bias as the
-    layer builds, and the same c_proj output on an attention output whose extra channels are 0."""
-    shape = {"n_embd": 16, "n_head": 2, "block_size": 5}
-    timing = MatmulTiming("matmuls+8", 3, shape, 8, torch.device("cpu"), "32-true")
-    layer = CausalSelfAttention(16, 2, 0.0, True, build_gate("linear", 16, 2))
-    with torch.no_grad():
-        layer.c_attn.weight.copy_(timing.qkv_weight), layer.c_attn.bias.copy_(timing.qkv_bias)
-        layer.c_proj.weight.copy_(timing.proj_weight), layer.c_proj.bias.copy_(timing.proj_bias)
-        weight, bias, proj = timing._padded()
-        assert (weight.shape, proj.shape) == ((3 * 2 * 16, 16), (16, 2 * 16))
-        layer_weight, layer_bias = layer._padded_qkv_weights(8, fold=False)
-        assert torch.equal(weight, layer_weight) and bias.shape == layer_bias.shape
-        # the layer's bias differs only by q's 1 in the first extra channel, which costs no time
-        assert torch.equal(bias.view(3, 2, 16)[..., :8], layer_bias.view(3, 2, 16)[..., :8])
-        y = F.pad(torch.randn(3, 2, 5, 8), (0, 8))  # (B, nh, T, hs + 8), extra channels 0 as v's are
-        expected = torch.addmm(timing.proj_bias, y.transpose(1, 2).reshape(15, 32), proj.t()).view(3, 5, 16)
-        torch.testing.assert_close(layer._project_padded(y), expected, atol=0, rtol=0)
 
 
 def test_bench_reports_the_split_beside_the_table(tmp_path):

@@ -133,6 +133,38 @@ def _key_channel_of(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> tor
     return _heads(qkv, layout)[1, ..., layout[2]].transpose(1, 2)
 
 
+def padded_qkv_weights(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    projection: torch.Tensor | None,
+    layout: tuple[int, int, int, int],
+    rows: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused layout's Q/K/V weight (rows, C) and bias (rows,) from c_attn's weight (3 C, C) and bias:
+    per head, d - hs extra rows with zero weights, bias 1 in q's first (q' = [q, 1]) and 0 elsewhere,
+    and k's first holding `projection` (nh, C), the gate's energy projection, when it is folded.
+    `rows` >= 3 nh d (default: exactly that) rounds the matmul's output up with zero rows."""
+    _, nh, hs, d = layout
+    C = weight.shape[1]
+    padded = weight.new_zeros(rows or 3 * nh * d, C)
+    heads = padded[: 3 * nh * d].view(3, nh, d, C)
+    heads[:, :, :hs] = weight.view(3, nh, hs, C)
+    if projection is not None:
+        heads[1, :, hs] = projection
+    padded_bias = weight.new_zeros(padded.shape[0])
+    bias_heads = padded_bias[: 3 * nh * d].view(3, nh, d)
+    if bias is not None:
+        bias_heads[..., :hs] = bias.view(3, nh, hs)
+    bias_heads[0, :, hs] = 1.0
+    return padded, padded_bias
+
+
+def padded_proj_weight(weight: torch.Tensor, nh: int, d: int) -> torch.Tensor:
+    """c_proj's weight (C, C) with d - hs zero columns after each head's hs: (C, nh d), for y' = [y, 0]."""
+    C = weight.shape[0]
+    return F.pad(weight.view(C, nh, C // nh), (0, d - C // nh)).view(C, nh * d)
+
+
 def _has_hooks(module: nn.Module) -> bool:
     """Whether calling `module` would run hooks of its own or global module hooks."""
     own = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
@@ -147,16 +179,19 @@ def _identity(t: torch.Tensor) -> torch.Tensor:
 class _GatedQKV(torch.autograd.Function):
     """Training's gated Q/K/V: the padded matmul x W'^T + b' (B T, rows), log g written into k's extra
     channel, q', k', v' (B, nh, T, d) returned as views of that buffer; values and gradients equal those
-    of autograd's graph of the same operators (F.linear, an in-place write, the views) bit for bit.
+    of autograd's graph of the same operators (`padded_qkv_weights`, F.linear, an in-place write, the
+    views) bit for bit.
 
     That graph costs backward two copies of the buffer's gradient (the stack of the q, k, v gradients,
-    then its reshape), a third for the in-place write (CopySlices) and, when the gate read its projection
-    from the channel first, a zero-filled buffer-sized gradient and its sum. Here backward gathers the
-    q, k, v gradients into one buffer (one copy), replaces the channel's gradient and runs the matmul's
-    backward on it. log g = `log_gate(source)`, with `source` the channel's projection (None: read it
-    here) or a log g computed outside; backward recomputes log g from `source`, so its intermediates
-    are not kept either (see `Recomputed`). Under autocast the matmul runs in autocast's dtype, as
-    autocast would run it, and the gradients come back in the inputs' dtypes.
+    then its reshape), a third for the in-place write (CopySlices), the padded weights' own nodes and,
+    when the gate read its projection from the channel first, a zero-filled buffer-sized gradient and its
+    sum. Here the padded weights are built from the parameters (c_attn's weight and bias, the gate's
+    projection when folded) outside autograd, and backward gathers the q, k, v gradients into one buffer
+    (one copy), replaces the channel's gradient, runs the matmul's backward on it and hands each parameter
+    its rows. log g = `log_gate(source)`, with `source` the channel's projection (None: read it here) or a
+    log g computed outside; backward recomputes log g from `source`, so its intermediates are not kept
+    either (see `Recomputed`). Under autocast the matmul runs in autocast's dtype, as autocast would run
+    it, and the gradients come back in the inputs' dtypes.
     """
 
     @staticmethod
@@ -164,37 +199,41 @@ class _GatedQKV(torch.autograd.Function):
         ctx: Any,
         x: torch.Tensor,
         weight: torch.Tensor,
-        bias: torch.Tensor,
+        bias: torch.Tensor | None,
+        projection: torch.Tensor | None,
         layout: tuple[int, int, int, int],
         log_gate: Callable[[torch.Tensor], torch.Tensor],
         source: torch.Tensor | None,
         *params: nn.Parameter,
     ) -> tuple[torch.Tensor, ...]:
-        # x (B T, C); weight (3 nh d, C); bias (3 nh d,)
-        ctx.dtypes = (x.dtype, weight.dtype, bias.dtype)
+        # x (B T, C); weight (3 C, C), bias (3 C,): c_attn's; projection (nh, C) or None
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in (x, weight, bias, projection))
+        rows = 3 * layout[1] * layout[3]
+        padded, padded_bias = padded_qkv_weights(
+            weight, bias, projection, layout, rows + -rows % QKV_ROW_MULTIPLE
+        )  # (rows rounded, C), (rows rounded,)
         if torch.is_autocast_enabled(x.device.type):
             dtype = torch.get_autocast_dtype(x.device.type)
-            x, weight, bias = x.to(dtype), weight.to(dtype), bias.to(dtype)
-        rounding = -weight.shape[0] % QKV_ROW_MULTIPLE
+            x, padded, padded_bias = x.to(dtype), padded.to(dtype), padded_bias.to(dtype)
         with torch.autocast(x.device.type, enabled=False):
-            qkv = torch.addmm(F.pad(bias, (0, rounding)), x, F.pad(weight, (0, 0, 0, rounding)).t())  # (B T, rows)
+            qkv = torch.addmm(padded_bias, x, padded.t())  # (B T, rows rounded)
             channel = _key_channel_of(qkv, layout)  # (B, T, nh)
             ctx.folded = source is None
             if ctx.folded:
                 source = channel.clone()  # the energy projection, before log g overwrites it
             channel.copy_(_key_channel(log_gate(source), layout[2], qkv.dtype))
         ctx.layout, ctx.log_gate, ctx.params = layout, log_gate, params
-        ctx.save_for_backward(x, weight, source)
+        ctx.save_for_backward(x, padded[:rows], source)
         return tuple(_heads(qkv, layout).unbind(0))  # 3 x (B, nh, T, d)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
-        x, weight, source = ctx.saved_tensors
-        hs = ctx.layout[2]
+        x, padded, source = ctx.saved_tensors
+        _, nh, hs, d = ctx.layout
         # (B T, 3 nh d): the buffer's gradient without the rounding rows, so that backward's matmuls and
         # sum take the unrounded shapes (rounded, the column sums differ in the last bits at some widths)
-        grad = x.new_empty(x.shape[0], weight.shape[0])
+        grad = x.new_empty(x.shape[0], padded.shape[0])
         for part, g in zip(_heads(grad, ctx.layout), grads, strict=True):
             part.copy_(g)
         channel = _key_channel_of(grad, ctx.layout)  # (B, T, nh)
@@ -206,11 +245,16 @@ class _GatedQKV(torch.autograd.Function):
             source_grad = None
         else:
             channel.zero_()
-        # addmm's backward as autograd runs it, then back to the dtypes the inputs came in
-        x_grad = grad.mm(weight) if ctx.needs_input_grad[0] else None
-        weight_grad = grad.t().mm(x) if ctx.needs_input_grad[1] else None
-        bias_grad = grad.sum(0) if ctx.needs_input_grad[2] else None
-        matmul = zip((x_grad, weight_grad, bias_grad), ctx.dtypes, strict=True)
+        # addmm's backward as autograd runs it, then each parameter's rows of the padded gradients
+        x_grad = grad.mm(padded) if ctx.needs_input_grad[0] else None
+        weight_grad = projection_grad = bias_grad = None
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[3]:
+            padded_grad = grad.t().mm(x).view(3, nh, d, -1)  # (3, nh, d, C)
+            weight_grad = padded_grad[:, :, :hs].reshape(3 * nh * hs, -1)
+            projection_grad = padded_grad[1, :, hs] if ctx.needs_input_grad[3] else None  # (nh, C)
+        if ctx.needs_input_grad[2]:
+            bias_grad = grad.sum(0).view(3, nh, d)[..., :hs].flatten()
+        matmul = zip((x_grad, weight_grad, bias_grad, projection_grad), ctx.dtypes, strict=True)
         return *(g if g is None else g.to(t) for g, t in matmul), None, None, source_grad, *param_grads
 
 
@@ -321,23 +365,27 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         nh, hs = self.n_head, C // self.n_head
         layout = (T, nh, hs, hs + (self.pad_width or pad_width(x.device)))
-        if cache is None:
-            weight, bias, fold = self._qkv_weights(x, layout)
-        else:  # generation: the weights do not change between steps, nor does folding (the gate's
-            # state then keeps projections), so both are decided once per cache
-            weight, bias, fold = cache.reuse("qkv", lambda: self._qkv_weights(x, layout))
+        projection = self._folded_projection(x)  # (nh, C) or None
         # `_GatedQKV` calls the gate's arithmetic, not the module, when it folds: a gate with hooks (the
         # gate callbacks' probes) takes the plain path, so that its hooks see every call
-        hooked = fold and _has_hooks(self.gate)
+        hooked = projection is not None and _has_hooks(self.gate)
         if COPY_FREE_WRITE and cache is None and torch.is_grad_enabled() and not hooked:
-            if fold:  # the gate reads its projection from the channel that its log g then overwrites
+            if projection is not None:  # the gate reads its projection from the channel that its log g overwrites
                 log_gate, source = self.gate.log_gate_from_projection, None
             else:
                 log_gate, source = _identity, self.gate(x)
-            return _GatedQKV.apply(x.reshape(B * T, C), weight, bias, layout, log_gate, source, *self.gate.parameters())
+            weight, bias = self.c_attn.weight, self.c_attn.bias
+            params = self.gate.parameters()
+            return _GatedQKV.apply(x.reshape(B * T, C), weight, bias, projection, layout, log_gate, source, *params)
+        if cache is None:
+            weight, bias = padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout)
+        else:  # generation: the weights do not change between steps, so they are built once per cache
+            weight, bias = cache.reuse(
+                "qkv", lambda: padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout)
+            )
         qkv = F.linear(x, weight, bias)  # (B, T, rows)
         channel = _key_channel_of(qkv, layout)  # (B, T, nh): the energy projection if folded
-        folded = channel.clone() if fold else None  # copied: log g overwrites the channel below
+        folded = channel.clone() if projection is not None else None  # copied: log g overwrites the channel below
         if cache is not None:  # only the new keys' gates, from the gate's incremental state
             log_g, cache.gate = self.gate.step(x, cache.gate, folded)
         else:
@@ -345,32 +393,13 @@ class CausalSelfAttention(nn.Module):
         channel.copy_(_key_channel(log_g, hs, qkv.dtype))
         return tuple(_heads(qkv, layout).unbind(0))
 
-    def _qkv_weights(
-        self, x: torch.Tensor, layout: tuple[int, int, int, int]
-    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
-        """The padded Q/K/V weight and bias for input x, and whether they fold the gate's projection."""
+    def _folded_projection(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The gate's energy projection weight (nh, C) if the Q/K/V matmul computes it (folds it), else None."""
         projection = self.gate.input_projection()
         # under autocast the gate keeps its own fp32 projection, so its energy stays exact
-        fold = (
-            projection is not None
-            and projection.out_features == self.n_head
-            and not torch.is_autocast_enabled(x.device.type)
-        )
-        return *self._padded_qkv_weights(layout[3] - layout[2], fold), fold
-
-    def _padded_qkv_weights(self, width: int, fold: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """The Q/K/V weight (3 nh (hs + width), C) and bias with the extra rows of `_gated_qkv`."""
-        C, nh = self.n_embd, self.n_head
-        hs = C // nh
-        w = self.c_attn.weight
-        extra_w = w.new_zeros(3, nh, width, C)
-        if fold:
-            extra_w[1, :, 0] = self.gate.input_projection().weight  # (nh, C)
-        weight = torch.cat([w.view(3, nh, hs, C), extra_w], dim=2).view(-1, C)
-        b = self.c_attn.bias.view(3, nh, hs) if self.c_attn.bias is not None else w.new_zeros(3, nh, hs)
-        extra_b = w.new_zeros(3, nh, width)
-        extra_b[0, :, 0] = 1.0
-        return weight, torch.cat([b, extra_b], dim=2).flatten()
+        if projection is None or projection.out_features != self.n_head or torch.is_autocast_enabled(x.device.type):
+            return None
+        return projection.weight
 
     def _attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerCache | None, dropout_p: float
@@ -394,11 +423,9 @@ class CausalSelfAttention(nn.Module):
         Slicing y back to hs channels would copy it (and keep the copy for backward); instead
         c_proj's weight gets a zero column per extra channel.
         """
-        B, nh, T, width = y.shape
-        C = self.n_embd
-
-        def padded() -> torch.Tensor:
-            return F.pad(self.c_proj.weight.view(C, nh, C // nh), (0, width - C // nh)).view(C, nh * width)
-
-        weight = padded() if cache is None else cache.reuse("proj", padded)
-        return F.linear(y.transpose(1, 2).reshape(B, T, nh * width), weight, self.c_proj.bias)
+        B, nh, T, d = y.shape
+        if cache is None:
+            weight = padded_proj_weight(self.c_proj.weight, nh, d)
+        else:
+            weight = cache.reuse("proj", lambda: padded_proj_weight(self.c_proj.weight, nh, d))
+        return F.linear(y.transpose(1, 2).reshape(B, T, nh * d), weight, self.c_proj.bias)
