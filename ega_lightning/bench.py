@@ -33,7 +33,12 @@ from ega_lightning.data.corpora import CORPORA
 from ega_lightning.gates import GateError, gate_class, gate_names
 from ega_lightning.generate import generate
 from ega_lightning.io import read_yaml, write_atomic
-from ega_lightning.model.attention import QKV_ROW_MULTIPLE, pad_width, padded_proj_weight, padded_qkv_weights
+from ega_lightning.model.attention import (
+    pad_width,
+    padded_proj_weight,
+    padded_qkv_weights,
+    qkv_heads,
+)
 from ega_lightning.module import CharLM
 
 T = TypeVar("T")
@@ -170,27 +175,31 @@ class Contender:
 
 
 class KernelTiming:
-    """The attention kernel alone, as a layer calls it: SDPA forward and backward on the views of one
-    (B, T, 3, nh, hs + extra) Q/K/V buffer, scaled by the true head size; ``extra=0`` is the baseline's
-    layout. Timed like a contender, in the same repetitions."""
+    """The attention kernel alone, as a layer calls it: SDPA forward and backward, scaled by the true
+    head size, on the q, k, v views of one Q/K/V matmul output (B T, rows), with the output's gradient
+    laid out as c_proj's backward hands it, (B, T, nh, d) seen as (B, nh, T, d). ``extra=0`` is the
+    baseline's layout (rows = 3 C); otherwise the fused one's (rows = 3 nh d, d = hs + extra). Timed like
+    a contender, in the same repetitions."""
 
     def __init__(
         self, name: str, batch_size: int, shape: dict[str, Any], extra: int, device: torch.device, precision: str
     ):
         nh = shape["n_head"]
         hs, T = shape["n_embd"] // nh, shape["block_size"]
+        d = hs + extra
         dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float32
         gen = torch.Generator().manual_seed(0)
-        self.buffer = torch.randn(batch_size, T, 3, nh, hs + extra, generator=gen).to(device, dtype).requires_grad_()
-        self.grad_out = torch.randn(batch_size, nh, T, hs + extra, generator=gen).to(device, dtype)  # (B, nh, T, d)
-        self.name, self.device, self.scale = name, device, 1.0 / math.sqrt(hs)
+        self.buffer = torch.randn(batch_size * T, 3 * nh * d, generator=gen).to(device, dtype).requires_grad_()
+        grad_out = torch.randn(batch_size, T, nh, d, generator=gen).to(device, dtype)
+        self.grad_out = grad_out.transpose(1, 2)  # (B, nh, T, d)
+        self.name, self.device, self.scale, self.layout = name, device, 1.0 / math.sqrt(hs), (T, nh, hs, d)
         self.times: list[float] = []
         self.first_s: float | None = None
 
     def step(self, record: bool = True) -> None:
         _sync(self.device)
         t0 = time.perf_counter()
-        q, k, v = self.buffer.permute(2, 0, 3, 1, 4)  # (B, nh, T, d) views
+        q, k, v = qkv_heads(self.buffer, self.layout)  # (B, nh, T, d) views
         F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale).backward(self.grad_out)
         self.buffer.grad = None
         _sync(self.device)
@@ -202,8 +211,7 @@ class MatmulTiming:
     """The attention layer's two matmuls alone, forward and backward as training runs them: Q/K/V
     (B T, C) -> 3 nh d and c_proj (B T, nh d) -> C, with head size d = hs + extra. ``extra=0`` is the
     baseline's; otherwise the fused layout's, whose padded weights are built every step from the
-    parameters and whose Q/K/V forward rounds its output rows up to a multiple of `QKV_ROW_MULTIPLE`
-    (as `_GatedQKV` does). Timed like a contender, in the same repetitions."""
+    parameters, as training builds them. Timed like a contender, in the same repetitions."""
 
     def __init__(
         self, name: str, batch_size: int, shape: dict[str, Any], extra: int, device: torch.device, precision: str
@@ -228,15 +236,12 @@ class MatmulTiming:
         _sync(self.device)
         t0 = time.perf_counter()
         if self.extra:  # the model's own padded weights, built as each training step builds them
-            rows = 3 * self.nh * self.d
             layout = (0, self.nh, self.d - self.extra, self.d)
-            rounded = rows + -rows % QKV_ROW_MULTIPLE
-            weight, bias = padded_qkv_weights(self.qkv_weight, self.qkv_bias, None, layout, rounded)
-            torch.addmm(bias, self.x, weight.t())
-            weight, proj = weight[:rows], padded_proj_weight(self.proj_weight, self.nh, self.d)
+            weight, bias = padded_qkv_weights(self.qkv_weight, self.qkv_bias, None, layout)
+            proj = padded_proj_weight(self.proj_weight, self.nh, self.d)
         else:
-            weight, proj = self.qkv_weight, self.proj_weight
-            torch.addmm(self.qkv_bias, self.x, weight.t())
+            weight, bias, proj = self.qkv_weight, self.qkv_bias, self.proj_weight
+        torch.addmm(bias, self.x, weight.t())
         self.qkv_grad.mm(weight), self.qkv_grad.t().mm(self.x), self.qkv_grad.sum(0)
         torch.addmm(self.proj_bias, self.y, proj.t())
         self.proj_grad.mm(proj), self.proj_grad.t().mm(self.y), self.proj_grad.sum(0)

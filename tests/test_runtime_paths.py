@@ -117,18 +117,12 @@ def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width,
     for name in grads:
         assert (grads[name] is None and plain_grads[name] is None) or torch.equal(grads[name], plain_grads[name]), name
     assert all((grads[n] is not None) == learn_tau for n in grads if n.endswith("gate.tau"))
-    # it keeps nothing the plain graph does not, but the zero rows that round its matmul up (of the
-    # output, B T each, and of the padded weight, C each)
-    rows = 3 * TINY_MODEL["n_embd"] + 3 * TINY_MODEL["n_head"] * width
-    rounding = -rows % attention.QKV_ROW_MULTIPLE
-    per_row = data[0].numel() + TINY_MODEL["n_embd"]
-    assert saved <= plain_saved + TINY_MODEL["n_layer"] * per_row * rounding * 4  # fp32: counted eager
+    assert saved <= plain_saved  # it keeps nothing the plain graph does not
 
 
 @pytest.mark.parametrize(("B", "T", "C", "nh"), [(32, 128, 128, 4), (64, 256, 256, 8)])  # the bench's sizes
 def test_gated_qkv_function_equals_the_plain_graph_bit_for_bit_at_the_bench_sizes(B, T, C, nh, monkeypatch):
-    """At these widths a sum over the rows that round the matmul up would differ from the unrounded one's
-    in the last bits (the bias gradient at the paper size did)."""
+    """Layer-level, at the shapes whose step times the bench compares (GEMM blocking depends on the shape)."""
     torch.manual_seed(0)
     layer = CausalSelfAttention(C, nh, 0.0, True, build_gate("linear", C, nh, tau_init=0.3, alpha_init=2.0))
     x, grad = torch.randn(B, T, C), torch.randn(B, T, C)

@@ -41,10 +41,6 @@ LOG_GATE_FLOOR = -30.0
 # in-place write (the path generation and probed gates take), which the tests hold it equal to bit for bit.
 COPY_FREE_WRITE = True
 
-# `_GatedQKV`'s forward matmul rounds its output rows up to a multiple of this with zero rows: the CPU
-# GEMM runs its full-width kernel on them (at the cpu size 396 rows cost 1.067x 384, 400 rows 1.034x).
-QKV_ROW_MULTIPLE = 16
-
 
 def pad_width(device: torch.device) -> int:
     """Extra channels per head of the fused layout: CUDA's fused kernels want a head size that is a
@@ -121,7 +117,7 @@ def _key_channel(log_g: torch.Tensor, hs: int, dtype: torch.dtype) -> torch.Tens
     return (log_g.clamp_min(LOG_GATE_FLOOR) * math.sqrt(hs)).transpose(1, 2).to(dtype)
 
 
-def _heads(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor:
+def qkv_heads(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor:
     """The view (3, B, nh, T, d) of q', k', v' in the padded Q/K/V buffer (B T, rows) or (B, T, rows);
     layout = (T, nh, hs, d): the true head size hs and the padded one d."""
     T, nh, _, d = layout
@@ -129,8 +125,8 @@ def _heads(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor
 
 
 def _key_channel_of(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor:
-    """The view (B, T, nh) of k's first extra channel in the padded Q/K/V buffer (see `_heads`)."""
-    return _heads(qkv, layout)[1, ..., layout[2]].transpose(1, 2)
+    """The view (B, T, nh) of k's first extra channel in the padded Q/K/V buffer (see `qkv_heads`)."""
+    return qkv_heads(qkv, layout)[1, ..., layout[2]].transpose(1, 2)
 
 
 def padded_qkv_weights(
@@ -138,21 +134,19 @@ def padded_qkv_weights(
     bias: torch.Tensor | None,
     projection: torch.Tensor | None,
     layout: tuple[int, int, int, int],
-    rows: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fused layout's Q/K/V weight (rows, C) and bias (rows,) from c_attn's weight (3 C, C) and bias:
     per head, d - hs extra rows with zero weights, bias 1 in q's first (q' = [q, 1]) and 0 elsewhere,
-    and k's first holding `projection` (nh, C), the gate's energy projection, when it is folded.
-    `rows` >= 3 nh d (default: exactly that) rounds the matmul's output up with zero rows."""
+    and k's first holding `projection` (nh, C), the gate's energy projection, when it is folded."""
     _, nh, hs, d = layout
     C = weight.shape[1]
-    padded = weight.new_zeros(rows or 3 * nh * d, C)
-    heads = padded[: 3 * nh * d].view(3, nh, d, C)
+    padded = weight.new_zeros(3 * nh * d, C)
+    heads = padded.view(3, nh, d, C)
     heads[:, :, :hs] = weight.view(3, nh, hs, C)
     if projection is not None:
         heads[1, :, hs] = projection
-    padded_bias = weight.new_zeros(padded.shape[0])
-    bias_heads = padded_bias[: 3 * nh * d].view(3, nh, d)
+    padded_bias = weight.new_zeros(3 * nh * d)
+    bias_heads = padded_bias.view(3, nh, d)
     if bias is not None:
         bias_heads[..., :hs] = bias.view(3, nh, hs)
     bias_heads[0, :, hs] = 1.0
@@ -208,33 +202,28 @@ class _GatedQKV(torch.autograd.Function):
     ) -> tuple[torch.Tensor, ...]:
         # x (B T, C); weight (3 C, C), bias (3 C,): c_attn's; projection (nh, C) or None
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (x, weight, bias, projection))
-        rows = 3 * layout[1] * layout[3]
-        padded, padded_bias = padded_qkv_weights(
-            weight, bias, projection, layout, rows + -rows % QKV_ROW_MULTIPLE
-        )  # (rows rounded, C), (rows rounded,)
+        padded, padded_bias = padded_qkv_weights(weight, bias, projection, layout)  # (3 nh d, C), (3 nh d,)
         if torch.is_autocast_enabled(x.device.type):
             dtype = torch.get_autocast_dtype(x.device.type)
             x, padded, padded_bias = x.to(dtype), padded.to(dtype), padded_bias.to(dtype)
         with torch.autocast(x.device.type, enabled=False):
-            qkv = torch.addmm(padded_bias, x, padded.t())  # (B T, rows rounded)
+            qkv = torch.addmm(padded_bias, x, padded.t())  # (B T, 3 nh d)
             channel = _key_channel_of(qkv, layout)  # (B, T, nh)
             ctx.folded = source is None
             if ctx.folded:
                 source = channel.clone()  # the energy projection, before log g overwrites it
             channel.copy_(_key_channel(log_gate(source), layout[2], qkv.dtype))
         ctx.layout, ctx.log_gate, ctx.params = layout, log_gate, params
-        ctx.save_for_backward(x, padded[:rows], source)
-        return tuple(_heads(qkv, layout).unbind(0))  # 3 x (B, nh, T, d)
+        ctx.save_for_backward(x, padded, source)
+        return tuple(qkv_heads(qkv, layout).unbind(0))  # 3 x (B, nh, T, d)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, padded, source = ctx.saved_tensors
         _, nh, hs, d = ctx.layout
-        # (B T, 3 nh d): the buffer's gradient without the rounding rows, so that backward's matmuls and
-        # sum take the unrounded shapes (rounded, the column sums differ in the last bits at some widths)
-        grad = x.new_empty(x.shape[0], padded.shape[0])
-        for part, g in zip(_heads(grad, ctx.layout), grads, strict=True):
+        grad = x.new_empty(x.shape[0], padded.shape[0])  # (B T, 3 nh d): the buffer's gradient
+        for part, g in zip(qkv_heads(grad, ctx.layout), grads, strict=True):
             part.copy_(g)
         channel = _key_channel_of(grad, ctx.layout)  # (B, T, nh)
         source_grad, param_grads = recompute_grads(
@@ -391,7 +380,7 @@ class CausalSelfAttention(nn.Module):
         else:
             log_g = self.gate(x, folded)  # (B, nh, T), fp32
         channel.copy_(_key_channel(log_g, hs, qkv.dtype))
-        return tuple(_heads(qkv, layout).unbind(0))
+        return tuple(qkv_heads(qkv, layout).unbind(0))
 
     def _folded_projection(self, x: torch.Tensor) -> torch.Tensor | None:
         """The gate's energy projection weight (nh, C) if the Q/K/V matmul computes it (folds it), else None."""
