@@ -14,13 +14,16 @@ a nanoGPT-style model written here; then generation speed with and without the K
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -284,6 +287,22 @@ def overhead_split(
         split[name]["ms"] = {"plain": 1e3 * statistics.median(plain), "padded": 1e3 * statistics.median(padded)}
         split[name]["ratio"] = statistics.median(paired_ratios(padded, plain))
     return split
+
+
+@contextlib.contextmanager
+def cold_compiler_caches() -> Iterator[None]:
+    """torch.compile's on-disk caches (compiled graphs and kernels) in an empty folder, removed after: the
+    compile time the bench reports is a first compilation's, not a lookup of an earlier run's."""
+    before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="ega-bench-compile-") as folder:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = folder
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
 
 
 def run_interleaved(contenders: list[Any], repeats: int, warmup: int) -> None:
@@ -628,8 +647,11 @@ def main(argv: list[str] | None = None) -> None:
             if device.type == "cuda"
             else f"CPU ({platform.machine()})",
         },
-        "sizes": [] if args.generation_only else [bench_size(s, args.configs, gates, device, args) for s in args.sizes],
     }
+    with cold_compiler_caches() if args.compile else contextlib.nullcontext():
+        result["sizes"] = (
+            [] if args.generation_only else [bench_size(s, args.configs, gates, device, args) for s in args.sizes]
+        )
     if not args.no_generation:
         result["generation"] = [
             bench_generation(size, args.configs, gates, device, args) for size in args.generation_sizes

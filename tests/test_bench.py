@@ -1,12 +1,14 @@
 """`ega bench` on a tiny shape: the table's structure and the numbers that do not depend on timing."""
 
 import json
+import os
+from pathlib import Path
 
 import torch
 import yaml
 
 from ega_lightning import CharLM
-from ega_lightning.bench import VOCAB, NanoGPTReference, main
+from ega_lightning.bench import VOCAB, NanoGPTReference, cold_compiler_caches, main
 
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
 
@@ -85,3 +87,15 @@ def test_nanogpt_reference_has_the_baselines_shape():
     assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in reference.parameters())
     idx = torch.randint(0, len(VOCAB), (2, SHAPE["block_size"] + 1))
     assert reference.loss((idx[:, :-1], idx[:, 1:])).item() > 0
+
+
+def test_bench_compiles_into_empty_compiler_caches_and_restores_the_environment(monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/somewhere/kept")
+    with cold_compiler_caches():
+        folder = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        assert folder.is_dir() and not any(folder.iterdir())  # nothing an earlier compilation left
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/somewhere/kept" and not folder.exists()
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    with cold_compiler_caches():
+        pass
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
