@@ -231,7 +231,7 @@ class MatmulTiming:
         self.x, self.y = randn(batch_size * T, C), randn(batch_size * T, nh * d)  # the two matmuls' inputs
         self.qkv_grad, self.proj_grad = randn(batch_size * T, 3 * nh * d), randn(batch_size * T, C)
         self.proj_bias = randn(C)
-        self.name, self.device, self.nh, self.d, self.extra = name, device, nh, d, extra
+        self.name, self.device, self.layout, self.extra = name, device, (T, nh, C // nh, d), extra
         self.times: list[float] = []
         self.first_s: float | None = None
 
@@ -239,9 +239,9 @@ class MatmulTiming:
         _sync(self.device)
         t0 = time.perf_counter()
         if self.extra:  # the model's own padded weights, built as each training step builds them
-            layout = (0, self.nh, self.d - self.extra, self.d)
-            weight, bias = padded_qkv_weights(self.qkv_weight, self.qkv_bias, None, layout)
-            proj = padded_proj_weight(self.proj_weight, self.nh, self.d)
+            _, nh, _, d = self.layout
+            weight, bias = padded_qkv_weights(self.qkv_weight, self.qkv_bias, None, self.layout)
+            proj = padded_proj_weight(self.proj_weight, nh, d)
         else:
             weight, bias, proj = self.qkv_weight, self.qkv_bias, self.proj_weight
         torch.addmm(bias, self.x, weight.t())

@@ -118,10 +118,10 @@ def _key_channel(log_g: torch.Tensor, hs: int, dtype: torch.dtype) -> torch.Tens
 
 
 def qkv_heads(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor:
-    """The view (3, B, nh, T, d) of q', k', v' in the padded Q/K/V buffer (B T, rows) or (B, T, rows);
+    """The view (3, B, nh, T, d) of q', k', v' in the padded Q/K/V buffer (B T, 3 nh d) or (B, T, 3 nh d);
     layout = (T, nh, hs, d): the true head size hs and the padded one d."""
     T, nh, _, d = layout
-    return qkv.view(-1, T, qkv.shape[-1])[..., : 3 * nh * d].view(-1, T, 3, nh, d).permute(2, 0, 3, 1, 4)
+    return qkv.view(-1, T, 3, nh, d).permute(2, 0, 3, 1, 4)
 
 
 def _key_channel_of(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor:
@@ -135,7 +135,7 @@ def padded_qkv_weights(
     projection: torch.Tensor | None,
     layout: tuple[int, int, int, int],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fused layout's Q/K/V weight (rows, C) and bias (rows,) from c_attn's weight (3 C, C) and bias:
+    """The fused layout's Q/K/V weight (3 nh d, C) and bias from c_attn's weight (3 C, C) and bias:
     per head, d - hs extra rows with zero weights, bias 1 in q's first (q' = [q, 1]) and 0 elsewhere,
     and k's first holding `projection` (nh, C), the gate's energy projection, when it is folded."""
     _, nh, hs, d = layout
@@ -171,7 +171,7 @@ def _identity(t: torch.Tensor) -> torch.Tensor:
 
 
 class _GatedQKV(torch.autograd.Function):
-    """Training's gated Q/K/V: the padded matmul x W'^T + b' (B T, rows), log g written into k's extra
+    """Training's gated Q/K/V: the padded matmul x W'^T + b' (B T, 3 nh d), log g written into k's extra
     channel, q', k', v' (B, nh, T, d) returned as views of that buffer; values and gradients equal those
     of autograd's graph of the same operators (`padded_qkv_weights`, F.linear, an in-place write, the
     views) bit for bit.
@@ -372,7 +372,7 @@ class CausalSelfAttention(nn.Module):
             weight, bias = cache.reuse(
                 "qkv", lambda: padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout)
             )
-        qkv = F.linear(x, weight, bias)  # (B, T, rows)
+        qkv = F.linear(x, weight, bias)  # (B, T, 3 nh d)
         channel = _key_channel_of(qkv, layout)  # (B, T, nh): the energy projection if folded
         folded = channel.clone() if projection is not None else None  # copied: log g overwrites the channel below
         if cache is not None:  # only the new keys' gates, from the gate's incremental state
