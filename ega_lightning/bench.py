@@ -393,9 +393,9 @@ def bench_size(
             "kernel": [KernelTiming(f"sdpa+{w}", batch_size, shape, w, device, args.precision) for w in widths],
             "matmuls": [MatmulTiming(f"matmuls+{w}", batch_size, shape, w, device, args.precision) for w in widths],
         }
-    kernels = [timing for pair in parts.values() for timing in pair]
+    part_timings = [timing for pair in parts.values() for timing in pair]
     print(f"[{size}] {shape}, batch {batch_size}: {len(contenders)} contenders x {args.repeats} repeats", flush=True)
-    run_interleaved([*contenders, *kernels], args.repeats, args.warmup)
+    run_interleaved([*contenders, *part_timings], args.repeats, args.warmup)
     rows = {}
     for c in contenders:
         rows[c.name] = {**c.summary(), **c.memory()}
