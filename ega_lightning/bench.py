@@ -177,68 +177,72 @@ class Contender:
         }
 
 
-class KernelTiming:
-    """The attention kernel alone, as a layer calls it: SDPA forward and backward, scaled by the true
-    head size, on the q, k, v views of one Q/K/V matmul output (B T, rows), with the output's gradient
-    laid out as c_proj's backward hands it, (B, T, nh, d) seen as (B, nh, T, d). ``extra=0`` is the
-    baseline's layout (rows = 3 C); otherwise the fused one's (rows = 3 nh d, d = hs + extra). Timed like
-    a contender, in the same repetitions."""
+class PartTiming:
+    """One part of an attention layer's training step alone, on the model's shapes at head size hs + extra
+    (``extra=0``: the baseline's), its inputs drawn once; `step()` times one forward + backward of it, in
+    the same repetitions as the contenders."""
 
     def __init__(
         self, name: str, batch_size: int, shape: dict[str, Any], extra: int, device: torch.device, precision: str
     ):
-        nh = shape["n_head"]
-        hs, T = shape["n_embd"] // nh, shape["block_size"]
-        d = hs + extra
-        dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float32
-        gen = torch.Generator().manual_seed(0)
-        self.buffer = torch.randn(batch_size * T, 3 * nh * d, generator=gen).to(device, dtype).requires_grad_()
-        grad_out = torch.randn(batch_size, T, nh, d, generator=gen).to(device, dtype)
-        self.grad_out = grad_out.transpose(1, 2)  # (B, nh, T, d)
-        self.name, self.device, self.scale, self.layout = name, device, 1.0 / math.sqrt(hs), (T, nh, hs, d)
+        nh, T = shape["n_head"], shape["block_size"]
+        hs = shape["n_embd"] // nh
+        self.name, self.device, self.extra, self.layout = name, device, extra, (T, nh, hs, hs + extra)
+        self.dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float32
+        self.generator = torch.Generator().manual_seed(0)
+        self.tokens = batch_size * T
         self.times: list[float] = []
         self.first_s: float | None = None
+
+    def randn(self, *size: int) -> torch.Tensor:
+        return torch.randn(*size, generator=self.generator).to(self.device, self.dtype)
+
+    def run(self) -> None:
+        raise NotImplementedError
 
     def step(self, record: bool = True) -> None:
         _sync(self.device)
         t0 = time.perf_counter()
-        q, k, v = qkv_heads(self.buffer, self.layout)  # (B, nh, T, d) views
-        F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale).backward(self.grad_out)
-        self.buffer.grad = None
+        self.run()
         _sync(self.device)
         if record:
             self.times.append(time.perf_counter() - t0)
 
 
-class MatmulTiming:
-    """The attention layer's two matmuls alone, forward and backward as training runs them: Q/K/V
-    (B T, C) -> 3 nh d and c_proj (B T, nh d) -> C, with head size d = hs + extra. ``extra=0`` is the
-    baseline's; otherwise the fused layout's, whose padded weights are built every step from the
-    parameters, as training builds them. Timed like a contender, in the same repetitions."""
+class KernelTiming(PartTiming):
+    """The attention kernel: SDPA forward and backward, scaled by the true head size, on the q, k, v views
+    of one Q/K/V matmul output (B T, 3 nh d), with the output's gradient laid out as c_proj's backward
+    hands it, (B, T, nh, d) seen as (B, nh, T, d)."""
 
-    def __init__(
-        self, name: str, batch_size: int, shape: dict[str, Any], extra: int, device: torch.device, precision: str
-    ):
-        C, nh, T = shape["n_embd"], shape["n_head"], shape["block_size"]
-        dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float32
-        gen = torch.Generator().manual_seed(0)
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        T, nh, _, d = self.layout
+        self.buffer = self.randn(self.tokens, 3 * nh * d).requires_grad_()
+        self.grad_out = self.randn(self.tokens // T, T, nh, d).transpose(1, 2)  # (B, nh, T, d)
 
-        def randn(*size: int) -> torch.Tensor:
-            return torch.randn(*size, generator=gen).to(device, dtype)
+    def run(self) -> None:
+        q, k, v = qkv_heads(self.buffer, self.layout)  # (B, nh, T, d) views
+        scale = 1.0 / math.sqrt(self.layout[2])
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale).backward(self.grad_out)
+        self.buffer.grad = None
 
-        d = C // nh + extra
-        self.qkv_weight, self.qkv_bias, self.proj_weight = randn(3 * C, C), randn(3 * C), randn(C, C)
-        self.x, self.y = randn(batch_size * T, C), randn(batch_size * T, nh * d)  # the two matmuls' inputs
-        self.qkv_grad, self.proj_grad = randn(batch_size * T, 3 * nh * d), randn(batch_size * T, C)
-        self.proj_bias = randn(C)
-        self.name, self.device, self.layout, self.extra = name, device, (T, nh, C // nh, d), extra
-        self.times: list[float] = []
-        self.first_s: float | None = None
 
-    def step(self, record: bool = True) -> None:
-        _sync(self.device)
-        t0 = time.perf_counter()
-        if self.extra:  # the model's own padded weights, built as each training step builds them
+class MatmulTiming(PartTiming):
+    """The two matmuls, forward and backward as training runs them: Q/K/V (B T, C) -> 3 nh d and c_proj
+    (B T, nh d) -> C. With extra > 0 the padded weights are built every step from the parameters, as
+    training builds them."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        _, nh, hs, d = self.layout
+        C = nh * hs
+        self.qkv_weight, self.qkv_bias, self.proj_weight = self.randn(3 * C, C), self.randn(3 * C), self.randn(C, C)
+        self.x, self.y = self.randn(self.tokens, C), self.randn(self.tokens, nh * d)  # the two matmuls' inputs
+        self.qkv_grad, self.proj_grad = self.randn(self.tokens, 3 * nh * d), self.randn(self.tokens, C)
+        self.proj_bias = self.randn(C)
+
+    def run(self) -> None:
+        if self.extra:  # the model's own padded weights
             _, nh, _, d = self.layout
             weight, bias = padded_qkv_weights(self.qkv_weight, self.qkv_bias, None, self.layout)
             proj = padded_proj_weight(self.proj_weight, nh, d)
@@ -248,9 +252,6 @@ class MatmulTiming:
         self.qkv_grad.mm(weight), self.qkv_grad.t().mm(self.x), self.qkv_grad.sum(0)
         torch.addmm(self.proj_bias, self.y, proj.t())
         self.proj_grad.mm(proj), self.proj_grad.t().mm(self.y), self.proj_grad.sum(0)
-        _sync(self.device)
-        if record:
-            self.times.append(time.perf_counter() - t0)
 
 
 def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
@@ -359,6 +360,13 @@ def build(
     return CharLM(VOCAB, **shape, **options, compile=compile).to(device)
 
 
+def fixed_batch(shape: dict[str, Any], batch_size: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one batch every contender trains on: random tokens (seed 0), inputs and next-token targets."""
+    gen = torch.Generator().manual_seed(0)
+    idx = torch.randint(0, len(VOCAB), (batch_size, shape["block_size"] + 1), generator=gen).to(device)
+    return idx[:, :-1], idx[:, 1:]
+
+
 def paired_ratios(times: list[float], base: list[float]) -> list[float]:
     """Per-repetition ratios, sorted: each repetition times every contender back to back, so the ratio
     within one cancels the machine's drift."""
@@ -370,9 +378,7 @@ def bench_size(
 ) -> dict[str, Any]:
     shape, batch_size = size_settings(configs, size)
     batch_size = args.batch_size or batch_size
-    gen = torch.Generator().manual_seed(0)
-    idx = torch.randint(0, len(VOCAB), (batch_size, shape["block_size"] + 1), generator=gen).to(device)
-    batch = (idx[:, :-1], idx[:, 1:])
+    batch = fixed_batch(shape, batch_size, device)
     contenders = [
         Contender(name, build(shape, g, device, args.seed), batch, args.precision) for name, g in gates.items()
     ]

@@ -71,11 +71,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=41)
     args = parser.parse_args()
     shape, batch_size = bench.size_settings(ROOT / "configs", args.size)
-    idx = torch.randint(
-        0, len(bench.VOCAB), (batch_size, shape["block_size"] + 1), generator=torch.Generator().manual_seed(0)
-    )
-    batch = (idx[:, :-1], idx[:, 1:])
     cpu = torch.device("cpu")
+    batch = bench.fixed_batch(shape, batch_size, cpu)
     with tempfile.TemporaryDirectory() as folder:
         base = base_module(args.base, Path(folder))
         contenders = [

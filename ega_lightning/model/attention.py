@@ -280,6 +280,12 @@ class LayerCache:
         return self.k[:, :, :end], self.v[:, :, :end]
 
 
+def _built_once_per_cache(cache: LayerCache | None, name: str, build: Callable[[], Any]) -> Any:
+    """build() in training, where the weights change every step; in generation, where they do not, the
+    cache's copy (built on its first step)."""
+    return build() if cache is None else cache.reuse(name, build)
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention with an optional energy gate on the keys."""
 
@@ -366,12 +372,9 @@ class CausalSelfAttention(nn.Module):
             weight, bias = self.c_attn.weight, self.c_attn.bias
             params = self.gate.parameters()
             return _GatedQKV.apply(x.reshape(B * T, C), weight, bias, projection, layout, log_gate, source, *params)
-        if cache is None:
-            weight, bias = padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout)
-        else:  # generation: the weights do not change between steps, so they are built once per cache
-            weight, bias = cache.reuse(
-                "qkv", lambda: padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout)
-            )
+        weight, bias = _built_once_per_cache(
+            cache, "qkv", lambda: padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout)
+        )
         qkv = F.linear(x, weight, bias)  # (B, T, 3 nh d)
         channel = _key_channel_of(qkv, layout)  # (B, T, nh): the energy projection if folded
         folded = channel.clone() if projection is not None else None  # copied: log g overwrites the channel below
@@ -413,8 +416,5 @@ class CausalSelfAttention(nn.Module):
         c_proj's weight gets a zero column per extra channel.
         """
         B, nh, T, d = y.shape
-        if cache is None:
-            weight = padded_proj_weight(self.c_proj.weight, nh, d)
-        else:
-            weight = cache.reuse("proj", lambda: padded_proj_weight(self.c_proj.weight, nh, d))
+        weight = _built_once_per_cache(cache, "proj", lambda: padded_proj_weight(self.c_proj.weight, nh, d))
         return F.linear(y.transpose(1, 2).reshape(B, T, nh * d), weight, self.c_proj.bias)
