@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ega_lightning.data.corpora import CORPORA
-from ega_lightning.gates import GateError, gate_class, gate_names
+from ega_lightning.gates import Gate, GateError, gate_class, gate_names
 from ega_lightning.generate import generate
 from ega_lightning.io import read_yaml, write_atomic
 from ega_lightning.model.attention import (
@@ -47,7 +47,8 @@ from ega_lightning.module import CharLM
 T = TypeVar("T")
 
 VOCAB = CORPORA["tinyshakespeare"].vocab
-SPLIT_GATE = "linear"  # EGA-1: the gate whose overhead the bench splits into the kernel's share, the matmuls', the rest
+# EGA-1: the gate whose overhead the bench splits (the kernel's share, the matmuls', its z-norm and sigmoid's, the rest)
+SPLIT_GATE = "linear"
 
 
 # --- a nanoGPT-style reference (after karpathy/nanoGPT model.py), to show the baseline is not slowed down
@@ -254,6 +255,16 @@ class MatmulTiming(PartTiming):
         self.proj_grad.mm(proj), self.proj_grad.t().mm(self.y), self.proj_grad.sum(0)
 
 
+def without_gate_arithmetic(model: nn.Module) -> nn.Module:
+    """`model` with every gate's z-norm and sigmoid replaced by log g = 0 (g = 1, so the same function as the
+    baseline with the same weights), on the same path: the energy, the padded layout and the write of log g
+    stay. Against the gated model, the time of the gate's own arithmetic (forward, recomputation, backward)."""
+    for module in model.modules():
+        if isinstance(module, Gate):
+            module.log_gate_from_energy = lambda e: e.float() * 0.0  # an instance attribute: this model only
+    return model
+
+
 def median_interval(values: list[float], level: float = 0.95) -> tuple[float, float]:
     """Distribution-free interval for the median: order statistics k and n + 1 - k (1-based), with the
     largest k whose binomial tail stays within (1 - level) / 2; (min, max) when n is too small for one."""
@@ -269,22 +280,23 @@ def median_interval(values: list[float], level: float = 0.95) -> tuple[float, fl
 
 
 def overhead_split(
-    gated: list[float], base: list[float], parts: dict[str, tuple[list[float], list[float]]], n_layer: int
+    gated: list[float], base: list[float], parts: dict[str, tuple[list[float], list[float], int]]
 ) -> dict[str, Any]:
     """Per repetition, in points of the baseline's step: the gated model's overhead, each part's extra
-    time over all layers (part: (plain times, padded times) of one layer's share), and the rest after
-    the parts; each as median with its 95% interval, and each part's plain and padded medians in ms."""
+    time (part: (times without it, times with it, how many times a step runs it), e.g. one layer's call
+    counted n_layer times), and the rest after the parts; each as median with its 95% interval, and each
+    part's medians without and with it in ms."""
     total = [100 * (g / b - 1) for g, b in zip(gated, base, strict=True)]
     points = {
-        name: [100 * n_layer * (p - q) / b for q, p, b in zip(plain, padded, base, strict=True)]
-        for name, (plain, padded) in parts.items()
+        name: [100 * count * (p - q) / b for q, p, b in zip(plain, padded, base, strict=True)]
+        for name, (plain, padded, count) in parts.items()
     }
     rest = [t - sum(per_rep) for t, *per_rep in zip(total, *points.values(), strict=True)]
     split: dict[str, Any] = {
         name: {"points": statistics.median(v), "interval": median_interval(v)}
         for name, v in (("total", total), *points.items(), ("rest", rest))
     }
-    for name, (plain, padded) in parts.items():
+    for name, (plain, padded, _) in parts.items():
         split[name]["ms"] = {"plain": 1e3 * statistics.median(plain), "padded": 1e3 * statistics.median(padded)}
         split[name]["ratio"] = statistics.median(paired_ratios(padded, plain))
     return split
@@ -399,9 +411,13 @@ def bench_size(
             "kernel": [KernelTiming(f"sdpa+{w}", batch_size, shape, w, device, args.precision) for w in widths],
             "matmuls": [MatmulTiming(f"matmuls+{w}", batch_size, shape, w, device, args.precision) for w in widths],
         }
-    part_timings = [timing for pair in parts.values() for timing in pair]
+        # the gate's own arithmetic: the gated model against itself with log g = 0; not a row of the table
+        ablated = without_gate_arithmetic(build(shape, gates[SPLIT_GATE], device, args.seed))
+        split_gate = next(c for c in contenders if c.name == SPLIT_GATE)
+        parts["gate"] = [Contender(f"{SPLIT_GATE}-log-g-0", ablated, batch, args.precision), split_gate]
+    extra_timings = [timing for pair in parts.values() for timing in pair if timing not in contenders]
     print(f"[{size}] {shape}, batch {batch_size}: {len(contenders)} contenders x {args.repeats} repeats", flush=True)
-    run_interleaved([*contenders, *part_timings], args.repeats, args.warmup)
+    run_interleaved([*contenders, *extra_timings], args.repeats, args.warmup)
     rows = {}
     for c in contenders:
         rows[c.name] = {**c.summary(), **c.memory()}
@@ -424,8 +440,9 @@ def bench_size(
             row["compile_s"] = row["first_step_s"] - row["median_ms"] / 1e3
     result = {"size": size, "shape": shape, "batch_size": batch_size, "rows": rows}
     if parts:
-        timings = {name: (plain.times, padded.times) for name, (plain, padded) in parts.items()}
-        result["split"] = overhead_split(times[SPLIT_GATE], base_times, timings, shape["n_layer"])
+        counts = {"kernel": shape["n_layer"], "matmuls": shape["n_layer"], "gate": 1}
+        timings = {name: (plain.times, padded.times, counts[name]) for name, (plain, padded) in parts.items()}
+        result["split"] = overhead_split(times[SPLIT_GATE], base_times, timings)
         result["split"]["head_sizes"] = [shape["n_embd"] // shape["n_head"] + w for w in (0, pad_width(device))]
     return result
 
@@ -533,7 +550,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                 ("total", f"`{SPLIT_GATE}` over `none`"),
                 ("kernel", f"the attention kernel at head size {padded} vs {plain}"),
                 ("matmuls", f"the Q/K/V and c_proj matmuls at head size {padded} vs {plain}"),
-                ("rest", "everything else (the gate's arithmetic, the write of log g, the Python of both)"),
+                ("gate", "the gate's z-norm and sigmoid (the model against itself with log g = 0)"),
+                ("rest", "everything else (the write of log g, the padded path's copies and gathers, their Python)"),
             )
         ]
         n_layer = size["shape"]["n_layer"]
@@ -545,6 +563,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                 ("matmuls", "the two matmuls forward + backward, padded weights built as training builds them"),
             )
         ]
+        gate = split["gate"]["ms"]
+        alone.append(f"the whole step with log g = 0 and as trained ({gate['plain']:.1f} ms, {gate['padded']:.1f} ms)")
         out += [
             "",
             f"## Where `{SPLIT_GATE}`'s time goes at the `{size['size']}` size "
@@ -552,9 +572,8 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             _table(["part", "points", "95% interval"], rows),
             "",
-            f"Each part alone, one layer's call (the points count it {n_layer} times), per-repetition medians: "
-            + "; ".join(alone)
-            + ".",
+            f"Kernel and matmuls alone, one layer's call (the points count it {n_layer} times), and the gate's "
+            "arithmetic in the whole model, per-repetition medians: " + "; ".join(alone) + ".",
         ]
     for size in result["sizes"]:
         compiled = {name: r for name, r in size["rows"].items() if "eager_ratio" in r}

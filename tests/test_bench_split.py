@@ -1,11 +1,21 @@
-"""`ega bench`'s split of EGA-1's overhead: the attention kernel's share, the padded matmuls', the rest."""
+"""`ega bench`'s split of EGA-1's overhead: the attention kernel's share, the padded matmuls', the gate's
+z-norm and sigmoid, the rest."""
 
 import json
 import math
 
 import pytest
+import torch
 
-from ega_lightning.bench import main, median_interval, overhead_split
+from ega_lightning.bench import (
+    SPLIT_GATE,
+    build,
+    fixed_batch,
+    main,
+    median_interval,
+    overhead_split,
+    without_gate_arithmetic,
+)
 
 from .test_bench import SHAPE, write_configs
 
@@ -23,13 +33,15 @@ def test_median_interval_uses_the_binomial_order_statistics():
 def test_overhead_split_adds_up_per_repetition():
     base, gated = [100.0, 110.0, 90.0], [110.0, 120.0, 99.0]
     plain, padded = [5.0, 5.5, 4.5], [5.5, 6.0, 5.0]
-    matmuls = ([2.0, 2.0, 2.0], [2.25, 2.2, 2.2])
-    split = overhead_split(gated, base, {"kernel": (plain, padded), "matmuls": matmuls}, n_layer=4)
+    matmuls = ([2.0, 2.0, 2.0], [2.25, 2.2, 2.2], 4)
+    gate = ([107.0, 117.0, 98.1], gated, 1)  # the whole model without the gate's arithmetic: counted once
+    split = overhead_split(gated, base, {"kernel": (plain, padded, 4), "matmuls": matmuls, "gate": gate})
     assert split["total"]["points"] == pytest.approx(10.0)  # 10%, 9.09%, 10%
     assert split["kernel"]["points"] == pytest.approx(100 * 4 * 0.5 / 100)  # 2.0, 1.82, 2.22 -> median 2.0
     assert split["matmuls"]["points"] == pytest.approx(80 / 90)  # 1.0, 0.727, 0.889 -> median 0.889
-    # per repetition 7.0, 6.55, 6.89: the median of differences, not the difference of medians
-    assert split["rest"]["points"] == pytest.approx(10 - 200 / 90 - 80 / 90)
+    assert split["gate"]["points"] == pytest.approx(300 / 110)  # 3.0, 2.73, 1.0 -> median 2.73
+    # per repetition 4.0, 3.82, 5.89: the median of differences, not the difference of medians
+    assert split["rest"]["points"] == pytest.approx(10 - 2 - 1 - 3)
     assert split["kernel"]["ratio"] == pytest.approx(5.5 / 5)
     assert split["matmuls"]["ms"] == pytest.approx({"plain": 2000.0, "padded": 2200.0})
 
@@ -44,8 +56,27 @@ def test_bench_reports_the_split_beside_the_table(tmp_path):
     hs = SHAPE["n_embd"] // SHAPE["n_head"]
     assert split["head_sizes"] == [hs, hs + 1]
     assert all(key not in size["rows"] for key in ("sdpa+0", "sdpa+1", "matmuls+0", "matmuls+1"))  # not contenders
-    for part in ("total", "kernel", "matmuls", "rest"):
+    for part in ("total", "kernel", "matmuls", "gate", "rest"):
         low, high = split[part]["interval"]
         assert low <= split[part]["points"] <= high, part
     text = (out / "bench-cpu-32-true.md").read_text()
     assert "the attention kernel at head size 9 vs 8" in text and "c_proj matmuls at head size 9 vs 8" in text
+    assert "the gate's z-norm and sigmoid" in text
+    assert all(r.startswith(("none", "linear", "db2", "nanogpt")) and "log-g" not in r for r in size["rows"])
+
+
+def test_without_gate_arithmetic_is_the_baseline_on_the_gated_path():
+    """The ablation the split times the gate's arithmetic against: log g = 0 everywhere, so the same loss as
+    the baseline with the same weights, while the gated model's differs; every gate stays on its path."""
+    shape = {"n_layer": 2, "n_head": 2, "n_embd": 16, "block_size": 16}
+    batch = fixed_batch(shape, 3, torch.device("cpu"))
+    none, gated = (build(shape, {"gate": g}, torch.device("cpu"), 0) for g in ("none", SPLIT_GATE))
+    ablated = without_gate_arithmetic(build(shape, {"gate": SPLIT_GATE, "alpha_init": 3.0}, torch.device("cpu"), 0))
+    for layer in ablated.model.gates:
+        with torch.no_grad():
+            layer.tau.fill_(1.0)  # a gate that would be far from 1 with its arithmetic
+    loss = ablated.loss(batch)
+    assert loss.item() == pytest.approx(none.loss(batch).item(), abs=1e-5)
+    assert abs(gated.loss(batch).item() - none.loss(batch).item()) > 1e-4
+    loss.backward()  # the ablated path trains: the energy projection still gets a (zero) gradient
+    assert all(g.proj.weight.grad is not None and not g.proj.weight.grad.any() for g in ablated.model.gates)
