@@ -404,18 +404,25 @@ def bench_size(
     if args.compile:  # like for like: the reference compiled too
         reference.loss = torch.compile(reference.loss)
     contenders.append(Contender("nanogpt_reference", reference, batch, args.precision))
-    parts: dict[str, list[Any]] = {}
+    # each part: (its timings without it and with it, how many times a step runs it)
+    parts: dict[str, tuple[list[Any], int]] = {}
     if SPLIT_GATE in gates:  # the attention kernel and the matmuls alone, plain and padded, on this size's shapes
-        widths = (0, pad_width(device))
+        widths, layers = (0, pad_width(device)), shape["n_layer"]
         parts = {
-            "kernel": [KernelTiming(f"sdpa+{w}", batch_size, shape, w, device, args.precision) for w in widths],
-            "matmuls": [MatmulTiming(f"matmuls+{w}", batch_size, shape, w, device, args.precision) for w in widths],
+            "kernel": (
+                [KernelTiming(f"sdpa+{w}", batch_size, shape, w, device, args.precision) for w in widths],
+                layers,
+            ),
+            "matmuls": (
+                [MatmulTiming(f"matmuls+{w}", batch_size, shape, w, device, args.precision) for w in widths],
+                layers,
+            ),
         }
         # the gate's own arithmetic: the gated model against itself with log g = 0; not a row of the table
         ablated = without_gate_arithmetic(build(shape, gates[SPLIT_GATE], device, args.seed))
         split_gate = next(c for c in contenders if c.name == SPLIT_GATE)
-        parts["gate"] = [Contender(f"{SPLIT_GATE}-log-g-0", ablated, batch, args.precision), split_gate]
-    extra_timings = [timing for pair in parts.values() for timing in pair if timing not in contenders]
+        parts["gate"] = ([Contender(f"{SPLIT_GATE}-log-g-0", ablated, batch, args.precision), split_gate], 1)
+    extra_timings = [timing for pair, _ in parts.values() for timing in pair if timing not in contenders]
     print(f"[{size}] {shape}, batch {batch_size}: {len(contenders)} contenders x {args.repeats} repeats", flush=True)
     run_interleaved([*contenders, *extra_timings], args.repeats, args.warmup)
     rows = {}
@@ -440,8 +447,7 @@ def bench_size(
             row["compile_s"] = row["first_step_s"] - row["median_ms"] / 1e3
     result = {"size": size, "shape": shape, "batch_size": batch_size, "rows": rows}
     if parts:
-        counts = {"kernel": shape["n_layer"], "matmuls": shape["n_layer"], "gate": 1}
-        timings = {name: (plain.times, padded.times, counts[name]) for name, (plain, padded) in parts.items()}
+        timings = {name: (plain.times, padded.times, count) for name, ((plain, padded), count) in parts.items()}
         result["split"] = overhead_split(times[SPLIT_GATE], base_times, timings)
         result["split"]["head_sizes"] = [shape["n_embd"] // shape["n_head"] + w for w in (0, pad_width(device))]
     return result
