@@ -98,6 +98,19 @@ class NanoGPTReference(nn.Module):
 # --- measurement
 
 
+def cpu_name() -> str:
+    """The CPU as a reader can tell machines apart by: its model, the vector instructions torch's kernels
+    dispatch to (which set what an extra head channel costs) and its logical cores."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    capability = getattr(torch.backends.cpu, "get_cpu_capability", lambda: "unknown")()
+    return f"{model} ({platform.machine()}, {capability}, {os.cpu_count()} logical cores)"
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -674,9 +687,7 @@ def main(argv: list[str] | None = None) -> None:
             "torch": torch.__version__,
             "threads": torch.get_num_threads(),
             "platform": platform.platform(),
-            "device_name": torch.cuda.get_device_name(device)
-            if device.type == "cuda"
-            else f"CPU ({platform.machine()})",
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
         },
     }
     with cold_compiler_caches() if args.compile else contextlib.nullcontext():

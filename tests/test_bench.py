@@ -60,6 +60,10 @@ def test_bench_writes_tables_with_ratios_memory_and_generation(tmp_path):
     assert all(r["speedup"] > 0 for r in generation["rows"].values())
     markdown = (out / "bench-cpu-32-true.md").read_text()
     assert "| linear |" in markdown and "ours / nanoGPT" in markdown and "KV cache tokens/s" in markdown
+    # the machine is named by what sets its kernels' speed, in the table's title
+    device_name = result["environment"]["device_name"]
+    assert torch.backends.cpu.get_cpu_capability() in device_name and f"{os.cpu_count()} logical cores" in device_name
+    assert markdown.startswith(f"# Benchmark: {device_name}, 32-true")
 
 
 def test_generation_only_times_generation_alone_into_its_own_files(tmp_path):
