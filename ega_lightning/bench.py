@@ -123,7 +123,9 @@ def saved_activation_bytes(forward: Callable[[], T], params: Iterable[torch.Tens
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
-        saved[storage.data_ptr()] = storage.nbytes()
+        # a compiler's stand-in has no data: torch < 2.5 hands the hook such tensors while it traces
+        with contextlib.suppress(RuntimeError):
+            saved[storage.data_ptr()] = storage.nbytes()
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):

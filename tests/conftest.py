@@ -47,3 +47,15 @@ def gate_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     for name, module in list(sys.modules.items()):
         if str(getattr(module, "__file__", None) or "").startswith(str(tmp_path)):
             del sys.modules[name]
+
+
+@pytest.fixture
+def torch_without_flex(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This torch as torch 2.4 shows it to the project: no FlexAttention, and asking for it fails as there."""
+    from ega_lightning.model import attention
+
+    def no_flex(device_type: str):
+        raise ValueError("model.attention=flex needs FlexAttention (torch >= 2.5)")
+
+    monkeypatch.setattr(attention, "has_flex_attention", lambda: False)
+    monkeypatch.setattr(attention, "_flex", no_flex)

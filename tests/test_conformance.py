@@ -12,6 +12,7 @@ from ega_lightning.errors import UserError
 from ega_lightning.gates import causal_znorm
 from ega_lightning.gates.conformance import PROPERTIES, check_gate
 from ega_lightning.gates.linear import LinearGate
+from ega_lightning.model import GPT, GPTConfig
 
 from .conftest import CONFIGS, REPO
 
@@ -29,6 +30,15 @@ def test_every_shipped_gate_config_passes(model):
     report = check_gate(model["gate"], model.get("gate_options"))
     assert [r.name for r in report.results] == list(PROPERTIES)
     assert report.passed, report.format()
+
+
+def test_a_torch_without_flex_attention_checks_the_other_paths(torch_without_flex):
+    report = check_gate("linear")
+    assert report.passed, report.format()
+    # flex is gone indeed: a flex model fails as on torch 2.4
+    config = GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=16, gate="linear", attention="flex")
+    with torch.no_grad(), pytest.raises(ValueError, match="needs FlexAttention"):
+        GPT(config)(torch.zeros(1, 8, dtype=torch.long))
 
 
 def test_the_example_gate_passes_and_its_leaking_copy_fails(gate_sandbox):

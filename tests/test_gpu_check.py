@@ -11,8 +11,10 @@ from ega_lightning import device_check
 from ega_lightning.experiments.sweep import fit_command, load_spec
 
 from .conftest import CONFIGS, REPO
+from .helpers import needs_flex
 
 
+@needs_flex
 def test_device_check_compares_every_path_and_passes_on_cpu(tmp_path, capsys):
     out = tmp_path / "equality.json"
     assert device_check.main(["--device", "cpu", "--gates", "linear", "--bf16", "--out", str(out)]) == 0
@@ -27,6 +29,12 @@ def test_device_check_compares_every_path_and_passes_on_cpu(tmp_path, capsys):
     assert 0 < fused32["value_err"] < device_check.FP32_TOL and fused32["grad_err"] < device_check.FP32_TOL
     assert all(r["grad_err"] is None for r in rows if r["impl"] == "flex")  # no CPU backward for flex
     assert "5 of 5 comparisons within bounds" in capsys.readouterr().out
+
+
+def test_device_check_without_flex_attention_compares_the_other_paths_and_says_so(torch_without_flex, capsys):
+    assert device_check.main(["--device", "cpu", "--gates", "linear", "--no-bf16"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]  # the GPU check's verdict line
+    assert last.startswith("1 of 1 comparisons within bounds") and "flex not compared" in last
 
 
 def test_device_check_fails_on_a_mismatch(monkeypatch, capsys):

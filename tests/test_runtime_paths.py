@@ -2,7 +2,6 @@
 layout (8 channels) against the reference, FlexAttention against the reference, compiled against eager."""
 
 import functools
-import importlib.util
 import warnings
 
 import lightning as L
@@ -19,13 +18,9 @@ from ega_lightning.model import GPT, GPTConfig, attention
 from ega_lightning.model.attention import CausalSelfAttention
 
 from .conftest import TINY_MODEL, TINY_VOCAB
-from .helpers import validate_tiny
+from .helpers import needs_flex, validate_tiny
 
 GATED = [name for name in gate_names() if name != "none"]
-# FlexAttention exists from torch 2.5 on; the project supports 2.4
-needs_flex = pytest.mark.skipif(
-    importlib.util.find_spec("torch.nn.attention.flex_attention") is None, reason="this torch has no FlexAttention"
-)
 
 
 def tiny(gate: str = "linear", **kwargs) -> CharLM:
@@ -182,6 +177,7 @@ def test_flex_model_equals_reference_model_without_gradients():
         torch.testing.assert_close(flex(idx), reference(idx), atol=1e-5, rtol=1e-5)
 
 
+@needs_flex
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without CUDA")
 def test_flex_training_on_cpu_is_refused_naming_fused():
     with pytest.raises(ValueError, match=r"model.attention=flex needs a CUDA device.*model.attention=fused"):
@@ -189,6 +185,11 @@ def test_flex_training_on_cpu_is_refused_naming_fused():
     layer = CausalSelfAttention(16, 2, 0.0, True, build_gate("linear", 16, 2), "flex")
     with pytest.raises(ValueError, match=r"trains only on CUDA.*model.attention=fused"):
         layer(torch.randn(1, 4, 16))  # with gradients: refused before torch's own error
+
+
+def test_flex_on_a_torch_without_it_is_refused_naming_fused(torch_without_flex):
+    with pytest.raises(ValueError, match=r"needs FlexAttention, which came with torch 2\.5.*model.attention=fused"):
+        CharLM(TINY_VOCAB, **TINY_MODEL, attention="flex")
 
 
 # --- torch.compile: one compilation for the whole module (it takes tens of seconds on CPU)

@@ -10,7 +10,8 @@
 Every property is checked on a small fp32 CPU model (2 layers x 2 heads x 32, T = 32, by default)
 with tau = 0.3, alpha = 2 (away from the defaults, so the gate visibly acts):
 
-- causal: changing token t never moves a log-gate or a logit before t (bit for bit, both attention paths);
+- causal: changing token t never moves a log-gate or a logit before t (bit for bit, on each attention
+  path this torch has: fused, reference, and flex from torch 2.5 on);
 - alpha_zero_is_baseline: at alpha = 0 the model equals the baseline with the same shared weights;
 - fused_equals_reference: the fused attention path equals the spec's formula, in values and gradients;
 - cached_equals_recompute: cached generation gives the logits of recomputing the window (a
@@ -38,7 +39,7 @@ from ega_lightning.errors import UserError
 from ega_lightning.gates.base import Gate
 from ega_lightning.gates.registry import GateSpec, build_gate, check_gate_options, gate_class, qualified_name
 from ega_lightning.generate import next_token_logits
-from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig
+from ega_lightning.model import GPT, GPTConfig, available_attention_impls
 
 ACTIVE = {"tau_init": 0.3, "alpha_init": 2.0}  # away from the defaults: the gate visibly acts
 TOLERANCE = 1e-5  # fp32: two orders above the rounding of the shipped gates' paths
@@ -152,7 +153,7 @@ def _gate_calls(model: GPT) -> Iterator[list[tuple[Gate, torch.Tensor, torch.Ten
 def _causal(ctx: _Context) -> tuple[bool, str]:
     T, V = ctx.shape.block_size, ctx.shape.vocab_size
     positions = (1, T // 2, T - 1)
-    for attention in ATTENTION_IMPLS:
+    for attention in available_attention_impls():
         model = ctx.model(attention)
         idx = ctx.tokens(2, T)
         for t in positions:
@@ -181,7 +182,7 @@ def _causal(ctx: _Context) -> tuple[bool, str]:
 
 def _alpha_zero_is_baseline(ctx: _Context) -> tuple[bool, str]:
     diffs = []
-    for attention in ATTENTION_IMPLS:
+    for attention in available_attention_impls():
         gated, baseline = ctx.model(attention, alpha_init=0.0), ctx.model(attention, gated=False)
         missing, unexpected = baseline.load_state_dict(gated.state_dict(), strict=False)
         outside = [k for k in unexpected if ".gate." not in k]

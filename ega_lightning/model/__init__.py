@@ -1,4 +1,4 @@
-from ega_lightning.model.attention import ATTENTION_IMPLS, CausalSelfAttention
+from ega_lightning.model.attention import ATTENTION_IMPLS, CausalSelfAttention, available_attention_impls
 from ega_lightning.model.gpt import GPT, GPTConfig
 
-__all__ = ["ATTENTION_IMPLS", "GPT", "CausalSelfAttention", "GPTConfig"]
+__all__ = ["ATTENTION_IMPLS", "GPT", "CausalSelfAttention", "GPTConfig", "available_attention_impls"]

@@ -17,6 +17,7 @@ Three implementations of the gated attention of EGA_SPEC.md section 2:
 from __future__ import annotations
 
 import functools
+import importlib.util
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +41,16 @@ LOG_GATE_FLOOR = -30.0
 # Training runs the gated Q/K/V matmul as `_GatedQKV`; False: as autograd's own graph of F.linear and an
 # in-place write (the path generation and probed gates take), which the tests hold it equal to bit for bit.
 COPY_FREE_WRITE = True
+
+
+def has_flex_attention() -> bool:
+    """Whether this torch has FlexAttention (torch >= 2.5; the project runs on 2.4 without it)."""
+    return importlib.util.find_spec("torch.nn.attention.flex_attention") is not None
+
+
+def available_attention_impls() -> tuple[str, ...]:
+    """The ATTENTION_IMPLS this torch can run: without FlexAttention, all but ``flex``."""
+    return tuple(impl for impl in ATTENTION_IMPLS if impl != "flex" or has_flex_attention())
 
 
 def pad_width(device: torch.device) -> int:
