@@ -61,9 +61,10 @@ def check_gate(gate: str, device: torch.device, bf16: bool, batch: int, seed: in
     truth = run_path(truth_model.to(device), idx, torch.float32, grads=True)
     rows: list[dict[str, Any]] = []
     dtypes = [torch.float32, torch.bfloat16] if bf16 else [torch.float32]
+    impls = available_attention_impls()
     for dtype in dtypes:
         errors: dict[str, tuple[float, float | None]] = {}
-        for impl in [impl for impl in ("reference", "fused", "flex") if impl in available_attention_impls()]:
+        for impl in [impl for impl in ("reference", "fused", "flex") if impl in impls]:
             if impl == "reference" and dtype == torch.float32:
                 errors[impl] = (0.0, 0.0)  # the truth itself
                 continue

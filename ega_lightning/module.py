@@ -14,7 +14,7 @@ from torchmetrics import MeanMetric
 from ega_lightning.data.datamodule import Batch
 from ega_lightning.data.tokenizer import CharTokenizer
 from ega_lightning.gates import NO_GATE, ZNORM_MODES, check_gate_options
-from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, available_attention_impls
+from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, require_flex_attention
 from ega_lightning.seeding import derive_seed
 
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate_options", "vocab")
@@ -95,12 +95,7 @@ class CharLM(L.LightningModule):
         _require(eval_znorm in znorms, f"model.eval_znorm must be one of {znorms}, got {eval_znorm!r}.")
         _require(attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {attention!r}.")
         if attention == "flex":
-            _require(
-                "flex" in available_attention_impls(),
-                f"model.attention=flex needs FlexAttention, which came with torch 2.5 (this is torch "
-                f"{torch.__version__}). Use model.attention=fused (the default), the same attention on the SDPA "
-                "kernel.",
-            )
+            require_flex_attention()
             _require(
                 torch.cuda.is_available(),
                 "model.attention=flex needs a CUDA device: torch's FlexAttention cannot train on CPU. "

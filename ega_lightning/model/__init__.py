@@ -1,4 +1,16 @@
-from ega_lightning.model.attention import ATTENTION_IMPLS, CausalSelfAttention, available_attention_impls
+from ega_lightning.model.attention import (
+    ATTENTION_IMPLS,
+    CausalSelfAttention,
+    available_attention_impls,
+    require_flex_attention,
+)
 from ega_lightning.model.gpt import GPT, GPTConfig
 
-__all__ = ["ATTENTION_IMPLS", "GPT", "CausalSelfAttention", "GPTConfig", "available_attention_impls"]
+__all__ = [
+    "ATTENTION_IMPLS",
+    "GPT",
+    "CausalSelfAttention",
+    "GPTConfig",
+    "available_attention_impls",
+    "require_flex_attention",
+]

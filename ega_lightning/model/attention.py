@@ -48,6 +48,15 @@ def has_flex_attention() -> bool:
     return importlib.util.find_spec("torch.nn.attention.flex_attention") is not None
 
 
+def require_flex_attention() -> None:
+    """Refuses ``flex`` on a torch without FlexAttention, naming the path that does the same."""
+    if not has_flex_attention():
+        raise ValueError(
+            f"model.attention=flex needs FlexAttention, which came with torch 2.5 (this is torch "
+            f"{torch.__version__}). Use model.attention=fused (the default), the same attention on the SDPA kernel."
+        )
+
+
 def available_attention_impls() -> tuple[str, ...]:
     """The ATTENTION_IMPLS this torch can run: without FlexAttention, all but ``flex``."""
     return tuple(impl for impl in ATTENTION_IMPLS if impl != "flex" or has_flex_attention())
@@ -82,13 +91,9 @@ def _causal(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch
 def _flex(device_type: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """(flex_attention, create_block_mask); compiled on CUDA, where eager FlexAttention would
     materialise the (T, T) scores. Imported here: FlexAttention exists from torch 2.5 on."""
-    try:
-        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    except ImportError as err:
-        raise ValueError(
-            f"model.attention=flex needs FlexAttention (torch >= 2.5; this is torch {torch.__version__}). "
-            "Use model.attention=fused, the same attention on the SDPA kernel."
-        ) from err
+    require_flex_attention()
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
     return (torch.compile(flex_attention) if device_type == "cuda" else flex_attention), create_block_mask
 
 
