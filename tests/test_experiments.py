@@ -17,6 +17,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from ega_lightning.cli import main as ega_main
 from ega_lightning.experiments import records, report, stats, sweep
+from ega_lightning.fingerprint import fingerprint
 
 from .conftest import CONFIGS, TINY_MODEL, TINY_VOCAB, run_ega
 from .helpers import landscape_json
@@ -768,6 +769,7 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
         assert record["command"].startswith("ega fit -c ") and "--runs_dir" not in record["command"]
         assert record["git_commit"] == done["git_commit"] and record["versions"]["torch"] is not None
         assert record["hparams"]["n_embd"] == 16 and record["max_steps"] == 4
+        assert record["fingerprint"] == done["fingerprint"] == fingerprint(record["hparams"])
     shutil.rmtree(tmp_path / "runs")
     fresh = run_ega(["sweep", "spec.yaml", "--runs_dir", "runs"], cwd=tmp_path, env=env)
     assert fresh.returncode == 0, fresh.stderr[-3000:]

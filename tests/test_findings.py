@@ -298,6 +298,7 @@ def test_migration_rewrites_a_format_1_record_without_machine_paths(tmp_path):
     migrated = json.loads((tmp_path / "r.json").read_text())
     assert migrated["command"] == v2["command"] and migrated["command"].startswith("ega fit -c configs/base.yaml")
     assert migrated["git_commit"] is None and migrated["versions"] is None  # never known: not invented
+    assert migrated["fingerprint"] is None
     assert migrated["n_params"] == 820128 and migrated["gate_params"] == 2080
     assert "/somewhere" not in json.dumps(migrated) and "/opt/venv" not in json.dumps(migrated)
     assert records.migrate(tmp_path) == []  # once is enough

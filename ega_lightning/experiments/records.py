@@ -64,7 +64,8 @@ RECORD_TAGS = (
 FROM_EVENT_FILES = "event files"
 # hyper-parameters that name a place on the machine that ran, not the run: kept out of records
 MACHINE_LOCAL_HPARAMS = ("data_dir",)
-PROVENANCE_KEYS = ("machine", "git_commit", "git_dirty", "versions")
+# fingerprint: of the code path the run trained (see ega_lightning.fingerprint); None where not known
+PROVENANCE_KEYS = ("machine", "git_commit", "git_dirty", "versions", "fingerprint")
 VERSIONED = ("torch", "lightning", "ega-lightning")
 
 
@@ -127,6 +128,17 @@ def provenance() -> dict[str, Any]:
         "git_dirty": bool(status.strip()) if status is not None else None,
         "versions": {package: _version(package) for package in VERSIONED},
     }
+
+
+def run_fingerprint(run_dir: Path) -> str | None:
+    """The fingerprint of the code path a run directory's model trains, computed by this checkout's code;
+    None when its hyper-parameters cannot be read or the model cannot be built here."""
+    from ega_lightning.fingerprint import fingerprint
+
+    try:
+        return fingerprint(_hparams(read_yaml(run_dir / "hparams.yaml")))
+    except Exception:  # a record without a fingerprint is still a record; the report says it is unknown
+        return None
 
 
 # ----------------------------------------------------------------------------- reading a run directory
@@ -292,6 +304,7 @@ def upgrade(record: dict[str, Any]) -> dict[str, Any]:
         "git_commit": None,
         "git_dirty": None,
         "versions": None,
+        "fingerprint": None,
         **{k: record.get(k) for k in ("corpus", "gate", "max_steps")},
         "hparams": hparams,
         **_params(hparams),

@@ -38,7 +38,14 @@ from pathlib import Path
 from ega_lightning import runs
 from ega_lightning.errors import UserError
 from ega_lightning.experiments import spec as spec_module
-from ega_lightning.experiments.records import load_record, provenance, read_done, record_path, record_run
+from ega_lightning.experiments.records import (
+    load_record,
+    provenance,
+    read_done,
+    record_path,
+    record_run,
+    run_fingerprint,
+)
 from ega_lightning.experiments.spec import (
     DONE_FILE,
     LOCK_FILE,
@@ -151,6 +158,8 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
             print(f"{prefix} failed ({returncode}); the end of {log_path}:\n{_log_tail(log_path, offset)}", flush=True)
             return "failed"
         finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+        # the code path the run trained, as this checkout computes it (the run started from it)
+        where["fingerprint"] = run_fingerprint(run_dir)
         done = done_marker(run, returncode, wall, finished_at, state == "resume", where)
         write_atomic(run_dir / DONE_FILE, json.dumps(done, indent=2) + "\n")
         print(f"{prefix} done in {wall:.0f} s", flush=True)
