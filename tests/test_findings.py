@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
 import scipy.stats
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import findings, landscapes, records, report, spec, stats
+from ega_lightning.experiments import comparisons, findings, landscapes, records, report, spec, stats
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
 from ega_lightning.experiments.findings import Verdict
 from ega_lightning.experiments.stats import Difference
@@ -101,9 +102,32 @@ def test_figure_rule(d, verdict):
     assert findings.figure_rule(d, 0.103) is verdict
 
 
-def test_figure_rule_for_a_level_has_no_null():
-    assert findings.figure_rule(iv(-0.1, 0.5), 0.35, None) is Verdict.REPRODUCED
-    assert findings.figure_rule(iv(0.05, 0.14), 0.35, None) is Verdict.NOT_REPRODUCED
+@pytest.mark.parametrize(
+    "d,verdict",
+    [
+        (iv(0.33, 0.37), Verdict.REPRODUCED),  # holds 0.35, half-width 0.02
+        (iv(-0.1, 0.5), Verdict.TOO_FEW_SEEDS),  # holds it, but a half-width of 0.3 tells it from nothing
+        (iv(0.05, 0.14), Verdict.NOT_REPRODUCED),  # off it: decided however wide
+        (iv(-0.5, 0.3), Verdict.NOT_REPRODUCED),
+        (iv(None, None, 0.35), Verdict.TOO_FEW_SEEDS),
+        (None, Verdict.NO_DATA),
+    ],
+)
+def test_level_rule_needs_the_figure_inside_a_narrow_interval(d, verdict):
+    assert findings.level_rule(d, 0.35, findings.LEVEL_WIDTH["tau"]) is verdict
+
+
+@pytest.mark.parametrize(
+    "d,verdict",
+    [
+        (iv(-0.1, 0.15), Verdict.HOLDS),  # under a fifth of the initial spread is left
+        (iv(0.9, 1.05), Verdict.DOES_NOT_HOLD),  # tau ends where it started
+        (iv(0.1, 0.6), Verdict.TOO_FEW_SEEDS),
+        (iv(None, None, 0.0), Verdict.TOO_FEW_SEEDS),
+    ],
+)
+def test_forgets_rule(d, verdict):
+    assert findings.forgets_rule(d) is verdict
 
 
 @pytest.mark.parametrize(
@@ -165,6 +189,127 @@ def synthetic(entries: dict[str, tuple[str, dict | None, list[float]]], block_si
 def verdicts(runs: list[RunData]) -> dict[str, Verdict]:
     variants = build_variants(runs)
     return {f.claim: f.verdict for f in findings.findings(build_tables(variants), variants) if f.claim}
+
+
+def seeded(entry: str, gate: str, group: str, per_seed: dict[int, dict[str, float]], **hparams) -> list[RunData]:
+    """Finished runs of one entry: seed -> metrics, with hyper-parameters beside the default ones."""
+    out = []
+    for seed, metrics in per_seed.items():
+        run = spec.Run(Path("s.yaml"), entry, seed, (), (), group, entry)
+        hp = {"corpus": "tinyshakespeare", "block_size": 32, "gate": gate, "gate_options": None, "seed": seed}
+        data = {"final_val_loss": 1.5, "best_val_loss": 1.5, "final_gap": 0.1, **metrics}
+        out.append(RunData(run, "done", "", "tinyshakespeare", gate, hparams={**hp, **hparams}, metrics=data))
+    return out
+
+
+def found_by_kind(runs: list[RunData], evaluations=()) -> dict[str, list[findings.Finding]]:
+    variants = build_variants(runs)
+    out: dict[str, list[findings.Finding]] = {}
+    for f in findings.findings(build_tables(variants), variants, evaluations):
+        out.setdefault(f.kind, []).append(f)
+    return out
+
+
+def test_a_wide_interval_that_holds_the_papers_level_does_not_reproduce_it():
+    # keys above tau: 22-31% (half-width ~11 points, holds 36%) and 35.5-36.5% (tight, holds 36%)
+    wide = {
+        s: {"final_frac_above_tau": x, "final_tau_mean": 0.35}
+        for s, x in zip((1, 2, 3), (0.22, 0.27, 0.37), strict=True)
+    }
+    tight = {
+        s: {"final_frac_above_tau": x, "final_tau_mean": t}
+        for s, x, t in zip((1, 2, 3), (0.355, 0.36, 0.365), (0.10, 0.11, 0.09), strict=True)
+    }
+    for per_seed, above, tau in (
+        (wide, Verdict.TOO_FEW_SEEDS, Verdict.REPRODUCED),
+        (tight, Verdict.REPRODUCED, Verdict.NOT_REPRODUCED),
+    ):
+        runs = seeded("none", "none", "main", {s: {} for s in per_seed}) + seeded("linear", "linear", "main", per_seed)
+        got = found_by_kind(runs)
+        assert got["frac_above_tau"][0].verdict is above
+        assert got["tau"][0].verdict is tau
+
+
+def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decided():
+    base = {1: 1.60, 2: 1.70, 3: 1.65}
+    ega1 = {s: b - 0.10 for s, b in base.items()}
+    ega4 = {s: e - d for (s, e), d in zip(ega1.items(), (0.016, 0.024, 0.032), strict=True)}  # better than EGA-1
+    db2 = {s: b + d for (s, b), d in zip(base.items(), (0.001, -0.001, 0.0005), strict=True)}  # about baseline
+    runs = [
+        *seeded("none", "none", "ablation", {s: {"final_val_loss": x} for s, x in base.items()}),
+        *seeded("linear", "linear", "ablation", {s: {"final_val_loss": x} for s, x in ega1.items()}),
+        *seeded(
+            "ms4",
+            "multiscale",
+            "ablation",
+            {s: {"final_val_loss": x} for s, x in ega4.items()},
+            gate_options={"scales": 4},
+        ),
+        *seeded("db2", "db2", "ablation", {s: {"final_val_loss": x} for s, x in db2.items()}),
+    ]
+    got = {f.claim: f for fs in found_by_kind(runs).values() for f in fs if f.claim}
+    pair, best = got["ablation:EGA-4"], got["ablation:best"]
+    # k = 3: EGA-4 vs EGA-1 (read by the pair and by "best"), DB2 vs baseline, DB2 vs EGA-1
+    assert pair.detail["family_k"] == best.detail["family_k"] == 3
+    assert pair.detail["nominal_verdict"] == "does not hold" and pair.verdict is Verdict.TOO_FEW_SEEDS
+    assert best.detail["nominal_verdict"] == "does not hold" and best.verdict is Verdict.TOO_FEW_SEEDS
+    assert got["ablation:EGA-DB2"].verdict is Verdict.CONSISTENT  # well inside the margin even at 98.3%
+    diffs = [ega1[s] - ega4[s] for s in (1, 2, 3)]
+    mean, sem = sum(diffs) / 3, scipy.stats.sem(diffs)
+    low, high = scipy.stats.t.interval(1 - 0.05 / 3, 2, loc=mean, scale=sem)
+    assert (pair.corrected.low, pair.corrected.high) == pytest.approx((low, high), abs=1e-9)
+    low95, _ = scipy.stats.t.interval(0.95, 2, loc=mean, scale=sem)
+    assert pair.ours.low == pytest.approx(low95, abs=1e-9) and pair.ours.low > 0  # the nominal one excluded 0
+
+
+def test_seeds_needed_is_the_first_n_at_which_the_rule_decides():
+    d = stats.paired_difference([1.60, 1.70, 1.65], [1.58, 1.71, 1.61])  # mean +0.017, wide at n = 3
+    f = findings.judged("ablation_pair", ("g", "c", "r", "a", "b"), [("a vs b", d)], findings.worse_rule)
+    assert f.verdict is Verdict.TOO_FEW_SEEDS
+    n = findings.seeds_needed(f)
+    sd = statistics.stdev([0.02, -0.01, 0.04])
+
+    def decided(k: int) -> bool:  # the interval at k seeds with the same mean and std (scipy, not the code's)
+        low, high = scipy.stats.t.interval(0.95, k - 1, loc=d.estimate, scale=sd / math.sqrt(k))
+        return low > 0 or high < 0
+
+    assert decided(n) and not decided(n - 1)
+
+
+def test_tau_forgetting_its_initialisation_is_read_per_seed():
+    def tau_runs(final: dict[float, list[float]]) -> list[RunData]:
+        runs = []
+        for init, taus in final.items():
+            per_seed = {s: {"final_tau_mean": t} for s, t in enumerate(taus, 1)}
+            runs += seeded(f"tau{init}", "linear", "tau_init", per_seed, tau_init=init)
+        return runs
+
+    stays = {-1.0: [-0.88, -0.89, -0.87], 0.0: [0.10, 0.09, 0.11], 1.0: [1.09, 1.08, 1.12]}
+    (f,) = found_by_kind(tau_runs(stays))["tau_init"]
+    assert f.verdict is Verdict.DOES_NOT_HOLD and f.claim == "tau_init"
+    assert f.detail["slopes"][1] == pytest.approx((1.09 - -0.88) / 2, abs=1e-9)  # least squares through 3 points
+    forgets = {-1.0: [0.34, 0.36, 0.35], 0.0: [0.35, 0.34, 0.36], 1.0: [0.36, 0.35, 0.34]}
+    (f,) = found_by_kind(tau_runs(forgets))["tau_init"]
+    assert f.verdict is Verdict.HOLDS
+    frozen = tau_runs(stays)
+    for r in frozen:
+        r.hparams["gate_options"] = {"learn_tau": False}
+    (f,) = found_by_kind(frozen)["tau_init"]
+    assert f.verdict is None  # a frozen tau cannot forget: no verdict
+
+
+def test_a_one_seed_rerun_is_named_and_read_by_no_verdict():
+    base = {1: 1.60, 2: 1.70, 3: 1.65}
+    runs = [
+        *seeded("none", "none", "ablation", {s: {"final_val_loss": x} for s, x in base.items()}),
+        *seeded("linear", "linear", "ablation", {s: {"final_val_loss": x - 0.01} for s, x in base.items()}),
+        *seeded("db2", "db2", "ablation", {s: {"final_val_loss": x - 0.03} for s, x in base.items()}),
+        *seeded("db2-keep", "db2", "landscape", {1: {"final_val_loss": base[1] - 0.03}}, compile=False),
+    ]
+    got = found_by_kind(runs)
+    assert all(f.section == "ablation" for f in got["ablation_pair"] + got["ablation_best"])
+    (rerun,) = got["rerun"]
+    assert rerun.section == "landscape" and rerun.detail["identical"] is True and rerun.detail["seeds"] == [1]
 
 
 def test_ablation_verdicts_from_synthetic_records():
@@ -377,31 +522,37 @@ def test_the_mechanism_reads_only_final_causal_ega1_checkpoints(tmp_path):
     assert f.verdict is Verdict.TOO_FEW_SEEDS  # no final EGA-1 checkpoint
 
 
-def test_the_tail_identity_pools_the_heads_of_a_gates_final_checkpoints(tmp_path):
+def test_the_tail_gap_of_a_run_is_its_summary_share_minus_the_mean_normal_tail():
+    summary = {"final": {"frac_above_tau": 0.40, "tau": [[0.0, 1.0], [0.5, -0.5]]}}
+    tails = [scipy.stats.norm.sf(t) for t in (0.0, 1.0, 0.5, -0.5)]
+    metrics = comparisons.run_metrics({"val/loss": [(1, 1.5)]}, summary)
+    assert metrics["final_tail_gap"] == pytest.approx(0.40 - sum(tails) / 4, abs=1e-12)
+    assert comparisons.run_metrics({"val/loss": [(1, 1.5)]}, None)["final_tail_gap"] is None
+
+
+def test_the_tail_identity_reads_seeds_and_shows_heads_only_as_a_figure(tmp_path):
     tau = [[0.0, 0.5, 1.0, -0.5]]
     tail = [0.5 * math.erfc(t / math.sqrt(2.0)) for t in tau[0]]
     near = [[t + g for t, g in zip(tail, (0.01, -0.01, 0.005, -0.005), strict=True)]]
-    far = [[t + g for t, g in zip(tail, (0.12, 0.10, 0.14, 0.11), strict=True)]]
-    db2 = [
+    heads = [
         evaluation(tmp_path, f"db2-seed{s}/last.ckpt", gate="db2", loss=1.5, tau=tau, frac_above_tau=near)
         for s in (1, 2)
     ]
-    early = evaluation(tmp_path, "db2-seed1/step250.ckpt", gate="db2", loss=2.0, tau=tau, frac_above_tau=far)
-    ega1 = evaluation(tmp_path, "ega1-seed1/last.ckpt", loss=1.5, tau=tau, frac_above_tau=far)
-    scales = [
-        evaluation(tmp_path, f"ms{k}-seed1/last.ckpt", gate="multiscale", gate_options={"scales": k}, loss=1.5)
-        for k in (2, 4)
-    ]
-    found = {f.subject: f for f in findings.tail_findings([*db2, early, ega1, *scales])}
-    assert set(found) == {"EGA-DB2 `db2`", "EGA-1 `linear`", "EGA-2 `multiscale`", "EGA-4 `multiscale`"}
-    pooled = found["EGA-DB2 `db2`"]
-    assert pooled.detail["heads"] == 8 and pooled.detail["runs"] == ["db2-seed1", "db2-seed2"]  # step 250 left out
-    assert pooled.ours.estimate == pytest.approx(0.0, abs=1e-12) and pooled.verdict is Verdict.HOLDS
-    assert pooled.detail["max_abs_gap"] == pytest.approx(0.01)
-    assert (
-        found["EGA-1 `linear`"].ours.estimate == pytest.approx(0.1175)
-        and found["EGA-1 `linear`"].verdict is Verdict.DOES_NOT_HOLD
-    )
+    base = {s: {} for s in (1, 2, 3)}
+    gaps = {"db2": (0.050, 0.062, 0.071), "db4": (0.001, -0.002, 0.0005)}
+    runs = seeded("none", "none", "ablation", base) + seeded("linear", "linear", "ablation", base)
+    for gate, values in gaps.items():
+        per_seed = {
+            s: {"final_tail_gap": g, "final_frac_above_tau": 0.4} for s, g in zip((1, 2, 3), values, strict=True)
+        }
+        runs += seeded(gate, gate, "ablation", per_seed)
+    found = {f.subject: f for f in found_by_kind(runs, heads)["tail"]}
+    db2, db4 = found["EGA-DB2 `db2`"], found["EGA-DB4 `db4`"]
+    assert db2.ours.n == 3 and db2.ours.estimate == pytest.approx(statistics.fmean(gaps["db2"]))
+    assert db2.detail["family_k"] == 2 and db2.corrected.level == pytest.approx(0.975)
+    assert db2.verdict is Verdict.DOES_NOT_HOLD  # the seeds decide, though its heads sit on the normal tail
+    assert db2.detail["heads"] == 8 and db2.detail["heads_interval"].estimate == pytest.approx(0.0, abs=1e-12)
+    assert db4.verdict is Verdict.HOLDS and db4.detail["heads"] == 0
 
 
 def test_a_broken_landscape_json_is_named_and_the_report_writes_nothing(tmp_path):

@@ -57,10 +57,23 @@ class RunData:
     source: str = ""  # where a finished run's numbers come from: its event files or its record
     machine: str | None = None  # where it ran; None: not known
     n_params: int | None = None
+    git_commit: str | None = None
+    fingerprint: str | None = None  # of the code path it trained, as its record keeps it (None: not kept)
+    # which code it ran, as far as the record and results/provenance.json establish it (`code_status`)
+    code: dict[str, Any] = field(default_factory=lambda: {"fingerprint": None, "status": "unknown", "how": ""})
 
 
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
+
+
+def _tail_gap(final: dict[str, Any]) -> float | None:
+    """The gate summary's share of keys above tau minus the mean over heads of 1 - Phi(tau_head): the
+    run's one value for the tail identity (the share of keys is already a mean over heads)."""
+    taus = [t for row in final.get("tau") or [] for t in row]
+    if final.get("frac_above_tau") is None or not taus:
+        return None
+    return final["frac_above_tau"] - math.fsum(0.5 * math.erfc(t / math.sqrt(2.0)) for t in taus) / len(taus)
 
 
 def run_metrics(scalars: dict[str, list[tuple[int, float]]], summary: dict[str, Any] | None) -> dict[str, Any]:
@@ -86,6 +99,7 @@ def run_metrics(scalars: dict[str, list[tuple[int, float]]], summary: dict[str, 
         "tokens_per_sec": statistics.median(speed) if speed else None,
         "last_val_step": scalars["val/loss"][-1][0],
         "tau_converged": summary.get("converged"),
+        "final_tail_gap": _tail_gap(summary.get("final") or {}),
         "tau_converged_step": summary.get("converged_step"),
     }
 
@@ -106,7 +120,39 @@ def from_record(run: Run, record: dict[str, Any], source: str) -> RunData:
         source=source,
         machine=record.get("machine"),
         n_params=record.get("n_params"),
+        git_commit=record.get("git_commit"),
+        fingerprint=record.get("fingerprint"),
     )
+
+
+def device(machine: str | None) -> str:
+    """``CPU``, ``GPU (<names>)`` or ``device not known``, from a record's machine (`records.machine`)."""
+    if not machine:
+        return "device not known"
+    devices = machine.split(";", 1)[0]
+    return f"GPU ({devices.split(' + ', 1)[1]})" if " + " in devices else "CPU"
+
+
+def code_status(run: RunData, provenance: dict[str, Any] | None) -> dict[str, Any]:
+    """Which code a finished run ran: ``status`` ``today`` (its configuration's fingerprint at the commit
+    provenance.json was made at), ``differs`` or ``unknown``, with its fingerprint and how it is known.
+    A fingerprint the record keeps is compared with today's; a record without one takes what
+    `scripts/provenance.py` established from git history."""
+    unknown = {"fingerprint": run.fingerprint, "status": "unknown", "how": "no results/provenance.json"}
+    if not provenance:
+        return unknown
+    keys = provenance.get("model_keys") or []
+    key = {k: run.hparams[k] for k in keys if k in run.hparams}
+    for config in provenance.get("configurations") or []:
+        established = (config.get("runs") or {}).get(run.run.run_name)
+        if run.fingerprint is None and established is not None:
+            return dict(established)
+        if run.fingerprint is not None and config.get("model") == key:
+            same = run.fingerprint == config.get("today")
+            return {"fingerprint": run.fingerprint, "status": "today" if same else "differs", "how": "recorded"}
+    if run.fingerprint is not None:
+        return {**unknown, "how": "recorded; its configuration is not in results/provenance.json"}
+    return {**unknown, "how": "not in results/provenance.json"}
 
 
 @dataclass

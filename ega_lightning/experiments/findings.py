@@ -2,7 +2,9 @@
 
 Every verdict comes from one decision rule below, applied here and nowhere else; the report's
 method note states the same rules (:data:`RULES`). All intervals are 95% Student-t intervals of
-differences paired by seed over the seeds both sides share (see `stats.compare`).
+differences paired by seed over the seeds both sides share (see `stats.compare`); a finding of a
+family (:data:`FAMILIES`) takes its verdict from its interval at the family's Bonferroni level
+(:func:`correct`), the nominal interval kept beside it.
 """
 
 from __future__ import annotations
@@ -11,14 +13,34 @@ import enum
 import itertools
 import math
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from ega_lightning.experiments import paper
-from ega_lightning.experiments.comparisons import Row, Table, Variant, difference, find_reference
+from ega_lightning.experiments.comparisons import (
+    Row,
+    RunData,
+    Table,
+    Variant,
+    device,
+    difference,
+    find_reference,
+)
 from ega_lightning.experiments.landscapes import Evaluation
-from ega_lightning.experiments.stats import LEVEL, Difference, Summary, compare, mean_interval, summarize
+from ega_lightning.experiments.stats import (
+    LEVEL,
+    Difference,
+    Summary,
+    bonferroni_level,
+    compare,
+    mean_interval,
+    std_of,
+    summarize,
+    widen,
+    with_n,
+)
 
 MARGIN = 0.02  # nats/char: differences whose whole interval lies within ±MARGIN count as "about equal"
 # nats/char: a checkpoint's loss is deterministic (the whole validation split), so a much finer line
@@ -26,6 +48,11 @@ MARGIN = 0.02  # nats/char: differences whose whole interval lies within ±MARGI
 FLAT = MARGIN / 4
 TAIL_MARGIN = 0.03  # fraction of keys: "above tau" within 3 points of 1 - Phi(tau) counts as the normal tail
 TAU_STEP = 0.5  # the tau shift at which the landscape is read (both signs)
+# a level is told from its neighbours when its interval's half-width is at most this: tau's 0.35 from the
+# ~0.1 measured here, 36% of keys from the 20-30% measured here
+LEVEL_WIDTH = {"tau": 0.05, "frac_above_tau": 0.05}
+TAU_KEEP = 0.2  # slope of final tau on tau_init: within ±TAU_KEEP, tau forgets where it started
+MAX_SEEDS = 50  # the most seeds an undecided verdict is projected to (seeds_needed)
 
 
 class Verdict(enum.Enum):
@@ -44,9 +71,15 @@ class Verdict(enum.Enum):
 
 RULES = {
     "figure": (
-        "a paper figure (a difference or a level) is **reproduced** when our 95% interval holds it, "
-        "**not reproduced** when it lies outside; **too few seeds to tell** with one seed, or when the interval "
-        "of a difference holds both the paper's figure and 0."
+        "a paper figure for a difference is **reproduced** when our 95% interval holds it, **not reproduced** "
+        "when it lies outside; **too few seeds to tell** with one seed, or when the interval holds both the "
+        "paper's figure and 0."
+    ),
+    "level": (
+        "a paper figure for a level (where tau ends, the share of keys above tau) is **not reproduced** when our "
+        "95% interval lies off it, and **reproduced** only when the interval holds it and is narrow enough to "
+        f"tell it from its neighbours: a half-width of at most {LEVEL_WIDTH['tau']} for tau and "
+        f"{100 * LEVEL_WIDTH['frac_above_tau']:.0f} points for the share of keys; else **too few seeds to tell**."
     ),
     "worse": (
         "a gate is worse than EGA-1 (**holds**) when the whole interval of EGA-1 − gate lies below 0, "
@@ -74,9 +107,19 @@ RULES = {
     ),
     "tail": (
         "the fraction of keys above tau is what a standard normal z gives (**holds**) when the 95% interval, "
-        "over the model's heads, of measured − (1 − Φ(tau)) lies within "
+        "over seeds, of measured − (1 − Φ(tau)) lies within "
         f"±{100 * TAIL_MARGIN:.0f} points; **does not hold** when it excludes 0 and leaves that margin; "
-        "else **too few seeds to tell**."
+        "else **too few seeds to tell**. One value per seed, from the gate summary its run recorded during "
+        "training (TauTracker at the run's last validation): the share of keys above tau minus the mean over "
+        "heads of 1 − Φ(tau_head). The heads of one model are not independent samples: the per-head spread "
+        "of the checkpoints `ega landscape` evaluated is shown as a figure, not read by the rule."
+    ),
+    "forgets": (
+        "tau converges regardless of its initialisation (**holds**) when the 95% interval, over the seeds every "
+        "tau_init ran, of each seed's least-squares slope of final tau on tau_init lies within "
+        f"±{TAU_KEEP} (less than {100 * TAU_KEEP:.0f}% of the spread of the initialisations is left at the end); "
+        f"**does not hold** when it lies wholly outside ±{TAU_KEEP}; else **too few seeds to tell**. A slope "
+        "of 1: each tau ends where it started, plus a shift common to all."
     ),
     "mechanism": (
         "why tau does not move, read from EGA-1's final checkpoint and the frozen-tau runs: **neither** "
@@ -90,22 +133,55 @@ RULES = {
         "no measurable cost (**holds**) when the interquartile range of `ega bench`'s per-repetition step-time "
         "ratio EGA-1 / baseline holds 1, **does not hold** when it lies above 1."
     ),
+    "seeds": (
+        "an undecided verdict gives the paired seeds n that would decide it if the mean and the std s of its "
+        "per-seed values stayed as observed: the smallest n for which mean ± t(1 − α/2, n − 1)·s/√n decides "
+        "its rule, at the verdict's level (1 − α: 95%, or its family's Bonferroni level); "
+        f"'> {MAX_SEEDS}' when no n up to {MAX_SEEDS} does."
+    ),
+}
+
+# Bonferroni families: each of a family's k intervals is taken at 1 - 0.05 / k, so that all of them hold
+# together at 95%; the verdict follows that interval. A new family (e.g. the peers of "EGA meets its
+# peers") is a key here and `family=` on its findings, with `reads` naming the intervals it reads.
+FAMILIES = {
+    "ablation": (
+        "each paper gate against the row the paper sets it against, and for *EGA-1 is the best* every other "
+        "paper gate against EGA-1 (a comparison read by both counts once)"
+    ),
+    "tail": "the tail identity of every gate it is read for",
+    "tau_init": "the slope of final tau on tau_init",
+    "frozen": "each frozen tau against learned tau",
+    "leak": "the leak audit as trained against the paper's figure, and the leak's own increment over causal EGA-1",
+    "context": "the growth of Δ from the shortest to the longest block",
 }
 
 
 # ----------------------------------------------------------------------------- the rules
 
 
-def figure_rule(d: Difference | None, figure: float, null: float | None = 0.0) -> Verdict:
-    """``null``: the value of no effect for a difference (0), None for a level (tau)."""
+def figure_rule(d: Difference | None, figure: float) -> Verdict:
+    """``d``: a difference (0: no effect) against the paper's figure for it."""
     if d is None:
         return Verdict.NO_DATA
     if d.low is None or d.high is None:
         return Verdict.TOO_FEW_SEEDS
     inside = d.low <= figure <= d.high
-    if inside and null is not None and d.low <= null <= d.high:
+    if inside and d.low <= 0.0 <= d.high:
         return Verdict.TOO_FEW_SEEDS
     return Verdict.REPRODUCED if inside else Verdict.NOT_REPRODUCED
+
+
+def level_rule(d: Difference | None, figure: float, width: float) -> Verdict:
+    """``d``: a level (where tau ends, a share of keys) against the paper's figure; ``width``: the largest
+    half-width that tells the figure from its neighbours."""
+    if d is None:
+        return Verdict.NO_DATA
+    if d.low is None or d.high is None:
+        return Verdict.TOO_FEW_SEEDS
+    if not d.low <= figure <= d.high:
+        return Verdict.NOT_REPRODUCED
+    return Verdict.REPRODUCED if (d.high - d.low) / 2 <= width else Verdict.TOO_FEW_SEEDS
 
 
 def worse_rule(d: Difference | None) -> Verdict:
@@ -159,6 +235,19 @@ def growth_rule(contrast: Difference | None, margin: float = MARGIN) -> Verdict:
     return Verdict.TOO_FEW_SEEDS
 
 
+def forgets_rule(slope: Difference | None, keep: float = TAU_KEEP) -> Verdict:
+    """``slope``: the per-seed least-squares slope of final tau on tau_init, over seeds."""
+    if slope is None:
+        return Verdict.NO_DATA
+    if slope.low is None or slope.high is None:
+        return Verdict.TOO_FEW_SEEDS
+    if -keep <= slope.low and slope.high <= keep:
+        return Verdict.HOLDS
+    if slope.low > keep or slope.high < -keep:
+        return Verdict.DOES_NOT_HOLD
+    return Verdict.TOO_FEW_SEEDS
+
+
 def cost_rule(q1: float | None, q3: float | None) -> Verdict:
     if q1 is None or q3 is None:
         return Verdict.NO_DATA
@@ -171,52 +260,112 @@ def cost_rule(q1: float | None, q3: float | None) -> Verdict:
 @dataclass(frozen=True)
 class Finding:
     """One measured statement: ``kind`` says what was measured (the renderer's key), ``claim`` which
-    claim of the paper it tests (a key of `paper.CLAIM`, None for our own observations)."""
+    claim of the paper it tests (a key of `paper.CLAIM`, None for our own observations).
+
+    A finding with a verdict keeps the ``rule`` that gave it and the intervals it ``reads`` (each named
+    by the comparison it is, so that a family counts a comparison two verdicts read once): `correct`
+    re-reads them at the family's Bonferroni level, `seeds_needed` projects them to more seeds."""
 
     kind: str
     section: str  # the report section (group) with the evidence
     corpus: str
-    regime: str  # the model and budget it was measured with
+    regime: str  # the model, budget, size and device it was measured with
     subject: str  # e.g. "EGA-1 `linear`"
     against: str | None  # e.g. "baseline `none`"
-    ours: Difference | Summary | None
+    ours: Difference | Summary | None  # the nominal 95% interval
     paper: float | None
     verdict: Verdict | None
     claim: str | None = None
     detail: dict[str, Any] = field(default_factory=dict)
+    family: str | None = None  # a key of FAMILIES
+    corrected: Difference | None = None  # ``ours`` at the family's Bonferroni level (set by `correct`)
+    seeds_needed: int | None = None  # an undecided verdict: the paired seeds that would decide it
+    rule: Callable[..., Verdict] | None = field(default=None, compare=False, repr=False)
+    reads: tuple[tuple[str, Difference | None], ...] = ()
 
 
-def regime(v: Variant) -> str:
+def judged(
+    kind: str,
+    where: tuple[str, str, str, str, str | None],
+    reads: Sequence[tuple[str, Difference | None]],
+    rule: Callable[..., Verdict],
+    *,
+    paper_figure: float | None = None,
+    claim: str | None = None,
+    detail: dict[str, Any] | None = None,
+    family: str | None = None,
+    ours: Difference | Summary | None = None,
+) -> Finding:
+    """A finding whose verdict is ``rule`` of the intervals it ``reads``; ``ours``: the first of them unless given."""
+    reads = tuple(reads)
+    shown = ours if ours is not None else (reads[0][1] if reads else None)
+    verdict = rule(*(d for _, d in reads))
+    return Finding(kind, *where, shown, paper_figure, verdict, claim, detail or {}, family, None, None, rule, reads)
+
+
+def scale(runs: Sequence[RunData]) -> str:
+    """The size, budget and device a verdict was measured at, from the records: '0.82M parameters, 1,500
+    steps, CPU'."""
+    counts = [r.n_params for r in runs if r.n_params]
+    params = list(dict.fromkeys(f"{n / 1e6:.2g}M" for n in (min(counts), max(counts)))) if counts else []
+    steps = list(dict.fromkeys(f"{r.max_steps:,}" for r in runs if r.max_steps))
+    devices = list(dict.fromkeys(device(r.machine) for r in runs))
+    return f"{'–'.join(params) or '?'} parameters, {'/'.join(steps) or '?'} steps, {', '.join(devices) or '?'}"
+
+
+def regime(v: Variant, *others: Variant | None) -> str:
     if not v.done:
         return "—"
     h = v.done[0].hparams
-    steps = v.done[0].max_steps
     model = f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}"
-    return f"{v.group} / {v.corpus}: {model}, {steps} steps"
+    runs = [r for x in (v, *others) if x is not None for r in x.done]
+    return f"{v.group} / {v.corpus}: {model}, at {scale(runs)}"
 
 
 def name(v: Variant) -> str:
     return f"{v.paper_name or v.gate} `{v.label}`"
 
 
+def pair(a: Variant | str, b: Variant | str) -> str:
+    """A comparison's name, whichever side comes first."""
+    names = sorted(x if isinstance(x, str) else f"{x.group}/{x.label}" for x in (a, b))
+    return " vs ".join(names)
+
+
+def code_of(*variants: Variant | None) -> dict[str, Any]:
+    """Which code the sides of a comparison ran: per side, each fingerprint and the seeds that ran it;
+    ``flag`` ``different`` when a run's code is known not to be today's, ``unknown`` when a run's code is
+    not established (`comparisons.code_status`), None when every run ran today's code."""
+    sides, flagged = [], []
+    for v in variants:
+        if v is None:
+            continue
+        by_fingerprint: dict[str, list[int]] = {}
+        for r in v.done:
+            by_fingerprint.setdefault(r.code["fingerprint"] or "unknown", []).append(r.run.seed)
+            if r.code["status"] != "today":
+                flagged.append((r.run.run_name, r.code["status"]))
+        sides.append({"variant": name(v), "fingerprints": by_fingerprint})
+    flag = "different" if any(s == "differs" for _, s in flagged) else ("unknown" if flagged else None)
+    return {"sides": sides, "flag": flag, "runs": [run for run, _ in flagged]}
+
+
 def _ega1_findings(table: Table, row: Row) -> list[Finding]:
     v, base = row.variant, row.baseline
     assert base is not None
-    where = (table.group, table.corpus, regime(v), name(v), f"baseline `{base.label}`")
+    where = (table.group, table.corpus, regime(v, base), name(v), f"baseline `{base.label}`")
+    code = code_of(v, base)
     out = []
     d = row.diffs["final_val_loss"]
     figure = paper.IMPROVEMENT.get(table.corpus)
-    out.append(
-        Finding(
-            "improvement",
-            *where,
-            d,
-            figure,
-            figure_rule(d, figure) if figure is not None else None,
-            f"improvement:{table.corpus}" if figure is not None else None,
-            {"means": (v.summary("final_val_loss").mean, base.summary("final_val_loss").mean)},
-        )
-    )
+    means = {"means": (v.summary("final_val_loss").mean, base.summary("final_val_loss").mean), "code": code}
+    if figure is not None:
+        rule = partial(figure_rule, figure=figure)
+        reads = [(pair(v, base), d)]
+        claim = f"improvement:{table.corpus}"
+        out.append(judged("improvement", where, reads, rule, paper_figure=figure, claim=claim, detail=means))
+    else:
+        out.append(Finding("improvement", *where, d, None, None, None, means))
     best = row.diffs["best_val_loss"]
     compared = [*v.done, *base.done]
     if best is not None and any(r.metrics["best_val_loss"] < r.metrics["final_val_loss"] for r in compared):
@@ -226,34 +375,72 @@ def _ega1_findings(table: Table, row: Row) -> list[Finding]:
     if gap is not None:
         base_gap = base.summary("final_gap").mean
         overfits = None if base_gap is None else base_gap >= paper.OVERFIT_GAP
-        out.append(
-            Finding(
-                "gap",
-                *where,
-                gap,
-                paper.GAP_REDUCTION,
-                figure_rule(gap, paper.GAP_REDUCTION),
-                "gap",
-                {"baseline_gap": base_gap, "gap": v.summary("final_gap").mean, "paper_regime": overfits},
-            )
-        )
+        detail = {"baseline_gap": base_gap, "gap": v.summary("final_gap").mean, "paper_regime": overfits, "code": code}
+        rule = partial(figure_rule, figure=paper.GAP_REDUCTION)
+        reads = [(f"gap: {pair(v, base)}", gap)]
+        out.append(judged("gap", where, reads, rule, paper_figure=paper.GAP_REDUCTION, claim="gap", detail=detail))
     for metric, key, figure in (
         ("final_tau_mean", "tau", paper.TAU),
         ("final_frac_above_tau", "frac_above_tau", paper.FRAC_ABOVE_TAU),
     ):
         values = list(v.by_seed(metric).values())
         if values:
-            ours = mean_interval(values)
-            detail = {}
+            detail = {"code": code_of(v)}
             if key == "tau":
                 tracked = [r.metrics["tau_converged"] for r in v.done if r.metrics.get("tau_converged") is not None]
-                detail = {"settled": sum(tracked), "tracked": len(tracked)}
-            out.append(Finding(key, *where[:4], None, ours, figure, figure_rule(ours, figure, None), key, detail))
+                detail |= {"settled": sum(tracked), "tracked": len(tracked)}
+            rule = partial(level_rule, figure=figure, width=LEVEL_WIDTH[key])
+            reads = [(f"{key}: {v.group}/{v.label}", mean_interval(values))]
+            own = (*where[:3], name(v), None)
+            out.append(judged(key, own, reads, rule, paper_figure=figure, claim=key, detail=detail))
+    return out
+
+
+def rerun_of(v: Variant, variants: list[Variant]) -> Variant | None:
+    """The variant that ``v`` repeats run for run (same hyper-parameters, seeds and budget) on more seeds:
+    a rerun kept for its checkpoints is evidence for nothing its original does not already give."""
+
+    def runs(x: Variant) -> dict[int, str]:
+        # keys that later code added at their defaults (None, compile) are no difference in what was trained
+        def same(r: RunData) -> dict[str, Any]:
+            return {k: v for k, v in r.hparams.items() if v is not None and k != "compile"}
+
+        return {r.run.seed: repr(sorted({**same(r), "max_steps": r.max_steps}.items())) for r in x.done}
+
+    own = runs(v)
+    for other in variants:
+        theirs = runs(other) if other is not v and len(other.done) > len(v.done) else {}
+        if own and all(theirs.get(seed) == config for seed, config in own.items()):
+            return other
+    return None
+
+
+def _rerun_findings(table: Table, variants: list[Variant]) -> list[Finding]:
+    """A rerun row says what it repeats and whether its final val loss came out bit for bit the same."""
+    out = []
+    for v in (r.variant for r in table.rows):
+        original = rerun_of(v, variants) if v.done else None
+        if original is None:
+            continue
+        ours, theirs = v.by_seed("final_val_loss"), original.by_seed("final_val_loss")
+        detail = {
+            "of": name(original),
+            "of_group": original.group,
+            "seeds": sorted(ours),
+            "identical": all(ours[s] == theirs.get(s) for s in ours),
+            "largest_difference": max(abs(ours[s] - theirs[s]) for s in ours if s in theirs),
+            "code": code_of(v, original),
+        }
+        out.append(
+            Finding(
+                "rerun", table.group, table.corpus, regime(v), name(v), name(original), None, None, None, None, detail
+            )
+        )
     return out
 
 
 def _ablation_findings(table: Table, variants: list[Variant]) -> list[Finding]:
-    done = [r.variant for r in table.rows if r.variant.done]
+    done = [r.variant for r in table.rows if r.variant.done and rerun_of(r.variant, variants) is None]
     if not any(v.paper_name in paper.ABLATION for v in done):
         return []
     # the baseline and EGA-1 the ablation is measured against may live in another group (e.g. main)
@@ -265,47 +452,36 @@ def _ablation_findings(table: Table, variants: list[Variant]) -> list[Finding]:
     where = (table.group, table.corpus, regime(ega1 or done[0]))
     ranking = [(name(v), v.group, mean[id(v)]) for v in ranked]
     out = [Finding("ablation_ranking", *where, "", None, None, None, None, None, {"ranking": ranking})]
-    pairs = [v for v in ranked if v.paper_name in paper.ABLATION]
-    k = len(pairs)  # the ablation's comparisons, for the Bonferroni note
-    adjusted_level = 1 - (1 - LEVEL) / max(k, 1)
     if ega1 is not None:
         others = [v for v in ranked if v.paper_name and v is not ega1 and v.gate != "none"]
-        diffs = [difference(v, ega1, "final_val_loss") for v in others]
+        reads = [(pair(v, ega1), difference(v, ega1, "final_val_loss")) for v in others]
         in_paper = [v for v in ranked if v.paper_name]
-        rank = in_paper.index(ega1) + 1
+        detail = {"rank": in_paper.index(ega1) + 1, "of": len(in_paper), "code": code_of(*in_paper)}
         out.append(
-            Finding(
+            judged(
                 "ablation_best",
-                *where,
-                name(ega1),
-                None,
-                None,
-                None,
-                best_rule(diffs),
-                "ablation:best",
-                {"rank": rank, "of": len(in_paper)},
+                (*where, name(ega1), None),
+                reads,
+                lambda *diffs: best_rule(list(diffs)),
+                claim="ablation:best",
+                detail=detail,
+                family="ablation",
             )
         )
-    for v in pairs:
+    for v in (v for v in ranked if v.paper_name in paper.ABLATION):
         _, against = paper.ABLATION[v.paper_name or ""]
         ref = find_reference(v, against, variants)
         d = difference(ref, v, "final_val_loss")
         rule = equivalence_rule if against == "none" else worse_rule
-        wide = difference(ref, v, "final_val_loss", level=adjusted_level)
-        detail = {"bonferroni_level": adjusted_level, "bonferroni_verdict": rule(wide).value, "comparisons": k}
         out.append(
-            Finding(
+            judged(
                 "ablation_pair",
-                table.group,
-                table.corpus,
-                regime(v),
-                name(v),
-                name(ref) if ref else against,
-                d,
-                None,
-                rule(d),
-                f"ablation:{v.paper_name}",
-                detail,
+                (table.group, table.corpus, regime(v, ref), name(v), name(ref) if ref else against),
+                [(pair(v, ref or against), d)],
+                rule,
+                claim=f"ablation:{v.paper_name}",
+                detail={"code": code_of(v, ref)},
+                family="ablation",
             )
         )
     return out
@@ -321,7 +497,13 @@ def _context_findings(table: Table) -> list[Finding]:
     metric = "final_val_loss"
     seeds = set.intersection(*(set(r.variant.by_seed(metric)) & set(r.baseline.by_seed(metric)) for r in rows))
     rows.sort(key=lambda r: r.variant.hp("block_size"))
-    where = (table.group, table.corpus, regime(rows[0].variant), "EGA-1", "baseline")
+    where = (
+        table.group,
+        table.corpus,
+        regime(rows[0].variant, *(x for r in rows for x in (r.variant, r.baseline))),
+        "EGA-1",
+        "baseline",
+    )
     if not seeds:
         return [Finding("context", *where, None, None, Verdict.NO_DATA, "context", {"seeds": []})]
     by_block = [(r.variant.hp("block_size"), difference(r.baseline, r.variant, metric, seeds)) for r in rows]
@@ -333,17 +515,26 @@ def _context_findings(table: Table) -> list[Finding]:
     longest, shortest = per_seed(rows[-1]), per_seed(rows[0])
     contrast = compare(longest, shortest)
     grows = all(a.estimate < b.estimate for (_, a), (_, b) in itertools.pairwise(by_block))
-    detail = {"seeds": sorted(seeds), "by_block": by_block, "monotone": grows}
-    return [Finding("context", *where, contrast, None, growth_rule(contrast), "context", detail)]
+    code = code_of(*(x for r in rows for x in (r.variant, r.baseline)))
+    detail = {"seeds": sorted(seeds), "by_block": by_block, "monotone": grows, "code": code}
+    reads = [(f"context: {table.group} longest − shortest block", contrast)]
+    return [judged("context", where, reads, growth_rule, claim="context", detail=detail, family="context")]
 
 
 DEFAULT_TAU_INIT = 0.0  # CharLM's default: the learned-tau EGA-1 every other initialisation is paired with
 
 
+def _slope(xs: list[float], ys: list[float]) -> float:
+    """The least-squares slope of ys on xs."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / math.fsum((x - mx) ** 2 for x in xs)
+
+
 def _tau_init_findings(table: Table) -> list[Finding]:
     """Final tau and loss by tau_init on the seeds every initialisation ran (a one-seed row beside a
     3-seed mean would put seed noise into the spread), and each initialisation paired by seed with
-    the default tau_init's run."""
+    the default tau_init's run. Where every tau was learned, whether tau forgets where it started
+    (RULES['forgets']): per seed, the slope of final tau on tau_init."""
     gated = [r.variant for r in table.rows if r.variant.gate != "none" and r.variant.done]
     if len({v.hp("tau_init") for v in gated}) < 2:
         return []
@@ -361,19 +552,39 @@ def _tau_init_findings(table: Table) -> list[Finding]:
     paired = [(v.hp("tau_init"), difference(reference, v, metric)) for v in gated if reference and v is not reference]
     # the only yardstick while the rows share one seed: how far the seeds of one initialisation scatter
     init, scatter = max(((v.hp("tau_init"), v.summary(metric)) for v in gated), key=lambda pair: pair[1].n)
+    inits = [float(v.hp("tau_init")) for v in gated]
+    slopes = {
+        s: _slope(inits, [v.by_seed("final_tau_mean")[s] for v in gated])
+        for s in sorted(seeds)
+        if all(s in v.by_seed("final_tau_mean") for v in gated)
+    }
     detail = {
         "seeds": sorted(seeds),
         "taus": taus,
         "tau_span": max(finals) - min(finals) if finals else None,
+        "init_span": max(inits) - min(inits),
         "losses": losses,
         "loss_span": max(loss_means) - min(loss_means) if len(loss_means) > 1 else None,
         "paired": paired,
         "reference": reference.hp("tau_init") if reference else None,
         "scatter": (init, scatter) if scatter.std else None,
+        "slopes": slopes,
+        "code": code_of(*gated),
     }
+    where = (table.group, table.corpus, regime(gated[0], *gated), "EGA-1", None)
+    if not all(trained_as_in_paper(v) for v in gated) or not slopes:  # a frozen tau cannot forget anything
+        return [Finding("tau_init", *where, None, paper.TAU, None, None, detail)]
+    reads = [(f"tau_init slope: {table.group}", mean_interval(list(slopes.values())))]
     return [
-        Finding(
-            "tau_init", table.group, table.corpus, regime(gated[0]), "EGA-1", None, None, paper.TAU, None, None, detail
+        judged(
+            "tau_init",
+            where,
+            reads,
+            forgets_rule,
+            paper_figure=paper.TAU,
+            claim="tau_init",
+            detail=detail,
+            family="tau_init",
         )
     ]
 
@@ -416,54 +627,89 @@ def _frozen_tau_findings(table: Table, variants: list[Variant]) -> list[Finding]
             "learned_loss": ref.summary("final_val_loss").mean if ref else None,
             "learned_tau": ref.summary("final_tau_mean").mean if ref else None,
         }
+        detail["code"] = code_of(v, ref)
         against = name(ref) if ref else "learned tau (no finished run)"
-        out.append(
-            Finding(
-                "frozen_tau",
-                table.group,
-                table.corpus,
-                regime(v),
-                name(v),
-                against,
-                d,
-                None,
-                equivalence_rule(d),
-                "tau",
-                detail,
-            )
-        )
+        where = (table.group, table.corpus, regime(v, ref), name(v), against)
+        reads = [(pair(v, ref or against), d)]
+        out.append(judged("frozen_tau", where, reads, equivalence_rule, claim="tau", detail=detail, family="frozen"))
     return out
 
 
+DIAGNOSTICS = "diagnostics"  # the report section of measurements that test no claim
+
+
 def _leak_findings(table: Table, variants: list[Variant], evaluations: Sequence[Evaluation]) -> list[Finding]:
-    """A gate z-normalised over the whole window against the paper's figure: as trained (it sees a
-    little of the future) and the same final checkpoints evaluated with the causal prefix z."""
+    """A gate z-normalised over the whole window against the paper's figure, as trained (it sees a
+    little of the future); the leak's own increment over causal EGA-1 (paired by seed); and, as a
+    diagnostic, the same final checkpoints evaluated with the causal prefix z."""
     out = []
     for row in table.rows:
         v, base = row.variant, row.baseline
         if not v.done or base is None or _options(v).get("znorm") != "window":
             continue
         figure = paper.IMPROVEMENT.get(table.corpus)
-        claim = f"improvement:{table.corpus}" if figure is not None else None
         causal = learned_reference(v, variants)
-        where = (table.group, table.corpus, regime(v), name(v), f"baseline `{base.label}`")
+        where = (table.group, table.corpus, regime(v, base), name(v), f"baseline `{base.label}`")
         d = row.diffs["final_val_loss"]
         detail = {
             "causal": difference(base, causal, "final_val_loss") if causal else None,
             "causal_subject": name(causal) if causal else None,
+            "code": code_of(v, base, causal),
         }
-        verdict = figure_rule(d, figure) if figure is not None else None
-        out.append(Finding("leak", *where, d, figure, verdict, claim, detail))
+        if figure is not None:
+            rule = partial(figure_rule, figure=figure)
+            claim = f"improvement:{table.corpus}"
+            out.append(
+                judged(
+                    "leak",
+                    where,
+                    [(pair(v, base), d)],
+                    rule,
+                    paper_figure=figure,
+                    claim=claim,
+                    detail=detail,
+                    family="leak",
+                )
+            )
+        else:
+            out.append(Finding("leak", *where, d, None, None, None, detail))
+        if causal is not None:
+            increment = difference(causal, v, "final_val_loss")  # (baseline − leak) − (baseline − causal), by seed
+            against = (table.group, table.corpus, regime(v, causal), name(v), name(causal))
+            inc = Finding("leak_increment", *against, increment, None, None, None, {"code": code_of(v, causal)})
+            out.append(replace(inc, family="leak", reads=((pair(v, causal), increment),)))
         seeds = {r.run.run_name: r.run.seed for r in v.done}
-        evaluated = {
-            seeds[e.run]: e.loss
-            for e in evaluations
-            if e.run in seeds and e.final and e.eval_znorm == "prefix" and e.whole_split
-        }
+        prefix = [e for e in evaluations if e.run in seeds and e.final and e.eval_znorm == "prefix" and e.whole_split]
+        trained = [e for e in evaluations if e.run in seeds and e.final and e.as_trained]
+        evaluated = {seeds[e.run]: e.loss for e in prefix}
         baseline = base.by_seed("final_val_loss")
         d_causal = compare(baseline, evaluated) if evaluated and baseline else None
-        verdict = figure_rule(d_causal, figure) if figure is not None else None
-        out.append(Finding("leak_causal", *where, d_causal, figure, verdict, claim, {"seeds": sorted(evaluated)}))
+
+        def above(evals: list[Evaluation], key: str = "frac_above_tau") -> float | None:
+            return statistics.fmean(e.mean(key) for e in evals) if evals else None
+
+        detail = {
+            "seeds": sorted(evaluated),
+            "above_causal": above(prefix),
+            "above_trained": above(trained),
+            "normal_tail": above(trained, "normal_tail"),
+            "trained_as": name(v),
+        }
+        out.append(
+            Finding(
+                "leak_causal",
+                DIAGNOSTICS,
+                table.corpus,
+                where[2],
+                name(v),
+                where[4],
+                d_causal,
+                figure,
+                None,
+                None,
+                detail,
+            )
+        )
     return out
 
 
@@ -486,36 +732,50 @@ MECHANISM_GATES = ("linear", "db2")
 
 
 def tail_rule(d: Difference | None, margin: float = TAIL_MARGIN) -> Verdict:
-    """``d``: measured fraction above tau − (1 − Phi(tau)), over heads."""
+    """``d``: measured fraction above tau − (1 − Phi(tau)), over seeds."""
     equal = equivalence_rule(d, margin)
     return {Verdict.CONSISTENT: Verdict.HOLDS, Verdict.NOT_CONSISTENT: Verdict.DOES_NOT_HOLD}.get(equal, equal)
 
 
-def tail_findings(evaluations: Sequence[Evaluation]) -> list[Finding]:
-    """Per gate and z-normalisation: the heads of every final checkpoint as trained, pooled."""
-    groups: dict[tuple[str, str, str, str], list[Evaluation]] = {}
-    for e in evaluations:
-        if e.final and e.as_trained:
-            options = {k: v for k, v in e.gate_options.items() if k != "znorm"}  # e.g. multiscale's scales
-            groups.setdefault((e.corpus, e.gate, repr(sorted(options.items())), e.trained_znorm), []).append(e)
+def tail_findings(tables: list[Table], variants: list[Variant], evaluations: Sequence[Evaluation]) -> list[Finding]:
+    """The tail identity of every gate of the ablation and of the leak audit (each set of runs once):
+    one value per seed from its recorded gate summary (RULES['tail']); beside it, as a figure, the heads
+    of its final checkpoints that `ega landscape` evaluated as trained (a rerun's stand for its original's)."""
+    chosen: dict[tuple[str, ...], Variant] = {}
+    for table in tables:
+        ablation = any(r.variant.paper_name in paper.ABLATION for r in table.rows)
+        for v in (r.variant for r in table.rows):
+            read = v.gate != "none" and v.done and (ablation or _options(v).get("znorm") == "window")
+            if read and rerun_of(v, variants) is None:
+                chosen.setdefault(tuple(sorted(r.run.run_name for r in v.done)), v)
     out = []
-    for (corpus, gate, _, znorm), evals in groups.items():
-        gaps = [g for e in evals for g in e.tail_gaps()]
-        d = mean_interval(gaps)
+    for runs, v in chosen.items():
+        values = v.by_seed("final_tail_gap")
+        if not values:
+            continue
+        reruns = [
+            w
+            for w in variants
+            if (o := rerun_of(w, variants)) is not None and {r.run.run_name for r in o.done} == set(runs)
+        ]
+        names = set(runs) | {r.run.run_name for w in reruns for r in w.done}
+        heads = [e for e in evaluations if e.final and e.as_trained and e.run in names]
+        gaps = [g for e in heads for g in e.tail_gaps()]
+        above = v.by_seed("final_frac_above_tau")
         detail = {
-            "znorm": znorm,
-            "runs": [e.run or e.source for e in evals],
+            "znorm": _options(v).get("znorm", "prefix"),
+            "seeds": sorted(values),
+            "frac_above_tau": statistics.fmean(above[s] for s in values),
+            "normal_tail": statistics.fmean(above[s] - values[s] for s in values),
             "heads": len(gaps),
-            "max_abs_gap": max(abs(g) for g in gaps),
-            "frac_above_tau": math.fsum(e.mean("frac_above_tau") for e in evals) / len(evals),
-            "normal_tail": math.fsum(e.mean("normal_tail") for e in evals) / len(evals),
+            "heads_interval": mean_interval(gaps) if gaps else None,
+            "heads_runs": [e.run for e in heads],
+            "max_abs_gap": max((abs(g) for g in gaps), default=None),
+            "code": code_of(v),
         }
-        subject = f"{paper.paper_name(gate, evals[0].gate_options) or gate} `{gate}`"
-        split = "the whole" if all(e.whole_split for e in evals) else "part of the"
-        where = f"final checkpoints ({len(evals)}), {split} validation split"
-        out.append(
-            Finding("tail", TAU_SECTION, corpus, where, subject, None, d, None, tail_rule(d), "frac_above_tau", detail)
-        )
+        reads = [(f"tail: {v.group}/{v.label}", mean_interval(list(values.values())))]
+        where = (TAU_SECTION, v.corpus, regime(v), name(v), None)
+        out.append(judged("tail", where, reads, tail_rule, claim="frac_above_tau", detail=detail, family="tail"))
     return out
 
 
@@ -566,10 +826,25 @@ def mechanism_finding(
         "grad_norm_ratio": grad_norm_ratio(variants),
     }
     corpus = ega1[0].corpus if ega1 else frozen[0].corpus
-    regime_text = f"EGA-1 final checkpoints ({len(ega1)}) and frozen-tau runs"
+    frozen_runs = [r for v in variants if not _options(v).get("learn_tau", True) for r in v.done]
+    regime_text = f"EGA-1 final checkpoints ({len(ega1)}) and frozen-tau runs, at {scale(frozen_runs)}"
+    # undecided for want of a frozen-tau verdict: the seeds that the slowest of them needs
+    needed = [f.seeds_needed for f in frozen if f.verdict is Verdict.TOO_FEW_SEEDS]
+    seeds = max(needed) if verdict is Verdict.TOO_FEW_SEEDS and needed and None not in needed else None
     return [
         Finding(
-            "tau_mechanism", TAU_SECTION, corpus, regime_text, "EGA-1", None, None, paper.TAU, verdict, "tau", detail
+            "tau_mechanism",
+            TAU_SECTION,
+            corpus,
+            regime_text,
+            "EGA-1",
+            None,
+            None,
+            paper.TAU,
+            verdict,
+            "tau",
+            detail,
+            seeds_needed=seeds,
         )
     ]
 
@@ -600,10 +875,51 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
     )
 
 
+def seeds_needed(f: Finding) -> int | None:
+    """For an undecided verdict: the smallest number of paired seeds at which its rule would decide, the mean
+    and std of each interval it reads held as observed (RULES['seeds']); MAX_SEEDS + 1 when none up to
+    MAX_SEEDS does, None when it cannot be projected (no rule, one seed, an unpaired interval)."""
+    if f.verdict is not Verdict.TOO_FEW_SEEDS or f.rule is None or not f.reads:
+        return None
+    level = f.corrected.level if f.corrected is not None else LEVEL
+    intervals = [widen(d, level) for _, d in f.reads]
+    if any(d is None or std_of(d) is None for d in intervals):
+        return None
+    start = max(d.n for d in intervals if d is not None) + 1
+    for n in range(start, MAX_SEEDS + 1):
+        if f.rule(*(with_n(d, n) for d in intervals if d is not None)) is not Verdict.TOO_FEW_SEEDS:
+            return n
+    return MAX_SEEDS + 1
+
+
+def correct(found: list[Finding]) -> list[Finding]:
+    """Every finding of a family at the family's Bonferroni level: its intervals widened to 1 − 0.05 / k,
+    k the distinct comparisons the family reads (in one section and corpus), its verdict re-read from
+    them; the nominal verdict is kept in ``detail``. Then each undecided verdict's seeds_needed."""
+    families: dict[tuple[str, str, str], set[str]] = {}
+    for f in found:
+        if f.family is not None:
+            families.setdefault((f.family, f.section, f.corpus), set()).update(key for key, _ in f.reads)
+    out = []
+    for f in found:
+        if f.family is not None:
+            k = len(families[(f.family, f.section, f.corpus)])
+            level = bonferroni_level(k)
+            wide = [widen(d, level) for _, d in f.reads]
+            nominal = f.verdict.value if f.verdict is not None else None
+            verdict = f.rule(*wide) if f.rule is not None else None
+            corrected = wide[0] if len(wide) == 1 else None
+            detail = {**f.detail, "family_k": k, "family_level": level, "nominal_verdict": nominal}
+            f = replace(f, verdict=verdict, corrected=corrected, detail=detail)
+        out.append(replace(f, seeds_needed=seeds_needed(f)))
+    return out
+
+
 def findings(tables: list[Table], variants: list[Variant], evaluations: Sequence[Evaluation] = ()) -> list[Finding]:
     """Every finding, section by section; a comparison shared by sections (``also_in``) is made once.
     ``evaluations``: the checkpoints `ega landscape` evaluated (the leak audit's causal evaluation,
-    the tail identity, the tau mechanism)."""
+    the heads beside the tail identity, the tau mechanism). Families are corrected (`correct`) before
+    the tau mechanism reads the frozen-tau verdicts."""
     out: list[Finding] = []
     said: set[tuple[str, ...]] = set()
     for table in tables:
@@ -614,7 +930,9 @@ def findings(tables: list[Table], variants: list[Variant], evaluations: Sequence
                 out += _ega1_findings(table, row)
         out += _ablation_findings(table, variants) + _tau_init_findings(table) + _context_findings(table)
         out += _frozen_tau_findings(table, variants) + _leak_findings(table, variants, evaluations)
-    return out + tail_findings(evaluations) + mechanism_finding(out, evaluations, variants)
+        out += _rerun_findings(table, variants)
+    out = correct(out + tail_findings(tables, variants, evaluations))
+    return out + mechanism_finding(out, evaluations, variants)
 
 
 def claims(found: list[Finding]) -> list[tuple[paper.Claim, Finding | None]]:

@@ -12,7 +12,18 @@ from typing import Any
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import METRICS, Row, RunData, Table
-from ega_lightning.experiments.findings import MARGIN, RULES, TAU_SECTION, TAU_STEP, Finding, Verdict, claims
+from ega_lightning.experiments.findings import (
+    DIAGNOSTICS,
+    FAMILIES,
+    MARGIN,
+    MAX_SEEDS,
+    RULES,
+    TAU_SECTION,
+    TAU_STEP,
+    Finding,
+    Verdict,
+    claims,
+)
 from ega_lightning.experiments.landscapes import Evaluation
 from ega_lightning.experiments.stats import Difference, Summary
 
@@ -72,7 +83,9 @@ def _ours(f: Finding) -> str:
             return "no `ega bench` result"
         return f"step time ×{num(f.ours.mean)} (quartiles {num(f.detail['q1'])}–{num(f.detail['q3'])})"
     if f.kind == "tail" and isinstance(f.ours, Difference):
-        return f"measured − (1 − Φ(tau)) {fmt_interval(f.ours, scale=100, digits=1)} points, {f.detail['heads']} heads"
+        return f"measured − (1 − Φ(tau)) {fmt_interval(f.ours, scale=100, digits=1)} points, {how(f.ours)}"
+    if f.kind == "tau_init" and isinstance(f.ours, Difference):
+        return f"slope of final tau on tau_init {fmt_interval(f.ours, signed=False)}, {how(f.ours)}"
     if f.kind == "tau_mechanism":
         final = [c for c in f.detail["checkpoints"] if c["final"] and c["gate"] == "linear"]
         costs = "; ".join(
@@ -99,69 +112,155 @@ def _claim_subject(f: Finding) -> str:
         return f"{f.subject} vs {f.against}"
     if f.kind == "leak":
         return f"leak audit: {f.subject}, z over the whole window, as trained"
-    if f.kind == "leak_causal":
-        return f"leak audit: {f.subject}'s checkpoints evaluated with the causal prefix z"
     if f.kind == "frozen_tau":
         return f"{f.subject}, never trained, vs {f.against}: learned − frozen"
     if f.kind == "tail":
-        return f"is it 1 − Φ(tau)? {f.subject}, z over the {f.detail['znorm']}"
+        return f"is it 1 − Φ(tau)? {f.subject}, z over the {f.detail['znorm']}, one value per seed"
+    if f.kind == "tau_init":
+        inits = ", ".join(str(init) for init, _, _ in f.detail["taus"])
+        return f"EGA-1 from tau_init {inits}"
     if f.kind == "tau_mechanism":
         return "why tau does not move: mechanism (a) or (b)"
     return ""
 
 
+def family_cell(f: Finding) -> str:
+    """The interval a family's verdict reads (Bonferroni), or what the verdict reads where it reads several."""
+    if f.family is None:
+        return "—"
+    k, level = f.detail["family_k"], f.detail["family_level"]
+    where = f"{f.family}, k = {k}, {100 * level:.1f}%"
+    if f.corrected is None:
+        return where
+    scale, digits, signed = (100, 1, True) if f.kind == "tail" else (1, 3, f.kind != "tau_init")
+    return f"{fmt_interval(f.corrected, signed=signed, scale=scale, digits=digits)} ({where})"
+
+
+def seeds_text(f: Finding) -> str:
+    if f.seeds_needed is None:
+        return ""
+    n = f"> {MAX_SEEDS}" if f.seeds_needed > MAX_SEEDS else f"{f.seeds_needed}"
+    return f"{n} paired seeds would decide it"
+
+
+def code_cell(f: Finding) -> str:
+    code = f.detail.get("code")
+    if not code:
+        return "—"
+    if code["flag"] is None:
+        return "today's"
+    return f"⚠ {code['flag']} ({len(code['runs'])} run{'s' if len(code['runs']) > 1 else ''})"
+
+
 def claims_table(found: list[Finding]) -> list[str]:
     lines = [
-        "| claim of the paper | paper | ours (95% CI, seeds) | measured in | verdict | evidence |",
-        "|---|---|---|---|---|---|",
+        "| claim of the paper | paper | ours (95% CI, seeds) | family-wise (Bonferroni) | measured in | verdict "
+        "| code | evidence |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for claim, f in claims(found):
         if f is None:
-            lines.append(f"| {claim.text} | {claim.figure} | — | — | not measured by these runs | — |")
+            lines.append(f"| {claim.text} | {claim.figure} | — | — | — | not measured by these runs | — | — |")
             continue
         section = f.section if f.kind != "cost" else None
         link = f"[{section}](#{anchor(section)})" if section else f"[{f.detail['source']}]({f.detail['source']})"
         subject = f" ({_claim_subject(f)})" if _claim_subject(f) else ""
+        verdict = f"**{f.verdict.value}**" + (f" ({seeds_text(f)})" if seeds_text(f) else "")
         lines.append(
-            f"| {claim.text}{subject} | {claim.figure} | {_ours(f)} | {f.regime} | **{f.verdict.value}** | {link} |"
+            f"| {claim.text}{subject} | {claim.figure} | {_ours(f)} | {family_cell(f)} | {f.regime} | {verdict} "
+            f"| {code_cell(f)} | {link} |"
         )
     return lines
 
 
 def method_note(found: list[Finding]) -> list[str]:
-    pairs = [f for f in found if f.kind == "ablation_pair"]
     lines = [
         "Final = the last evaluation of a run, best = its lowest val loss; mean ± sample std over seeds. "
         "Δ = baseline − variant on the final val loss (positive: the variant is better, like the paper's "
         f"{paper.IMPROVEMENT['tinyshakespeare']:+.3f}). Every interval is a 95% Student-t interval (scipy.stats): "
         "of the per-seed differences over the seeds both sides ran (same seed: identical shared initial weights "
         "and batches), Welch's only where the two sides share no seed. Paper figures: "
-        f"{paper.SOURCE}. Decision rules, each applied once to every claim it governs:",
+        f"{paper.SOURCE}. Each verdict carries the scale it was measured at (parameters, steps and device, "
+        "from the records). Decision rules, each applied once to every claim it governs:",
         "",
         *(f"- {key}: {text}" for key, text in RULES.items()),
     ]
-    if pairs:
-        k, level = pairs[0].detail["comparisons"], pairs[0].detail["bonferroni_level"]
-        changed = [f for f in pairs if f.detail["bonferroni_verdict"] != f.verdict.value]
+    families: dict[tuple[str, str, str], list[Finding]] = {}
+    for f in found:
+        if f.family is not None:
+            families.setdefault((f.family, f.section, f.corpus), []).append(f)
+    if families:
         lines.append(
-            f"- multiple comparisons: the ablation makes {k} comparisons at 95% each, so about "
-            f"{k * 0.05:.1f} of them would exclude 0 by chance if no gate differed. With Bonferroni's "
-            f"{100 * level:.1f}% intervals "
-            + (
-                "every ablation verdict stays the same."
-                if not changed
-                else "these verdicts change: "
-                + "; ".join(f"{f.subject}: {f.detail['bonferroni_verdict']}" for f in changed)
-                + "."
-            )
+            "- multiple comparisons, in the table itself: the comparisons of one family are corrected together "
+            "(Bonferroni): each of its k intervals is taken at 1 − 0.05/k, so that all of them hold together at "
+            "95%, and its verdicts follow those intervals; the nominal 95% interval stays beside them. Families:"
         )
+        for (family, section, corpus), members in families.items():
+            first = members[0].detail
+            changed = [f for f in members if f.verdict is not None and f.detail["nominal_verdict"] != f.verdict.value]
+            change = (
+                "; at nominal 95% "
+                + ", ".join(f"{_finding_label(f)} would read **{f.detail['nominal_verdict']}**" for f in changed)
+                if changed
+                else "; no verdict differs from its nominal 95% one"
+            )
+            lines.append(
+                f"  - {family} ({section} / {corpus}): {FAMILIES[family]}: k = {first['family_k']}, each interval at "
+                f"{100 * first['family_level']:.2f}%{change}."
+            )
     return lines
+
+
+def _finding_label(f: Finding) -> str:
+    return f"{f.subject} vs {f.against}" if f.against else f.subject
 
 
 # ----------------------------------------------------------------------------- findings as sentences
 
 
 def sentence(f: Finding) -> str:
+    """One finding as it reads in its section: what was measured and its verdict, then its family's
+    correction, the seeds that would decide it and the code its sides ran."""
+    extras = [_family_sentence(f), seeds_text(f).capitalize() + "." if seeds_text(f) else "", _code_sentence(f)]
+    return " ".join([_sentence(f), *(x for x in extras if x)])
+
+
+def _family_sentence(f: Finding) -> str:
+    if f.family is None:
+        return ""
+    k, level = f.detail["family_k"], f.detail["family_level"]
+    text = f"Bonferroni over the {f.family} family (k = {k}): each interval at {100 * level:.2f}%"
+    if f.corrected is not None:
+        scale, digits, signed = (100, 1, True) if f.kind == "tail" else (1, 3, f.kind != "tau_init")
+        text += f", this one {fmt_interval(f.corrected, signed=signed, scale=scale, digits=digits)}"
+    nominal = f.detail["nominal_verdict"]
+    if f.verdict is not None and nominal != f.verdict.value:
+        text += f"; at nominal 95% it would read {nominal}"
+    return text + "."
+
+
+def _code_sentence(f: Finding) -> str:
+    code = f.detail.get("code")
+    if not code:
+        return ""
+    sides = "; ".join(
+        f"{side['variant']} "
+        + ", ".join(
+            f"{fp[:8] if fp != 'unknown' else 'unknown'} (seed{'s' if len(seeds) > 1 else ''} "
+            f"{', '.join(map(str, seeds))})"
+            for fp, seeds in side["fingerprints"].items()
+        )
+        for side in code["sides"]
+    )
+    flag = (
+        ""
+        if code["flag"] is None
+        else f" ⚠ {code['flag']}: not today's code for " + ", ".join(f"`{r}`" for r in code["runs"])
+    )
+    return f"Code (fingerprint): {sides}.{flag}" + ("." if flag else "")
+
+
+def _sentence(f: Finding) -> str:
     d = f.ours if isinstance(f.ours, Difference) else None
     verdict = f" — **{f.verdict.value}**" if f.verdict is not None else ""
     if f.kind == "improvement":
@@ -241,6 +340,12 @@ def sentence(f: Finding) -> str:
         if f.detail["paired"]:
             pairs = "; ".join(f"tau_init {init} {fmt_interval(d)} ({how(d)})" for init, d in f.detail["paired"])
             text += f". Paired by seed with tau_init {f.detail['reference']}, its loss − each: {pairs}"
+        if d is not None:
+            slopes = ", ".join(f"seed {s} {v:.3f}" for s, v in f.detail["slopes"].items())
+            text += (
+                f". Slope of final tau on tau_init, per seed ({slopes}): {fmt_interval(d, signed=False)} ({how(d)}); "
+                f"tau converges regardless of its initialisation{verdict}"
+            )
         return text + "."
     if f.kind == "leak":
         text = (
@@ -250,31 +355,44 @@ def sentence(f: Finding) -> str:
         causal = f.detail["causal"]
         if causal is not None:
             text += f"; causal {f.detail['causal_subject']}: Δ {fmt_interval(causal)} ({how(causal)})"
-            if d is not None and f.paper is not None and f.paper != causal.estimate:
-                share = (d.estimate - causal.estimate) / (f.paper - causal.estimate)
-                text += (
-                    f". The leak moves Δ by {num(d.estimate - causal.estimate, 3, True)}: {100 * share:.0f}% of "
-                    "the way from causal EGA-1 to the paper's figure"
-                )
         return text + verdict + "."
+    if f.kind == "leak_increment":
+        return (
+            f"The leak's own increment, {f.subject} against causal {f.against} (Δ as trained − causal Δ, per seed): "
+            f"{fmt_interval(d)} ({how(d)})."
+        )
     if f.kind == "leak_causal":
         if d is None:
             return (
-                "The leak audit's checkpoints evaluated with the causal prefix z: not evaluated yet "
+                f"{f.subject}'s checkpoints evaluated with the causal prefix z: not evaluated yet "
                 "(`ega landscape --eval_znorm prefix --max_eval_windows 0 --ckpt_path <run>/checkpoints/last.ckpt "
                 "--out results/landscape/<run>-prefix.json`)."
             )
         seeds = ", ".join(map(str, f.detail["seeds"]))
-        return (
-            "The same final checkpoints evaluated with the causal prefix z (`ega landscape --eval_znorm prefix`, "
-            f"whole validation split, seed{'s' if len(f.detail['seeds']) > 1 else ''} {seeds}) vs {f.against}: "
-            f"Δ {fmt_interval(d)} ({how(d)}); paper {num(f.paper, 3, True)}{verdict}"
-            + (
-                ". Read causally, as generation must, the leaky model is worse than the baseline: what the "
-                "whole-window z adds is a look at later characters, not a better gate."
-                if d.estimate < 0
-                else "."
+        text = (
+            f"{f.subject}'s final checkpoints (trained with z over the whole window) evaluated with the causal "
+            f"prefix z (`ega landscape --eval_znorm prefix`, whole validation split, "
+            f"seed{'s' if len(f.detail['seeds']) > 1 else ''} {seeds}) vs {f.against}: Δ {fmt_interval(d)} "
+            f"({how(d)}). A train/test mismatch, not a measure of EGA"
+        )
+        if f.detail["above_causal"] is not None and f.detail["above_trained"] is not None:
+            text += (
+                f": evaluated causally, {100 * f.detail['above_causal']:.0f}% of keys land above tau, against "
+                f"{100 * f.detail['above_trained']:.0f}% as trained (1 − Φ(tau) = "
+                f"{100 * f.detail['normal_tail']:.0f}%), so the gates open where training never had them open"
             )
+        return text + ". No verdict reads it, and its nearness in size to the paper's figure means nothing."
+    if f.kind == "rerun":
+        same = (
+            "bit for bit the same final val loss"
+            if f.detail["identical"]
+            else f"final val loss differs by up to {f.detail['largest_difference']:.2e}"
+        )
+        seeds = ", ".join(map(str, f.detail["seeds"]))
+        return (
+            f"{f.subject} reruns {f.against} (group {f.detail['of_group']}) at "
+            f"seed{'s' if len(f.detail['seeds']) > 1 else ''} {seeds} with the same configuration, kept for its "
+            f"checkpoints: {same}. Evidence for nothing its original does not give: no verdict reads it."
         )
     if f.kind == "frozen_tau":
         return (
@@ -283,13 +401,21 @@ def sentence(f: Finding) -> str:
             f"{num(f.detail['learned_loss'])} learned, whose tau ended at {num(f.detail['learned_tau'])}{verdict}."
         )
     if f.kind == "tail":
-        return (
+        text = (
             f"{f.subject}, z over the {f.detail['znorm']}: {100 * f.detail['frac_above_tau']:.1f}% of keys above tau "
-            f"against {100 * f.detail['normal_tail']:.1f}% = 1 − Φ(tau) (means over the heads of "
-            f"{', '.join(f'`{r}`' for r in f.detail['runs'])}); measured − normal per head "
-            f"{fmt_interval(d, scale=100, digits=1)} points over {f.detail['heads']} heads, the largest "
-            f"{100 * f.detail['max_abs_gap']:.1f}{verdict}."
+            f"against {100 * f.detail['normal_tail']:.1f}% = 1 − Φ(tau) (means over seeds of the gate summaries "
+            f"recorded during training); measured − normal, one value per seed: {fmt_interval(d, scale=100, digits=1)} "
+            f"points ({how(d)}){verdict}."
         )
+        heads = f.detail["heads_interval"]
+        if heads is not None:
+            runs = ", ".join(f"`{r}`" for r in f.detail["heads_runs"])
+            text += (
+                f" As a figure only (heads of one model are not independent): over the {f.detail['heads']} heads "
+                f"of {runs} evaluated by `ega landscape`, {fmt_interval(heads, scale=100, digits=1)} points, the "
+                f"largest {100 * f.detail['max_abs_gap']:.1f}."
+            )
+        return text
     if f.kind == "tau_mechanism":
         return mechanism_sentence(f)
     raise ValueError(f"no sentence for a finding of kind {f.kind!r}")
@@ -459,18 +585,121 @@ def _runs_table(runs: list[RunData]) -> list[str]:
     labels = {m: f"m{i}" for i, m in enumerate(dict.fromkeys(r.machine for r in runs), 1)}
     lines = [
         "| run | group | variant | corpus | seed | final val loss | best | gap | tau | last val step | read from "
-        "| machine |",
-        "|" + "---|" * 12,
+        "| machine | code |",
+        "|" + "---|" * 13,
     ]
     for r in runs:
         m = r.metrics
         lines.append(
             f"| `{r.run.run_name}` | {r.run.group} | `{r.run.variant}` | {r.corpus} | {r.run.seed} | "
             f"{num(m['final_val_loss'])} | {num(m['best_val_loss'])} | {num(m['final_gap'])} | "
-            f"{num(m['final_tau_mean'])} | {m['last_val_step']} | {r.source} | {labels[r.machine]} |"
+            f"{num(m['final_tau_mean'])} | {m['last_val_step']} | {r.source} | {labels[r.machine]} | "
+            f"{(r.code['fingerprint'] or '—')[:8]} {r.code['status']} |"
         )
     lines.append("")
     lines += [f"- {label}: {m or 'not known'}" for m, label in labels.items()]
+    return lines
+
+
+def scale_paragraph(scale: dict[str, Any] | None) -> list[str]:
+    """Which sizes and devices the finished runs used, and which sizes none used, from the records."""
+    if not scale:
+        return []
+
+    def params(values: list[int]) -> str:
+        return "–".join(dict.fromkeys(f"{v / 1e6:.2g}M" for v in (min(values), max(values)))) if values else "?"
+
+    def papers(values: list[int]) -> str:
+        near = values and all(abs(v - paper.PARAMS) <= 0.1 * paper.PARAMS for v in values)
+        return " — the paper's size" if near else ""
+
+    ran = "; ".join(
+        f"`{s['size']}` ({', '.join(s['model'])}, {params(s['params'])} parameters, "
+        f"{'/'.join(f'{n:,}' for n in s['steps'])} steps, {s['runs']} runs{papers(s['params'])})"
+        for s in scale["ran"]
+    )
+    never = "; ".join(
+        f"`{s['size']}` ({s['model']}, {params([s['params']] if s['params'] else [])} parameters, "
+        f"{s['steps']:,} steps{papers([s['params']] if s['params'] else [])})"
+        for s in scale["not_run"]
+    )
+    gpu = any(d.startswith("GPU") for d in scale["devices"])
+    devices = f"Devices: {', '.join(scale['devices'])}" + ("" if gpu else "; no run on a GPU") + "."
+    text = f"Sizes run: {ran or 'none'}. " + (f"Never run: {never}. " if never else "") + devices
+    return [text, ""]
+
+
+def diagnostics_section(found: list[Finding]) -> list[str]:
+    mine = [f for f in found if f.section == DIAGNOSTICS]
+    if not mine:
+        return []
+    return [
+        f"## {DIAGNOSTICS}",
+        "",
+        "Measurements that test no claim of the paper and that no verdict reads.",
+        "",
+        *(f"- {sentence(f)}" for f in mine),
+        "",
+    ]
+
+
+def provenance_section(provenance: dict[str, Any] | None, runs: list[RunData]) -> list[str]:
+    """Which code the records ran: what `scripts/provenance.py` established from git history, and where a
+    configuration's fingerprint changed since the first record, the seeds that need a rerun."""
+    lines = ["## Provenance", ""]
+    done = [r for r in runs if r.status == "done"]
+    if not provenance:
+        return [
+            *lines,
+            "No `results/provenance.json`: run `python scripts/provenance.py` to establish which code the records ran.",
+            "",
+        ]
+    commits = provenance["commits"]
+    lines += [
+        f"Each configuration's fingerprint (`ega_lightning.fingerprint`: 3 AdamW steps of its model, hashed) at "
+        f"the {len(commits)} commits that touched the training path ({', '.join(provenance['training_path'])}) from "
+        f"the code in effect when the first recorded run started ({provenance['start'][:16]}) to "
+        f"{provenance['head'][:7]}, computed from git history by `scripts/provenance.py` (`results/provenance.json`). "
+        "A record without a fingerprint ran today's code when its configuration's fingerprint is today's at its "
+        "recorded commit, or at every commit it can have run (those before it finished).",
+        "",
+        "| configuration (spec entries) | today's fingerprint | changed since the first record | runs not "
+        "established as today's code |",
+        "|---|---|---|---|",
+    ]
+    reported = {r.run.run_name for r in done}
+    for config in provenance["configurations"]:
+        mine = [n for n in config["runs"] if n in reported]
+        if not mine:
+            continue
+        changes = (
+            "; ".join(
+                f"at {c['commit'][:7]} ({c['date'][:16]}): {c['from'][:8]} → {c['to'][:8]}" for c in config["changes"]
+            )
+            or "no"
+        )
+        rerun = ", ".join(f"`{n}`" for n in config["rerun"] if n in reported) or "none"
+        lines.append(
+            f"| {', '.join(f'`{e}`' for e in config['entries'])} | {config['today'][:8]} | {changes} | {rerun} |"
+        )
+    changed = [c for c in provenance["configurations"] if c["changes"] and any(n in reported for n in c["runs"])]
+    lines.append("")
+    for c in changed:
+        rerun = [n for n in c["rerun"] if n in reported]
+        lines.append(
+            f"- {', '.join(f'`{e}`' for e in c['entries'])}: the fingerprint changed in the range, so "
+            + (
+                f"these runs need a rerun: {', '.join(f'`{n}`' for n in rerun)}."
+                if rerun
+                else "but every run's code is established as today's."
+            )
+        )
+    unknown = [r.run.run_name for r in done if r.code["status"] != "today"]
+    lines += [
+        f"- {len(done) - len(unknown)} of {len(done)} finished runs ran today's code"
+        + (f"; not established: {', '.join(f'`{n}`' for n in unknown)}." if unknown else "."),
+        "",
+    ]
     return lines
 
 
@@ -483,6 +712,8 @@ def markdown(
     runs_dir: Path,
     evaluations: list[Evaluation] | None = None,
     landscape_figures: list[tuple[str, str]] | None = None,
+    scale: dict[str, Any] | None = None,
+    provenance: dict[str, Any] | None = None,
 ) -> str:
     done = [r for r in runs if r.status == "done"]
     missing = [r for r in runs if r.status != "done"]
@@ -493,6 +724,7 @@ def markdown(
         f"`{command}`, from {', '.join(f'`{s}`' for s in specs)}: **{len(done)} of {len(runs)} runs finished** "
         "(the others are listed at the end and are in no number). Every number is also in `results.json`.",
         "",
+        *scale_paragraph(scale),
         "## Claims",
         "",
         *claims_table(found),
@@ -506,6 +738,8 @@ def markdown(
         lines += section(group, [t for t in tables if t.group == group], found, figures, runs_dir)
     if evaluations or any(f.section == TAU_SECTION for f in found):
         lines += landscape_section(evaluations or [], found, landscape_figures or [])
+    lines += diagnostics_section(found)
+    lines += provenance_section(provenance, runs)
     lines += ["## Runs", "", *(_runs_table(done) if done else ["No finished runs."]), ""]
     lines += ["## Missing and incomplete runs", ""]
     if missing:
@@ -549,6 +783,9 @@ def _finding_dict(f: Finding) -> dict[str, Any]:
         "ours": f.ours,
         "paper": f.paper,
         "verdict": f.verdict,
+        "family": f.family,
+        "corrected": f.corrected,
+        "seeds_needed": f.seeds_needed,
         "detail": f.detail,
     }
 
@@ -578,6 +815,7 @@ def results(
     found: list[Finding],
     command: str,
     evaluations: list[Evaluation] | None = None,
+    scale: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     def variant_dict(row: Row) -> dict[str, Any]:
         v = row.variant
@@ -608,7 +846,9 @@ def results(
                 "std": "sample standard deviation over seeds (ddof=1)",
                 "equivalence_margin": MARGIN,
                 "rules": RULES,
+                "families": FAMILIES,
             },
+            "sizes": scale,
             "claims": [
                 {"claim": c.key, "verdict": f.verdict if f else None, "section": f.section if f else None}
                 for c, f in claims(found)
@@ -632,6 +872,7 @@ def results(
                     "reason": r.reason,
                     "source": r.source,
                     "machine": r.machine,
+                    "code": r.code,
                     **r.metrics,
                 }
                 for r in runs

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 from ega_lightning.errors import UserError
 from ega_lightning.experiments import figures, landscapes, paper, records, render
@@ -33,6 +34,8 @@ from ega_lightning.experiments.comparisons import (
     Table,
     build_tables,
     build_variants,
+    code_status,
+    device,
     from_record,
     tau_trajectory,
 )
@@ -41,6 +44,7 @@ from ega_lightning.experiments.spec import Run, collect_runs, load_spec, static_
 from ega_lightning.io import atomic_file, write_atomic
 
 RECORDS_DIR = Path("results/runs")
+PROVENANCE = "provenance.json"  # beside the records directory: written by scripts/provenance.py
 
 
 def load_runs(runs: list[Run], runs_dir: Path, records_dir: Path) -> tuple[list[RunData], list[dict[str, Any]]]:
@@ -158,6 +162,53 @@ def _bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[str, A
     return None, "README.md#cost-of-the-gates"
 
 
+def load_provenance(path: Path) -> dict[str, Any] | None:
+    """What `scripts/provenance.py` established about the records' code; None when it has not been run."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, json.JSONDecodeError) as err:
+        raise UserError(f"{path} cannot be read ({err}): run `python scripts/provenance.py` again.") from None
+
+
+def _model_text(model: dict[str, Any]) -> str:
+    return f"{model.get('n_layer')}×{model.get('n_head')}×{model.get('n_embd')} T{model.get('block_size')}"
+
+
+def sizes(runs: list[RunData]) -> dict[str, Any]:
+    """The sizes (``configs/size/*.yaml``) the finished runs used, with their parameter counts and budgets
+    from the records; the sizes beside them that no run used (parameters counted for their baseline);
+    the devices the runs ran on."""
+    done = [r for r in runs if r.status == "done"]
+    used: dict[Path, list[RunData]] = {}
+    for r in done:
+        for c in r.run.configs:
+            if Path(c).parent.name == "size":
+                used.setdefault(Path(c).resolve(), []).append(r)
+    ran = [
+        {
+            "size": p.stem,
+            "model": sorted({_model_text(r.hparams) for r in rs}),
+            "params": sorted({r.n_params for r in rs if r.n_params}),
+            "steps": sorted({r.max_steps for r in rs if r.max_steps}),
+            "runs": len(rs),
+        }
+        for p, rs in used.items()
+    ]
+    not_run = []
+    template = {k: v for k, v in done[0].hparams.items() if k != "seed"} if done else {}
+    for p in sorted({q for f in {p.parent for p in used} for q in f.glob("*.yaml")} - set(used)):
+        config = yaml.safe_load(p.read_text()) or {}
+        model = config.get("model") or {}
+        counted = records.count_parameters({**template, **model, "gate": "none", "gate_options": None})
+        steps = (config.get("trainer") or {}).get("max_steps")
+        not_run.append(
+            {"size": p.stem, "model": _model_text(model), "params": counted[0] if counted else None, "steps": steps}
+        )
+    return {"ran": ran, "not_run": not_run, "devices": sorted({device(r.machine) for r in done})}
+
+
 def write_report(
     spec_paths: list[Path],
     runs_dir: Path,
@@ -176,6 +227,10 @@ def write_report(
         )
     for record in fresh:  # finished here: keep what the report read in git's reach
         records.write_record(record, records_dir)
+    provenance = load_provenance(records_dir.parent / PROVENANCE)
+    for r in runs:
+        if r.status == "done":
+            r.code = code_status(r, provenance)
     variants = build_variants(runs)
     tables = build_tables(variants)
     evaluations = landscapes.load(records_dir.parent / landscapes.DIRNAME)
@@ -188,8 +243,12 @@ def write_report(
             drawn.setdefault(table.title, []).append((caption, save_png(fig, out / name)))
     landscape_drawn = [(caption, save_png(fig, out / name)) for caption, name, fig in landscape_figures(evaluations)]
     report = out / "REPORT.md"
-    write_atomic(report, render.markdown(tables, runs, found, drawn, command, runs_dir, evaluations, landscape_drawn))
-    payload = render.results(tables, runs, found, command, evaluations)
+    scale = sizes(runs)
+    write_atomic(
+        report,
+        render.markdown(tables, runs, found, drawn, command, runs_dir, evaluations, landscape_drawn, scale, provenance),
+    )
+    payload = render.results(tables, runs, found, command, evaluations, scale)
     write_atomic(out / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
     return runs, report
 

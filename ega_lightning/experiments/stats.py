@@ -114,3 +114,37 @@ def compare(reference: Mapping[int, float], other: Mapping[int, float], level: f
     if shared:
         return paired_difference([reference[s] for s in shared], [other[s] for s in shared], level)
     return welch_difference(list(reference.values()), list(other.values()), level)
+
+
+def bonferroni_level(k: int, level: float = LEVEL) -> float:
+    """The level of each of ``k`` intervals whose family-wise level is ``level`` (Bonferroni)."""
+    return 1.0 - (1.0 - level) / max(k, 1)
+
+
+def _quantile(level: float, df: float) -> float:
+    return float(stats.t.ppf(0.5 + level / 2.0, df))
+
+
+def widen(d: Difference | None, level: float) -> Difference | None:
+    """The same estimate with its interval at ``level``: the half-width scaled by the ratio of the two
+    Student-t quantiles at the same df (paired, mean and Welch intervals alike)."""
+    if d is None or d.low is None or d.high is None or d.df is None:
+        return d  # one value: no interval to widen
+    half = (d.high - d.low) / 2.0 * _quantile(level, d.df) / _quantile(d.level, d.df)
+    return Difference(d.estimate, d.estimate - half, d.estimate + half, d.n, d.df, d.method, level)
+
+
+def std_of(d: Difference) -> float | None:
+    """The sample std of the values behind a paired or mean interval (None for Welch and single)."""
+    if d.method not in ("paired", "mean") or d.low is None or d.high is None or d.df is None:
+        return None
+    return (d.high - d.low) / 2.0 * math.sqrt(d.n) / _quantile(d.level, d.df)
+
+
+def with_n(d: Difference, n: int) -> Difference:
+    """The interval ``d`` would have over ``n`` values with the same mean and std (a paired or mean interval)."""
+    sd = std_of(d)
+    if sd is None:
+        raise ValueError(f"with_n needs a paired or mean interval, got {d.method}.")
+    half = _quantile(d.level, n - 1) * sd / math.sqrt(n)
+    return Difference(d.estimate, d.estimate - half, d.estimate + half, n, float(n - 1), d.method, d.level)
