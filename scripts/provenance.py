@@ -78,8 +78,9 @@ def _charlm_arguments() -> list[str]:
 
 
 def model_key(hparams: dict[str, Any]) -> str:
-    """One configuration as the fingerprint sees it (today's CharLM arguments; no seed, no data keys)."""
-    return json.dumps(_model_kwargs(hparams), sort_keys=True)
+    """One configuration as the fingerprint sees it (today's CharLM arguments; no seed, no data keys; an
+    argument at None, which later code records where earlier code did not, is left out)."""
+    return json.dumps({k: v for k, v in _model_kwargs(hparams).items() if v is not None}, sort_keys=True)
 
 
 def commits(start: datetime, named: set[str]) -> list[dict[str, str]]:
@@ -124,8 +125,10 @@ def status(record: dict[str, Any], history: dict[str, str], listed: list[dict[st
         fp = history[commit]
         return fp, "today" if fp == today else "differs", f"at its commit {commit[:7]}"
     finished = when((record.get("done") or {}).get("finished_at") or listed[-1]["date"])
+    # a commit that cannot build the configuration is not one it ran
     possible = {history[c["commit"]] for c in listed if when(c["date"]) <= finished}
-    if len(possible) == 1 and not next(iter(possible)).startswith("error"):
+    possible = {fp for fp in possible if not fp.startswith("error")}
+    if len(possible) == 1:
         fp = possible.pop()
         return fp, "today" if fp == today else "differs", "the same at every commit it can have run"
     return None, "unknown", f"{len(possible)} different fingerprints at the commits it can have run"
@@ -163,9 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     for i, key in enumerate(keys):
         history = {c: fps[i] for c, fps in table.items()}
         today = history[head]
+        # a change of fingerprint between two commits that both build the configuration (before the first
+        # that does, the configuration did not exist: no run can have used it)
+        built = [c for c in listed if not history[c["commit"]].startswith("error")]
         changes = [
             {"commit": b["commit"], "date": b["date"], "from": history[a["commit"]], "to": history[b["commit"]]}
-            for a, b in itertools.pairwise(listed)
+            for a, b in itertools.pairwise(built)
             if history[a["commit"]] != history[b["commit"]]
         ]
         runs = {}
@@ -177,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                 "entries": sorted({r["run_name"].removesuffix(f"-seed{r['seed']}") for r in by_key[key]}),
                 "model": json.loads(key),
                 "today": today,
+                "buildable_from": built[0]["commit"] if built else None,
                 "history": [history[c["commit"]] for c in listed],
                 "changes": changes,
                 "runs": runs,

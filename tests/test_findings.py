@@ -605,3 +605,30 @@ def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp
     assert source == "bench-cpu-32-true.md"
     f = findings.cost_finding(bench, source)
     assert f.ours.mean == 1.1 and f.verdict is Verdict.DOES_NOT_HOLD
+
+
+def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_established():
+    (linear,) = seeded("linear", "linear", "main", {1: {}}, vocab="ab")
+    (old,) = seeded("linear", "linear", "main", {2: {}}, vocab="ab")
+    model = {"block_size": 32, "gate": "linear", "vocab": "ab"}  # None-valued arguments are left out
+    provenance = {
+        "model_keys": ["block_size", "gate", "gate_options", "tau_init", "vocab"],
+        "configurations": [
+            {
+                "model": model,
+                "today": "f" * 16,
+                "runs": {"linear-seed2": {"fingerprint": None, "status": "unknown", "how": "2 fingerprints"}},
+            }
+        ],
+    }
+    assert comparisons.code_status(old, provenance)["status"] == "unknown"  # established by the script
+    assert comparisons.code_status(linear, provenance)["how"] == "not in results/provenance.json"
+    linear.fingerprint = "f" * 16  # a record that keeps its fingerprint: compared with today's
+    assert comparisons.code_status(linear, provenance)["status"] == "today"
+    linear.fingerprint = "e" * 16
+    assert comparisons.code_status(linear, provenance)["status"] == "differs"
+    assert comparisons.code_status(linear, None)["status"] == "unknown"
+    linear.code, old.code = comparisons.code_status(linear, provenance), comparisons.code_status(old, provenance)
+    variants = build_variants([linear, old])
+    code = findings.code_of(*variants)
+    assert code["flag"] == "different" and code["runs"] == ["linear-seed1", "linear-seed2"]

@@ -142,7 +142,7 @@ def code_status(run: RunData, provenance: dict[str, Any] | None) -> dict[str, An
     if not provenance:
         return unknown
     keys = provenance.get("model_keys") or []
-    key = {k: run.hparams[k] for k in keys if k in run.hparams}
+    key = {k: run.hparams[k] for k in keys if run.hparams.get(k) is not None}  # as scripts/provenance.py keys it
     for config in provenance.get("configurations") or []:
         established = (config.get("runs") or {}).get(run.run.run_name)
         if run.fingerprint is None and established is not None:

@@ -910,6 +910,7 @@ def correct(found: list[Finding]) -> list[Finding]:
             verdict = f.rule(*wide) if f.rule is not None else None
             corrected = wide[0] if len(wide) == 1 else None
             detail = {**f.detail, "family_k": k, "family_level": level, "nominal_verdict": nominal}
+            detail["seeds_nominal"] = seeds_needed(f)  # f is still the nominal finding here
             f = replace(f, verdict=verdict, corrected=corrected, detail=detail)
         out.append(replace(f, seeds_needed=seeds_needed(f)))
     return out

@@ -137,10 +137,14 @@ def family_cell(f: Finding) -> str:
 
 
 def seeds_text(f: Finding) -> str:
+    def count(n: int) -> str:
+        return f"> {MAX_SEEDS}" if n > MAX_SEEDS else f"{n}"
+
     if f.seeds_needed is None:
         return ""
-    n = f"> {MAX_SEEDS}" if f.seeds_needed > MAX_SEEDS else f"{f.seeds_needed}"
-    return f"{n} paired seeds would decide it"
+    nominal = f.detail.get("seeds_nominal")
+    at_nominal = f" ({count(nominal)} at nominal 95%)" if nominal and nominal != f.seeds_needed else ""
+    return f"{count(f.seeds_needed)} paired seeds would decide it{at_nominal}"
 
 
 def code_cell(f: Finding) -> str:
@@ -687,11 +691,11 @@ def provenance_section(provenance: dict[str, Any] | None, runs: list[RunData]) -
     for c in changed:
         rerun = [n for n in c["rerun"] if n in reported]
         lines.append(
-            f"- {', '.join(f'`{e}`' for e in c['entries'])}: the fingerprint changed in the range, so "
+            f"- {', '.join(f'`{e}`' for e in c['entries'])}: the fingerprint changed in the range; "
             + (
                 f"these runs need a rerun: {', '.join(f'`{n}`' for n in rerun)}."
                 if rerun
-                else "but every run's code is established as today's."
+                else "every run's code is still established as today's (each ran after the change)."
             )
         )
     unknown = [r.run.run_name for r in done if r.code["status"] != "today"]
