@@ -665,7 +665,8 @@ def provenance_section(provenance: dict[str, Any] | None, runs: list[RunData]) -
         f"the code in effect when the first recorded run started ({provenance['start'][:16]}) to "
         f"{provenance['head'][:7]}, computed from git history by `scripts/provenance.py` (`results/provenance.json`). "
         "A record without a fingerprint ran today's code when its configuration's fingerprint is today's at its "
-        "recorded commit, or at every commit it can have run (those before it finished).",
+        "recorded commit, or at every commit it can have run (those before it finished). The fingerprint covers "
+        "the model's forward and backward and AdamW, not the data pipeline.",
         "",
         "| configuration (spec entries) | today's fingerprint | changed since the first record | runs not "
         "established as today's code |",
@@ -682,6 +683,8 @@ def provenance_section(provenance: dict[str, Any] | None, runs: list[RunData]) -
             )
             or "no"
         )
+        if config.get("buildable_from") not in (None, commits[0]["commit"]):  # no run can predate its configuration
+            changes += f" (the configuration exists from {config['buildable_from'][:7]} on)"
         rerun = ", ".join(f"`{n}`" for n in config["rerun"] if n in reported) or "none"
         lines.append(
             f"| {', '.join(f'`{e}`' for e in config['entries'])} | {config['today'][:8]} | {changes} | {rerun} |"
