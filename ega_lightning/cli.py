@@ -176,9 +176,11 @@ class EgaCLI(LightningCLI):
 
 
 def default_run_name(config: Namespace) -> str:
-    """e.g. ``tinyshakespeare-multiscale_scales2-4x4x128-T128-seed1337``."""
+    """e.g. ``tinyshakespeare-multiscale_scales2-4x4x128-T128-seed1337``, ``ptb-fox+output_headwise-...``."""
     m = config.model
     gate = "_".join([m.gate, *(f"{k}{v}" for k, v in sorted((m.gate_options or {}).items()))])
+    if m.get("output_gate", "none") != "none":
+        gate += f"+{m.output_gate}"
     return f"{config.data.corpus}-{gate}-{m.n_layer}x{m.n_head}x{m.n_embd}-T{m.block_size}-seed{config.data.seed}"
 
 

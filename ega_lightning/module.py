@@ -13,11 +13,11 @@ from torchmetrics import MeanMetric
 
 from ega_lightning.data.datamodule import Batch
 from ega_lightning.data.tokenizer import CharTokenizer
-from ega_lightning.gates import NO_GATE, ZNORM_MODES, check_gate_options
+from ega_lightning.gates import NO_GATE, ZNORM_MODES, Gate, check_gate_options, require_slot
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, require_flex_attention
 from ega_lightning.seeding import derive_seed
 
-SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate_options", "vocab")
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate_options", "vocab", "output_gate")
 # Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
 # checkpoint's value (every other hyper-parameter comes from the checkpoint).
 RUNTIME_KEYS = ("attention", "eval_znorm", "compile")
@@ -39,9 +39,12 @@ class CharLM(L.LightningModule):
         vocab: the character vocabulary (linked from ``data.vocab``; never typed by hand).
             It is saved in the checkpoint, so a checkpoint decodes text on its own.
         n_layer, n_head, n_embd, block_size, dropout, bias: the transformer's shape.
-        gate: a registered gate name (``none`` is the baseline, ``linear`` is EGA-1), an entry point's
-            name, or the import path of a Gate subclass (``my_gates.AbsEnergyGate``); see gates.registry.
-        tau_init, alpha_init: initial threshold and scale of every gate head.
+        gate: the key gate: a registered gate name (``none`` is the baseline, ``linear`` is EGA-1, ``alibi``,
+            ``fox``), an entry point's name, or the import path of a Gate or KeyBias subclass
+            (``my_gates.AbsEnergyGate``); see gates.registry.
+        output_gate: the output gate (``none``, ``output_headwise``, ``output_elementwise``, or an OutputGate
+            subclass's name or import path), beside any key gate.
+        tau_init, alpha_init: initial threshold and scale of every energy gate head (ignored by other gates).
         gate_options: further options of the chosen gate (see its docstring); every gate also takes
             ``znorm`` (``prefix``, the causal default, or ``window``, a leaky diagnostic) and
             ``learn_tau`` (false: tau stays at tau_init).
@@ -54,7 +57,7 @@ class CharLM(L.LightningModule):
             gate callbacks) run eager, so the probes see every gate.
         lr, min_lr, warmup_steps: AdamW learning rate, linear warm-up then cosine decay to
             ``min_lr`` at ``trainer.max_steps``.
-        weight_decay: AdamW decay of the 2-D weights; biases, LayerNorms and gates get none.
+        weight_decay: AdamW decay of the 2-D weights; biases, LayerNorms and gates (both slots) get none.
         betas: AdamW betas.
     """
 
@@ -79,6 +82,7 @@ class CharLM(L.LightningModule):
         warmup_steps: int = 100,
         weight_decay: float = 0.1,
         betas: tuple[float, float] = (0.9, 0.99),
+        output_gate: str = NO_GATE,
     ) -> None:
         super().__init__()
         for name, value in (("n_layer", n_layer), ("n_head", n_head), ("n_embd", n_embd), ("block_size", block_size)):
@@ -103,11 +107,13 @@ class CharLM(L.LightningModule):
             )
             _require(dropout == 0, "model.attention=flex has no attention dropout; use model.attention=fused.")
         options = dict(gate_options or {})
-        if gate != NO_GATE:
+        gate_cls = require_slot(gate, "gate")  # also rejects unknown gate names, listing the registered ones
+        require_slot(output_gate, "output_gate")
+        if gate_cls is not None and issubclass(gate_cls, Gate):
             clash = {"tau_init", "alpha_init"} & options.keys()
             _require(not clash, f"Set {', '.join(sorted(clash))} as model.* arguments, not in model.gate_options.")
             options.update(tau_init=tau_init, alpha_init=alpha_init)
-        check_gate_options(gate, options)  # also rejects unknown gate names, listing the registered ones
+        check_gate_options(gate, options)
         self.save_hyperparameters()
         self.tokenizer = CharTokenizer(vocab)
         self.model = GPT(
@@ -122,6 +128,7 @@ class CharLM(L.LightningModule):
                 gate=gate,
                 gate_options=options,
                 attention=attention,
+                output_gate=output_gate,
             )
         )
         # a compiled function, not a module: the state dict keeps its keys (no `_orig_mod.`)
@@ -152,7 +159,8 @@ class CharLM(L.LightningModule):
         loss = self.loss(batch)
         self.log("train/loss", loss, prog_bar=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
-        penalties = [p for gate in self.model.gates if (p := gate.penalty()) is not None]
+        gates = [*self.model.gates, *self.model.output_gates]
+        penalties = [p for gate in gates if (p := gate.penalty()) is not None]
         if penalties:  # e.g. keeping learned wavelet filters near orthonormal
             penalty = torch.stack(penalties).sum()
             self.log("train/gate_penalty", penalty)
@@ -215,7 +223,7 @@ class CharLM(L.LightningModule):
         if self.hparams.eval_znorm is None:
             return
         trained = self.model.cfg.gate_options.get("znorm", "prefix")
-        for gate in self.model.gates:
+        for gate in (g for g in self.model.gates if isinstance(g, Gate)):  # only energy gates z-normalise
             gate.znorm = self.hparams.eval_znorm if evaluating else trained
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
@@ -242,7 +250,7 @@ class CharLM(L.LightningModule):
         max_steps = self.trainer.max_steps
         if max_steps is None or max_steps <= 0:
             raise ValueError("Set trainer.max_steps (> 0): the learning-rate schedule and the data are step-based.")
-        gate_params = {id(p) for g in self.model.gates for p in g.parameters()}
+        gate_params = {id(p) for g in [*self.model.gates, *self.model.output_gates] for p in g.parameters()}
         decay, no_decay = [], []
         for p in self.model.parameters():
             (decay if p.dim() >= 2 and id(p) not in gate_params else no_decay).append(p)

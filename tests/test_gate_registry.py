@@ -117,13 +117,12 @@ def test_entry_point_gates_are_listed_loaded_and_registered(gate_sandbox, monkey
     assert cls.__module__ == "my_pkg.gates" and cls.registry_name == "mine"
     assert listing.main(["--n_embd", "64", "--n_head", "2"]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
-    assert rows["mine"][1:5] == ["entry", "point", "of", "my-pkg"] and rows["mine"][-2:] == ["132", "1"]
-    assert rows["linear"][1:] == ["built-in", "EGA-1", "132", "1"] and rows["multiscale"][1:] == [
-        "built-in",
-        "EGA-2",
-        "260",
-        "2",
-    ]
+    assert rows["mine"][1:6] == ["gate", "entry", "point", "of", "my-pkg"] and rows["mine"][-2:] == ["132", "1"]
+    assert rows["linear"][1:] == ["gate", "built-in", "EGA-1", "132", "1"]
+    assert rows["multiscale"][1:] == ["gate", "built-in", "EGA-2", "260", "2"]
+    assert rows["fox"][1:] == ["gate", "built-in", "peer", "130", "1"]  # n_head (n_embd + 1)
+    assert rows["output_headwise"][1:] == ["output_gate", "built-in", "peer", "128", "-"]
+    assert rows["output_elementwise"][1:] == ["output_gate", "built-in", "peer", "4096", "-"]
 
 
 def test_two_entry_points_with_one_name_are_refused(gate_sandbox, monkeypatch):

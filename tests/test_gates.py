@@ -13,7 +13,7 @@ import torch
 
 from ega_lightning import CharLM
 from ega_lightning.bench import saved_activation_bytes
-from ega_lightning.gates import build_gate, gate_class, gate_names
+from ega_lightning.gates import Gate, build_gate, gate_class, gate_names
 from ega_lightning.gates.multiscale import causal_moving_average
 from ega_lightning.gates.wavelet import causal_fir
 
@@ -288,7 +288,7 @@ def test_wavelet_packet_rejects_unknown_init_and_negative_penalty():
         build_gate("wavelet_packet", C, NH, orthonormal_penalty=-0.1)
 
 
-@pytest.mark.parametrize("name", [n for n in gate_names() if n != "none"])
+@pytest.mark.parametrize("name", [n for n in gate_names(Gate) if n != "none"])
 @pytest.mark.parametrize("mode", ["prefix", "window", "bf16-mixed"])
 def test_gate_forward_recomputes_its_intermediates_with_the_plain_graphs_values_and_gradients(name, mode):
     """gate(x) keeps only the energy for backward (z-norm and sigmoid recomputed there); bit for bit

@@ -6,12 +6,13 @@ import pytest
 import torch
 
 from ega_lightning import CharLM
-from ega_lightning.gates import build_gate, causal_znorm, gate_class, gate_names
+from ega_lightning.gates import Gate, KeyBias, build_gate, causal_znorm, gate_class, gate_names
 from ega_lightning.model.attention import CausalSelfAttention, gated_attention_reference
 
 from .conftest import TINY_MODEL, TINY_VOCAB
 
-GATED = [name for name in gate_names() if name != "none"]
+GATED = [name for name in gate_names(Gate) if name != "none"]
+KEY_GATES = [name for name in gate_names(KeyBias) if name != "none"]
 
 
 def tiny(gate: str, **kwargs) -> CharLM:
@@ -81,7 +82,7 @@ def test_fused_model_equals_reference_model(gate):
     torch.testing.assert_close(fused(idx), reference(idx), atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("gate", gate_names())
+@pytest.mark.parametrize("gate", gate_names(KeyBias))
 @pytest.mark.parametrize("attention", ["fused", "reference"])
 def test_changing_token_t_leaves_earlier_logits_unchanged(gate, attention):
     model = tiny(gate, attention=attention)
@@ -110,7 +111,7 @@ def test_alpha_zero_is_the_baseline(gate, attention):
     assert not torch.allclose(gated(idx), baseline(idx), atol=1e-4)  # the gate does act once alpha != 0
 
 
-@pytest.mark.parametrize("gate", GATED)
+@pytest.mark.parametrize("gate", KEY_GATES)
 def test_gate_parameter_overhead_matches_documented_formula(gate):
     gated, baseline = tiny(gate), tiny("none")
     extra = sum(p.numel() for p in gated.parameters()) - sum(p.numel() for p in baseline.parameters())
@@ -127,7 +128,7 @@ def test_ega1_overhead_at_paper_size_is_d_plus_2_per_head():
     assert (n_gated - n_base) / n_base < 0.0026  # the paper's "< 0.26%"
 
 
-@pytest.mark.parametrize("gate", gate_names())
+@pytest.mark.parametrize("gate", gate_names(KeyBias))
 def test_initial_loss_is_close_to_uniform(gate):
     model = tiny(gate)
     idx = torch.randint(0, len(TINY_VOCAB), (8, TINY_MODEL["block_size"] + 1))
@@ -147,9 +148,22 @@ def test_gate_parameters_are_named_tau_and_alpha_and_get_gradients():
 
 
 def test_unknown_gate_lists_registered_ones():
-    registered = "none, db2, db4, linear, morlet, morlet_param, multiscale, wavelet_packet"
+    registered = (
+        "none, alibi, db2, db4, fox, linear, morlet, morlet_param, multiscale, output_elementwise, output_headwise, "
+        "wavelet_packet"
+    )
     with pytest.raises(ValueError, match=rf"Unknown gate 'wavelet'. Registered gates: {registered}\."):
         CharLM(TINY_VOCAB, gate="wavelet")
+
+
+@pytest.mark.parametrize(
+    ("slot", "name", "other"), [("gate", "output_headwise", "output_gate"), ("output_gate", "fox", "gate")]
+)
+def test_a_gate_in_the_other_slot_is_refused_naming_its_slot(slot, name, other):
+    with pytest.raises(
+        ValueError, match=rf"give it as model.{other}, not model.{slot} \(e.g. --model.{other}={name}\)"
+    ):
+        CharLM(TINY_VOCAB, **{slot: name})
 
 
 def test_unknown_gate_option_lists_accepted_ones():

@@ -12,7 +12,7 @@ from ega_lightning import CharLM
 from ega_lightning.bench import saved_activation_bytes
 from ega_lightning.callbacks import TauTracker
 from ega_lightning.callbacks.probe import GateProbe
-from ega_lightning.gates import build_gate, gate_names
+from ega_lightning.gates import Gate, build_gate, gate_names
 from ega_lightning.generate import next_token_logits
 from ega_lightning.model import GPT, GPTConfig, attention
 from ega_lightning.model.attention import CausalSelfAttention
@@ -20,7 +20,7 @@ from ega_lightning.model.attention import CausalSelfAttention
 from .conftest import TINY_MODEL, TINY_VOCAB
 from .helpers import needs_flex, validate_tiny
 
-GATED = [name for name in gate_names() if name != "none"]
+GATED = [name for name in gate_names(Gate) if name != "none"]
 
 
 def tiny(gate: str = "linear", **kwargs) -> CharLM:

@@ -1,9 +1,10 @@
-"""Energy gates by name, entry point or import path. Importing this package registers every shipped gate."""
+"""Attention gates by name, entry point or import path. Importing this package registers every shipped gate."""
 
-from ega_lightning.gates import linear, multiscale, wavelet  # noqa: F401  (importing registers the gates)
+from ega_lightning.gates import alibi, fox, linear, multiscale, output, wavelet  # noqa: F401  (registers them)
 from ega_lightning.gates.base import ZNORM_MODES, Gate, GateState, causal_znorm, window_znorm
 from ega_lightning.gates.registry import (
     NO_GATE,
+    SLOTS,
     GateError,
     build_gate,
     check_gate_options,
@@ -12,14 +13,19 @@ from ega_lightning.gates.registry import (
     gate_options,
     gate_params_per_layer,
     register_gate,
+    require_slot,
 )
+from ega_lightning.gates.slots import KeyBias, OutputGate, relative_bias
 
 __all__ = [
     "NO_GATE",
+    "SLOTS",
     "ZNORM_MODES",
     "Gate",
     "GateError",
     "GateState",
+    "KeyBias",
+    "OutputGate",
     "build_gate",
     "causal_znorm",
     "check_gate_options",
@@ -28,5 +34,7 @@ __all__ = [
     "gate_options",
     "gate_params_per_layer",
     "register_gate",
+    "relative_bias",
+    "require_slot",
     "window_znorm",
 ]

@@ -8,7 +8,7 @@ per-head energy e is estimated.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
+
+from ega_lightning.gates.slots import KeyBias
 
 ZNORM_EPS = 1e-5
 # "prefix": the causal z-norm of EGA_SPEC.md section 2 (the default). "window": statistics of the whole
@@ -93,8 +95,11 @@ class GateState:
     prefix: PrefixStats
 
 
-class Gate(nn.Module, ABC):
+class Gate(KeyBias):
     """g_j = sigmoid(alpha_h (z_j - tau_h)) with z the causal z-norm of a per-head energy e_j.
+
+    The energy gates (the EGA family and users' gates): a key bias b = log g <= 0 (see `slots`), added as
+    it is, with the attention layer's fused paths and the z-norm's statistics as generation state.
 
     Every gate has the per-head scalars ``tau`` (threshold) and ``alpha`` (scale);
     ``params_per_layer`` gives a gate's exact parameter count per attention layer.
@@ -114,8 +119,7 @@ class Gate(nn.Module, ABC):
     znorm: str = "prefix"  # see ZNORM_MODES; an evaluation may switch it (CharLM's eval_znorm)
 
     def __init__(self, n_embd: int, n_head: int, tau_init: float = 0.0, alpha_init: float = 1.0) -> None:
-        super().__init__()
-        self.n_embd, self.n_head = n_embd, n_head
+        super().__init__(n_embd, n_head)
         self.tau = nn.Parameter(torch.full((n_head,), float(tau_init)))
         self.alpha = nn.Parameter(torch.full((n_head,), float(alpha_init)))
 
@@ -132,11 +136,6 @@ class Gate(nn.Module, ABC):
     def normalise(self, e: torch.Tensor) -> torch.Tensor:
         """z (B, nh, T) of the energy e (B, nh, T), as ``znorm`` says."""
         return causal_znorm(e) if self.znorm == "prefix" else window_znorm(e)
-
-    @classmethod
-    @abstractmethod
-    def params_per_layer(cls, n_embd: int, n_head: int, **options: Any) -> int:
-        """Exact number of parameters this gate adds to one attention layer, for these init options."""
 
     @abstractmethod
     def energy(self, x: torch.Tensor) -> torch.Tensor:
@@ -196,9 +195,10 @@ class Gate(nn.Module, ABC):
         """log g (B, nh, T) from p = input_projection()(x) (B, T, m)."""
         return self.log_gate_from_energy(self.energy_from_projection(p.float()))
 
-    def penalty(self) -> torch.Tensor | None:
-        """An extra training loss term (e.g. a constraint on learned filters), or None."""
-        return None
+    def set_identity(self) -> bool:
+        with torch.no_grad():
+            self.alpha.zero_()  # g = sigmoid(0): the same factor on every key
+        return True
 
     def forward(self, x: torch.Tensor, projection: torch.Tensor | None = None) -> torch.Tensor:
         """log g (B, nh, T) in fp32 from x (B, T, C), or from its precomputed `input_projection` (B, T, m)."""

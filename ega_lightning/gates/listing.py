@@ -1,4 +1,4 @@
-"""`ega gates`: every gate the CLI can see (built-in, from installed packages' entry points), and what it costs.
+"""`ega gates`: every gate the CLI can see (built-in, from installed packages' entry points), its slot and its cost.
 
 ega gates                              # all of them, at the cpu size's layer shape (n_embd 128, 4 heads)
 ega gates my_gates.AbsEnergyGate       # your own, by import path
@@ -17,6 +17,7 @@ from ega_lightning.errors import UserError
 from ega_lightning.gates.base import Gate
 from ega_lightning.gates.registry import (
     NO_GATE,
+    SLOTS,
     build_gate,
     entry_point_gates,
     gate_class,
@@ -30,6 +31,7 @@ from ega_lightning.gates.registry import (
 @dataclass(frozen=True)
 class GateInfo:
     name: str
+    slot: str  # the model argument it is given as: gate or output_gate
     source: str  # built-in, the package of an entry point, or the module of an import path
     paper_row: str
     params_per_layer: str
@@ -48,9 +50,10 @@ def _paper_row(name: str, defaults: dict[str, Any]) -> str:
 def describe(name: str, n_embd: int, n_head: int) -> GateInfo:
     """One gate at a layer shape; options at their defaults."""
     if name == NO_GATE:
-        return GateInfo(NO_GATE, "built-in", "baseline", "0", "-", "-", "plain causal attention")
-    cls: type[Gate] | None = gate_class(name)
+        return GateInfo(NO_GATE, "gate", "built-in", "baseline", "0", "-", "-", "plain causal attention")
+    cls = gate_class(name)
     assert cls is not None
+    slot = next(slot for slot, base in SLOTS.items() if issubclass(cls, base))
     entry_points = entry_point_gates()
     source = "built-in" if is_builtin(cls) else cls.__module__
     if name in entry_points:
@@ -60,11 +63,13 @@ def describe(name: str, n_embd: int, n_head: int) -> GateInfo:
     shown = ", ".join(f"{k}={v!r}" if k in defaults else f"{k} (required)" for k, v in options.items())
     try:
         params = str(gate_params_per_layer(name, n_embd, n_head, **defaults))
-        receptive_field = str(build_gate(name, n_embd, n_head, **defaults).receptive_field)
+        built = build_gate(name, n_embd, n_head, slot=slot, **defaults)
+        receptive_field = str(getattr(built, "receptive_field", "-"))
     except Exception as err:  # required options, or a gate that needs another shape
         params = receptive_field = f"? ({type(err).__name__})"
     summary = (inspect.getdoc(cls) or "").split("\n")[0]
-    return GateInfo(name, source, _paper_row(name, defaults), params, receptive_field, shown or "-", summary)
+    row = _paper_row(name, defaults) if issubclass(cls, Gate) else "peer"
+    return GateInfo(name, slot, source, row, params, receptive_field, shown or "-", summary)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,14 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"ega gates: error: {err}", file=sys.stderr)
         return 2
-    header = ("gate", "source", "paper row", f"params/layer ({args.n_embd}x{args.n_head})", "receptive field")
-    rows = [header] + [(i.name, i.source, i.paper_row, i.params_per_layer, i.receptive_field) for i in infos]
+    header = ("gate", "slot", "source", "paper row", f"params/layer ({args.n_embd}x{args.n_head})", "receptive field")
+    rows = [header] + [(i.name, i.slot, i.source, i.paper_row, i.params_per_layer, i.receptive_field) for i in infos]
     widths = [max(len(r[k]) for r in rows) for k in range(len(header))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
     print()
     for i in infos:
-        print(f"{i.name}: {i.summary}\n    options: {i.options}")
+        print(f"{i.name}: {i.summary}\n    options: {i.options}; as --model.{i.slot}={i.name}")
     return 0
 
 

@@ -1,12 +1,13 @@
 """Every way a config names a gate, resolved here and only here.
 
-``--model.gate=<gate>`` takes, in this order:
+``--model.gate=<gate>`` (a key bias: an energy gate, ALiBi, FoX) and ``--model.output_gate=<gate>`` (an output
+gate) take, in this order:
 
 - a registered name: the built-in gates (``linear``, ``db4``, ...) and any class decorated with
   ``@register_gate("name")`` in code that has been imported;
 - the name of an entry point in the group ``ega_lightning.gates`` of an installed package
   (``[project.entry-points."ega_lightning.gates"] mine = "my_pkg.gates:MyGate"``), imported on first use;
-- an import path to a `Gate` subclass, ``my_gates.AbsEnergyGate`` or ``my_pkg.gates:MyGate``,
+- an import path to a `Gate`, `KeyBias` or `OutputGate` subclass, ``my_gates.AbsEnergyGate`` or ``my_pkg.gates:MyGate``,
   importable from the current directory or the environment.
 
 A checkpoint keeps the string it was trained with, so a fresh process finds the class the same way.
@@ -26,12 +27,16 @@ from typing import Any
 
 from ega_lightning.errors import UserError
 from ega_lightning.gates.base import COMMON_OPTIONS, Gate
+from ega_lightning.gates.slots import KeyBias, OutputGate
 
 NO_GATE = "none"
 ENTRY_POINT_GROUP = "ega_lightning.gates"
-_GATES: dict[str, type[Gate]] = {}
+AnyGate = KeyBias | OutputGate
+_GATES: dict[str, type[AnyGate]] = {}
 
-GateSpec = str | type[Gate]  # a name or import path, or the class itself (Python callers)
+GateSpec = str | type[AnyGate]  # a name or import path, or the class itself (Python callers)
+# the model argument of each slot, and the base class a gate in it subclasses
+SLOTS: dict[str, type[AnyGate]] = {"gate": KeyBias, "output_gate": OutputGate}
 
 
 class GateError(UserError, ValueError):
@@ -60,7 +65,7 @@ def is_builtin(cls: type) -> bool:
     return cls.__module__.startswith("ega_lightning.")
 
 
-def register_gate(name: str) -> Callable[[type[Gate]], type[Gate]]:
+def register_gate(name: str) -> Callable[[type[AnyGate]], type[AnyGate]]:
     """Class decorator: ``@register_gate("abs_energy")`` makes the class available as ``gate="abs_energy"``.
 
     Registering the same definition again (its module imported under a second name, or reloaded)
@@ -72,7 +77,7 @@ def register_gate(name: str) -> Callable[[type[Gate]], type[Gate]]:
             "spaces read as import paths. Pick a short name such as 'abs_energy'."
         )
 
-    def add(cls: type[Gate]) -> type[Gate]:
+    def add(cls: type[AnyGate]) -> type[AnyGate]:
         _require_gate_class(cls, f"@register_gate({name!r})")
         known = _GATES.get(name)
         if known is not None and _definition(known) != _definition(cls):
@@ -98,7 +103,7 @@ class EntryPointGate:
     value: str  # "module:Class"
     package: str  # "my-pkg 0.1"
 
-    def load(self) -> type[Gate]:
+    def load(self) -> type[AnyGate]:
         try:
             obj = importlib.metadata.EntryPoint(self.name, self.value, ENTRY_POINT_GROUP).load()
         except Exception as err:  # the package's own code: anything can go wrong in it
@@ -155,7 +160,7 @@ def _ensure_cwd_importable() -> None:
         sys.path.append(os.getcwd())
 
 
-def _import_path(path: str) -> type[Gate]:
+def _import_path(path: str) -> type[AnyGate]:
     """The Gate subclass at ``module.Class`` or ``module:Class``."""
     module_name, _, attr = path.rpartition(":") if ":" in path else path.rpartition(".")
     if not module_name or not attr:
@@ -182,7 +187,9 @@ def _import_path(path: str) -> type[Gate]:
         ) from err
     if not hasattr(module, attr):
         found = sorted(
-            n for n, o in vars(module).items() if isinstance(o, type) and issubclass(o, Gate) and o is not Gate
+            n
+            for n, o in vars(module).items()
+            if isinstance(o, type) and issubclass(o, KeyBias | OutputGate) and o not in (Gate, KeyBias, OutputGate)
         )
         raise GateError(
             f"Gate {path!r}: the module {module_name} ({getattr(module, '__file__', '?')}) has no {attr!r}; "
@@ -191,12 +198,13 @@ def _import_path(path: str) -> type[Gate]:
     return _require_gate_class(getattr(module, attr), f"Gate {path!r}")
 
 
-def _require_gate_class(obj: Any, what: str) -> type[Gate]:
-    if not (isinstance(obj, type) and issubclass(obj, Gate)):
+def _require_gate_class(obj: Any, what: str) -> type[AnyGate]:
+    if not (isinstance(obj, type) and issubclass(obj, KeyBias | OutputGate)):
         kind = f"the class {qualified_name(obj)}" if isinstance(obj, type) else f"a {type(obj).__name__}"
         raise GateError(
             f"{what} is {kind}, not a subclass of ega_lightning.gates.Gate. A gate is a class that "
-            "subclasses Gate and implements energy(x) and params_per_layer (see the README, 'Your own gate')."
+            "subclasses Gate and implements energy(x) and params_per_layer (see the README, 'Your own gate'); "
+            "a key bias or an output gate subclasses ega_lightning.gates.KeyBias or OutputGate."
         )
     if inspect.isabstract(obj):
         missing = ", ".join(sorted(obj.__abstractmethods__))
@@ -207,12 +215,15 @@ def _require_gate_class(obj: Any, what: str) -> type[Gate]:
 # ----------------------------------------------------------------------------- lookups
 
 
-def gate_names() -> list[str]:
-    """``none``, the registered names and the entry points' names (these not imported yet)."""
+def gate_names(kind: type | None = None) -> list[str]:
+    """``none``, the registered names and the entry points' names (these not imported yet); with ``kind``
+    (e.g. `Gate`, `KeyBias`, `OutputGate`), ``none`` and the registered gates of that kind only."""
+    if kind is not None:
+        return [NO_GATE, *sorted(name for name, cls in _GATES.items() if issubclass(cls, kind))]
     return [NO_GATE, *sorted(set(_GATES) | set(entry_point_gates()))]
 
 
-def gate_class(gate: GateSpec) -> type[Gate] | None:
+def gate_class(gate: GateSpec) -> type[AnyGate] | None:
     """The class a gate name, entry point or import path names; None for the baseline ``none``."""
     if isinstance(gate, type):
         return _require_gate_class(gate, f"The gate {qualified_name(gate)}")
@@ -243,7 +254,7 @@ def gate_options(gate: GateSpec) -> dict[str, Any]:
         for p in params
         if p.name not in ("self", "n_embd", "n_head") and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
     }
-    return {**own, **COMMON_OPTIONS}
+    return {**own, **COMMON_OPTIONS} if issubclass(cls, Gate) else own
 
 
 def gate_option_names(gate: GateSpec) -> list[str]:
@@ -263,15 +274,29 @@ def check_gate_options(gate: GateSpec, options: dict[str, Any]) -> None:
         )
 
 
-def build_gate(gate: GateSpec, n_embd: int, n_head: int, **options: Any) -> Gate | None:
-    """A new gate module for one attention layer, or None for ``none``."""
+def require_slot(gate: GateSpec, slot: str) -> type[AnyGate] | None:
+    """The gate's class, checked to fit ``slot`` (``gate`` or ``output_gate``, see SLOTS)."""
     cls = gate_class(gate)
+    if cls is not None and not issubclass(cls, SLOTS[slot]):
+        other = next(name for name, base in SLOTS.items() if issubclass(cls, base))
+        name = gate if isinstance(gate, str) else qualified_name(gate)
+        raise GateError(
+            f"{name!r} is {'an output gate' if other == 'output_gate' else 'a key bias'}: give it as "
+            f"model.{other}, not model.{slot} (e.g. --model.{other}={name})."
+        )
+    return cls
+
+
+def build_gate(gate: GateSpec, n_embd: int, n_head: int, slot: str = "gate", **options: Any) -> AnyGate | None:
+    """A new gate module for one attention layer's ``slot``, or None for ``none``."""
+    cls = require_slot(gate, slot)
     if cls is None:
         return None
     check_gate_options(gate, options)
     common = {k: options.pop(k) for k in list(options) if k in COMMON_OPTIONS}
     module = cls(n_embd, n_head, **options)
-    module.set_common_options(**common)
+    if isinstance(module, Gate):
+        module.set_common_options(**common)
     return module
 
 

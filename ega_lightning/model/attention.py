@@ -1,6 +1,11 @@
-"""Causal self-attention, plain or energy-gated.
+"""Causal self-attention, plain or gated.
 
-Three implementations of the gated attention of EGA_SPEC.md section 2:
+A layer may have a key gate (``gate``) and an output gate (``output_gate``), see `gates.slots`. A key
+gate that is not an energy gate (ALiBi, FoX) adds its relative bias b_j - b_i as an explicit fp32 (t, T)
+term (see `_key_biased`): exact in bf16 too, where a padded channel holding FoX's b_j ~ 88 would lose
+up to 0.5 of it. An output gate multiplies each head's output before c_proj on every path.
+
+Three implementations of the energy-gated attention of EGA_SPEC.md section 2:
 
 - ``reference``: the spec's formula written out. softmax over j <= i, multiply
   by g_j, renormalise. Quadratic memory; the tests' ground truth.
@@ -29,7 +34,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 from torch.nn.modules import module as hooks
 
-from ega_lightning.gates import Gate, GateState
+from ega_lightning.gates import Gate, GateState, KeyBias, OutputGate, relative_bias
 from ega_lightning.gates.base import recompute_grads
 
 ATTENTION_IMPLS = ("fused", "reference", "flex")
@@ -83,6 +88,15 @@ def gated_attention_reference(
     return att @ v
 
 
+def biased_attention_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, dropout_p: float = 0.0
+) -> torch.Tensor:
+    """q (B, nh, t, hs), k, v (B, nh, T, hs); bias (B or 1, nh, t, T) added to the logits, -inf where masked."""
+    att = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.shape[-1]) + bias  # (B, nh, t, T), fp32
+    att = F.dropout(att.softmax(dim=-1), p=dropout_p)
+    return att.to(v.dtype) @ v
+
+
 def _causal(b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
     return q_idx >= kv_idx
 
@@ -125,6 +139,21 @@ def flex_gated_attention(
 
     block_mask = _causal_block_mask(T, q.device)
     return flex_attention(q, k, v, score_mod=add_log_gate, block_mask=block_mask, scale=1.0 / math.sqrt(hs))
+
+
+def flex_biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """q, k, v (B, nh, T, hs); b (B or 1, nh, T) a key bias -> softmax_j(q_i.k_j / sqrt(hs) + b_j - b_i), j <= i."""
+    T, hs = q.shape[-2], q.shape[-1]
+    flex_attention = _flex(q.device.type)[0]
+    b = b.expand(q.shape[0], -1, -1)
+
+    def add_relative_bias(
+        score: torch.Tensor, bi: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor
+    ):
+        return score + (b[bi, h, kv_idx] - b[bi, h, q_idx])
+
+    block_mask = _causal_block_mask(T, q.device)
+    return flex_attention(q, k, v, score_mod=add_relative_bias, block_mask=block_mask, scale=1.0 / math.sqrt(hs))
 
 
 def _key_channel(log_g: torch.Tensor, hs: int, dtype: torch.dtype) -> torch.Tensor:
@@ -273,7 +302,8 @@ class LayerCache:
     k: torch.Tensor | None = None  # (B, nh, capacity, d); positions [0, length) are filled
     v: torch.Tensor | None = None
     length: int = 0
-    gate: GateState | None = None
+    gate: GateState | Any = None  # the key gate's generation state
+    bias: torch.Tensor | None = None  # (B or 1, nh, capacity): a key bias's b of the cached keys
     weights: dict[str, Any] = field(default_factory=dict)  # padded weights, built once per generation
 
     def reuse(self, name: str, build: Callable[[], Any]) -> Any:
@@ -281,6 +311,14 @@ class LayerCache:
         if name not in self.weights:
             self.weights[name] = build()
         return self.weights[name]
+
+    def append_bias(self, b: torch.Tensor) -> torch.Tensor:
+        """Stores a key bias's b (B or 1, nh, t) of the new keys (before `append` counts them); returns all so far."""
+        if self.bias is None:
+            self.bias = b.new_empty(*b.shape[:2], self.capacity)
+        end = self.length + b.shape[-1]
+        self.bias[..., self.length : end] = b
+        return self.bias[..., :end]
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Stores new keys and values (B, nh, t, d); returns all of them so far."""
@@ -303,10 +341,17 @@ def _built_once_per_cache(cache: LayerCache | None, name: str, build: Callable[[
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with an optional energy gate on the keys."""
+    """Multi-head causal self-attention with an optional gate on the keys and one on the output."""
 
     def __init__(
-        self, n_embd: int, n_head: int, dropout: float, bias: bool, gate: Gate | None, impl: str = "fused"
+        self,
+        n_embd: int,
+        n_head: int,
+        dropout: float,
+        bias: bool,
+        gate: KeyBias | None,
+        impl: str = "fused",
+        output_gate: OutputGate | None = None,
     ) -> None:
         super().__init__()
         if impl not in ATTENTION_IMPLS:
@@ -316,6 +361,7 @@ class CausalSelfAttention(nn.Module):
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.resid_dropout = nn.Dropout(dropout)
         self.gate = gate
+        self.output_gate = output_gate
         # extra channels per head of the fused layout; None: `pad_width` of the input's device.
         # Tests set 8 to run the CUDA layout on CPU.
         self.pad_width: int | None = None
@@ -327,15 +373,19 @@ class CausalSelfAttention(nn.Module):
         """
         B, T, C = x.shape
         dropout_p = self.dropout if self.training else 0.0
+        if self.gate is not None and not isinstance(self.gate, Gate):
+            return self.resid_dropout(self._project(self._key_biased(x, cache, dropout_p), x))
         if self.gate is not None and self.impl == "flex" and cache is None:
             q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
             y = flex_gated_attention(q, k, v, self.gate(x), dropout_p)  # (B, nh, T, hs)
-            return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))
+            return self.resid_dropout(self._project(y, x))
         if self.gate is not None and (self.impl != "reference" or cache is not None):
             if cache is None and torch.compiler.is_compiling():
                 return self.resid_dropout(self._gated_compiled(x, dropout_p))
             q, k, v = self._gated_qkv(x, cache)  # 3 x (B, nh, T, hs + width)
             y = self._attend(q, k, v, cache, dropout_p)
+            if self.output_gate is not None:  # the gate's factor is per true channel: y back to hs of them
+                return self.resid_dropout(self._project(y[..., : C // self.n_head], x))
             return self.resid_dropout(self._project_padded(y, cache))
         q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs)
         if self.impl == "reference" and cache is None:
@@ -343,7 +393,37 @@ class CausalSelfAttention(nn.Module):
             y = gated_attention_reference(q, k, v, g, dropout_p)
         else:
             y = self._attend(q, k, v, cache, dropout_p)
-        return self.resid_dropout(self.c_proj(y.transpose(1, 2).reshape(B, T, C)))
+        return self.resid_dropout(self._project(y, x))
+
+    def _project(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """c_proj of the heads' outputs y (B, nh, T, hs), times the output gate's factor of x if there is one."""
+        if self.output_gate is not None:
+            y = y * self.output_gate(x)  # (B, nh, T, 1) or (B, nh, T, hs)
+        B, nh, T, hs = y.shape
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, nh * hs))
+
+    def _key_biased(self, x: torch.Tensor, cache: LayerCache | None, dropout_p: float) -> torch.Tensor:
+        """Attention (B, nh, T, hs) with a key bias's relative term b_j - b_i (see `gates.slots`) in fp32.
+
+        SDPA takes the (t, T) term as its additive mask, in the kernel's dtype: relative, the term is
+        0 on the diagonal and small near it, so bf16 keeps what matters of it.
+        """
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)  # (B, nh, T, hs)
+        if cache is None:
+            b = self.gate(x)  # (B or 1, nh, T), fp32
+            if self.impl == "flex":
+                return flex_biased_attention(q, k, v, b)
+            keys = b
+        else:
+            b, cache.gate = self.gate.step(x, cache.gate)  # b of the new positions only
+            keys = cache.append_bias(b)  # (B or 1, nh, T_cached + T)
+            k, v = cache.append(k, v)
+        bias = relative_bias(b, keys)  # (B or 1, nh, T, T_all), -inf above the diagonal
+        if self.impl == "reference":
+            return biased_attention_reference(q, k, v, bias, dropout_p)
+        scale = 1.0 / math.sqrt(C // self.n_head)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p, scale=scale)
 
     def _gated_compiled(self, x: torch.Tensor, dropout_p: float) -> torch.Tensor:
         """The fused layout as `torch.compile` traces it: q', k', v' concatenated from q, k, v and the
@@ -363,7 +443,7 @@ class CausalSelfAttention(nn.Module):
         k = torch.cat([k, channel, zeros], dim=-1)
         v = torch.cat([v, channel.new_zeros(B, nh, T, width)], dim=-1)
         y = self._attend(q, k, v, None, dropout_p)[..., :hs]  # (B, nh, T, hs)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self._project(y, x)
 
     def _gated_qkv(self, x: torch.Tensor, cache: LayerCache | None) -> tuple[torch.Tensor, ...]:
         """q' = [q, 1], k' = [k, log g sqrt(hs)], v' = [v, 0], each (B, nh, T, hs + width), from one matmul.

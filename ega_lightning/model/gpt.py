@@ -1,4 +1,4 @@
-"""A GPT-style character decoder (after nanoGPT's model.py) with pluggable energy gates."""
+"""A GPT-style character decoder (after nanoGPT's model.py) with pluggable attention gates."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ega_lightning.gates import Gate, build_gate, gate_params_per_layer
+from ega_lightning.gates import NO_GATE, KeyBias, OutputGate, build_gate, gate_params_per_layer
 from ega_lightning.model.attention import CausalSelfAttention, LayerCache
 
 
@@ -22,9 +22,10 @@ class GPTConfig:
     n_embd: int = 128
     dropout: float = 0.0
     bias: bool = True
-    gate: str | type[Gate] = "none"  # a name or import path (see gates.registry), or a Gate subclass
+    gate: str | type[KeyBias] = "none"  # a name or import path (see gates.registry), or a KeyBias subclass
     gate_options: dict[str, Any] = field(default_factory=dict)  # passed to the gate's __init__
     attention: str = "fused"
+    output_gate: str | type[OutputGate] = NO_GATE  # the output gate's slot (see gates.slots)
 
 
 class MLP(nn.Module):
@@ -45,8 +46,11 @@ class Block(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         gate = build_gate(cfg.gate, cfg.n_embd, cfg.n_head, **cfg.gate_options)
+        output_gate = build_gate(cfg.output_gate, cfg.n_embd, cfg.n_head, slot="output_gate")
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.attn = CausalSelfAttention(cfg.n_embd, cfg.n_head, cfg.dropout, cfg.bias, gate, cfg.attention)
+        self.attn = CausalSelfAttention(
+            cfg.n_embd, cfg.n_head, cfg.dropout, cfg.bias, gate, cfg.attention, output_gate=output_gate
+        )
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
@@ -74,28 +78,37 @@ class GPT(nn.Module):
     def _init_weights(self, seed: int) -> None:
         """nanoGPT's init: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 n_layer).
 
-        Shared weights and gate weights come from two generators seeded from one draw of the
-        global RNG, so a gated model and the baseline built from the same seed start from
+        Shared weights, key-gate weights and output-gate weights come from three generators seeded from
+        one draw of the global RNG, so a gated model and the baseline built from the same seed start from
         identical shared weights (and see the same batches): a paired comparison, only the gate differs.
+        An output gate beside a key gate leaves the key gate's weights as they are without it.
         """
         shared, gates = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed + 1)
-        in_gate = {id(m) for gate in self.gates for m in gate.modules()}
+        outputs = torch.Generator().manual_seed(seed + 2)
+        generator = {id(m): gates for gate in self.gates for m in gate.modules()}
+        generator |= {id(m): outputs for gate in self.output_gates for m in gate.modules()}
         for name, module in self.named_modules():
             if name == "lm_head" or not isinstance(module, nn.Linear | nn.Embedding):
                 continue  # lm_head is tied to wte
             std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith("c_proj") else 0.02
-            nn.init.normal_(module.weight, mean=0.0, std=std, generator=gates if id(module) in in_gate else shared)
+            nn.init.normal_(module.weight, mean=0.0, std=std, generator=generator.get(id(module), shared))
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
 
     @property
-    def gates(self) -> list[Gate]:
+    def gates(self) -> list[KeyBias]:
+        """The key gates (the ``gate`` slot), one per layer; [] for the baseline."""
         return [b.attn.gate for b in self.blocks if b.attn.gate is not None]
 
+    @property
+    def output_gates(self) -> list[OutputGate]:
+        return [b.attn.output_gate for b in self.blocks if b.attn.output_gate is not None]
+
     def gate_parameter_count(self) -> int:
-        """What the gates add: n_layer * the gate's documented params_per_layer."""
+        """What the gates add: n_layer * the documented params_per_layer of each slot's gate."""
         cfg = self.cfg
-        return cfg.n_layer * gate_params_per_layer(cfg.gate, cfg.n_embd, cfg.n_head, **cfg.gate_options)
+        key = gate_params_per_layer(cfg.gate, cfg.n_embd, cfg.n_head, **cfg.gate_options)
+        return cfg.n_layer * (key + gate_params_per_layer(cfg.output_gate, cfg.n_embd, cfg.n_head))
 
     def new_cache(self) -> list[LayerCache]:
         return [LayerCache(self.cfg.block_size) for _ in self.blocks]
