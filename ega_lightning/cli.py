@@ -15,7 +15,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from ega_lightning import runs
+from ega_lightning import runs, summary
 from ega_lightning.callbacks import LastCheckpoint
 from ega_lightning.checkpoint_io import load_checkpoint
 from ega_lightning.data import CharDataModule
@@ -57,6 +57,16 @@ class SaveRunConfig(SaveConfigCallback):
 
 
 class EgaCLI(LightningCLI):
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {k: v for k, v in LightningCLI.subcommands().items() if k in LIGHTNING_SUBCOMMANDS}  # no predict
+
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> LightningArgumentParser:
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in ("validate", "test"):  # the headline is printed at the end; --verbose=true: every metric
+            parser.set_defaults(verbose=False)
+        return parser
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
             "--run_name",
@@ -156,6 +166,21 @@ class EgaCLI(LightningCLI):
         _register_undo(run_dir, runs.snapshot(run_dir), missing)
         if self.subcommand == "fit":
             _check_fit_target(run_dir, config.ckpt_path, config.overwrite)
+
+    def after_fit(self) -> None:
+        if self.trainer.is_global_zero:
+            print(summary.fit_summary(self.trainer, self._run_dir, _TYPED), flush=True)
+
+    def after_validate(self) -> None:
+        self._print_evaluation("validate")
+
+    def after_test(self) -> None:
+        self._print_evaluation("test")
+
+    def _print_evaluation(self, stage: str) -> None:
+        if self.trainer.is_global_zero:
+            metrics, ckpt_path = self.trainer.callback_metrics, self.config[stage].ckpt_path
+            print(summary.evaluation_summary(stage, metrics, ckpt_path, self._run_dir, self.datamodule.corpus.name))
 
     def instantiate_classes(self) -> None:
         try:
@@ -266,6 +291,7 @@ def _check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> 
         )
 
 
+_TYPED: list[str] = []  # the command line as the user typed it (for the resume line of fit's summary)
 _LOCK: TextIO | None = None  # the run directory's lock, held by `ega fit` until the process exits
 _UNDO: tuple[Path, set[Path], list[Path]] | None = None  # what to remove when the command fails on a user error
 
@@ -382,6 +408,8 @@ def main(args: Any = None) -> None:
     command = argv[0] if argv and argv[0] in LIGHTNING_SUBCOMMANDS else "fit"
     defaults = [str(PACKAGED_CONFIGS / name) for name in DEFAULT_CONFIGS]
     try:
+        _TYPED[:] = argv
+        summary.quiet_lightning()
         resolved = resolve_config_args(argv)
         if args is None:  # from the shell: DDP re-executes sys.argv, so it carries the resolved line
             sys.argv[1:] = resolved
