@@ -180,7 +180,8 @@ class EgaCLI(LightningCLI):
     def _print_evaluation(self, stage: str) -> None:
         if self.trainer.is_global_zero:
             metrics, ckpt_path = self.trainer.callback_metrics, self.config[stage].ckpt_path
-            print(summary.evaluation_summary(stage, metrics, ckpt_path, self._run_dir, self.datamodule.corpus.name))
+            run_dir = self._run_dir if self.trainer.logger is not None else None
+            print(summary.evaluation_summary(stage, metrics, ckpt_path, run_dir, self.datamodule.corpus.name))
 
     def instantiate_classes(self) -> None:
         try:

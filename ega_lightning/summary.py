@@ -84,17 +84,18 @@ def fit_summary(trainer: Any, run_dir: Path, typed: list[str]) -> str:
 
 
 def evaluation_summary(
-    stage: str, metrics: dict[str, Any], ckpt_path: str | None, run_dir: Path, corpus: str | None
+    stage: str, metrics: dict[str, Any], ckpt_path: str | None, run_dir: Path | None, corpus: str | None
 ) -> str:
     """The headline of ``ega validate``/``test``: what was evaluated, then loss, bpc, tau mean, fraction above tau."""
     split = "val" if stage == "validate" else "test"
     what = f"{ckpt_path} (step {checkpoint_step(ckpt_path)})" if ckpt_path else "the untrained model (no --ckpt_path)"
     keys = [k.format(split=split) for k in HEADLINE]
     headline = [f"{key} {float(metrics[key]):.4f}" for key in keys if key in metrics]
+    where = f"tensorboard --logdir {run_dir}, or " if run_dir else ""  # None: no logger
     return "\n".join(
         [
             f"ega {stage}: {what} on {corpus or 'the corpus'}'s {split} split",
             "  " + "   ".join(headline),
-            f"  every metric (per layer and head): tensorboard --logdir {run_dir}, or add --verbose=true",
+            f"  every metric (per layer and head): {where}add --verbose=true",
         ]
     )
