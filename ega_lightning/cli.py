@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import sys
@@ -15,7 +14,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from ega_lightning import runs, summary
+from ega_lightning import commands, runs, summary
 from ega_lightning.callbacks import LastCheckpoint
 from ega_lightning.checkpoint_io import load_checkpoint
 from ega_lightning.data import CharDataModule
@@ -369,43 +368,13 @@ def resolve_config_args(argv: list[str]) -> list[str]:
     return out
 
 
-# subcommands with their own argparse CLIs: Lightning's parser knows only fit/validate/test
-TOOLS = {
-    "generate": "ega_lightning.generate",
-    "bench": "ega_lightning.bench",
-    "sweep": "ega_lightning.experiments.sweep",
-    "report": "ega_lightning.experiments.report",
-    "landscape": "ega_lightning.landscape",
-    "gates": "ega_lightning.gates.listing",
-    "check-gate": "ega_lightning.gates.conformance",
-}
-
-
 def main(args: Any = None) -> None:
     argv = list(sys.argv[1:] if args is None else args)
     if "--debug" in argv:  # anywhere on the line: show tracebacks (also for DDP's re-executed ranks)
         argv.remove("--debug")
         os.environ[DEBUG_ENV] = "1"
-    if argv and argv[0] in TOOLS:
-        try:
-            code = importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
-        except UserError as err:
-            print_user_error(argv[0], err)
-            raise SystemExit(2) from None
-        except KeyboardInterrupt:
-            raise SystemExit(130) from None
-        if code:
-            raise SystemExit(code)
-        return
-    if argv[:1] in (["-h"], ["--help"]):
-        print(
-            "Also: `ega generate` (sample from a checkpoint), `ega bench` (gate cost), "
-            "`ega sweep` (run a sweep spec), `ega report` (summarise one), `ega gates` (list the gates), "
-            "`ega check-gate` (check one), `ega landscape` (loss around tau and alpha, from checkpoints). "
-            "Each takes --help.\n"
-            "With no -c, fit/validate/test start from the packaged configs "
-            f"{' + '.join(DEFAULT_CONFIGS)}; -c takes a file or a packaged name (e.g. -c gate/db4.yaml).\n"
-        )
+    if not argv or argv[0] in ("-h", "--help") or argv[0] in commands.COMMANDS.keys() - LIGHTNING_SUBCOMMANDS:
+        return commands.main(argv)  # the overview and the tools, which need no Lightning
     command = argv[0] if argv and argv[0] in LIGHTNING_SUBCOMMANDS else "fit"
     defaults = [str(PACKAGED_CONFIGS / name) for name in DEFAULT_CONFIGS]
     try:
@@ -422,7 +391,10 @@ def main(args: Any = None) -> None:
             auto_configure_optimizers=False,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={sub: {"default_config_files": defaults} for sub in LIGHTNING_SUBCOMMANDS},
+            parser_kwargs={
+                sub: {"default_config_files": defaults, "description": commands.COMMANDS[sub][1]}
+                for sub in LIGHTNING_SUBCOMMANDS
+            },
             args=None if args is None else resolved,
         )
     except SIGTERMException:
