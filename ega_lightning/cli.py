@@ -25,7 +25,7 @@ PACKAGED_CONFIGS = Path(__file__).resolve().parent / "configs"
 # What `ega fit` with no -c runs: the README's main job, EGA-1 on TinyShakespeare at the cpu size, with
 # every callback. Any -c file or flag overrides these, as later files override earlier ones.
 DEFAULT_CONFIGS = ("base.yaml", "size/cpu.yaml", "corpus/tinyshakespeare.yaml", "gate/linear.yaml")
-LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
+LIGHTNING_SUBCOMMANDS = commands.LIGHTNING_COMMANDS
 
 # The default logger, also when no config file names one; the CLI points it at the run directory.
 TENSORBOARD_LOGGER = {

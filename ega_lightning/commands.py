@@ -59,7 +59,7 @@ def main(args: list[str] | None = None) -> None:
     if argv[0] not in COMMANDS or argv[0] in LIGHTNING_COMMANDS:  # Lightning's parser says what is wrong
         from ega_lightning import cli
 
-        return cli.main(argv)
+        return cli.main(args)  # None from the shell: cli.main reads (and, for DDP, rewrites) sys.argv itself
     try:
         code = importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
     except UserError as err:
