@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +42,9 @@ from ega_lightning.model.attention import (
     padded_qkv_weights,
     qkv_heads,
 )
-from ega_lightning.module import CharLM
+
+if TYPE_CHECKING:  # Lightning is imported where a model is built: `ega bench --help` starts without it
+    from ega_lightning.module import CharLM
 
 T = TypeVar("T")
 
@@ -382,6 +384,8 @@ def gate_settings(configs: Path, names: list[str] | None) -> dict[str, dict[str,
 def build(
     shape: dict[str, Any], gate: dict[str, Any], device: torch.device, seed: int, compile: bool = False
 ) -> CharLM:
+    from ega_lightning.module import CharLM  # Lightning: imported where a model is built, not for --help
+
     torch.manual_seed(seed)  # same seed: every gated model shares the baseline's weights
     options = {k: v for k, v in gate.items() if k in ("gate", "gate_options", "tau_init", "alpha_init")}
     return CharLM(VOCAB, **shape, **options, compile=compile).to(device)
@@ -403,6 +407,8 @@ def paired_ratios(times: list[float], base: list[float]) -> list[float]:
 def bench_size(
     size: str, configs: Path, gates: dict[str, dict[str, Any]], device: torch.device, args: argparse.Namespace
 ) -> dict[str, Any]:
+    from ega_lightning.module import CharLM
+
     shape, batch_size = size_settings(configs, size)
     batch_size = args.batch_size or batch_size
     batch = fixed_batch(shape, batch_size, device)
@@ -642,16 +648,20 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="ega bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["cpu", "paper"], help="model sizes from configs/size/")
     parser.add_argument("--gates", nargs="+", default=None, help="gate configs from configs/gate/ (default: all)")
-    parser.add_argument("--configs", type=Path, default=Path("configs"))
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--configs", type=Path, default=Path("configs"), help="config directory (default configs)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed repetitions per contender, >= 3 (default 7)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps before timing (default 2)")
     parser.add_argument("--batch_size", type=int, default=None, help="override the size's batch size")
-    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true", help="default 32-true")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="default: cuda if there is one, else cpu",
+    )
+    parser.add_argument("--seed", type=int, default=1337, help="seed of every model's weights (default 1337)")
     parser.add_argument("--generation_sizes", nargs="+", default=["cpu", "paper"], help="sizes for generation")
-    parser.add_argument("--new_tokens", type=int, default=256)
-    parser.add_argument("--no_generation", action="store_true")
+    parser.add_argument("--new_tokens", type=int, default=256, help="tokens per generation timing (default 256)")
+    parser.add_argument("--no_generation", action="store_true", help="skip the generation tables")
     parser.add_argument(
         "--generation_repeats",
         type=int,
@@ -664,7 +674,9 @@ def main(argv: list[str] | None = None) -> None:
         help="only the generation tables, in bench-<device>-<precision>-generation.json and .md",
     )
     parser.add_argument("--compile", action="store_true", help="also time every gate (and the reference) compiled")
-    parser.add_argument("--out", type=Path, default=Path("results"))
+    parser.add_argument(
+        "--out", type=Path, default=Path("results"), help="where the JSON and Markdown go (default results)"
+    )
     argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.repeats < 3:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import signal
 import sys
@@ -15,7 +14,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from ega_lightning import runs
+from ega_lightning import commands, runs, summary
 from ega_lightning.callbacks import LastCheckpoint
 from ega_lightning.checkpoint_io import load_checkpoint
 from ega_lightning.data import CharDataModule
@@ -26,7 +25,7 @@ PACKAGED_CONFIGS = Path(__file__).resolve().parent / "configs"
 # What `ega fit` with no -c runs: the README's main job, EGA-1 on TinyShakespeare at the cpu size, with
 # every callback. Any -c file or flag overrides these, as later files override earlier ones.
 DEFAULT_CONFIGS = ("base.yaml", "size/cpu.yaml", "corpus/tinyshakespeare.yaml", "gate/linear.yaml")
-LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
+LIGHTNING_SUBCOMMANDS = commands.LIGHTNING_COMMANDS
 
 # The default logger, also when no config file names one; the CLI points it at the run directory.
 TENSORBOARD_LOGGER = {
@@ -57,6 +56,16 @@ class SaveRunConfig(SaveConfigCallback):
 
 
 class EgaCLI(LightningCLI):
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {k: v for k, v in LightningCLI.subcommands().items() if k in LIGHTNING_SUBCOMMANDS}  # no predict
+
+    def _prepare_subcommand_parser(self, klass: type, subcommand: str, **kwargs: Any) -> LightningArgumentParser:
+        parser = super()._prepare_subcommand_parser(klass, subcommand, **kwargs)
+        if subcommand in ("validate", "test"):  # the headline is printed at the end; --verbose=true: every metric
+            parser.set_defaults(verbose=False)
+        return parser
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
             "--run_name",
@@ -156,6 +165,22 @@ class EgaCLI(LightningCLI):
         _register_undo(run_dir, runs.snapshot(run_dir), missing)
         if self.subcommand == "fit":
             _check_fit_target(run_dir, config.ckpt_path, config.overwrite)
+
+    def after_fit(self) -> None:
+        if self.trainer.is_global_zero:
+            print(summary.fit_summary(self.trainer, self._run_dir, _TYPED), flush=True)
+
+    def after_validate(self) -> None:
+        self._print_evaluation("validate")
+
+    def after_test(self) -> None:
+        self._print_evaluation("test")
+
+    def _print_evaluation(self, stage: str) -> None:
+        if self.trainer.is_global_zero:
+            metrics, ckpt_path = self.trainer.callback_metrics, self.config[stage].ckpt_path
+            run_dir = self._run_dir if self.trainer.logger is not None else None
+            print(summary.evaluation_summary(stage, metrics, ckpt_path, run_dir, self.datamodule.corpus.name))
 
     def instantiate_classes(self) -> None:
         try:
@@ -268,6 +293,7 @@ def _check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> 
         )
 
 
+_TYPED: list[str] = []  # the command line as the user typed it (for the resume line of fit's summary)
 _LOCK: TextIO | None = None  # the run directory's lock, held by `ega fit` until the process exits
 _UNDO: tuple[Path, set[Path], list[Path]] | None = None  # what to remove when the command fails on a user error
 
@@ -344,46 +370,18 @@ def resolve_config_args(argv: list[str]) -> list[str]:
     return out
 
 
-# subcommands with their own argparse CLIs: Lightning's parser knows only fit/validate/test
-TOOLS = {
-    "generate": "ega_lightning.generate",
-    "bench": "ega_lightning.bench",
-    "sweep": "ega_lightning.experiments.sweep",
-    "report": "ega_lightning.experiments.report",
-    "landscape": "ega_lightning.landscape",
-    "gates": "ega_lightning.gates.listing",
-    "check-gate": "ega_lightning.gates.conformance",
-}
-
-
 def main(args: Any = None) -> None:
     argv = list(sys.argv[1:] if args is None else args)
     if "--debug" in argv:  # anywhere on the line: show tracebacks (also for DDP's re-executed ranks)
         argv.remove("--debug")
         os.environ[DEBUG_ENV] = "1"
-    if argv and argv[0] in TOOLS:
-        try:
-            code = importlib.import_module(TOOLS[argv[0]]).main(argv[1:])
-        except UserError as err:
-            print_user_error(argv[0], err)
-            raise SystemExit(2) from None
-        except KeyboardInterrupt:
-            raise SystemExit(130) from None
-        if code:
-            raise SystemExit(code)
-        return
-    if argv[:1] in (["-h"], ["--help"]):
-        print(
-            "Also: `ega generate` (sample from a checkpoint), `ega bench` (gate cost), "
-            "`ega sweep` (run a sweep spec), `ega report` (summarise one), `ega gates` (list the gates), "
-            "`ega check-gate` (check one), `ega landscape` (loss around tau and alpha, from checkpoints). "
-            "Each takes --help.\n"
-            "With no -c, fit/validate/test start from the packaged configs "
-            f"{' + '.join(DEFAULT_CONFIGS)}; -c takes a file or a packaged name (e.g. -c gate/db4.yaml).\n"
-        )
+    if not argv or argv[0] in ("-h", "--help") or argv[0] in commands.COMMANDS.keys() - LIGHTNING_SUBCOMMANDS:
+        return commands.main(argv)  # the overview and the tools, which need no Lightning
     command = argv[0] if argv and argv[0] in LIGHTNING_SUBCOMMANDS else "fit"
     defaults = [str(PACKAGED_CONFIGS / name) for name in DEFAULT_CONFIGS]
     try:
+        _TYPED[:] = argv
+        summary.quiet_lightning()
         resolved = resolve_config_args(argv)
         if args is None:  # from the shell: DDP re-executes sys.argv, so it carries the resolved line
             sys.argv[1:] = resolved
@@ -395,7 +393,10 @@ def main(args: Any = None) -> None:
             auto_configure_optimizers=False,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={sub: {"default_config_files": defaults} for sub in LIGHTNING_SUBCOMMANDS},
+            parser_kwargs={
+                sub: {"default_config_files": defaults, "description": commands.COMMANDS[sub][1]}
+                for sub in LIGHTNING_SUBCOMMANDS
+            },
             args=None if args is None else resolved,
         )
     except SIGTERMException:

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ckpt_path", action="append", required=True, help="a checkpoint (repeat for several)")
     parser.add_argument("--out", required=True, help="the JSON to write, e.g. results/landscape/ts-linear-seed1.json")
     parser.add_argument("--max_eval_windows", type=int, default=256, help="validation windows (0: the whole split)")
-    parser.add_argument("--eval_batch_size", type=int, default=64)
+    parser.add_argument("--eval_batch_size", type=int, default=64, help="windows per forward pass (default 64)")
     parser.add_argument("--eval_znorm", choices=("prefix", "window"), default=None, help="default: as trained")
     parser.add_argument("--data_dir", default=None, help="default: $EGA_DATA_DIR, else ./data")
     args = parser.parse_args(argv)

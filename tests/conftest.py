@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,28 @@ TINY_VOCAB = CORPORA["tinyshakespeare"].vocab
 
 
 @pytest.fixture(scope="session")
-def data_dir() -> Path:
-    """The corpora: $EGA_DATA_DIR, ../shared/data or ./data; else downloaded once into ./data (see helpers)."""
-    return find_or_fetch_corpora([os.environ.get(DATA_DIR_ENV), REPO.parent / "shared" / "data", Path("data")])
+def data_dir() -> Iterator[Path]:
+    """The corpora: $EGA_DATA_DIR, ../shared/data or ./data; else downloaded once into ./data (see helpers).
+
+    Exported as $EGA_DATA_DIR for the whole session, so every command the tests start, in this process or in
+    a subprocess with another working directory, reads the files found here.
+    """
+    found = find_or_fetch_corpora([os.environ.get(DATA_DIR_ENV), REPO.parent / "shared" / "data", Path("data")])
+    before = os.environ.get(DATA_DIR_ENV)
+    os.environ[DATA_DIR_ENV] = str(found.resolve())
+    yield found
+    if before is None:
+        os.environ.pop(DATA_DIR_ENV, None)
+    else:
+        os.environ[DATA_DIR_ENV] = before
+
+
+@pytest.fixture(scope="session", autouse=True)
+def corpora_before_the_first_test(request: pytest.FixtureRequest) -> None:
+    """Looks for the corpora before the first test when any collected test needs them: without them (and
+    offline) the run stops at once, not test by test."""
+    if any("data_dir" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        request.getfixturevalue("data_dir")
 
 
 def run_ega(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300):

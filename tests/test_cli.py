@@ -1,6 +1,8 @@
 """The real `ega` command in a subprocess: fit, artefacts, evaluation from a checkpoint alone."""
 
 import math
+import re
+import shlex
 import shutil
 
 import pytest
@@ -10,6 +12,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from ega_lightning import CharLM
 
 from .conftest import CONFIGS, TINY_MODEL, run_ega
+from .helpers import scalars
 
 pytestmark = pytest.mark.slow
 
@@ -43,11 +46,11 @@ def trained_run(tmp_path_factory, data_dir):
     work = tmp_path_factory.mktemp("cli")
     result = run_ega(fit_args("tinyshakespeare", "linear", "tiny"), cwd=work, env={"EGA_DATA_DIR": str(data_dir)})
     assert result.returncode == 0, result.stderr[-4000:]
-    return work, work / "lightning_logs" / "tiny"
+    return work, work / "lightning_logs" / "tiny", result
 
 
 def test_fit_writes_tensorboard_scalars_config_and_checkpoints(trained_run):
-    _, run_dir = trained_run
+    _, run_dir, _ = trained_run
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
     assert (run_dir / "config.yaml").is_file() and (run_dir / "hparams.yaml").is_file()
     events = EventAccumulator(str(run_dir))
@@ -65,7 +68,7 @@ def test_fit_writes_tensorboard_scalars_config_and_checkpoints(trained_run):
 
 
 def test_checkpoint_evaluates_without_the_corpus(trained_run, tmp_path):
-    _, run_dir = trained_run
+    _, run_dir, _ = trained_run
     ckpt = tmp_path / "model.ckpt"
     shutil.copy(run_dir / "checkpoints/last.ckpt", ckpt)
     # a fresh process whose only data directory does not exist
@@ -97,12 +100,27 @@ def test_checkpoint_evaluates_without_the_corpus(trained_run, tmp_path):
         assert float(loss) == pytest.approx(model.loss((ids[:, :-1], ids[:, 1:])).item(), abs=1e-5)
 
 
-def test_test_subcommand_reads_corpus_and_size_from_checkpoint(trained_run, data_dir):
-    work, run_dir = trained_run
+def latest(run_dir, tag: str) -> float:
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return max(events.Scalars(tag), key=lambda e: e.wall_time).value
+
+
+@pytest.mark.parametrize(
+    "stage, headline",
+    [
+        ("validate", ["val/loss", "val/bpc", "gate/tau_mean", "gate/frac_above_tau"]),
+        ("test", ["test/loss", "test/bpc"]),  # the gate's statistics are taken on validation only
+    ],
+)
+def test_evaluation_reads_corpus_and_size_from_checkpoint_and_prints_its_headline(
+    trained_run, data_dir, stage, headline
+):
+    work, run_dir, _ = trained_run
     # no size/gate/corpus config: the checkpoint supplies the model and its corpus
     result = run_ega(
         [
-            "test",
+            stage,
             "-c",
             str(CONFIGS / "base.yaml"),
             "--data.max_eval_windows=16",
@@ -113,12 +131,18 @@ def test_test_subcommand_reads_corpus_and_size_from_checkpoint(trained_run, data
         env={"EGA_DATA_DIR": str(data_dir)},
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    assert "test/loss" in result.stdout and "test/bpc" in result.stdout
-    assert (run_dir / "config_test.yaml").is_file()  # evaluated into the checkpoint's own run directory
+    # the headline, not a table of every head: those stay in TensorBoard (and --verbose=true)
+    first, shown, pointer = result.stdout.strip().splitlines()
+    assert first.startswith(f"ega {stage}: {run_dir / 'checkpoints/last.ckpt'} (step 6) on tinyshakespeare")
+    values = dict(zip(shown.split()[::2], map(float, shown.split()[1::2]), strict=True))
+    assert list(values) == headline
+    assert all(values[tag] == pytest.approx(latest(run_dir, tag), abs=1e-4) for tag in headline)
+    assert "/head_" not in result.stdout and f"tensorboard --logdir {run_dir}" in pointer
+    assert (run_dir / f"config_{stage}.yaml").is_file()  # evaluated into the checkpoint's own run directory
 
 
 def test_refuses_to_overwrite_a_run_and_to_resume_nothing(trained_run, data_dir):
-    work, _ = trained_run
+    work, _, _ = trained_run
     env = {"EGA_DATA_DIR": str(data_dir)}
     again = run_ega(fit_args("tinyshakespeare", "linear", "tiny"), cwd=work, env=env)
     assert again.returncode != 0
@@ -143,7 +167,7 @@ def test_unknown_gate_on_the_command_line_lists_registered(tmp_path):
 
 
 def test_generate_from_checkpoint_continues_the_prompt(trained_run):
-    work, run_dir = trained_run
+    work, run_dir, _ = trained_run
     ckpt = str(run_dir / "checkpoints/last.ckpt")
     args = ["generate", f"--ckpt_path={ckpt}", "--prompt=ROMEO:", "--max_new_tokens=40", "--seed=3"]
     result = run_ega(args, cwd=work)
@@ -154,3 +178,26 @@ def test_generate_from_checkpoint_continues_the_prompt(trained_run):
     assert run_ega(args, cwd=work).stdout == result.stdout  # same seed, same text
     bad = run_ega([*args[:2], "--prompt=ROMEO: ~{}"], cwd=work)
     assert bad.returncode == 2 and "outside the vocabulary: '{}~'" in bad.stderr
+
+
+def test_fit_ends_by_saying_where_the_run_went_and_how_to_resume_it(trained_run, data_dir):
+    work, run_dir, result = trained_run
+    lines = result.stdout.strip().splitlines()[-5:]
+    assert lines[0] == "ega fit: finished at step 6 of 6."
+    said = dict(re.fullmatch(r"  (\S.*?)\s{2,}(\S.*)", line).groups() for line in lines[1:])
+    assert work / said["run directory"] == run_dir
+    best, rest = said["best checkpoint"].split(" ", 1)
+    val_loss = scalars(run_dir, "val/loss")
+    assert work / best == run_dir / "checkpoints/best.ckpt"
+    assert rest == f"(val/loss {min(val_loss.values()):.4f} at step {torch.load(work / best)['global_step']})"
+    assert said["TensorBoard"] == "tensorboard --logdir lightning_logs"
+    # Lightning's notices that nobody running `ega` can act on are left out; its other messages are not
+    assert "litlogger" not in result.stderr and "LeafSpec" not in result.stderr and "weights_only" not in result.stderr
+    assert "GPU available" in result.stderr
+    # the resume line is a command that runs: it resumes this run from last.ckpt (finished: nothing left to do)
+    ega, *args = shlex.split(said["resume"])
+    assert ega == "ega" and args[-2:] == ["--ckpt_path", "last"]
+    resumed = run_ega(args, cwd=work)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "ega fit: finished at step 6 of 6." in resumed.stdout
+    assert "Restoring states from the checkpoint path at" in resumed.stderr

@@ -25,7 +25,7 @@ def build_arg(name: str) -> str:
 
 def test_entry_point_is_the_packages_console_script():
     assert instructions("ENTRYPOINT") == ['["ega"]']
-    assert PYPROJECT["project"]["scripts"]["ega"] == "ega_lightning.cli:main"
+    assert PYPROJECT["project"]["scripts"]["ega"] == "ega_lightning.commands:main"
 
 
 def test_install_step_installs_this_package_with_what_its_build_needs():

@@ -32,4 +32,5 @@ class KeepCheckpointAt(L.Callback):
         if step in self.steps and step != self._last_saved:
             self._last_saved = step
             directory = Path(self.dirpath) if self.dirpath else Path(trainer.default_root_dir) / "checkpoints"
-            trainer.save_checkpoint(directory / f"step{step}.ckpt")  # every rank calls it; rank 0 writes
+            # the full state, resumable; every rank calls it, rank 0 writes
+            trainer.save_checkpoint(directory / f"step{step}.ckpt", weights_only=False)

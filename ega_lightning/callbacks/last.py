@@ -44,7 +44,8 @@ class LastCheckpoint(Checkpoint):
         # points and never logs them again (TensorBoard buffers events for up to two minutes).
         for logger in trainer.loggers:
             logger.save()
-        trainer.save_checkpoint(self.path)  # through the trainer's CheckpointIO (atomic), on every rank
+        # the full state, through the trainer's CheckpointIO (atomic), on every rank
+        trainer.save_checkpoint(self.path, weights_only=False)
         self._saved_step = trainer.global_step
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.figure import Figure
+
+if TYPE_CHECKING:  # matplotlib is imported by the figures themselves: `ega report --help` starts without it
+    from matplotlib.figure import Figure
 
 # one curve of a figure: (label, steps, values per seed (seeds x steps))
 Curves = Sequence[tuple[str, Sequence[int], np.ndarray]]
@@ -13,6 +16,8 @@ Curves = Sequence[tuple[str, Sequence[int], np.ndarray]]
 
 def curves_figure(curves: Curves, ylabel: str, title: str) -> Figure:
     """Mean over seeds as a line, min/max over seeds as a band."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(7.5, 4.5))
     ax = fig.add_subplot()
     for label, steps, values in curves:
@@ -30,6 +35,8 @@ def tau_figure(
     lines: Sequence[tuple[str, Sequence[Sequence[tuple[int, float]]]]], paper_tau: float, title: str
 ) -> Figure:
     """One colour per initialisation, one line per seed; the paper's tau as a dashed line."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(9, 4.5))
     ax = fig.add_subplot()
     for i, (label, seeds) in enumerate(lines):
@@ -56,6 +63,8 @@ LandscapeLine = tuple[str, Sequence[float], Sequence[float], Sequence[float], Se
 
 def landscape_figure(lines: Sequence[LandscapeLine], title: str) -> Figure:
     """The validation loss around a checkpoint: every tau shifted (left), every alpha scaled (right)."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(11, 4.5))
     left, right = fig.subplots(1, 2)
     for i, (label, shifts, tau_cost, scales, alpha_cost) in enumerate(lines):
@@ -75,6 +84,8 @@ def landscape_figure(lines: Sequence[LandscapeLine], title: str) -> Figure:
 
 def z_figure(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], title: str) -> Figure:
     """Densities of z (bin centres, density) against the standard normal density."""
+    from matplotlib.figure import Figure
+
     fig = Figure(figsize=(7.5, 4.5))
     ax = fig.add_subplot()
     for label, centres, density in series:

@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scipy import stats
-
 LEVEL = 0.95
 
 
@@ -76,6 +74,8 @@ def mean_interval(values: Sequence[float], level: float = LEVEL, method: str = "
         raise ValueError("mean_interval needs at least one value.")
     if s.n < 2 or s.std is None:
         return Difference(s.mean, None, None, s.n, None, "single", level)
+    from scipy import stats  # slow to import: only where an interval is computed
+
     half = float(stats.t.ppf(0.5 + level / 2.0, s.n - 1)) * s.std / math.sqrt(s.n)
     return Difference(s.mean, s.mean - half, s.mean + half, s.n, float(s.n - 1), method, level)
 
@@ -102,6 +102,8 @@ def welch_difference(reference: Sequence[float], other: Sequence[float], level: 
     if se == 0.0:  # identical values on both sides: the interval collapses (df is then immaterial)
         return Difference(estimate, estimate, estimate, min(a.n, b.n), float(a.n + b.n - 2), "welch", level)
     df = (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
+    from scipy import stats
+
     half = float(stats.t.ppf(0.5 + level / 2.0, df)) * se
     return Difference(estimate, estimate - half, estimate + half, min(a.n, b.n), df, "welch", level)
 

@@ -1,0 +1,75 @@
+"""The ``ega`` command's front door: the list of commands, and each one handed to its module.
+
+Only the chosen command's module is imported, so ``ega --help`` and the tools' ``--help`` start without
+Lightning (and ``ega report``/``ega sweep`` without torch); ``fit``, ``validate`` and ``test`` go to
+Lightning's CLI in ``ega_lightning.cli``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from ega_lightning.errors import DEBUG_ENV, UserError, print_user_error
+
+# name: (module with a main(argv), one line for `ega --help`); fit/validate/test are Lightning's (cli.py)
+COMMANDS = {
+    "fit": ("ega_lightning.cli", "train a model (Lightning CLI: -c configs, --model.*, --data.*, --trainer.*)"),
+    "validate": ("ega_lightning.cli", "evaluate a checkpoint on the validation split: loss, bpc, tau"),
+    "test": ("ega_lightning.cli", "evaluate a checkpoint on the test split"),
+    "generate": ("ega_lightning.generate", "sample text from a checkpoint"),
+    "bench": ("ega_lightning.bench", "time and measure the memory of every gate's training and generation steps"),
+    "sweep": ("ega_lightning.experiments.sweep", "run the runs of a sweep spec, resumably, recording each one"),
+    "report": ("ega_lightning.experiments.report", "summarise recorded sweeps into results/ and REPORT.md"),
+    "gates": ("ega_lightning.gates.listing", "list the gates and their options"),
+    "check-gate": ("ega_lightning.gates.conformance", "check a gate (built in or yours) against EGA's contract"),
+    "landscape": ("ega_lightning.landscape", "the loss around each checkpoint's learned tau and alpha (one JSON)"),
+}
+LIGHTNING_COMMANDS = ("fit", "validate", "test")
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {line}" for name, (_, line) in COMMANDS.items()]
+    return "\n".join(
+        [
+            "usage: ega <command> [options]",
+            "",
+            "Train, evaluate and compare Energy-Gated Attention language models.",
+            "",
+            "commands:",
+            *lines,
+            "",
+            "`ega <command> --help` lists the command's options. With no -c, fit/validate/test start from the",
+            "packaged configs (`ega fit --print_config` shows them resolved); -c takes a file or a packaged name,",
+            "e.g. -c gate/db4.yaml. --debug anywhere on the line shows the traceback of an error.",
+        ]
+    )
+
+
+def main(args: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if args is None else args)
+    if "--debug" in argv:  # anywhere on the line: show tracebacks (also for DDP's re-executed ranks)
+        argv.remove("--debug")
+        os.environ[DEBUG_ENV] = "1"
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if argv else sys.stderr)
+        raise SystemExit(0 if argv else 2)
+    if argv[0] not in COMMANDS or argv[0] in LIGHTNING_COMMANDS:  # Lightning's parser says what is wrong
+        from ega_lightning import cli
+
+        return cli.main(args)  # None from the shell: cli.main reads (and, for DDP, rewrites) sys.argv itself
+    try:
+        code = importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
+    except UserError as err:
+        print_user_error(argv[0], err)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    if code:
+        raise SystemExit(code)
+
+
+if __name__ == "__main__":
+    main()

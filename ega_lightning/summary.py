@@ -1,0 +1,101 @@
+"""What `ega fit`, `validate` and `test` say when they end, and the Lightning notices they leave out."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+import warnings
+from pathlib import Path
+from typing import Any
+
+# The console's headline of an evaluation, in this order, where the run has them (the gate's only
+# where there is a gate); every metric, per layer and head, is in TensorBoard and in --verbose=true.
+HEADLINE = ("{split}/loss", "{split}/bpc", "gate/tau_mean", "gate/frac_above_tau")
+
+
+class _WithoutLitLoggerTip(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "litlogger" not in record.getMessage()
+
+
+def quiet_lightning() -> None:
+    """Leaves out the two notices Lightning prints on every `ega` run that a user cannot act on.
+
+    - Lightning's advert for its cloud logger ("Tip: ... install litlogger"), logged whenever a Trainer
+      has no LitLogger (`ega` logs to TensorBoard by design).
+    - torch's deprecation of ``LeafSpec``, raised inside Lightning's own ``_pytree`` module (this project
+      never calls it; a newer Lightning will).
+
+    Both are matched by their own text and origin: every other message and warning still shows.
+    """
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutLitLoggerTip())
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+        module=r"lightning\.pytorch\.utilities\._pytree",
+    )
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """The optimizer step a checkpoint was written at, read without loading its tensors."""
+    import torch
+
+    try:
+        return int(torch.load(path, map_location="cpu", weights_only=True, mmap=True)["global_step"])
+    except Exception:  # a summary line is not worth failing a finished command for
+        return None
+
+
+def resume_command(typed: list[str]) -> str:
+    """The command a user types to resume this fit: theirs, without --ckpt_path/--overwrite, plus --ckpt_path last."""
+    kept: list[str] = []
+    skip = False
+    for arg in typed:
+        if skip:
+            skip = False
+        elif arg in ("--ckpt_path", "--overwrite"):
+            skip = True
+        elif not arg.startswith(("--ckpt_path=", "--overwrite=")):
+            kept.append(arg)
+    return shlex.join(["ega", *kept, "--ckpt_path", "last"])
+
+
+def _shown(path: str) -> str:
+    """A path as the user would type it: relative to the working directory when it lies below it."""
+    if path and Path(path).is_absolute() and Path(path).is_relative_to(Path.cwd()):
+        return str(Path(path).relative_to(Path.cwd()))
+    return path
+
+
+def fit_summary(trainer: Any, run_dir: Path, typed: list[str]) -> str:
+    """Where a finished fit went: the run directory, the best checkpoint, TensorBoard, and how to resume."""
+    done = "finished" if trainer.global_step >= trainer.max_steps else "stopped"
+    lines = [f"ega fit: {done} at step {trainer.global_step} of {trainer.max_steps}.", f"  run directory    {run_dir}"]
+    best = _shown(getattr(trainer.checkpoint_callback, "best_model_path", ""))
+    if best:
+        score = trainer.checkpoint_callback.best_model_score
+        monitor = trainer.checkpoint_callback.monitor
+        lines.append(f"  best checkpoint  {best} ({monitor} {float(score):.4f} at step {checkpoint_step(best)})")
+    else:
+        lines.append("  best checkpoint  none: no validation ran (trainer.val_check_interval > max_steps?)")
+    lines.append(f"  TensorBoard      tensorboard --logdir {run_dir.parent}")
+    lines.append(f"  resume           {resume_command(typed)}")
+    return "\n".join(lines)
+
+
+def evaluation_summary(
+    stage: str, metrics: dict[str, Any], ckpt_path: str | None, run_dir: Path | None, corpus: str | None
+) -> str:
+    """The headline of ``ega validate``/``test``: what was evaluated, then loss, bpc, tau mean, fraction above tau."""
+    split = "val" if stage == "validate" else "test"
+    what = f"{ckpt_path} (step {checkpoint_step(ckpt_path)})" if ckpt_path else "the untrained model (no --ckpt_path)"
+    keys = [k.format(split=split) for k in HEADLINE]
+    headline = [f"{key} {float(metrics[key]):.4f}" for key in keys if key in metrics]
+    where = f"tensorboard --logdir {run_dir}, or " if run_dir else ""  # None: no logger
+    return "\n".join(
+        [
+            f"ega {stage}: {what} on {corpus or 'the corpus'}'s {split} split",
+            "  " + "   ".join(headline),
+            f"  every metric (per layer and head): {where}add --verbose=true",
+        ]
+    )

@@ -1,0 +1,25 @@
+"""What the README and docs/ link to exists in a clone: no link leaves the repository or points at nothing."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_relative_link_resolves_inside_the_repository(doc):
+    targets = [t.split("#", 1)[0] for t in LINK.findall(doc.read_text()) if not re.match(r"[a-z]+:", t)]
+    targets = [t for t in targets if t]  # a bare #anchor stays in the same file
+    assert targets or doc.name != "README.md"
+    for target in targets:
+        path = (doc.parent / target).resolve()
+        assert path.is_relative_to(REPO), f"{doc.name} links {target}, outside the repository"
+        assert path.exists(), f"{doc.name} links {target}, which does not exist"
+
+
+def test_the_readme_links_the_method():
+    assert "docs/method.md" in LINK.findall((REPO / "README.md").read_text())
