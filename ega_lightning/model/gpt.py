@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ega_lightning.gates import Gate, build_gate, gate_params_per_layer
+from ega_lightning.gates import Gate, GateError, build_gate, gate_params_per_layer
+from ega_lightning.gates.registry import _describe, gate_class, is_builtin, qualified_name
 from ega_lightning.model.attention import CausalSelfAttention, LayerCache
 
 
@@ -39,12 +40,57 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
+def _gate_name(cfg: GPTConfig) -> str:
+    return cfg.gate if isinstance(cfg.gate, str) else qualified_name(cfg.gate)
+
+
+def _user_gate_failed(cfg: GPTConfig, what: str, err: Exception) -> GateError:
+    name = _gate_name(cfg)
+    return GateError(f"Gate {name!r}: {what} raised {_describe(err)}. Fix the gate; `ega check-gate {name}` checks it.")
+
+
+def _build_gate(cfg: GPTConfig) -> Gate | None:
+    """One layer's gate; a user's gate whose constructor raises is a GateError naming where."""
+    try:
+        return build_gate(cfg.gate, cfg.n_embd, cfg.n_head, **cfg.gate_options)
+    except GateError:
+        raise
+    except Exception as err:
+        cls = gate_class(cfg.gate)
+        if cls is None or is_builtin(cls):  # a bug of ours: the traceback
+            raise
+        raise _user_gate_failed(cfg, f"{cls.__name__}(n_embd={cfg.n_embd}, n_head={cfg.n_head}, ...)", err) from err
+
+
+def _check_energy_shape(gate: Gate, cfg: GPTConfig) -> None:
+    """The energy must be (B, n_head, T): said once here, not as a size mismatch deep inside attention."""
+    T, C = cfg.block_size, cfg.n_embd
+    x = torch.linspace(-1.0, 1.0, T * C).view(1, T, C)
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):  # no effect on the run's random stream
+            shape = tuple(gate.energy(x).shape)
+    except Exception as err:
+        if is_builtin(type(gate)):
+            raise
+        raise _user_gate_failed(cfg, f"energy(x) for x of shape (B, T, C) = (1, {T}, {C})", err) from err
+    expected = (1, cfg.n_head, T)
+    if shape != expected:
+        transposed = shape == (1, T, cfg.n_head)
+        hint = " (it looks like (B, T, n_head): transpose it with .transpose(1, 2))" if transposed else ""
+        name = _gate_name(cfg)
+        raise GateError(
+            f"Gate {name!r}: energy(x) returned shape {shape} for x of shape (B, T, C) = (1, {T}, {C}); it "
+            f"must return (B, n_head, T) = {expected}, one energy per head and position{hint}. Fix the gate; "
+            f"`ega check-gate {name}` checks it."
+        )
+
+
 class Block(nn.Module):
     """Pre-LayerNorm transformer block; the gate reads the same ln_1(x) that feeds Q/K/V."""
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        gate = build_gate(cfg.gate, cfg.n_embd, cfg.n_head, **cfg.gate_options)
+        gate = _build_gate(cfg)
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(cfg.n_embd, cfg.n_head, cfg.dropout, cfg.bias, gate, cfg.attention)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
@@ -70,6 +116,8 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying
         self._init_weights(init_seed)
+        if self.gates and isinstance(self.gates[0], Gate):  # every layer's gate is of one class
+            _check_energy_shape(self.gates[0], cfg)
 
     def _init_weights(self, seed: int) -> None:
         """nanoGPT's init: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 n_layer).
