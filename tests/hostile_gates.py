@@ -62,14 +62,14 @@ class RaisingInitGate(_Projected):
 
 
 class NanAfterGate(_Projected):
-    """Turns its energy into NaN once training has run ``EGA_TEST_NAN_AFTER`` forward passes (default 3)."""
+    """Turns its energy into NaN after ``EGA_TEST_NAN_AFTER`` training forward passes (default 1): at step 1."""
 
     def __init__(self, n_embd: int, n_head: int, tau_init: float = 0.0, alpha_init: float = 1.0) -> None:
         super().__init__(n_embd, n_head, tau_init, alpha_init)
         self.calls = 0
 
     def energy(self, x: torch.Tensor) -> torch.Tensor:
-        if self.training:
+        if self.training and torch.is_grad_enabled():  # a training step's forward, each layer's gate its own
             self.calls += 1
         e = super().energy(x)
-        return e * torch.nan if self.calls > int(os.environ.get("EGA_TEST_NAN_AFTER", "3")) else e
+        return e * torch.nan if self.calls > int(os.environ.get("EGA_TEST_NAN_AFTER", "1")) else e

@@ -207,6 +207,11 @@ def _require_gate_class(obj: Any, what: str) -> type[Gate]:
 # ----------------------------------------------------------------------------- lookups
 
 
+def registered_gates() -> dict[str, type[Gate]]:
+    """The gates registered so far (the built-in ones, and those of code imported), by name."""
+    return dict(_GATES)
+
+
 def gate_names() -> list[str]:
     """``none``, the registered names and the entry points' names (these not imported yet)."""
     return [NO_GATE, *sorted(set(_GATES) | set(entry_point_gates()))]
@@ -227,7 +232,8 @@ def gate_class(gate: GateSpec) -> type[Gate] | None:
         return _import_path(gate)
     raise GateError(
         f"Unknown gate {gate!r}. Registered gates: {', '.join(gate_names())}. "
-        "A gate of your own is named by its import path, e.g. --model.gate=my_gates.AbsEnergyGate."
+        "A gate of your own is named by its import path, e.g. --model.gate=my_gates.AbsEnergyGate; one an "
+        f"installed package declared (entry point group {ENTRY_POINT_GROUP}) needs that package installed."
     )
 
 
