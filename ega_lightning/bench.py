@@ -33,7 +33,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ega_lightning.data.corpora import CORPORA
-from ega_lightning.gates import Gate, GateError, gate_class, gate_names
+from ega_lightning.errors import UserError
+from ega_lightning.gates import Gate, gate_class, gate_names
 from ega_lightning.generate import generate
 from ega_lightning.io import read_yaml, write_atomic
 from ega_lightning.model.attention import (
@@ -355,7 +356,7 @@ def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
     path = configs / "size" / f"{size}.yaml"
     if not path.is_file():
         available = ", ".join(sorted(p.stem for p in (configs / "size").glob("*.yaml")))
-        raise SystemExit(f"error: no model size {size!r} in {configs / 'size'} (available: {available}).")
+        raise UserError(f"no model size {size!r} in {configs / 'size'} (available: {available}); see --configs.")
     raw = read_yaml(path, missing_ok=False)
     shape = {k: raw["model"][k] for k in ("n_layer", "n_head", "n_embd", "block_size")}
     return shape, raw["data"]["batch_size"]
@@ -369,14 +370,13 @@ def gate_settings(configs: Path, names: list[str] | None) -> dict[str, dict[str,
     found = {p.stem: load_yaml_model(p) for p in sorted((configs / "gate").glob("*.yaml"))}
     for name in names or []:
         if name not in found and ("." in name or name in gate_names()):
-            try:
-                gate_class(name)
-            except GateError as err:
-                raise SystemExit(f"error: {err}") from None
+            gate_class(name)  # a GateError (a UserError) says what is wrong with it
             found[name] = {"gate": name}
     unknown = sorted(set(names or []) - found.keys())
     if unknown:
-        raise SystemExit(f"error: no gate config {unknown} in {configs / 'gate'} (available: {', '.join(found)}).")
+        raise UserError(f"no gate config {unknown} in {configs / 'gate'} (available: {', '.join(found)}).")
+    if "none" not in found:  # every table is relative to the baseline
+        raise UserError(f"no baseline config none.yaml in {configs / 'gate'}; see --configs.")
     chosen = {k: v for k, v in found.items() if names is None or k in names or k == "none"}
     return {"none": chosen.pop("none"), **chosen}
 
@@ -648,7 +648,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="ega bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["cpu", "paper"], help="model sizes from configs/size/")
     parser.add_argument("--gates", nargs="+", default=None, help="gate configs from configs/gate/ (default: all)")
-    parser.add_argument("--configs", type=Path, default=Path("configs"), help="config directory (default configs)")
+    parser.add_argument(
+        "--configs",
+        type=Path,
+        default=None,
+        help="the configs directory (size/, gate/); default: ./configs if there, else the packaged configs",
+    )
     parser.add_argument("--repeats", type=int, default=7, help="timed repetitions per contender, >= 3 (default 7)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps before timing (default 2)")
     parser.add_argument("--batch_size", type=int, default=None, help="override the size's batch size")
@@ -687,6 +692,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--generation_repeats must be positive, got {args.generation_repeats}")
     if args.generation_only and (args.no_generation or args.compile):
         parser.error("--generation_only times generation alone: it takes neither --no_generation nor --compile")
+    if args.configs is None:
+        from ega_lightning.cli import PACKAGED_CONFIGS  # here: cli imports this module's main lazily
+
+        args.configs = Path("configs") if Path("configs/size").is_dir() else PACKAGED_CONFIGS
+    for size in {*([] if args.generation_only else args.sizes), *([] if args.no_generation else args.generation_sizes)}:
+        size_settings(args.configs, size)  # every size named before any is timed
     device = torch.device(args.device)
     gates = gate_settings(args.configs, args.gates)
     started = datetime.now(UTC)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
+import re
 import signal
 import sys
+from collections.abc import Collection
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
@@ -18,7 +23,14 @@ from ega_lightning import commands, runs, summary
 from ega_lightning.callbacks import LastCheckpoint
 from ega_lightning.checkpoint_io import load_checkpoint
 from ega_lightning.data import CharDataModule
-from ega_lightning.errors import DEBUG_ENV, UserError, print_user_error
+from ega_lightning.errors import (
+    DEBUG_ENV,
+    MACHINE_REFUSED,
+    UserError,
+    describe_refusal,
+    machine_refusal,
+    print_user_error,
+)
 from ega_lightning.module import RUNTIME_KEYS, SHAPE_KEYS, CharLM, NonFiniteLossError
 
 PACKAGED_CONFIGS = Path(__file__).resolve().parent / "configs"
@@ -53,6 +65,24 @@ class SaveRunConfig(SaveConfigCallback):
         stage = getattr(stage, "value", stage)  # TrainerFn or str
         self.config_filename = "config.yaml" if stage == "fit" else f"config_{stage}.yaml"
         super().setup(trainer, pl_module, stage)
+
+
+class EgaArgumentParser(LightningArgumentParser):
+    """Lightning's parser; its errors are one paragraph that names the flag and where --help is, not the usage."""
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if not self.exit_on_error:
+            super().error(message, ex)  # raises: the caller handles it
+        parser = getattr(ex, "subcommand_parser", None) or self
+        command = next((c for c in LIGHTNING_SUBCOMMANDS if parser.prog.split()[-1:] == [c]), "fit")
+        text = " ".join(line.strip() for line in message.strip().splitlines())
+        key = re.search(r'Parser key "([^"]+)"', text)
+        where = f"--{key.group(1)}: " if key else ""
+        print(
+            f"ega {command}: error: {text}\n{where}see `ega {command} --help` for the accepted options and values.",
+            file=sys.stderr,
+        )
+        self.exit(2)
 
 
 class EgaCLI(LightningCLI):
@@ -96,7 +126,8 @@ class EgaCLI(LightningCLI):
         Lightning overwrites every model argument with the checkpoint's. Here, a model-defining argument
         (``SHAPE_KEYS``) that the command sets to another value than the checkpoint's is an error that
         names both: for ``fit`` every one (a resumed or continued run trains the model its config
-        describes), for ``validate``/``test`` those given explicitly (differing from the defaults). A
+        describes), for ``validate``/``test`` those the user typed (a flag or a -c file), whatever their
+        value: the merged config cannot tell a flag given at its default from one not given. A
         runtime argument (``RUNTIME_KEYS``) keeps the command's value. The corpus follows the checkpoint.
         """
         subcommand = self.config.get("subcommand")
@@ -116,10 +147,12 @@ class EgaCLI(LightningCLI):
         else:
             path = Path(ckpt_path)
         ckpt = load_checkpoint(path)
+        if ckpt_path == "last":
+            self._resume_step = ckpt.get("global_step")
         saved = ckpt["hyper_parameters"]
         asked = config.model.clone()
-        defaults = self._parser(subcommand).get_defaults().model
-        _check_model_matches(asked, defaults, saved, path, strict=subcommand == "fit")
+        strict = subcommand == "fit"
+        _check_model_matches(asked, SHAPE_KEYS if strict else typed_model_keys(self._typed), saved, path, strict)
         if ckpt_path != "last":  # a run resumed from its own last.ckpt already has the right config
             super()._parse_ckpt_path()
         config = self.config[subcommand]
@@ -130,12 +163,22 @@ class EgaCLI(LightningCLI):
         if corpus is not None:
             config.data.corpus = corpus
 
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        self._typed = list(sys.argv[1:] if args is None else args)  # what the user typed, for _parse_ckpt_path
+        super().parse_arguments(parser, args)
+
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
         if self.subcommand == "fit" and (config.trainer.max_steps is None or config.trainer.max_steps < 1):
             raise UserError(
                 f"trainer.max_steps is {config.trainer.max_steps}; set a positive number of optimizer steps "
                 "(--trainer.max_steps=N): the learning-rate schedule and the data are step-based."
+            )
+        interval = config.trainer.val_check_interval
+        if isinstance(interval, int | float) and interval <= 0:
+            raise UserError(
+                f"trainer.val_check_interval is {interval}; set a positive number of optimizer steps between "
+                "evaluations (--trainer.val_check_interval=N)."
             )
         if config.checkpoint_every_n_steps < 0:
             raise UserError(f"checkpoint_every_n_steps must be >= 0 (0: never), got {config.checkpoint_every_n_steps}.")
@@ -155,6 +198,12 @@ class EgaCLI(LightningCLI):
         for callback in _as_list(config.trainer.callbacks):
             if _is_model_checkpoint(callback) and callback.init_args.get("dirpath") is None:
                 callback.init_args.dirpath = str(run_dir / "checkpoints")
+        not_a_dir = next((d for d in (run_dir, *run_dir.parents) if d.exists() and not d.is_dir()), None)
+        if not_a_dir is not None:
+            raise UserError(
+                f"{not_a_dir} is a file, so the run directory {run_dir} cannot be made there. Give --runs_dir "
+                "(and --run_name) a directory, or a path that does not exist yet."
+            )
         self._run_dir = run_dir
         if rank_zero_only.rank != 0:  # the other ranks of a DDP run write into rank 0's run, under its lock
             return
@@ -182,6 +231,8 @@ class EgaCLI(LightningCLI):
             run_dir = self._run_dir if self.trainer.logger is not None else None
             print(summary.evaluation_summary(stage, metrics, ckpt_path, run_dir, self.datamodule.corpus.name))
 
+    _resume_step: int | None = None  # the global step of the last.ckpt a fit resumes
+
     def instantiate_classes(self) -> None:
         try:
             super().instantiate_classes()
@@ -189,6 +240,11 @@ class EgaCLI(LightningCLI):
             raise
         except ValueError as err:  # the constructors' argument checks: a user's mistake, said in one line
             raise UserError(str(err)) from err
+        for logger in self.trainer.loggers if self._resume_step is not None else []:
+            if isinstance(logger, TensorBoardLogger) and logger._kwargs.get("purge_step") is None:
+                # what the stopped process logged from this step on is logged again: TensorBoard drops the old
+                # events (SummaryWriter's purge_step), so no step shows twice
+                logger._kwargs["purge_step"] = self._resume_step
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         every = self._get(self.config, "checkpoint_every_n_steps")
@@ -220,23 +276,39 @@ def _is_model_checkpoint(callback: Any) -> bool:
 
 
 def run_dir_of(config: Namespace) -> Path:
+    if config.run_name:  # empty or None: the default name
+        runs.check_run_name(config.run_name)
     return Path(config.runs_dir) / (config.run_name or default_run_name(config))
 
 
+def typed_model_keys(argv: list[str]) -> set[str]:
+    """The model-defining arguments (``SHAPE_KEYS``) a command line sets: ``--model.<key>`` flags and the
+    ``model:`` section of its -c files (already resolved to paths, see `resolve_config_args`)."""
+    typed: set[str] = set()
+    for i, arg in enumerate(argv):
+        if arg.startswith("--model."):
+            typed.add(arg.removeprefix("--model.").split("=", 1)[0].split(".", 1)[0])
+        config = argv[i + 1] if arg in ("-c", "--config") and i + 1 < len(argv) else None
+        if arg.startswith("--config="):
+            config = arg.split("=", 1)[1]
+        if config is not None:
+            model = (yaml.safe_load(Path(config).read_text()) or {}).get("model")
+            typed |= set(model) if isinstance(model, dict) else set()
+    return typed & set(SHAPE_KEYS)
+
+
 def _check_model_matches(
-    asked: Namespace, defaults: Namespace, saved: dict[str, Any], path: Path, strict: bool
+    asked: Namespace, keys: Collection[str], saved: dict[str, Any], path: Path, strict: bool
 ) -> None:
-    """Raises a UserError naming every model-defining argument the command sets unlike the checkpoint."""
+    """Raises a UserError naming every model-defining argument of ``keys`` the command sets unlike the checkpoint."""
     differ = []
     for key in SHAPE_KEYS:
-        if key not in saved or key not in asked:
+        if key not in keys or key not in saved or key not in asked:
             continue
-        value, default = asked[key], defaults.get(key)
+        value, theirs = asked[key], saved[key]
         if key == "gate_options":  # None and {} are the same options
-            value, default, theirs = value or {}, default or {}, saved[key] or {}
-        else:
-            theirs = saved[key]
-        if (strict or value != default) and value != theirs:
+            value, theirs = value or {}, theirs or {}
+        if value != theirs:
             differ.append(f"{key}: checkpoint {theirs!r}, this command {value!r}")
     if differ:
         how = (
@@ -271,6 +343,7 @@ def _check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> 
                 f"--ckpt_path last, but the run in {run_dir} stopped before it wrote its first {runs.LAST}, so "
                 f"there is nothing to resume: drop --ckpt_path and {start_over}."
             )
+        runs.remove_temporaries(run_dir)
         return
     if ckpt_path is not None:
         if state is not runs.FitState.FRESH and Path(ckpt_path).resolve() != last.resolve():
@@ -324,6 +397,12 @@ def resolve_config(name: str) -> str:
     """
     if Path(name).is_file():
         return name
+    if Path(name).is_dir():
+        found = sorted(str(p.relative_to(name)) for p in Path(name).rglob("*.yaml"))[:4]
+        raise UserError(
+            f"-c {name} is a directory; -c takes one config file"
+            + (f", e.g. one of those in it: {', '.join(found)}." if found else ".")
+        )
     for candidate in (name, name.removeprefix("configs/")):
         packaged = PACKAGED_CONFIGS / candidate
         if packaged.is_file():
@@ -335,9 +414,10 @@ def resolve_config(name: str) -> str:
     )
 
 
-def _check_yaml(path: str) -> None:
+def _check_yaml(path: str) -> bool:
+    """Whether a config file sets anything (False: empty, or only comments); a UserError if it is no config."""
     try:
-        yaml.safe_load(Path(path).read_text())
+        content = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
@@ -347,6 +427,12 @@ def _check_yaml(path: str) -> None:
         ) from None
     except (OSError, UnicodeDecodeError) as err:
         raise UserError(f"config file {path} cannot be read: {err}.") from None
+    if content is not None and not isinstance(content, dict):
+        raise UserError(
+            f"config file {path} holds a {type(content).__name__}, not a mapping of options: write it as "
+            "`model:`, `data:`, `trainer:` ... sections, as the packaged configs are (e.g. gate/db4.yaml)."
+        )
+    return content is not None
 
 
 def resolve_config_args(argv: list[str]) -> list[str]:
@@ -357,17 +443,34 @@ def resolve_config_args(argv: list[str]) -> list[str]:
         arg = argv[i]
         if arg in ("-c", "--config") and i + 1 < len(argv):
             path = resolve_config(argv[i + 1])
-            _check_yaml(path)
-            out += [arg, path]
+            out += [arg, path] if _check_yaml(path) else []  # an empty config sets nothing
             i += 2
             continue
         if arg.startswith("--config="):
             path = resolve_config(arg.split("=", 1)[1])
-            _check_yaml(path)
-            arg = f"--config={path}"
-        out.append(arg)
+            arg = f"--config={path}" if _check_yaml(path) else ""
+        if arg in _FLOAT_FLAGS and i + 1 < len(argv):  # --model.lr inf
+            out += [arg, _NON_FINITE.get(argv[i + 1].lower(), argv[i + 1])]
+            i += 2
+            continue
+        out += [_yaml_float(arg)] if arg else []
         i += 1
     return out
+
+
+_FLOAT_FLAGS = tuple(
+    f"--model.{name}" for name, p in inspect.signature(CharLM.__init__).parameters.items() if p.annotation == "float"
+)
+_NON_FINITE = {"nan": ".nan", "inf": ".inf", "+inf": ".inf", "-inf": "-.inf", "infinity": ".inf", "-infinity": "-.inf"}
+
+
+def _yaml_float(arg: str) -> str:
+    """``--model.tau_init=nan`` as YAML spells it (``.nan``), so that the model's check says what is wrong with
+    it, rather than the parser, which reads ``nan`` as a string."""
+    flag, _, value = arg.partition("=")
+    if flag in _FLOAT_FLAGS and value.lower() in _NON_FINITE:
+        return f"{flag}={_NON_FINITE[value.lower()]}"
+    return arg
 
 
 def main(args: Any = None) -> None:
@@ -379,6 +482,15 @@ def main(args: Any = None) -> None:
         return commands.main(argv)  # the overview and the tools, which need no Lightning
     command = argv[0] if argv and argv[0] in LIGHTNING_SUBCOMMANDS else "fit"
     defaults = [str(PACKAGED_CONFIGS / name) for name in DEFAULT_CONFIGS]
+    # Lightning turns Ctrl-C into exit status 1, as for a crash: remember that it was one
+    interrupted: list[int] = []
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the caller ignores Ctrl-C
+        signal.signal(signal.SIGINT, on_sigint)
     try:
         _TYPED[:] = argv
         summary.quiet_lightning()
@@ -393,6 +505,7 @@ def main(args: Any = None) -> None:
             auto_configure_optimizers=False,
             save_config_callback=SaveRunConfig,
             save_config_kwargs={"overwrite": True},
+            parser_class=EgaArgumentParser,
             parser_kwargs={
                 sub: {"default_config_files": defaults, "description": commands.COMMANDS[sub][1]}
                 for sub in LIGHTNING_SUBCOMMANDS
@@ -412,9 +525,35 @@ def main(args: Any = None) -> None:
         _undo()
         print_user_error(command, err)
         raise SystemExit(2) from None
+    except (KeyboardInterrupt, SystemExit) as err:
+        if not interrupted or (isinstance(err, SystemExit) and err.code != 1):
+            raise
+        print(f"ega {command}: interrupted (Ctrl-C). {_keep_or_undo(command)}", file=sys.stderr)
+        raise SystemExit(128 + signal.SIGINT) from None
     except NonFiniteLossError as err:  # the run's own outcome, not a bug: its checkpoints are kept
         print_user_error(command, err)
         raise SystemExit(1) from None
+    except Exception as err:
+        refusal = machine_refusal(err)
+        if refusal is None:
+            raise
+        _refused(command, refusal, _keep_or_undo(command))
+
+
+def _keep_or_undo(command: str) -> str:
+    """After a stop the command did not choose (Ctrl-C, a refused write): a run that can be resumed is kept,
+    else what this command wrote is removed, so that nothing blocks the next try; says which."""
+    if command == "fit" and _UNDO is not None and runs.fit_state(_UNDO[0]) is runs.FitState.RESUME:
+        return f"The run in {_UNDO[0]} is kept: resume it with the same command and --ckpt_path last."
+    with contextlib.suppress(OSError):  # a read-only filesystem refuses the removals; it holds nothing new either
+        _undo()
+    return "What this command had written is removed, so the same command starts afresh."
+
+
+def _refused(command: str, err: OSError, outcome: str) -> NoReturn:
+    """The machine's refusal (disk full, read-only, no permission) in one paragraph; exit MACHINE_REFUSED."""
+    print_user_error(command, UserError(f"{describe_refusal(err)} {outcome}".strip()))
+    raise SystemExit(MACHINE_REFUSED) from None
 
 
 if __name__ == "__main__":

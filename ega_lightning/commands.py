@@ -11,7 +11,14 @@ import importlib
 import os
 import sys
 
-from ega_lightning.errors import DEBUG_ENV, UserError, print_user_error
+from ega_lightning.errors import (
+    DEBUG_ENV,
+    MACHINE_REFUSED,
+    UserError,
+    describe_refusal,
+    machine_refusal,
+    print_user_error,
+)
 
 # name: (module with a main(argv), one line for `ega --help`); fit/validate/test are Lightning's (cli.py)
 COMMANDS = {
@@ -67,6 +74,12 @@ def main(args: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    except Exception as err:
+        refusal = machine_refusal(err)  # disk full, read-only: the machine's word, not a bug
+        if refusal is None:
+            raise
+        print_user_error(argv[0], UserError(describe_refusal(refusal)))
+        raise SystemExit(MACHINE_REFUSED) from None
     if code:
         raise SystemExit(code)
 

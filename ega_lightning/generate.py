@@ -132,6 +132,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.top_k is not None and args.top_k < 1:
         parser.error(f"--top_k must be positive, got {args.top_k}")
 
+    try:
+        torch.empty(0, device=args.device)  # a device this machine lacks fails here, not deep in loading
+    except (RuntimeError, AssertionError) as err:  # torch without CUDA asserts
+        raise UserError(
+            f"--device {args.device} cannot be used on this machine ({str(err).splitlines()[0]}). "
+            f"Use --device cpu{', or cuda' if torch.cuda.is_available() else ''}."
+        ) from None
+
     # Lightning is slow to import: only once the arguments are valid
     from ega_lightning.checkpoint_io import load_checkpoint
     from ega_lightning.module import CharLM

@@ -17,6 +17,9 @@ from typing import IO, Any
 
 import yaml
 
+TEMPORARY_SUFFIX = ".tmp"  # atomic_file's temporary files are .<name>.<random>.tmp
+TEMPORARY_GLOB = f".*{TEMPORARY_SUFFIX}"  # what a kill during a write leaves behind
+
 
 @contextlib.contextmanager
 def atomic_file(path: Path | str, mode: str = "w") -> Iterator[IO[Any]]:
@@ -29,9 +32,10 @@ def atomic_file(path: Path | str, mode: str = "w") -> Iterator[IO[Any]]:
         raise ValueError(f"atomic_file writes with mode 'w' or 'wb', got {mode!r}.")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)  # reopened by name, so that fh.name is the temporary file's path
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() makes files: mkstemp's 0600 hides them from a group
+        os.close(fd)  # reopened by name, so that fh.name is the temporary file's path
         with open(tmp, mode) as fh:
             yield fh
             fh.flush()
@@ -39,6 +43,12 @@ def atomic_file(path: Path | str, mode: str = "w") -> Iterator[IO[Any]]:
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)  # gone after the rename; removed after any failure
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 def write_atomic(path: Path | str, data: str | bytes) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -13,7 +14,8 @@ from torchmetrics import MeanMetric
 
 from ega_lightning.data.datamodule import Batch
 from ega_lightning.data.tokenizer import CharTokenizer
-from ega_lightning.gates import NO_GATE, ZNORM_MODES, Gate, check_gate_options, require_slot
+from ega_lightning.gates import NO_GATE, ZNORM_MODES, Gate, check_gate_options, gate_class, require_slot
+from ega_lightning.gates.registry import is_builtin
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, require_flex_attention
 from ega_lightning.seeding import derive_seed
 
@@ -89,6 +91,7 @@ class CharLM(L.LightningModule):
             _require(value >= 1, f"model.{name} must be a positive integer, got {value}.")
         _require(n_embd % n_head == 0, f"model.n_embd ({n_embd}) must be divisible by model.n_head ({n_head}).")
         _require(0.0 <= dropout < 1.0, f"model.dropout must be in [0, 1), got {dropout}.")
+        _require(math.isfinite(lr), f"model.lr must be a finite number, got {lr}.")
         _require(lr > 0, f"model.lr must be positive, got {lr}.")
         _require(0 <= min_lr <= lr, f"model.min_lr must be in [0, lr={lr}], got {min_lr}.")
         _require(warmup_steps >= 0, f"model.warmup_steps must be >= 0, got {warmup_steps}.")
@@ -130,6 +133,12 @@ class CharLM(L.LightningModule):
                 attention=attention,
                 output_gate=output_gate,
             )
+        )
+        _require(
+            block_size >= 2 or not any(isinstance(g, Gate) for g in self.model.gates),
+            f"model.block_size 1 with the gate {gate}: an energy gate z-normalises its energy over the positions "
+            "seen so far, and with one position z is 0 everywhere, so the gate would be a constant. "
+            "Use model.block_size >= 2, or model.gate=none.",
         )
         # a compiled function, not a module: the state dict keeps its keys (no `_orig_mod.`)
         self._compiled_forward = torch.compile(self.model.forward) if compile else None
@@ -184,15 +193,32 @@ class CharLM(L.LightningModule):
         grad_norm = torch.linalg.vector_norm(torch.stack(norms))
         self.log("train/grad_norm", grad_norm)
         if not torch.isfinite(grad_norm):
-            ckpt_dirs = {cb.dirpath for cb in self.trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)}
-            where = ", ".join(sorted(str(d) for d in ckpt_dirs)) or "(no checkpoint directory)"
-            raise NonFiniteLossError(
-                f"Training stopped at step {self.trainer.global_step}: the gradient norm is {grad_norm.item()} "
-                f"(the loss became NaN or infinite). Likely causes: a learning rate too high for this model "
-                f"(model.lr={self.hparams.lr}, warmup_steps={self.hparams.warmup_steps}) or, under bf16/fp16, "
-                f"an overflow. Checkpoints written before this step are intact in {where} (last.ckpt was not "
-                "overwritten). Start a new run (--run_name) with a lower --model.lr or more --model.warmup_steps."
-            )
+            raise NonFiniteLossError(self._non_finite_message(grad_norm.item()))
+
+    def _non_finite_message(self, grad_norm: float) -> str:
+        """Why training stopped, the likely causes (the user's own gate first) and which checkpoints exist."""
+        hp = self.hparams
+        ckpt_dirs = {Path(cb.dirpath) for cb in self.trainer.checkpoint_callbacks if getattr(cb, "dirpath", None)}
+        kept = sorted(str(p) for d in ckpt_dirs for p in d.glob("*.ckpt"))
+        kept_sentence = (
+            f"The checkpoints written before this step are kept ({', '.join(kept)}; none is overwritten)."
+            if kept
+            else "No checkpoint was written before this step."
+        )
+        gate = gate_class(hp.gate)
+        own_gate = gate is not None and not is_builtin(gate)
+        check = f"`ega check-gate {hp.gate}` checks the gate for non-finite values"
+        causes = [
+            f"a learning rate too high for this model (model.lr={hp.lr}, warmup_steps={hp.warmup_steps})",
+            "under bf16/fp16, an overflow",
+        ]
+        if gate is not None:  # the gate's energy is the first suspect when it is the user's own code
+            causes.insert(0 if own_gate else 2, f"the gate's energy ({check})")
+        return (
+            f"Training stopped at step {self.trainer.global_step}: the gradient norm is {grad_norm} (the loss "
+            f"became NaN or infinite). Likely causes: {'; '.join(causes)}. {kept_sentence} Start a new run "
+            "(--run_name) once the cause is fixed, e.g. with a lower --model.lr or more --model.warmup_steps."
+        )
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         saved = checkpoint.get("hyper_parameters", {})

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ega_lightning.errors import UserError
+from ega_lightning.io import TEMPORARY_GLOB
 
 LOCK_FILE = ".lock"
 LOCK_FD_ENV = "EGA_RUN_LOCK_FD"  # a locked file of this run inherited from `ega sweep`
@@ -40,6 +41,16 @@ class FitState(enum.Enum):
 
 class RunBusy(UserError):
     """Another process holds the run directory's lock."""
+
+
+def check_run_name(name: str) -> None:
+    """A run name names one directory under the runs directory: never a path out of it, nor the runs directory."""
+    if name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise UserError(
+            f"--run_name {name!r} is not a run name: it names one directory under --runs_dir, so it must not be "
+            "'.' or '..', nor contain '/' or '\\'. Give a plain name (e.g. --run_name=my-run), and choose "
+            "where runs go with --runs_dir."
+        )
 
 
 def outputs(run_dir: Path) -> list[Path]:
@@ -62,6 +73,12 @@ def clear_outputs(run_dir: Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
+
+
+def remove_temporaries(run_dir: Path) -> None:
+    """Removes what writes a kill interrupted left (`io.atomic_file`'s temporary files): on resuming a run."""
+    for path in run_dir.rglob(TEMPORARY_GLOB):
+        path.unlink(missing_ok=True)
 
 
 def try_lock(run_dir: Path) -> TextIO | None:

@@ -20,6 +20,9 @@ CONFIGS = REPO / "configs"
 # Small enough for a CPU test, large enough to have several heads and layers.
 TINY_MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
 TINY_VOCAB = CORPORA["tinyshakespeare"].vocab
+# the real CLI at the test size, and a fit of two steps
+TINY = [*(f"--model.{k}={v}" for k, v in TINY_MODEL.items()), "--data.batch_size=4", "--data.max_eval_windows=4"]
+SHORT = ["--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false"]
 
 
 @pytest.fixture(scope="session")
@@ -79,3 +82,13 @@ def torch_without_flex(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(attention, "has_flex_attention", lambda: False)
     monkeypatch.setattr(attention, "_flex", no_flex)
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory, data_dir) -> Path:
+    """best.ckpt of a two-step `ega fit` at the test size with gate db2 (not the default gate, linear)."""
+    cwd = tmp_path_factory.mktemp("ckpt")
+    args = ["fit", *TINY, *SHORT, "--model.gate=db2", "--run_name=tiny"]
+    result = run_ega(args, cwd, env={"EGA_DATA_DIR": str(data_dir)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return cwd / "lightning_logs/tiny/checkpoints/best.ckpt"

@@ -24,6 +24,13 @@ def scalars(run_dir: Path, tag: str) -> dict[int, float]:
     return {e.step: e.value for e in sorted(events.Scalars(tag), key=lambda e: e.wall_time)}
 
 
+def logged_steps(run_dir: Path, tag: str) -> list[int]:
+    """Every step ``tag`` was logged at, in the order TensorBoard reads them (a step logged twice shows twice)."""
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})
+    events.Reload()
+    return [e.step for e in events.Scalars(tag)]
+
+
 def has_corpora(directory: Path) -> bool:
     return all((directory / f.relpath).is_file() for corpus in CORPORA.values() for f in corpus.files)
 
@@ -80,8 +87,8 @@ class KillAfterSave(L.Callback):
     The most unlucky moment for a resume: the checkpoint is on disk, what would come next is not.
     """
 
-    def __init__(self, step: int, name: str = "last.ckpt") -> None:
-        self.step, self.name = step, name
+    def __init__(self, step: int, name: str = "last.ckpt", flush_logs: bool = False) -> None:
+        self.step, self.name, self.flush_logs = step, name, flush_logs
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         io = trainer.strategy.checkpoint_io
@@ -90,6 +97,8 @@ class KillAfterSave(L.Callback):
         def save_then_kill(checkpoint, path, storage_options=None) -> None:
             save(checkpoint, path, storage_options)
             if Path(path).name == self.name and checkpoint["global_step"] >= self.step:
+                for logger in trainer.loggers if self.flush_logs else []:  # what was logged is on disk
+                    logger.save()
                 os.kill(os.getpid(), signal.SIGKILL)
 
         io.save_checkpoint = save_then_kill

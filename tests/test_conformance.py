@@ -151,3 +151,20 @@ def test_the_cli_prints_one_line_per_property_and_exits_by_verdict(capsys):
     ]
     assert out[-1] == "7 properties, 1 failed: params_per_layer."
     assert main(["linear", "--only", "causal"]) == 0
+
+
+def test_a_leak_that_reaches_one_position_only_is_caught():
+    # the reflect padding lets position 0 read x_2; only the log-gate at position 1 moves, and only
+    # when token 2 changes: a property that perturbs a sample of positions passes it
+    from .hostile_gates import ReflectConvGate
+
+    report = check_gate(ReflectConvGate, properties=["causal"])
+    assert report.failed == ["causal"]
+    assert report["causal"].detail.startswith("changing token 2 moved the log-gate at 1 of the 2 positions")
+
+
+def test_a_wrong_energy_shape_is_one_error_naming_the_shape_expected():
+    from .hostile_gates import WrongShapeGate
+
+    with pytest.raises(UserError, match=r"returned shape \(1, 32, 2\) .* must return \(B, n_head, T\) = \(1, 2, 32\)"):
+        check_gate(WrongShapeGate)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from .conftest import CONFIGS, REPO, TINY_MODEL
-from .helpers import scalars
+from .helpers import logged_steps, scalars
 
 pytestmark = pytest.mark.slow
 
@@ -116,6 +116,25 @@ def test_a_kill_right_after_a_checkpoint_loses_no_validation(tmp_path, env):
     for a, b in zip(full_tau["history"], resumed_tau["history"], strict=True):
         assert b["gate/tau_mean"] == pytest.approx(a["gate/tau_mean"], abs=1e-6)
     assert resumed_tau["converged"] == full_tau["converged"]
+
+
+def test_what_a_killed_run_logged_after_its_last_checkpoint_is_not_shown_twice(tmp_path, env):
+    # killed after the validation of step 8 reached the event file, before the last.ckpt of step 8 (of step 4
+    # on disk): the resumed run validates step 8 again, and TensorBoard keeps that one only
+    every = ["--checkpoint_every_n_steps=4"]
+    kill = ["--trainer.callbacks+=tests.helpers.KillAfterSave", "--trainer.callbacks.step=8"]
+    kill += ["--trainer.callbacks.name=best.ckpt", "--trainer.callbacks.flush_logs=true"]
+    killed = ega([*ARGS, *every, *kill, "--run_name=r"], tmp_path, env)
+    killed.communicate(timeout=300)
+    run_dir = tmp_path / "lightning_logs/r"
+    assert killed.returncode == -signal.SIGKILL and checkpoint_step(run_dir / "checkpoints/last.ckpt") == 4
+    assert logged_steps(run_dir, "val/loss") == [7]  # on disk before the kill
+
+    resumed = ega([*ARGS, *every, "--run_name=r", "--ckpt_path=last"], tmp_path, env)
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err[-3000:]
+    assert logged_steps(run_dir, "val/loss") == [7, 15]
+    assert logged_steps(run_dir, "train/loss") == list(range(MAX_STEPS))
 
 
 def test_sigterm_exits_nonzero_so_a_cut_short_run_is_not_taken_for_finished(tmp_path, env):

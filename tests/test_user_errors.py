@@ -10,26 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import TINY_MODEL, run_ega
+from .conftest import REPO, SHORT, TINY, run_ega
 from .helpers import scalars
 
 pytestmark = pytest.mark.slow
 
-TINY = [*(f"--model.{k}={v}" for k, v in TINY_MODEL.items()), "--data.batch_size=4", "--data.max_eval_windows=4"]
-SHORT = ["--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false"]
-
 
 def written(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory, data_dir) -> Path:
-    """A tiny trained run's best.ckpt."""
-    cwd = tmp_path_factory.mktemp("ckpt")
-    result = run_ega(["fit", *TINY, *SHORT, "--run_name=tiny"], cwd, env={"EGA_DATA_DIR": str(data_dir)})
-    assert result.returncode == 0, result.stderr[-3000:]
-    return cwd / "lightning_logs/tiny/checkpoints/best.ckpt"
 
 
 def corrupt_dir(tmp_path: Path, text: bytes | None) -> Path:
@@ -39,6 +27,19 @@ def corrupt_dir(tmp_path: Path, text: bytes | None) -> Path:
     if text is not None:
         (root / "tinyshakespeare/input.txt").write_bytes(text)
     return root
+
+
+def with_gate(checkpoint: Path, gate: str, path: Path) -> Path:
+    """A copy of ``checkpoint`` that names another gate, as one trained with a gate no longer installed."""
+    ckpt = torch.load(checkpoint, weights_only=True)
+    ckpt["hyper_parameters"]["gate"] = gate
+    torch.save(ckpt, path)
+    return path
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
 
 
 def bad_yaml(tmp_path: Path) -> str:
@@ -70,7 +71,32 @@ ROWS = [
     ("corpus altered", ["fit", "--data.data_dir={altered}"], "truncated, altered or a different version"),
     ("corpus empty", ["fit", "--data.data_dir={emptyfile}"], "is empty"),
     ("corpus not utf-8", ["fit", "--data.data_dir={latin1}"], "truncated, altered or a different version"),
+    # a defining flag typed at its default value is still compared with the checkpoint (a db2 run, 2 layers)
+    ("gate flag at its default", ["validate", "--ckpt_path={ckpt}", "--model.gate=linear"], "gate: checkpoint 'db2'"),
+    ("n_layer flag at its default", ["test", "--ckpt_path={ckpt}", "--model.n_layer=4"], "n_layer: checkpoint 2, th"),
+    ("run name leaves the runs dir", ["fit", "--runs_dir=x/runs", "--run_name=../escape"], "'../escape' is not a run"),
+    ("run name is a path", ["fit", "--run_name=a/b"], "must not be '.' or '..', nor contain '/'"),
+    ("block_size 1, z-norm gate", ["fit", "--model.block_size=1"], "with one position z is 0 everywhere"),
+    ("gate __init__ raises", ["fit", "--model.gate=tests.hostile_gates.RaisingInitGate"], "raised RuntimeError: my"),
+    ("gate energy wrong shape", ["fit", "--model.gate=tests.hostile_gates.WrongShapeGate"], "(1, 2, 32), one energy"),
+    ("check-gate wrong shape", ["check-gate", "tests.hostile_gates.WrongShapeGate"], "must return (B, n_head, T)"),
+    ("bench unknown size", ["bench", "--sizes", "nosuch"], "no model size 'nosuch' in"),
+    ("val_check_interval 0", ["fit", "--trainer.val_check_interval=0"], "trainer.val_check_interval is 0; set a"),
+    ("generate, no such device", ["generate", "--ckpt_path={ckpt}", "--device", "cuda:99"], "cannot be used on this"),
+    ("runs_dir is a file", ["fit", "--runs_dir={file}"], "is a file, so the run directory"),
+    ("tau_init nan, as typed", ["fit", "--model.tau_init=nan"], "model.tau_init must be a finite number, got nan."),
+    ("alpha_init -inf", ["fit", "--model.alpha_init=-inf"], "model.alpha_init must be a finite number, got -inf."),
+    ("learning rate inf", ["fit", "--model.lr=inf"], "model.lr must be a finite number, got inf."),
+    ("wrong type", ["fit", "--model.n_layer=two"], "Parser key \"model.n_layer\": Expected a <class 'int'>"),
+    ("unknown flag", ["fit", "--nosuch=1"], "unrecognized arguments: --nosuch=1"),
+    ("gate_options a list", ["fit", "--model.gate_options=[1, 2]"], 'Parser key "model.gate_options"'),
+    ("config a YAML list", ["fit", "-c", "{listyaml}"], "list.yaml holds a list, not a mapping of options"),
+    ("config a directory", ["fit", "-c", "{confdir}"], "is a directory; -c takes one config file"),
+    ("gate's package uninstalled", ["generate", "--ckpt_path={powerg}"], "Unknown gate 'powerg'. Registered gates"),
+    # an empty config sets nothing: the command goes on (to a mistake of its own)
+    ("empty config", ["fit", "-c", "{emptyyaml}", "--trainer.max_steps=0"], "trainer.max_steps is 0; set a positive"),
 ]
+LIGHTNING = ("fit", "validate", "test")  # the rows of these commands run at the test size
 
 
 @pytest.mark.parametrize(("args", "message"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
@@ -89,22 +115,40 @@ def test_a_mistake_gets_one_paragraph_no_traceback_and_leaves_nothing(args, mess
         "{altered}": str(corrupt_dir(tmp_path / "b", b"First Citizen:\nnot the real file\n")),
         "{emptyfile}": str(corrupt_dir(tmp_path / "c", b"")),
         "{latin1}": str(corrupt_dir(tmp_path / "d", "Caf\xe9 de Paris\n".encode("latin-1"))),
+        "{file}": str(tmp_path / "random.ckpt"),
+        "{listyaml}": str(write(tmp_path / "list.yaml", "- model\n- data\n")),
+        "{emptyyaml}": str(write(tmp_path / "empty.yaml", "# all comments\n# model:\n")),
+        "{confdir}": str(tmp_path / "a"),
+        "{powerg}": str(with_gate(checkpoint, "powerg", tmp_path / "powerg.ckpt")),
     }
     for placeholder, value in fill.items():
         args = [a.replace(placeholder, value) for a in args]
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     # no proxy reaches anything: a download fails at once, as on an offline machine
     env = {"EGA_DATA_DIR": str(data_dir), "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}
-    command = args[:1] + ([] if args[0] == "generate" else [*TINY, *SHORT]) + args[1:]
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])  # tests.hostile_gates
+    command = args[:1] + ([*TINY, *SHORT] if args[0] in LIGHTNING else []) + args[1:]
     result = run_ega(command, cwd, env=env, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr + result.stdout
     error_lines = [line for line in result.stderr.splitlines() if line.startswith(f"ega {args[0]}: error: ")]
     assert len(error_lines) == 1, result.stderr[-3000:]
     assert message in error_lines[0]
+    if "powerg" in message:  # and the way out for a gate that came from a package
+        assert "(entry point group ega_lightning.gates) needs that package installed" in error_lines[0]
+    assert "usage:" not in result.stderr  # one paragraph, not the parser's whole usage
     assert written(cwd) == []  # no run directory, no config, no event file, no data directory
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before  # and nothing else was touched
+
+
+def test_a_parser_error_ends_in_a_line_naming_the_flag_and_where_help_is(tmp_path, data_dir):
+    result = run_ega(["fit", "--data.batch_size=1.5"], tmp_path, env={"EGA_DATA_DIR": str(data_dir)})
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-2:] == [
+        "ega fit: error: Parser key \"data.batch_size\": Expected a <class 'int'>. Got value: 1.5",
+        "--data.batch_size: see `ega fit --help` for the accepted options and values.",
+    ]
 
 
 def test_debug_shows_the_traceback_on_request(tmp_path, data_dir):

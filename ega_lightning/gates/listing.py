@@ -25,6 +25,7 @@ from ega_lightning.gates.registry import (
     gate_options,
     gate_params_per_layer,
     is_builtin,
+    registered_gates,
 )
 
 
@@ -81,9 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.n_head < 1 or args.n_embd < 1 or args.n_embd % args.n_head:
         parser.error(f"--n_embd ({args.n_embd}) must be a positive multiple of --n_head ({args.n_head})")
     try:
-        infos = [describe(name, args.n_embd, args.n_head) for name in args.gates or gate_names()]
-    except UserError as err:
-        print(f"ega gates: error: {err}", file=sys.stderr)
+        names = args.gates or gate_names()
+    except UserError as err:  # installed packages that clash: the built-in gates are still there
+        print(f"ega gates: warning: {err}", file=sys.stderr)
+        names = [NO_GATE, *(name for name, cls in sorted(registered_gates().items()) if is_builtin(cls))]
+    infos, broken = [], []
+    for name in names:
+        try:
+            infos.append(describe(name, args.n_embd, args.n_head))
+        except UserError as err:
+            broken.append(str(err))
+    for err in broken:  # one broken package does not hide the other gates; a gate you named is an error
+        print(f"ega gates: {'error' if args.gates else 'warning'}: {err}", file=sys.stderr)
+    if args.gates and broken:
         return 2
     header = ("gate", "slot", "source", "paper row", f"params/layer ({args.n_embd}x{args.n_head})", "receptive field")
     rows = [header] + [(i.name, i.slot, i.source, i.paper_row, i.params_per_layer, i.receptive_field) for i in infos]

@@ -215,6 +215,11 @@ def _require_gate_class(obj: Any, what: str) -> type[AnyGate]:
 # ----------------------------------------------------------------------------- lookups
 
 
+def registered_gates() -> dict[str, type[AnyGate]]:
+    """The gates registered so far (the built-in ones, and those of code imported), by name."""
+    return dict(_GATES)
+
+
 def gate_names(kind: type | None = None) -> list[str]:
     """``none``, the registered names and the entry points' names (these not imported yet); with ``kind``
     (e.g. `Gate`, `KeyBias`, `OutputGate`), ``none`` and the registered gates of that kind only."""
@@ -238,7 +243,8 @@ def gate_class(gate: GateSpec) -> type[AnyGate] | None:
         return _import_path(gate)
     raise GateError(
         f"Unknown gate {gate!r}. Registered gates: {', '.join(gate_names())}. "
-        "A gate of your own is named by its import path, e.g. --model.gate=my_gates.AbsEnergyGate."
+        "A gate of your own is named by its import path, e.g. --model.gate=my_gates.AbsEnergyGate; one an "
+        f"installed package declared (entry point group {ENTRY_POINT_GROUP}) needs that package installed."
     )
 
 

@@ -9,7 +9,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ega_lightning.gates import NO_GATE, KeyBias, OutputGate, build_gate, gate_params_per_layer
+from ega_lightning.gates import NO_GATE, Gate, GateError, KeyBias, OutputGate, build_gate, gate_params_per_layer
+from ega_lightning.gates.registry import _describe, gate_class, is_builtin, qualified_name
 from ega_lightning.model.attention import CausalSelfAttention, LayerCache
 
 
@@ -40,13 +41,65 @@ class MLP(nn.Module):
         return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
 
 
+def _spec(cfg: GPTConfig, slot: str) -> tuple[str | type, dict[str, Any]]:
+    """The gate a slot is given, and its options."""
+    return (cfg.gate, cfg.gate_options) if slot == "gate" else (cfg.output_gate, {})
+
+
+def _gate_name(cfg: GPTConfig, slot: str = "gate") -> str:
+    spec = _spec(cfg, slot)[0]
+    return spec if isinstance(spec, str) else qualified_name(spec)
+
+
+def _user_gate_failed(cfg: GPTConfig, what: str, err: Exception, slot: str = "gate") -> GateError:
+    name = _gate_name(cfg, slot)
+    return GateError(f"Gate {name!r}: {what} raised {_describe(err)}. Fix the gate; `ega check-gate {name}` checks it.")
+
+
+def _build_gate(cfg: GPTConfig, slot: str = "gate") -> KeyBias | OutputGate | None:
+    """One layer's gate in ``slot``; a user's gate whose constructor raises is a GateError naming where."""
+    spec, options = _spec(cfg, slot)
+    try:
+        return build_gate(spec, cfg.n_embd, cfg.n_head, slot=slot, **options)
+    except GateError:
+        raise
+    except Exception as err:
+        cls = gate_class(spec)
+        if cls is None or is_builtin(cls):  # a bug of ours: the traceback
+            raise
+        what = f"{cls.__name__}(n_embd={cfg.n_embd}, n_head={cfg.n_head}, ...)"
+        raise _user_gate_failed(cfg, what, err, slot) from err
+
+
+def _check_energy_shape(gate: Gate, cfg: GPTConfig) -> None:
+    """The energy must be (B, n_head, T): said once here, not as a size mismatch deep inside attention."""
+    T, C = cfg.block_size, cfg.n_embd
+    x = torch.linspace(-1.0, 1.0, T * C).view(1, T, C)
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):  # no effect on the run's random stream
+            shape = tuple(gate.energy(x).shape)
+    except Exception as err:
+        if is_builtin(type(gate)):
+            raise
+        raise _user_gate_failed(cfg, f"energy(x) for x of shape (B, T, C) = (1, {T}, {C})", err) from err
+    expected = (1, cfg.n_head, T)
+    if shape != expected:
+        transposed = shape == (1, T, cfg.n_head)
+        hint = " (it looks like (B, T, n_head): transpose it with .transpose(1, 2))" if transposed else ""
+        name = _gate_name(cfg)
+        raise GateError(
+            f"Gate {name!r}: energy(x) returned shape {shape} for x of shape (B, T, C) = (1, {T}, {C}); it "
+            f"must return (B, n_head, T) = {expected}, one energy per head and position{hint}. Fix the gate; "
+            f"`ega check-gate {name}` checks it."
+        )
+
+
 class Block(nn.Module):
     """Pre-LayerNorm transformer block; the gate reads the same ln_1(x) that feeds Q/K/V."""
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        gate = build_gate(cfg.gate, cfg.n_embd, cfg.n_head, **cfg.gate_options)
-        output_gate = build_gate(cfg.output_gate, cfg.n_embd, cfg.n_head, slot="output_gate")
+        gate, output_gate = _build_gate(cfg, "gate"), _build_gate(cfg, "output_gate")
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(
             cfg.n_embd, cfg.n_head, cfg.dropout, cfg.bias, gate, cfg.attention, output_gate=output_gate
@@ -74,6 +127,8 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying
         self._init_weights(init_seed)
+        if self.gates and isinstance(self.gates[0], Gate):  # every layer's gate is of one class
+            _check_energy_shape(self.gates[0], cfg)
 
     def _init_weights(self, seed: int) -> None:
         """nanoGPT's init: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 n_layer).

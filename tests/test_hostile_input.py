@@ -1,0 +1,132 @@
+"""Hostile but fair input through the real `ega`: a leak at one position, the machine refusing writes, Ctrl-C.
+
+The rows of plain user mistakes are in tests/test_user_errors.py; these need more than one command line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ega_lightning.errors import MACHINE_REFUSED
+
+from .conftest import REPO, SHORT, TINY, run_ega
+from .helpers import write_gate_package
+
+pytestmark = pytest.mark.slow
+
+FAULTS = Path(__file__).resolve().parent / "faults"  # a sitecustomize that refuses writes (see its docstring)
+
+
+def env_for(data_dir: Path, fault: str | None = None) -> dict[str, str]:
+    paths = [str(FAULTS)] if fault else []
+    env = {"EGA_DATA_DIR": str(data_dir), "PYTHONPATH": os.pathsep.join([*paths, str(REPO)])}
+    return {**env, "EGA_TEST_FAULT": fault} if fault else env
+
+
+def error_line(result: subprocess.CompletedProcess, command: str) -> str:
+    assert "Traceback" not in result.stdout + result.stderr, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith(f"ega {command}: error: ")]
+    return line
+
+
+def test_check_gate_fails_a_gate_whose_leak_reaches_one_position(tmp_path):
+    args = ["check-gate", "tests.hostile_gates.ReflectConvGate", "--only", "causal"]
+    result = run_ega(args, tmp_path, env={"PYTHONPATH": str(REPO)})
+    assert result.returncode == 1, result.stderr[-3000:]
+    (line,) = [line for line in result.stdout.splitlines() if line.split()[1:2] == ["causal"]]
+    assert line.startswith("FAIL") and "changing token 2 moved the log-gate" in line
+
+
+# (id, fault, extra arguments, what the error names, whether the run is kept for a resume)
+REFUSALS = [
+    ("read-only runs dir", "EROFS:*/lightning_logs*", [], "Read-only file system", False),
+    ("disk full, no last.ckpt yet", "ENOSPC:*/checkpoints/*", [], "No space left on device", False),
+    ("disk full after a last.ckpt", "ENOSPC:*best.ckpt*", ["--checkpoint_every_n_steps=1"], "No space left", True),
+]
+
+
+@pytest.mark.parametrize(("fault", "extra", "says", "kept"), [r[1:] for r in REFUSALS], ids=[r[0] for r in REFUSALS])
+def test_a_refused_write_is_one_paragraph_with_its_own_status_and_blocks_nothing(
+    fault, extra, says, kept, tmp_path, data_dir
+):
+    args = ["fit", *TINY, *SHORT, *extra, "--run_name=r"]
+    result = run_ega(args, tmp_path, env=env_for(data_dir, fault))
+    assert result.returncode == MACHINE_REFUSED, result.stderr[-3000:]
+    line = error_line(result, "fit")
+    assert "the machine refused to write" in line and says in line
+    assert list(tmp_path.rglob("*.tmp")) == []
+    if not kept:  # nothing of the run is left: the same command starts afresh
+        assert sorted(tmp_path.iterdir()) == []
+        return
+    assert "is kept: resume it with the same command and --ckpt_path last" in line
+    checkpoints = tmp_path / "lightning_logs/r/checkpoints"
+    (checkpoints / ".best.ckpt.k1ll3d.tmp").write_bytes(b"half a checkpoint")  # as a kill during a save leaves
+    resumed = run_ega([*args, "--ckpt_path=last"], tmp_path, env=env_for(data_dir))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["best.ckpt", "last.ckpt"]
+
+
+def test_ctrl_c_during_fit_exits_130_with_the_resume_hint(tmp_path, data_dir):
+    slow = ["--trainer.callbacks+=tests.helpers.SleepEachStep", "--checkpoint_every_n_steps=1"]
+    cmd = [sys.executable, "-m", "ega_lightning.cli", "fit", *TINY, "--trainer.max_steps=500", *slow, "--run_name=r"]
+    env = {**os.environ, **env_for(data_dir)}
+    # Ctrl-C as in a terminal's foreground (a shell's background job, pytest's perhaps, inherits it ignored)
+    terminal = {"preexec_fn": lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)}
+    run = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **terminal
+    )
+    last = tmp_path / "lightning_logs/r/checkpoints/last.ckpt"
+    deadline = time.time() + 240
+    while not last.is_file():
+        assert run.poll() is None and time.time() < deadline, "the run ended before it could be interrupted"
+        time.sleep(0.1)
+    run.send_signal(signal.SIGINT)
+    _, err = run.communicate(timeout=240)
+    assert run.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert f"ega fit: interrupted (Ctrl-C). The run in {Path('lightning_logs/r')} is kept" in err
+    assert "--ckpt_path last" in err.splitlines()[-1]
+    assert torch.load(last, weights_only=True)["global_step"] >= 1
+
+
+def test_run_files_are_readable_as_the_umask_says(checkpoint):
+    mask = os.umask(0)
+    os.umask(mask)
+    run_dir = checkpoint.parents[1]
+    modes = {str(p.relative_to(run_dir)): p.stat().st_mode & 0o777 for p in run_dir.rglob("*") if p.is_file()}
+    assert {"checkpoints/best.ckpt", "checkpoints/last.ckpt", "gate_summary.json", "config.yaml"} <= modes.keys()
+    assert modes == dict.fromkeys(modes, 0o666 & ~mask)
+
+
+def test_a_gate_that_turns_nan_is_named_and_no_checkpoint_is_claimed(tmp_path, data_dir):
+    # NaN from the second training forward of the gate: step 1 of the run, before any checkpoint
+    env = env_for(data_dir)
+    args = ["fit", *TINY, *SHORT, "--model.gate=tests.hostile_gates.NanAfterGate", "--run_name=r"]
+    result = run_ega(args, tmp_path, env=env)
+    assert result.returncode == 1
+    line = error_line(result, "fit")
+    assert line.startswith("ega fit: error: Training stopped at step 1: the gradient norm is nan")
+    assert "the gate's energy (`ega check-gate tests.hostile_gates.NanAfterGate` checks" in line
+    assert "No checkpoint was written before this step." in line and "kept" not in line
+    assert not (tmp_path / "lightning_logs/r/checkpoints").exists() or not any(
+        (tmp_path / "lightning_logs/r/checkpoints").iterdir()
+    )
+
+
+def test_one_broken_entry_point_hides_no_other_gate(tmp_path):
+    site = write_gate_package(
+        tmp_path / "site", {"broken": "my_pkg.nothere:Gate1", "mine": "my_pkg.gates:AbsEnergyGate"}
+    )
+    result = run_ega(["gates"], tmp_path, env={"PYTHONPATH": os.pathsep.join([str(site), str(REPO)])})
+    assert result.returncode == 0, result.stderr[-3000:]
+    listed = {line.split()[0] for line in result.stdout.splitlines()[1:] if line.strip() and ":" not in line}
+    assert {"none", "linear", "db2", "mine"} <= listed and "broken" not in listed
+    (warning,) = [line for line in result.stderr.splitlines() if line.startswith("ega gates: warning: ")]
+    assert "Gate 'broken' is an entry point of the package my-pkg 0.1" in warning
