@@ -9,8 +9,8 @@ import torch.nn.functional as F
 import yaml
 
 from ega_lightning.errors import UserError
-from ega_lightning.gates import causal_znorm
-from ega_lightning.gates.conformance import PROPERTIES, check_gate
+from ega_lightning.gates import KeyBias, OutputGate, causal_znorm, gate_class
+from ega_lightning.gates.conformance import ENERGY, OUTPUT, PROPERTIES, check_gate, gate_kind
 from ega_lightning.gates.linear import LinearGate
 from ega_lightning.model import GPT, GPTConfig
 
@@ -25,10 +25,24 @@ SHIPPED = [
 ]
 
 
+OUTPUT_GATES = [
+    yaml.safe_load(p.read_text())["model"]["output_gate"] for p in sorted((CONFIGS / "output_gate").glob("*.yaml"))
+]
+
+
 @pytest.mark.parametrize("model", [m for _, m in SHIPPED], ids=[name for name, _ in SHIPPED])
 def test_every_shipped_gate_config_passes(model):
     report = check_gate(model["gate"], model.get("gate_options"))
-    assert [r.name for r in report.results] == list(PROPERTIES)
+    kind = gate_kind(gate_class(model["gate"]))
+    assert [r.name for r in report.results] == [name for name, (_, kinds) in PROPERTIES.items() if kind in kinds]
+    assert report.passed, report.format()
+
+
+@pytest.mark.parametrize("gate", OUTPUT_GATES)
+def test_every_shipped_output_gate_passes_the_properties_of_its_kind(gate):
+    report = check_gate(gate)
+    assert [r.name for r in report.results] == [name for name, (_, kinds) in PROPERTIES.items() if OUTPUT in kinds]
+    assert "alpha_zero_is_baseline" not in report.failed + [r.name for r in report.results]
     assert report.passed, report.format()
 
 
@@ -147,7 +161,7 @@ def test_the_cli_prints_one_line_per_property_and_exits_by_verdict(capsys):
     assert main([f"{__name__}.WrongCount"]) == 1
     out = capsys.readouterr().out.splitlines()
     assert [line.split()[:2] for line in out[1:-1]] == [
-        ["FAIL" if p == "params_per_layer" else "PASS", p] for p in PROPERTIES
+        ["FAIL" if p == "params_per_layer" else "PASS", p] for p, (_, kinds) in PROPERTIES.items() if ENERGY in kinds
     ]
     assert out[-1] == "7 properties, 1 failed: params_per_layer."
     assert main(["linear", "--only", "causal"]) == 0
@@ -168,3 +182,44 @@ def test_a_wrong_energy_shape_is_one_error_naming_the_shape_expected():
 
     with pytest.raises(UserError, match=r"returned shape \(1, 32, 2\) .* must return \(B, n_head, T\) = \(1, 2, 32\)"):
         check_gate(WrongShapeGate)
+
+
+class FutureBias(KeyBias):
+    """A key bias that reads the future: b_j sums x over positions >= j (a reversed cumsum)."""
+
+    def __init__(self, n_embd: int, n_head: int) -> None:
+        super().__init__(n_embd, n_head)
+        self.proj = torch.nn.Linear(n_embd, n_head)
+
+    @classmethod
+    def params_per_layer(cls, n_embd: int, n_head: int, **options: Any) -> int:
+        return n_head * (n_embd + 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x.float()).transpose(1, 2).flip(-1).cumsum(-1).flip(-1)
+
+    def step(self, x: torch.Tensor, state: Any) -> tuple[torch.Tensor, Any]:
+        return self(x), state
+
+
+class FutureOutputGate(OutputGate):
+    """An output gate whose factor at i reads x_{i+1}."""
+
+    def __init__(self, n_embd: int, n_head: int) -> None:
+        super().__init__(n_embd, n_head)
+        self.proj = torch.nn.Linear(n_embd, n_head, bias=False)
+
+    @classmethod
+    def params_per_layer(cls, n_embd: int, n_head: int, **options: Any) -> int:
+        return n_embd * n_head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.proj(x.roll(-1, dims=1))).transpose(1, 2)[..., None]
+
+
+@pytest.mark.parametrize(("gate", "what"), [(FutureBias, "bias"), (FutureOutputGate, "output gate's factor")])
+def test_a_key_bias_or_an_output_gate_that_reads_the_future_fails_causality(gate, what):
+    report = check_gate(gate, properties=["causal"])
+    assert report.failed == ["causal"]
+    assert report["causal"].detail.startswith("changing token 1 moved the ")
+    assert what in report["causal"].detail or "logits" in report["causal"].detail

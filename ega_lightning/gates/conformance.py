@@ -8,18 +8,22 @@
     assert report.passed, report.format()
 
 Every property is checked on a small fp32 CPU model (2 layers x 2 heads x 32, T = 32, by default)
-with tau = 0.3, alpha = 2 (away from the defaults, so the gate visibly acts):
+with tau = 0.3, alpha = 2 for an energy gate, and a key bias's or output gate's weights drawn with
+std 0.3 (away from the defaults, so the gate visibly acts). Each property is checked for the kinds of
+gate it concerns (energy gate, key bias, output gate; see `gates.slots`):
 
-- causal: changing token t, for every position t of the window, never moves a log-gate, an attention
-  layer's output or a logit before t (bit for bit, on each attention path this torch has: fused,
-  reference, and flex from torch 2.5 on);
-- alpha_zero_is_baseline: at alpha = 0 the model equals the baseline with the same shared weights;
+- causal: changing token t, for every position t of the window, never moves a gate's output (log-gate,
+  bias or factor), an attention layer's output or a logit before t (bit for bit, on each attention path
+  this torch has: fused, reference, and flex from torch 2.5 on);
+- alpha_zero_is_baseline (energy gates): at alpha = 0 the model equals the baseline with the same shared weights;
+- identity_is_baseline (key biases): at its identity setting (ALiBi's slopes 0, FoX's forget bias +inf)
+  the model equals the baseline;
 - fused_equals_reference: the fused attention path equals the spec's formula, in values and gradients;
 - cached_equals_recompute: cached generation gives the logits of recomputing the window (a
   ``receptive_field`` smaller than what the energy reads shows here);
 - params_per_layer: the documented count equals the gate's parameters, at two layer shapes;
-- fp32_under_autocast: under bf16 autocast the log-gate is fp32 and equals the fp32 computation;
-- finite_on_constant_input: energy, log-gate and gradients are finite for a constant and a zero input.
+- fp32_under_autocast (key gates): under bf16 autocast the log-gate or bias is fp32 and equals the fp32 computation;
+- finite_on_constant_input: the gate's outputs and gradients are finite for a constant and a zero input.
 """
 
 from __future__ import annotations
@@ -39,10 +43,25 @@ import yaml
 from ega_lightning.errors import UserError
 from ega_lightning.gates.base import Gate
 from ega_lightning.gates.registry import GateSpec, build_gate, check_gate_options, gate_class, qualified_name
+from ega_lightning.gates.slots import KeyBias, OutputGate
 from ega_lightning.generate import next_token_logits
 from ega_lightning.model import GPT, GPTConfig, available_attention_impls
 
 ACTIVE = {"tau_init": 0.3, "alpha_init": 2.0}  # away from the defaults: the gate visibly acts
+ACTIVE_STD = 0.3  # a key bias's or output gate's weights: as large as training makes them
+ENERGY, KEY_BIAS, OUTPUT = "energy gate", "key bias", "output gate"
+
+
+# what the gate's output is called, by kind
+GATE_OUTPUT = {ENERGY: "log-gate", KEY_BIAS: "bias", OUTPUT: "output gate's factor"}
+
+
+def gate_kind(cls: type) -> str:
+    if issubclass(cls, Gate):
+        return ENERGY
+    return OUTPUT if issubclass(cls, OutputGate) else KEY_BIAS
+
+
 TOLERANCE = 1e-5  # fp32: two orders above the rounding of the shipped gates' paths
 
 
@@ -104,13 +123,19 @@ class _Context:
     options: dict[str, Any]
     shape: Shape
     seed: int
+    kind: str = ENERGY
+
+    @property
+    def slot(self) -> str:
+        return "output_gate" if self.kind == OUTPUT else "gate"
 
     def gate_options(self, **override: float) -> dict[str, Any]:
-        return {**ACTIVE, **self.options, **override}
+        return {**ACTIVE, **self.options, **override} if self.kind == ENERGY else dict(self.options)
 
     def model(self, attention: str = "fused", gated: bool = True, **override: float) -> GPT:
         s = self.shape
         torch.manual_seed(self.seed)  # the same shared weights for every model of one check
+        key = self.gate if gated and self.slot == "gate" else "none"
         cfg = GPTConfig(
             vocab_size=s.vocab_size,
             block_size=s.block_size,
@@ -118,16 +143,30 @@ class _Context:
             n_head=s.n_head,
             n_embd=s.n_embd,
             dropout=0.0,
-            gate=self.gate if gated else "none",
-            gate_options=self.gate_options(**override) if gated else {},
+            gate=key,
+            gate_options=self.gate_options(**override) if key != "none" else {},
             attention=attention,
+            output_gate=self.gate if gated and self.slot == "output_gate" else "none",
         )
-        return GPT(cfg).eval()
+        model = GPT(cfg).eval()
+        if gated and self.kind != ENERGY:
+            self._activate([*model.gates, *model.output_gates])
+        return model
 
-    def layer_gate(self, n_embd: int | None = None, n_head: int | None = None) -> Gate:
+    def _activate(self, gates: list[Any]) -> None:
+        generator = torch.Generator().manual_seed(self.seed)
+        with torch.no_grad():
+            for gate in gates:
+                for p in gate.parameters():
+                    p.copy_(torch.randn(p.shape, generator=generator) * ACTIVE_STD)
+
+    def layer_gate(self, n_embd: int | None = None, n_head: int | None = None) -> KeyBias | OutputGate:
         torch.manual_seed(self.seed)
-        gate = build_gate(self.gate, n_embd or self.shape.n_embd, n_head or self.shape.n_head, **self.gate_options())
+        n_embd, n_head = n_embd or self.shape.n_embd, n_head or self.shape.n_head
+        gate = build_gate(self.gate, n_embd, n_head, slot=self.slot, **self.gate_options())
         assert gate is not None
+        if self.kind != ENERGY:
+            self._activate([gate])
         return gate
 
     def tokens(self, batch: int, length: int) -> torch.Tensor:
@@ -136,14 +175,15 @@ class _Context:
 
 
 @contextmanager
-def _gate_calls(model: GPT) -> Iterator[list[tuple[Gate, torch.Tensor, torch.Tensor]]]:
-    """Records (gate, input x, log-gate) of every gate call inside the block."""
-    calls: list[tuple[Gate, torch.Tensor, torch.Tensor]] = []
+def _gate_calls(model: GPT) -> Iterator[list[tuple[Any, torch.Tensor, torch.Tensor]]]:
+    """Records (gate, input x, output) of every gate call inside the block: log-gate or bias (B, nh, T) of a
+    key gate, factor (B, nh, T, 1 or hs) of an output gate."""
+    calls: list[tuple[Any, torch.Tensor, torch.Tensor]] = []
 
-    def hook(module: Gate, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
+    def hook(module: Any, args: tuple[torch.Tensor, ...], out: torch.Tensor) -> None:
         calls.append((module, args[0].detach(), out.detach()))
 
-    handles = [g.register_forward_hook(hook) for g in model.gates]
+    handles = [g.register_forward_hook(hook) for g in [*model.gates, *model.output_gates]]
     try:
         yield calls
     finally:
@@ -168,7 +208,10 @@ def _traced(model: GPT, idx: torch.Tensor) -> dict[str, torch.Tensor]:
     with torch.no_grad(), _gate_calls(model) as calls, _layer_outputs(model) as layers:
         logits = model(idx)
     return {
-        "log-gate": torch.stack([out for _, _, out in calls]).movedim(-1, 0),  # (T, n_layer, B, nh)
+        # the position: a key gate's last dim, an output gate's last but one (ALiBi's bias has batch 1)
+        "gate output": torch.stack(
+            [out.movedim(-2 if isinstance(g, OutputGate) else -1, 0).flatten(1) for g, _, out in calls], dim=1
+        ),  # (T, n_layer, .)
         "attention output": torch.stack(layers).movedim(2, 0),  # (T, n_layer, B, C)
         "logits": logits.movedim(1, 0),  # (T, B, V)
     }
@@ -179,6 +222,7 @@ def _causal(ctx: _Context) -> tuple[bool, str]:
     # position only (a reflect-padded convolution lets position 0 read x_2, which the prefix
     # statistics carry to position 1 alone), so a sample of positions is not enough.
     T, V = ctx.shape.block_size, ctx.shape.vocab_size
+    label = {"gate output": GATE_OUTPUT[ctx.kind]}
     for attention in available_attention_impls():
         model = ctx.model(attention)
         idx = ctx.tokens(2, T)
@@ -193,13 +237,14 @@ def _causal(ctx: _Context) -> tuple[bool, str]:
                 if (moved > 0).any():
                     first = int(torch.nonzero(moved)[0])
                     return False, (
-                        f"changing token {t} moved the {what} at {int((moved > 0).sum())} of the {t} positions "
+                        f"changing token {t} moved the {label.get(what, what)} at {int((moved > 0).sum())} of the "
+                        f"{t} positions "
                         f"before it (the first: {first}) by up to {moved.max().item():.3g} ({attention} attention): "
                         "the gate reads the future"
                     )
     paths = ", ".join(available_attention_impls())
     return True, (
-        f"changing token t, for every t < {T}, left every earlier log-gate, attention output and logit "
+        f"changing token t, for every t < {T}, left every earlier {GATE_OUTPUT[ctx.kind]}, attention output and logit "
         f"bit-identical ({paths})"
     )
 
@@ -218,6 +263,21 @@ def _alpha_zero_is_baseline(ctx: _Context) -> tuple[bool, str]:
     ok = max(diffs) <= TOLERANCE
     measured = f"max |logits - baseline| {diffs[0]:.2g} fused, {diffs[1]:.2g} reference (tolerance {TOLERANCE:g})"
     return ok, measured if ok else f"{measured}: at alpha = 0 the gate still changes attention"
+
+
+def _identity_is_baseline(ctx: _Context) -> tuple[bool, str]:
+    diffs = []
+    for attention in available_attention_impls():
+        gated, baseline = ctx.model(attention), ctx.model(attention, gated=False)
+        if not all(g.set_identity() for g in gated.gates):
+            return True, "no identity setting (set_identity returns False): nothing to compare"
+        baseline.load_state_dict(gated.state_dict(), strict=False)
+        idx = ctx.tokens(3, ctx.shape.block_size)
+        with torch.no_grad():
+            diffs.append((gated(idx) - baseline(idx)).abs().max().item())
+    ok = max(diffs) <= TOLERANCE
+    measured = f"max |logits - baseline| {diffs[0]:.2g} fused, {diffs[1]:.2g} reference (tolerance {TOLERANCE:g})"
+    return ok, measured if ok else f"{measured}: at its identity setting the gate still changes attention"
 
 
 def _fused_equals_reference(ctx: _Context) -> tuple[bool, str]:
@@ -286,7 +346,8 @@ def _cached_equals_recompute(ctx: _Context) -> tuple[bool, str]:
             if diff > TOLERANCE * max(1.0, recomputed.abs().max().item()):
                 return False, (
                     f"at step {i} (window of {step.window.shape[1]} tokens) the cached logits differ from "
-                    f"recomputing the window by {diff:.3g}; {_receptive_field_hint(model.gates[0], block)}"
+                    f"recomputing the window by {diff:.3g}"
+                    + (f"; {_receptive_field_hint(model.gates[0], block)}" if ctx.kind == ENERGY else "")
                 )
             idx = torch.cat([idx, step.logits.argmax(-1, keepdim=True)], dim=1)
             step = steps.send(idx)
@@ -322,7 +383,7 @@ def _fp32_under_autocast(ctx: _Context) -> tuple[bool, str]:
                 return False, f"under bf16 autocast the gate's {what} returns {got.dtype}: compute it in fp32"
             worst = max(worst, (got - exact).abs().max().item())
     ok = worst <= 1e-6
-    detail = f"log-gate fp32 (forward and step); max |autocast - fp32| {worst:.2g}"
+    detail = f"{GATE_OUTPUT[ctx.kind]} fp32 (forward and step); max |autocast - fp32| {worst:.2g}"
     return ok, detail if ok else f"{detail}: part of the gate runs in bf16 under autocast"
 
 
@@ -333,26 +394,34 @@ def _finite_on_constant_input(ctx: _Context) -> tuple[bool, str]:
     for label, x in (("a constant input", vector.expand(2, T, C).clone()), ("a zero input", torch.zeros(2, T, C))):
         gate.zero_grad()
         x.requires_grad_(True)
-        energy, log_g = gate.energy(x), gate(x)
-        stepped, _ = gate.step(x.detach(), None)
-        log_g.sum().backward()
-        for what, value in (("energy", energy), ("log-gate", log_g), ("step's log-gate", stepped), ("dx", x.grad)):
+        out, name = gate(x), GATE_OUTPUT[ctx.kind]
+        values = [("energy", gate.energy(x))] if ctx.kind == ENERGY else []
+        values.append((name, out))
+        if ctx.kind != OUTPUT:
+            values.append((f"step's {name}", gate.step(x.detach(), None)[0]))
+        if out.requires_grad:  # ALiBi's bias reads no input and has no parameter: nothing to differentiate
+            out.sum().backward()
+            values.append(("dx", x.grad))
+        for what, value in values:
             if value is None or not torch.isfinite(value).all():
                 return False, f"the {what} is not finite for {label}"
         for name, p in gate.named_parameters():
             if p.grad is not None and not torch.isfinite(p.grad).all():
                 return False, f"the gradient of {name} is not finite for {label}"
-    return True, "energy, log-gate and gradients finite for a constant and a zero input"
+    return True, "the gate's outputs and gradients finite for a constant and a zero input"
 
 
-PROPERTIES: dict[str, Callable[[_Context], tuple[bool, str]]] = {
-    "causal": _causal,
-    "alpha_zero_is_baseline": _alpha_zero_is_baseline,
-    "fused_equals_reference": _fused_equals_reference,
-    "cached_equals_recompute": _cached_equals_recompute,
-    "params_per_layer": _params_per_layer,
-    "fp32_under_autocast": _fp32_under_autocast,
-    "finite_on_constant_input": _finite_on_constant_input,
+ALL_KINDS = (ENERGY, KEY_BIAS, OUTPUT)
+# each property with the kinds of gate it concerns
+PROPERTIES: dict[str, tuple[Callable[[_Context], tuple[bool, str]], tuple[str, ...]]] = {
+    "causal": (_causal, ALL_KINDS),
+    "alpha_zero_is_baseline": (_alpha_zero_is_baseline, (ENERGY,)),
+    "identity_is_baseline": (_identity_is_baseline, (KEY_BIAS,)),
+    "fused_equals_reference": (_fused_equals_reference, ALL_KINDS),
+    "cached_equals_recompute": (_cached_equals_recompute, ALL_KINDS),
+    "params_per_layer": (_params_per_layer, ALL_KINDS),
+    "fp32_under_autocast": (_fp32_under_autocast, (ENERGY, KEY_BIAS)),
+    "finite_on_constant_input": (_finite_on_constant_input, ALL_KINDS),
 }
 
 
@@ -378,7 +447,7 @@ def check_gate(
     if cls is None:
         raise UserError("The baseline 'none' has no gate to check; name a gate, e.g. linear or my_gates.MyGate.")
     name = gate if isinstance(gate, str) else qualified_name(gate)
-    ctx = _Context(gate, options, shape, seed)
+    ctx = _Context(gate, options, shape, seed, gate_kind(cls))
     check_gate_options(gate, ctx.gate_options())
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tensors this small only lose time to threads (a lot of it on a busy machine)
@@ -390,8 +459,8 @@ def check_gate(
                 raise UserError(f"Gate {name!r} cannot be built with options {options}: {err}") from err
             ctx.model()  # checks the energy's shape: one line here, not the same failure in every property
             report = Conformance(name, options, shape)
-            for prop, check in PROPERTIES.items():
-                if properties and prop not in properties:
+            for prop, (check, kinds) in PROPERTIES.items():
+                if (properties and prop not in properties) or ctx.kind not in kinds:
                     continue
                 try:
                     passed, detail = check(ctx)
