@@ -124,6 +124,8 @@ def bonferroni_level(k: int, level: float = LEVEL) -> float:
 
 
 def _quantile(level: float, df: float) -> float:
+    from scipy import stats  # slow to import: only where an interval is computed
+
     return float(stats.t.ppf(0.5 + level / 2.0, df))
 
 
