@@ -236,3 +236,29 @@ def landscape_json(path: Path, checkpoints: list[dict]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result))
     return path
+
+
+def finished_runs(
+    entry: str,
+    gate: str,
+    per_seed: dict[int, dict[str, float]],
+    group: str = "ablation",
+    also_in: tuple[str, ...] = (),
+    output_gate: str = "none",
+    n_params: int = 1000,
+    corpus: str = "tinyshakespeare",
+):
+    """Finished runs of one spec entry for the report's findings, as records give them: seed -> metrics
+    (final_val_loss, tokens_per_sec, ...)."""
+    from ega_lightning.experiments.comparisons import RunData
+    from ega_lightning.experiments.spec import Run
+
+    out = []
+    for seed, metrics in per_seed.items():
+        run = Run(Path("s.yaml"), entry, seed, (), (), group, entry, also_in)
+        hparams = {"corpus": corpus, "block_size": 32, "gate": gate, "output_gate": output_gate, "seed": seed}
+        data = {"final_val_loss": 1.5, "best_val_loss": 1.5, "final_gap": 0.1, **metrics}
+        out.append(
+            RunData(run, "done", "", corpus, gate, None, output_gate, hparams=hparams, metrics=data, n_params=n_params)
+        )
+    return out

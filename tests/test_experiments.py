@@ -439,12 +439,14 @@ def test_report_figures_and_sections(fabricated):
         "main-tinyshakespeare-val_loss.png",
         "main-tinyshakespeare-gap.png",
         "tau_init-tinyshakespeare-tau.png",
+        "leaderboard-tinyshakespeare.png",  # the study has an ablation: its gates side by side
     ):
         assert (out / name).stat().st_size > 1000 and f"]({name})" in text
     assert not (out / "main-tinyshakespeare-tau.png").exists()  # one tau_init in main: no tau study there
     assert [line for line in text.splitlines() if line.startswith("## ")] == [
         "## Claims",
         "## Method",
+        "## leaderboard",
         "## main",
         "## ablation",
         "## tau_init",

@@ -17,7 +17,7 @@ from typing import Any
 
 from ega_lightning.experiments.paper import paper_name
 from ega_lightning.experiments.spec import Run, SpecError
-from ega_lightning.experiments.stats import Difference, Summary, compare, summarize
+from ega_lightning.experiments.stats import Difference, Summary, compare, mean_interval, summarize
 
 # Runs are comparable when these agree; the gate and its own options are what a variant changes.
 REGIME_KEYS = (
@@ -48,8 +48,9 @@ class RunData:
     status: str  # done | incomplete | missing
     reason: str
     corpus: str
-    gate: str
+    gate: str  # the key-bias slot (`model.gate`)
     gate_options: dict[str, Any] | None = None  # for a run that never finished: from its configs
+    output_gate: str = "none"  # the output-gate slot (`model.output_gate`; records before it: none)
     hparams: dict[str, Any] = field(default_factory=dict)
     max_steps: int | None = None
     scalars: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
@@ -113,6 +114,7 @@ def from_record(run: Run, record: dict[str, Any], source: str) -> RunData:
         "",
         str(record.get("corpus") or "?"),
         str(record.get("gate") or "?"),
+        output_gate=str((record.get("hparams") or {}).get("output_gate") or "none"),
         hparams=record.get("hparams") or {},
         max_steps=record.get("max_steps"),
         scalars=scalars,
@@ -123,6 +125,14 @@ def from_record(run: Run, record: dict[str, Any], source: str) -> RunData:
         git_commit=record.get("git_commit"),
         fingerprint=record.get("fingerprint"),
     )
+
+
+def gate_name(gate: str, output_gate: str = "none") -> str:
+    """What a model changes against the baseline, both slots in one name: ``linear``, ``output_headwise``
+    (the key-bias slot empty), ``fox+output_elementwise``; ``none`` only when both slots are empty."""
+    if output_gate in ("none", ""):
+        return gate
+    return output_gate if gate == "none" else f"{gate}+{output_gate}"
 
 
 def device(machine: str | None) -> str:
@@ -170,7 +180,9 @@ class Variant:
 
     @property
     def gate(self) -> str:
-        return (self.done or self.runs)[0].gate
+        """Both slots (`gate_name`): a model with an output gate is no baseline, whatever its key bias."""
+        first = (self.done or self.runs)[0]
+        return gate_name(first.gate, first.output_gate)
 
     def hp(self, key: str) -> Any:
         return self.done[0].hparams.get(key) if self.done else None
@@ -285,3 +297,64 @@ def tau_trajectory(run: RunData, tau_init: Any) -> list[tuple[int, float]]:
     logged at each validation."""
     start = [(0, float(tau_init))] if isinstance(tau_init, int | float) else []
     return start + [(s, v) for s, v in run.scalars.get("gate/tau_mean", []) if s > 0 or not start]
+
+
+# ----------------------------------------------------------------------------- the leaderboard
+
+# every gate at the TinyShakespeare cpu size side by side: the EGA ablation (configs/sweeps/short.yaml) and
+# its peers (configs/sweeps/peers.yaml), each against the baseline they are compared with in their sections
+LEADERBOARD_CORPUS = "tinyshakespeare"
+LEADERBOARD_GROUPS = ("ablation", "peers")
+
+
+@dataclass
+class Entry:
+    """One gate of the leaderboard: its runs pooled over every section that shows its configuration."""
+
+    variant: Variant  # pooled (group "leaderboard")
+    groups: list[str]  # the sections it comes from
+    diff: Difference | None  # baseline − gate, final val loss, paired by seed
+    params_added: int | None  # its parameters minus the baseline's, both as their records count them
+    time_ratio: Difference | None  # per shared seed: baseline tokens/s over gate tokens/s (gate step time ×)
+
+
+def same_configuration(v: Variant, variants: list[Variant]) -> list[Variant]:
+    """The variants of every section that show ``v``'s configuration (label, gate and regime), ``v`` among them."""
+    return [x for x in variants if (x.label, x.corpus, x.gate, x.regime) == (v.label, v.corpus, v.gate, v.regime)]
+
+
+def pooled(v: Variant, variants: list[Variant]) -> Variant:
+    """``v`` with the runs of every section that shows its configuration: EGA-1 of the ablation (seeds
+    1-3) takes the main table's seeds 4-5 too. One run listed by two sections counts once."""
+    runs = {r.run.run_name: r for x in same_configuration(v, variants) for r in x.runs}
+    return Variant("leaderboard", v.corpus, v.label, list(runs.values()))
+
+
+def _time_ratio(baseline: Variant, v: Variant) -> Difference | None:
+    base, own = baseline.by_seed("tokens_per_sec"), v.by_seed("tokens_per_sec")
+    ratios = [base[s] / own[s] for s in sorted(set(base) & set(own)) if own[s]]
+    return mean_interval(ratios) if ratios else None
+
+
+def leaderboard(
+    variants: list[Variant], corpus: str = LEADERBOARD_CORPUS, groups: tuple[str, ...] = LEADERBOARD_GROUPS
+) -> tuple[Variant | None, list[Entry]]:
+    """The pooled baseline and one entry per gate configuration of ``groups`` on ``corpus``, largest
+    baseline − gate first (gates without a difference last, in spec order). A finished gate trained in
+    another regime than the baseline (model, data, steps) is left out: it measures something else."""
+    listed = [v for v in variants if v.group in groups and v.corpus == corpus and v.gate != "none"]
+    reference = next((r for v in listed if (r := find_reference(v, "none", variants)) is not None), None)
+    baseline = pooled(reference, variants) if reference is not None else None
+    entries: dict[str, Entry] = {}
+    for v in listed:
+        if v.label in entries or (v.done and baseline is not None and v.regime != baseline.regime):
+            continue
+        own = pooled(v, variants)
+        from_groups = [x.group for x in same_configuration(v, variants)]
+        base_params = baseline.n_params if baseline is not None else None
+        added = own.n_params - base_params if own.n_params is not None and base_params is not None else None
+        diff = difference(baseline, own, "final_val_loss")
+        ratio = _time_ratio(baseline, own) if baseline is not None else None
+        entries[v.label] = Entry(own, list(dict.fromkeys(from_groups)), diff, added, ratio)
+    ranked = sorted(entries.values(), key=lambda e: -e.diff.estimate if e.diff is not None else math.inf)
+    return baseline, ranked

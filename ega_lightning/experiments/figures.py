@@ -97,3 +97,27 @@ def z_figure(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], tit
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
+
+
+def leaderboard_figure(
+    points: Sequence[tuple[str, float, float | None, float | None]], threshold: float, paper_figure: float, title: str
+) -> Figure:
+    """One row per gate, best at the top: its estimate and 95% interval (label, estimate, low, high; no bar
+    for one seed), against 0, the positive control's threshold and the paper's figure."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 1.2 + 0.35 * len(points)))
+    ax = fig.add_subplot()
+    y = np.arange(len(points))[::-1]
+    for yi, (_, estimate, low, high) in zip(y, points, strict=True):
+        bar = None if low is None or high is None else [[estimate - low], [high - estimate]]
+        ax.errorbar(estimate, yi, xerr=bar, fmt="o", color="C0", capsize=3)
+    ax.axvline(0.0, color="grey", linewidth=0.8)
+    ax.axvline(threshold, color="C3", linestyle="--", label=f"positive control {threshold:+.4f}")
+    ax.axvline(paper_figure, color="C2", linestyle=":", label=f"paper's EGA-1 {paper_figure:+.3f}")
+    ax.set_yticks(y, [label for label, *_ in points])
+    ax.set(xlabel="baseline − gate, final val loss (nats/char; right: the gate is better)", title=title)
+    ax.grid(alpha=0.3, axis="x")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    return fig

@@ -20,6 +20,7 @@ from typing import Any
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import (
+    Entry,
     Row,
     RunData,
     Table,
@@ -27,6 +28,7 @@ from ega_lightning.experiments.comparisons import (
     device,
     difference,
     find_reference,
+    leaderboard,
 )
 from ega_lightning.experiments.landscapes import Evaluation
 from ega_lightning.experiments.stats import (
@@ -35,7 +37,9 @@ from ega_lightning.experiments.stats import (
     Summary,
     bonferroni_level,
     compare,
+    half_width,
     mean_interval,
+    pooled_std,
     std_of,
     summarize,
     widen,
@@ -129,6 +133,22 @@ RULES = {
         "**(a) weak gradient** when it does not (the loss does not hold tau where it is, yet tau stays): "
         "**too few seeds to tell** while a frozen-tau comparison is undecided or missing."
     ),
+    "control": (
+        "the positive control (**holds**) when some gate of the leaderboard has its whole interval of baseline − "
+        f"gate above {paper.POSITIVE_CONTROL:+.4f}, half the paper's {paper.IMPROVEMENT['tinyshakespeare']:+.3f}: "
+        "an attention change of about the paper's size is measurable here, so a null for EGA is not the "
+        "protocol's blindness; **does not hold** when every gate's interval lies below it; else **too few seeds "
+        "to tell** (a gate without two paired seeds, or an interval that holds the threshold). Beside it, the "
+        "smallest difference the protocol resolves at n paired seeds: the half-width h(n) = t(1 − α/2, n − 1) · "
+        "s_p / √n of a paired interval, s_p the pooled std of the per-seed differences of every leaderboard gate, "
+        "s_p² = Σ_g (n_g − 1) s_g² / Σ_g (n_g − 1), at the family's level 1 − α and at 95%: a gain above h(n) "
+        "excludes 0."
+    ),
+    "lower": (
+        "a peer's own claim, a lower loss than the baseline (**holds**) when the whole interval of baseline − "
+        "gate lies above 0; **does not hold** when it lies below 0 (the baseline is measurably better); else "
+        "**too few seeds to tell**."
+    ),
     "cost": (
         "no measurable cost (**holds**) when the interquartile range of `ega bench`'s per-repetition step-time "
         "ratio EGA-1 / baseline holds 1, **does not hold** when it lies above 1."
@@ -154,6 +174,11 @@ FAMILIES = {
     "frozen": "each frozen tau against learned tau",
     "leak": "the leak audit as trained against the paper's figure, and the leak's own increment over causal EGA-1",
     "context": "the growth of Δ from the shortest to the longest block",
+    "peers": "each peer of EGA against the baseline, on one corpus (its own claim: a lower loss)",
+    "control": (
+        "every gate of the leaderboard against the baseline: the positive control holds when *some* of them "
+        "clears the threshold, so each is read at the family's level"
+    ),
 }
 
 
@@ -248,6 +273,30 @@ def forgets_rule(slope: Difference | None, keep: float = TAU_KEEP) -> Verdict:
     return Verdict.TOO_FEW_SEEDS
 
 
+def lower_rule(d: Difference | None) -> Verdict:
+    """``d`` = baseline − gate (final val loss): a peer's claim of a lower loss."""
+    if d is None:
+        return Verdict.NO_DATA
+    if d.low is None or d.high is None:
+        return Verdict.TOO_FEW_SEEDS
+    if d.low > 0:
+        return Verdict.HOLDS
+    if d.high < 0:
+        return Verdict.DOES_NOT_HOLD
+    return Verdict.TOO_FEW_SEEDS
+
+
+def control_rule(*diffs: Difference | None, threshold: float = paper.POSITIVE_CONTROL) -> Verdict:
+    """``diffs``: baseline − gate for every gate of the leaderboard (None: a gate with no finished run)."""
+    if all(d is None for d in diffs):
+        return Verdict.NO_DATA
+    if any(d is not None and d.low is not None and d.low > threshold for d in diffs):
+        return Verdict.HOLDS
+    if all(d is not None and d.high is not None and d.high < threshold for d in diffs):
+        return Verdict.DOES_NOT_HOLD
+    return Verdict.TOO_FEW_SEEDS
+
+
 def cost_rule(q1: float | None, q3: float | None) -> Verdict:
     if q1 is None or q3 is None:
         return Verdict.NO_DATA
@@ -338,7 +387,7 @@ def code_of(*variants: Variant | None) -> dict[str, Any]:
     not established (`comparisons.code_status`), None when every run ran today's code."""
     sides, flagged = [], []
     for v in variants:
-        if v is None:
+        if v is None or not v.done:  # a side with no finished run ran no code
             continue
         by_fingerprint: dict[str, list[int]] = {}
         for r in v.done:
@@ -638,6 +687,61 @@ def _frozen_tau_findings(table: Table, variants: list[Variant]) -> list[Finding]
 DIAGNOSTICS = "diagnostics"  # the report section of measurements that test no claim
 
 
+def _peer_findings(table: Table) -> list[Finding]:
+    """Each peer's own claim, a lower loss than the baseline (RULES['lower']); a peer with no finished run
+    still counts in its family, which is declared with the study."""
+    out = []
+    for row in table.rows:
+        v, base = row.variant, row.baseline
+        if v.gate not in paper.PEERS:
+            continue
+        peer = paper.PEERS[v.gate]
+        against = f"baseline `{base.label}`" if base else "baseline"
+        where = (table.group, table.corpus, regime(v, base), f"{peer.name} `{v.label}`", against)
+        reads = [(pair(v, base or "baseline"), row.diffs["final_val_loss"])]
+        detail = {"source": peer.source, "code": code_of(v, base)}
+        out.append(judged("peer", where, reads, lower_rule, claim=f"peer:{v.gate}", detail=detail, family="peers"))
+    return out
+
+
+LEADERBOARD = "leaderboard"  # the report section of the leaderboard and its positive control
+
+
+def entry_name(e: Entry) -> str:
+    peer = paper.PEERS.get(e.variant.gate)
+    return f"{peer.name if peer else e.variant.paper_name or e.variant.gate} `{e.variant.label}`"
+
+
+def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Finding]:
+    """The positive control over the leaderboard (RULES['control']), with the difference the protocol
+    resolves at each number of paired seeds the leaderboard has."""
+    if baseline is None or not entries:
+        return []
+    reads = [(pair(e.variant.label, f"baseline/{baseline.label}"), e.diff) for e in entries]
+    level = bonferroni_level(len(reads))  # one finding reads the family: its k is its own reads
+    pooled = pooled_std([e.diff for e in entries])
+    ns = sorted({e.diff.n for e in entries if e.diff is not None and e.diff.low is not None})
+    resolution = (
+        {n: {"nominal": half_width(pooled[0], n), "family": half_width(pooled[0], n, level)} for n in ns}
+        if pooled
+        else {}
+    )
+    best = entries[0] if entries[0].diff is not None else None
+    detail = {
+        "threshold": paper.POSITIVE_CONTROL,
+        "best": entry_name(best) if best else None,
+        "pooled_std": pooled[0] if pooled else None,
+        "pooled_df": pooled[1] if pooled else None,
+        "resolution": resolution,
+        "gates": len(entries),
+        "finished": sum(e.diff is not None for e in entries),
+        "code": code_of(baseline, *(e.variant for e in entries)),
+    }
+    where = (LEADERBOARD, baseline.corpus, regime(baseline, *(e.variant for e in entries)), "every gate", None)
+    ours = best.diff if best else None
+    return [judged("control", where, reads, control_rule, claim="control", detail=detail, family="control", ours=ours)]
+
+
 def _leak_findings(table: Table, variants: list[Variant], evaluations: Sequence[Evaluation]) -> list[Finding]:
     """A gate z-normalised over the whole window against the paper's figure, as trained (it sees a
     little of the future); the leak's own increment over causal EGA-1 (paired by seed); and, as a
@@ -931,7 +1035,8 @@ def findings(tables: list[Table], variants: list[Variant], evaluations: Sequence
                 out += _ega1_findings(table, row)
         out += _ablation_findings(table, variants) + _tau_init_findings(table) + _context_findings(table)
         out += _frozen_tau_findings(table, variants) + _leak_findings(table, variants, evaluations)
-        out += _rerun_findings(table, variants)
+        out += _rerun_findings(table, variants) + _peer_findings(table)
+    out += control_finding(*leaderboard(variants))
     out = correct(out + tail_findings(tables, variants, evaluations))
     return out + mechanism_finding(out, evaluations, variants)
 

@@ -177,8 +177,8 @@ _PARAM_COUNTS: dict[str, tuple[int, int]] = {}
 
 
 def count_parameters(hparams: dict[str, Any]) -> tuple[int, int] | None:
-    """(parameters of ``CharLM(**hparams)``, of the same model with gate ``none``); tied weights
-    counted once. None without a vocabulary."""
+    """(parameters of ``CharLM(**hparams)``, of the same model with both gate slots empty: the baseline);
+    tied weights counted once. None without a vocabulary."""
     if "vocab" not in hparams:
         return None
     key = json.dumps(hparams, sort_keys=True, default=str)
@@ -189,7 +189,7 @@ def count_parameters(hparams: dict[str, Any]) -> tuple[int, int] | None:
 
         accepted = set(inspect.signature(CharLM.__init__).parameters) - {"self"}
         kwargs = {k: v for k, v in hparams.items() if k in accepted}  # hparams.yaml holds data keys too
-        without_gate = {**kwargs, "gate": "none", "gate_options": None}
+        without_gate = {**kwargs, "gate": "none", "gate_options": None, "output_gate": "none"}
         _PARAM_COUNTS[key] = tuple(  # type: ignore[assignment]
             sum(p.numel() for p in CharLM(**kw).parameters()) for kw in (kwargs, without_gate)
         )

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from ega_lightning.experiments import paper
-from ega_lightning.experiments.comparisons import METRICS, Row, RunData, Table
+from ega_lightning.experiments.comparisons import LEADERBOARD_GROUPS, METRICS, Entry, Row, RunData, Table, Variant
 from ega_lightning.experiments.findings import (
     DIAGNOSTICS,
     FAMILIES,
+    LEADERBOARD,
     MARGIN,
     MAX_SEEDS,
     RULES,
@@ -23,6 +24,7 @@ from ega_lightning.experiments.findings import (
     Finding,
     Verdict,
     claims,
+    entry_name,
 )
 from ega_lightning.experiments.landscapes import Evaluation
 from ega_lightning.experiments.stats import Difference, Summary
@@ -75,7 +77,22 @@ def anchor(section: str) -> str:
 # ----------------------------------------------------------------------------- claims table
 
 
+def resolution_text(f: Finding) -> str:
+    """The smallest difference the positive control's protocol resolves, at each number of paired seeds."""
+    res = f.detail["resolution"]
+    if not res:
+        return "no gate has two paired seeds: no resolution yet"
+    level = 100 * f.detail["family_level"] if "family_level" in f.detail else None
+    nominal = ", ".join(f"±{num(h['nominal'])} at {n} seeds" for n, h in res.items())
+    family = ", ".join(f"±{num(h['family'])} at {n}" for n, h in res.items())
+    at_family = f"; at the family's {level:.2f}%: {family}" if level is not None else ""
+    return f"resolves {nominal} (95%, pooled paired std {num(f.detail['pooled_std'], 4)}){at_family}"
+
+
 def _ours(f: Finding) -> str:
+    if f.kind == "control":
+        best = f"best: {f.detail['best']} {fmt_interval(f.ours)}, {how(f.ours)}" if f.detail["best"] else "—"
+        return f"{best}; {resolution_text(f)}"
     if f.kind == "ablation_best":
         return f"rank {f.detail['rank']} of {f.detail['of']}"
     if f.kind == "cost":
@@ -108,7 +125,9 @@ def _ours(f: Finding) -> str:
 
 def _claim_subject(f: Finding) -> str:
     """What a row of the claims table measured, where it is not the claim's own comparison."""
-    if f.kind == "ablation_pair":
+    if f.kind == "control":
+        return f"{f.detail['finished']} of {f.detail['gates']} leaderboard gates with finished runs"
+    if f.kind in ("ablation_pair", "peer"):
         return f"{f.subject} vs {f.against}"
     if f.kind == "leak":
         return f"leak audit: {f.subject}, z over the whole window, as trained"
@@ -149,7 +168,7 @@ def seeds_text(f: Finding) -> str:
 
 def code_cell(f: Finding) -> str:
     code = f.detail.get("code")
-    if not code:
+    if not code or not code["sides"]:
         return "—"
     if code["flag"] is None:
         return "today's"
@@ -245,7 +264,7 @@ def _family_sentence(f: Finding) -> str:
 
 def _code_sentence(f: Finding) -> str:
     code = f.detail.get("code")
-    if not code:
+    if not code or not code["sides"]:
         return ""
     sides = "; ".join(
         f"{side['variant']} "
@@ -311,6 +330,16 @@ def _sentence(f: Finding) -> str:
         return f"Ranking by final val loss, lowest first: {ranking}."
     if f.kind == "ablation_best":
         return f"{f.subject} ranks {f.detail['rank']} of {f.detail['of']} paper rows; EGA-1 best{verdict}."
+    if f.kind == "peer":
+        measured = f"baseline − gate {fmt_interval(d)} ({how(d)})" if d is not None else "no finished run yet"
+        claim = f"its own claim, a {paper.PEER_CLAIM}"
+        return f"{f.subject} ({f.detail['source']}) vs {f.against}: {measured}; {claim}{verdict}."
+    if f.kind == "control":
+        best = f"the best, {f.detail['best']}: {fmt_interval(d)} ({how(d)})" if f.detail["best"] else "no gate finished"
+        return (
+            f"Positive control over the {f.detail['gates']} gates of the leaderboard ({f.detail['finished']} with "
+            f"finished runs), threshold {f.detail['threshold']:+.4f}: {best}; {resolution_text(f)}{verdict}."
+        )
     if f.kind == "ablation_pair":
         claim = paper.CLAIM[f.claim or ""].text if f.claim in paper.CLAIM else f.subject
         return f"{claim}: {f.against} − {f.subject} {fmt_interval(d)} ({how(d)}){verdict}."
@@ -540,6 +569,77 @@ def section(
     return lines
 
 
+Board = tuple[Variant | None, list[Entry]]  # the pooled baseline and the leaderboard (`comparisons.leaderboard`)
+
+
+def _paired_seeds(baseline: Variant, v: Variant) -> list[int]:
+    metric = "final_val_loss"
+    return sorted(set(baseline.by_seed(metric)) & set(v.by_seed(metric)))
+
+
+def leaderboard_section(board: Board, found: list[Finding], figures: list[tuple[str, str]]) -> list[str]:
+    """Every gate at the TinyShakespeare cpu size against the baseline, best first, and the positive control."""
+    baseline, entries = board
+    if baseline is None or not entries:
+        return []
+    lines = [
+        f"## {LEADERBOARD}",
+        "",
+        f"Every gate of the sections {', '.join(LEADERBOARD_GROUPS)} on {baseline.corpus} against the baseline "
+        f"`{baseline.label}` ({len(baseline.done)} finished seeds), each gate's runs pooled over every section "
+        "that shows its configuration; sorted by baseline − gate, largest first. The step-time ratio is the "
+        "training runs' own throughput (`train/tokens_per_sec`, each run's median), baseline over gate per shared "
+        "seed: a figure measured while the runs shared the machine with others, not `ega bench`.",
+        "",
+        *(f"- {sentence(f)}" for f in found if f.section == LEADERBOARD),
+        "",
+        "| rank | gate | from | seeds paired | baseline − gate [95% CI] | half-width | params added | step time × "
+        "(gate / baseline) [95% CI] |",
+        "|---:|---|---|---|---|---:|---:|---|",
+    ]
+    for i, e in enumerate(entries, 1):
+        d = e.diff
+        seeds = _paired_seeds(baseline, e.variant)
+        cells = [
+            str(i) if d is not None else "—",
+            entry_name(e),
+            ", ".join(e.groups),
+            f"{len(seeds)} ({', '.join(map(str, seeds))})" if seeds else f"0 of {len(e.variant.runs)} finished",
+            _cell(d),
+            num((d.high - d.low) / 2) if d is not None and d.low is not None and d.high is not None else "—",
+            f"{e.params_added:+,}" if e.params_added is not None else "—",
+            fmt_interval(e.time_ratio, signed=False),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for caption, file in figures:
+        lines += [f"![{caption}]({file})", ""]
+    return lines
+
+
+def leaderboard_dict(board: Board) -> dict[str, Any] | None:
+    baseline, entries = board
+    if baseline is None:
+        return None
+    return {
+        "baseline": {"variant": baseline.label, "seeds": sorted(baseline.by_seed("final_val_loss"))},
+        "rows": [
+            {
+                "variant": e.variant.label,
+                "gate": e.variant.gate,
+                "name": entry_name(e),
+                "groups": e.groups,
+                "runs": [r.run.run_name for r in e.variant.runs],
+                "seeds_paired": _paired_seeds(baseline, e.variant),
+                "diff_final_val_loss": e.diff,
+                "params_added": e.params_added,
+                "step_time_ratio": e.time_ratio,
+            }
+            for e in entries
+        ],
+    }
+
+
 LANDSCAPE_HEAD = (
     "| checkpoint | gate | z trained / evaluated | val loss | tau −1 / −0.5 / +0.5 / +1 | alpha ×0 / ×0.5 / ×2 "
     "| mean tau | above tau | 1 − Φ(tau) |\n|---|---|---|---|---|---|---|---|---|"
@@ -721,6 +821,7 @@ def markdown(
     landscape_figures: list[tuple[str, str]] | None = None,
     scale: dict[str, Any] | None = None,
     provenance: dict[str, Any] | None = None,
+    board: tuple[Variant | None, list[Entry], list[tuple[str, str]]] | None = None,
 ) -> str:
     done = [r for r in runs if r.status == "done"]
     missing = [r for r in runs if r.status != "done"]
@@ -740,6 +841,7 @@ def markdown(
         "",
         *method_note(found),
         "",
+        *(leaderboard_section(board[:2], found, board[2]) if board else []),
     ]
     for group in dict.fromkeys(t.group for t in tables):
         lines += section(group, [t for t in tables if t.group == group], found, figures, runs_dir)
@@ -823,12 +925,14 @@ def results(
     command: str,
     evaluations: list[Evaluation] | None = None,
     scale: dict[str, Any] | None = None,
+    board: Board | None = None,
 ) -> dict[str, Any]:
     def variant_dict(row: Row) -> dict[str, Any]:
         v = row.variant
         return {
             "variant": v.label,
             "gate": v.gate,
+            "output_gate": (v.done or v.runs)[0].output_gate,
             "paper_name": v.paper_name,
             "gate_options": v.hp("gate_options"),
             "tau_init": v.hp("tau_init"),
@@ -861,6 +965,7 @@ def results(
                 for c, f in claims(found)
             ],
             "findings": [_finding_dict(f) for f in found],
+            "leaderboard": leaderboard_dict(board) if board else None,
             "landscape": [_evaluation_dict(e) for e in evaluations or []],
             "groups": [
                 {"group": t.group, "corpus": t.corpus, "variants": [variant_dict(row) for row in t.rows]}
@@ -875,6 +980,7 @@ def results(
                     "seed": r.run.seed,
                     "corpus": r.corpus,
                     "gate": r.gate,
+                    "output_gate": r.output_gate,
                     "status": r.status,
                     "reason": r.reason,
                     "source": r.source,

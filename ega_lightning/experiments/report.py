@@ -30,6 +30,8 @@ import yaml
 from ega_lightning.errors import UserError
 from ega_lightning.experiments import figures, landscapes, paper, records, render
 from ega_lightning.experiments.comparisons import (
+    LEADERBOARD_CORPUS,
+    Entry,
     RunData,
     Table,
     build_tables,
@@ -37,9 +39,10 @@ from ega_lightning.experiments.comparisons import (
     code_status,
     device,
     from_record,
+    leaderboard,
     tau_trajectory,
 )
-from ega_lightning.experiments.findings import MECHANISM_GATES, cost_finding, findings
+from ega_lightning.experiments.findings import LEADERBOARD, MECHANISM_GATES, cost_finding, findings
 from ega_lightning.experiments.spec import Run, collect_runs, load_spec, static_value
 from ega_lightning.io import atomic_file, write_atomic
 
@@ -62,7 +65,10 @@ def load_runs(runs: list[Run], runs_dir: Path, records_dir: Path) -> tuple[list[
         corpus = (config.get("data") or {}).get("corpus") or static_value(run, "data.corpus") or "?"
         gate = (config.get("model") or {}).get("gate") or static_value(run, "model.gate") or "?"
         options = static_value(run, "model.gate_options")
-        out.append(RunData(run, loaded.status, loaded.reason, str(corpus), str(gate), options))
+        output_gate = (config.get("model") or {}).get("output_gate") or static_value(run, "model.output_gate")
+        out.append(
+            RunData(run, loaded.status, loaded.reason, str(corpus), str(gate), options, str(output_gate or "none"))
+        )
     return out, fresh
 
 
@@ -106,6 +112,21 @@ def table_figures(table: Table) -> list[tuple[str, str, Any]]:
                 )
             )
     return out
+
+
+def leaderboard_figure(board: list[Entry]) -> list[tuple[str, str, Any]]:
+    """(caption, file name, figure): every finished gate of the leaderboard with its 95% interval."""
+    shown = [(e.variant.label, e.diff) for e in board if e.diff is not None]
+    if not shown:
+        return []
+    points = [(label, d.estimate, d.low, d.high) for label, d in shown]
+    fig = figures.leaderboard_figure(
+        points,
+        paper.POSITIVE_CONTROL,
+        paper.IMPROVEMENT[LEADERBOARD_CORPUS],
+        f"{LEADERBOARD_CORPUS}: baseline − gate (final val loss, paired by seed)",
+    )
+    return [("leaderboard", f"{LEADERBOARD}-{LEADERBOARD_CORPUS}.png", fig)]
 
 
 def save_png(fig: Any, path: Path) -> str:
@@ -198,6 +219,7 @@ def sizes(runs: list[RunData]) -> dict[str, Any]:
     ]
     not_run = []
     template = {k: v for k, v in done[0].hparams.items() if k != "seed"} if done else {}
+    template["output_gate"] = "none"  # the baseline's count: both slots empty
     for p in sorted({q for f in {p.parent for p in used} for q in f.glob("*.yaml")} - set(used)):
         config = yaml.safe_load(p.read_text()) or {}
         model = config.get("model") or {}
@@ -242,13 +264,27 @@ def write_report(
         for caption, name, fig in table_figures(table):
             drawn.setdefault(table.title, []).append((caption, save_png(fig, out / name)))
     landscape_drawn = [(caption, save_png(fig, out / name)) for caption, name, fig in landscape_figures(evaluations)]
+    baseline, board = leaderboard(variants)
+    board_drawn = [(caption, save_png(fig, out / name)) for caption, name, fig in leaderboard_figure(board)]
     report = out / "REPORT.md"
     scale = sizes(runs)
     write_atomic(
         report,
-        render.markdown(tables, runs, found, drawn, command, runs_dir, evaluations, landscape_drawn, scale, provenance),
+        render.markdown(
+            tables,
+            runs,
+            found,
+            drawn,
+            command,
+            runs_dir,
+            evaluations,
+            landscape_drawn,
+            scale,
+            provenance,
+            (baseline, board, board_drawn),
+        ),
     )
-    payload = render.results(tables, runs, found, command, evaluations, scale)
+    payload = render.results(tables, runs, found, command, evaluations, scale, (baseline, board))
     write_atomic(out / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
     return runs, report
 

@@ -35,7 +35,7 @@ import re
 import shlex
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -260,7 +260,9 @@ def shard(runs: Sequence[Run], k: int, n: int) -> list[Run]:
 
 
 def collect_runs(sweeps: Iterable[Sweep]) -> list[Run]:
-    """The runs of all specs; one run listed by two specs must be the same run."""
+    """The runs of all specs. One run listed by two specs (e.g. seeds 4-5 of short.yaml's entries, declared
+    in seeds45.yaml until short.yaml lists them) must be the same run under the same label: it is one run,
+    shown in the sections of both, whichever spec comes first."""
     runs: dict[str, Run] = {}
     for sweep in sweeps:
         for run in sweep.runs:
@@ -272,6 +274,14 @@ def collect_runs(sweeps: Iterable[Sweep]) -> list[Run]:
                     f"run {run.run_name} is defined differently in {seen.spec} and {run.spec}, but both would read "
                     f"{run.run_name}/: rename the entry in one of them."
                 )
+            elif seen.variant != run.variant:
+                raise SpecError(
+                    f"run {run.run_name} is labelled '{seen.variant}' in {seen.spec} and '{run.variant}' in "
+                    f"{run.spec}: one run has one label; give both entries the same `variant:`."
+                )
+            else:
+                more = tuple(g for g in run.groups if g not in seen.groups)
+                runs[run.run_name] = replace(seen, also_in=(*seen.also_in, *more))
     return list(runs.values())
 
 

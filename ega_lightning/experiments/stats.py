@@ -124,7 +124,7 @@ def bonferroni_level(k: int, level: float = LEVEL) -> float:
 
 
 def _quantile(level: float, df: float) -> float:
-    from scipy import stats  # imported where used: `ega report --help` starts without it
+    from scipy import stats  # slow to import: only where an interval is computed
 
     return float(stats.t.ppf(0.5 + level / 2.0, df))
 
@@ -152,3 +152,18 @@ def with_n(d: Difference, n: int) -> Difference:
         raise ValueError(f"with_n needs a paired or mean interval, got {d.method}.")
     half = _quantile(d.level, n - 1) * sd / math.sqrt(n)
     return Difference(d.estimate, d.estimate - half, d.estimate + half, n, float(n - 1), d.method, d.level)
+
+
+def half_width(std: float, n: int, level: float = LEVEL) -> float:
+    """The half-width t(1 − α/2, n − 1) · std / √n of an n-value t interval at ``level`` = 1 − α."""
+    return _quantile(level, n - 1) * std / math.sqrt(n)
+
+
+def pooled_std(intervals: Sequence[Difference | None]) -> tuple[float, int] | None:
+    """The pooled sample std of the values behind paired or mean intervals, sqrt(Σ (n_i − 1) s_i² / Σ (n_i − 1)),
+    and its degrees of freedom Σ (n_i − 1); None when none of them has an std."""
+    known = [(d.n, sd) for d in intervals if d is not None and (sd := std_of(d)) is not None]
+    df = sum(n - 1 for n, _ in known)
+    if not df:
+        return None
+    return math.sqrt(math.fsum((n - 1) * sd**2 for n, sd in known) / df), df
