@@ -64,11 +64,7 @@ class Parsed(Exception):
     pass
 
 
-# check-gate's shape flags have no help yet: ega_lightning/gates/ is being changed on another branch
-UNHELPED = pytest.mark.xfail(strict=True, reason="check-gate: --n_layer, --n_head, ... have no help yet")
-
-
-@pytest.mark.parametrize("tool", [pytest.param(t, marks=UNHELPED) if t == "check-gate" else t for t in TOOLS])
+@pytest.mark.parametrize("tool", TOOLS)
 def test_every_option_of_every_tool_has_help(tool, monkeypatch):
     parsers: list[argparse.ArgumentParser] = []
 

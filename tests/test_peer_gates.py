@@ -258,3 +258,49 @@ def test_cached_generation_equals_recomputation_with_an_output_gate(gate, output
             torch.testing.assert_close(step.logits, model(step.window)[:, -1], atol=1e-5, rtol=1e-5)
             idx = torch.cat([idx, step.logits.argmax(-1, keepdim=True)], dim=1)
             step = steps.send(idx)
+
+
+# ----------------------------------------------------------------------------- through the real `ega`
+
+
+@pytest.mark.slow
+def test_fox_with_an_output_gate_trains_validates_tests_and_generates_through_ega(tmp_path, data_dir):
+    from .conftest import CONFIGS, run_ega
+
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    tiny = [f"--model.{k}={v}" for k, v in TINY_MODEL.items()]
+    fit = run_ega(
+        [
+            "fit",
+            *("-c", str(CONFIGS / "gate/fox.yaml"), "-c", str(CONFIGS / "output_gate/headwise.yaml")),
+            *tiny,
+            "--data.batch_size=4",
+            "--data.max_eval_windows=8",
+            "--trainer.max_steps=4",
+            "--trainer.val_check_interval=2",
+            "--trainer.enable_progress_bar=false",
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    (run_dir,) = (tmp_path / "lightning_logs").iterdir()
+    assert run_dir.name.startswith("tinyshakespeare-fox+output_headwise-2x2x32-T32-seed")
+    ckpt = run_dir / "checkpoints" / "last.ckpt"
+    saved = torch.load(ckpt, map_location="cpu", weights_only=False)
+    assert saved["hyper_parameters"]["gate"] == "fox"
+    assert saved["hyper_parameters"]["output_gate"] == "output_headwise"
+    assert any(".attn.output_gate.proj.weight" in k for k in saved["state_dict"])
+    for stage in ("validate", "test"):
+        evaluated = run_ega(
+            [stage, "--data.max_eval_windows=8", "--trainer.enable_progress_bar=false", f"--ckpt_path={ckpt}"],
+            cwd=tmp_path,
+            env=env,
+        )
+        assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+        assert f"{stage if stage == 'test' else 'val'}/loss" in evaluated.stdout
+    generated = run_ega(
+        ["generate", f"--ckpt_path={ckpt}", "--prompt=ROMEO:", "--max_new_tokens=20", "--seed=1"], cwd=tmp_path
+    )
+    assert generated.returncode == 0, generated.stderr[-3000:]
+    assert generated.stdout.startswith("ROMEO:") and len(generated.stdout.rstrip("\n")) == len("ROMEO:") + 20

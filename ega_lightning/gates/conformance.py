@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -452,7 +453,9 @@ def check_gate(
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tensors this small only lose time to threads (a lot of it on a busy machine)
     try:
-        with torch.random.fork_rng(devices=[]):
+        # eager FlexAttention on CPU warns that it is not compiled: the check runs it for its values only
+        with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
             try:
                 ctx.layer_gate()
             except Exception as err:
@@ -476,11 +479,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ega check-gate", description=__doc__.split("\n\n")[0])
     parser.add_argument("gate", help="a gate name (ega gates lists them) or an import path, e.g. my_gates.MyGate")
     parser.add_argument("--options", default="{}", help="gate options as YAML, e.g. '{scales: 4}'")
-    parser.add_argument("--n_layer", type=int, default=Shape.n_layer)
-    parser.add_argument("--n_head", type=int, default=Shape.n_head)
-    parser.add_argument("--n_embd", type=int, default=Shape.n_embd)
-    parser.add_argument("--block_size", type=int, default=Shape.block_size)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n_layer", type=int, default=Shape.n_layer, help=f"layers (default {Shape.n_layer})")
+    parser.add_argument("--n_head", type=int, default=Shape.n_head, help=f"heads (default {Shape.n_head})")
+    parser.add_argument("--n_embd", type=int, default=Shape.n_embd, help=f"width (default {Shape.n_embd})")
+    parser.add_argument(
+        "--block_size", type=int, default=Shape.block_size, help=f"window, >= 8 (default {Shape.block_size})"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and tokens (default 0)")
     parser.add_argument("--only", nargs="+", default=None, metavar="PROPERTY", help=", ".join(PROPERTIES))
     args = parser.parse_args(argv)
     try:
