@@ -34,7 +34,7 @@ from torch import nn
 
 from ega_lightning.data.corpora import CORPORA
 from ega_lightning.errors import UserError
-from ega_lightning.gates import Gate, gate_class, gate_names
+from ega_lightning.gates import SLOTS, Gate, gate_class, gate_names
 from ega_lightning.generate import generate
 from ega_lightning.io import read_yaml, write_atomic
 from ega_lightning.model.attention import (
@@ -364,14 +364,19 @@ def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
 
 def gate_settings(configs: Path, names: list[str] | None) -> dict[str, dict[str, Any]]:
     """Gate configs by file stem: {"linear": {"gate": "linear"}, "multiscale2": {...}, ...}; `none` first.
+    Output gates (configs/output_gate/) by their gate name, on the baseline: {"output_headwise": {...}}.
 
     A name that is no config file but a gate (an entry point, an import path such as
     my_gates.AbsEnergyGate) is benchmarked at its default options."""
     found = {p.stem: load_yaml_model(p) for p in sorted((configs / "gate").glob("*.yaml"))}
+    for path in sorted((configs / "output_gate").glob("*.yaml")):
+        output = load_yaml_model(path)
+        found[output["output_gate"]] = {"gate": "none", **output}
     for name in names or []:
         if name not in found and ("." in name or name in gate_names()):
-            gate_class(name)  # a GateError (a UserError) says what is wrong with it
-            found[name] = {"gate": name}
+            cls = gate_class(name)  # a GateError (a UserError) says what is wrong with it
+            slot = next(slot for slot, base in SLOTS.items() if issubclass(cls, base))
+            found[name] = {"gate": "none", slot: name}
     unknown = sorted(set(names or []) - found.keys())
     if unknown:
         raise UserError(f"no gate config {unknown} in {configs / 'gate'} (available: {', '.join(found)}).")
@@ -387,7 +392,7 @@ def build(
     from ega_lightning.module import CharLM  # Lightning: imported where a model is built, not for --help
 
     torch.manual_seed(seed)  # same seed: every gated model shares the baseline's weights
-    options = {k: v for k, v in gate.items() if k in ("gate", "gate_options", "tau_init", "alpha_init")}
+    options = {k: v for k, v in gate.items() if k in ("gate", "gate_options", "tau_init", "alpha_init", "output_gate")}
     return CharLM(VOCAB, **shape, **options, compile=compile).to(device)
 
 

@@ -19,8 +19,11 @@ def write_configs(root):
     (root / "size/tiny.yaml").write_text(yaml.safe_dump({"model": SHAPE, "data": {"batch_size": 2}}))
     gates = {"none": {"gate": "none"}, "linear": {"gate": "linear"}, "db2": {"gate": "db2"}}
     gates["linear_window"] = {"gate": "linear", "gate_options": {"znorm": "window"}}
+    gates["fox"] = {"gate": "fox"}
     for name, model in gates.items():
         (root / f"gate/{name}.yaml").write_text(yaml.safe_dump({"model": model}))
+    (root / "output_gate").mkdir()
+    (root / "output_gate/headwise.yaml").write_text(yaml.safe_dump({"model": {"output_gate": "output_headwise"}}))
 
 
 def test_bench_writes_tables_with_ratios_memory_and_generation(tmp_path):
@@ -49,13 +52,17 @@ def test_bench_writes_tables_with_ratios_memory_and_generation(tmp_path):
     result = json.loads((out / "bench-cpu-32-true.json").read_text())
     (size,) = result["sizes"]
     rows = size["rows"]
-    assert list(rows) == ["none", "db2", "linear", "linear_window", "nanogpt_reference"]  # the baseline first
+    # the baseline first; an output gate (configs/output_gate/) by its gate name, on the baseline
+    assert list(rows) == ["none", "db2", "fox", "linear", "linear_window", "output_headwise", "nanogpt_reference"]
     assert rows["none"]["time_ratio"] == 1.0 and all(r["repeats"] == 3 for r in rows.values())
     assert rows["linear"]["params"] - rows["none"]["params"] == SHAPE["n_layer"] * SHAPE["n_head"] * (16 + 2)
+    assert rows["fox"]["params"] - rows["none"]["params"] == SHAPE["n_layer"] * SHAPE["n_head"] * (16 + 1)
+    assert rows["output_headwise"]["params"] - rows["none"]["params"] == SHAPE["n_layer"] * 16 * SHAPE["n_head"]
     assert rows["linear"]["train_state_mb"] > rows["none"]["train_state_mb"]
     assert rows["linear"]["activation_mb"] > rows["none"]["activation_mb"] > 0
     (generation,) = result["generation"]
-    assert set(generation["rows"]) == {"none", "db2", "linear"}  # the leaky z-norm has no cached form
+    # the leaky z-norm has no cached form
+    assert set(generation["rows"]) == {"none", "db2", "fox", "linear", "output_headwise"}
     assert generation["uncached"] == ["linear_window"]
     assert all(r["speedup"] > 0 for r in generation["rows"].values())
     markdown = (out / "bench-cpu-32-true.md").read_text()
