@@ -29,8 +29,8 @@ COMMANDS = {
     "bench": ("ega_lightning.bench", "time and measure the memory of every gate's training and generation steps"),
     "sweep": ("ega_lightning.experiments.sweep", "run the runs of a sweep spec, resumably, recording each one"),
     "report": ("ega_lightning.experiments.report", "summarise recorded sweeps into results/ and REPORT.md"),
-    "gates": ("ega_lightning.gates.listing", "list the gates and their options"),
-    "check-gate": ("ega_lightning.gates.conformance", "check a gate (built in or yours) against EGA's contract"),
+    "gates": ("ega_lightning.list_gates", "list the gates and their options"),
+    "check-gate": ("ega_lightning.check_gate", "check a gate (built in or yours) against EGA's contract"),
     "landscape": ("ega_lightning.landscape", "the loss around each checkpoint's learned tau and alpha (one JSON)"),
 }
 LIGHTNING_COMMANDS = ("fit", "validate", "test")

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from ega_lightning.errors import UserError
+from ega_lightning.experiments.landscapes import FORMAT
 
-FORMAT = 1
 TAU_SHIFTS = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0)
 ALPHA_SCALES = (0.0, 0.5, 1.0, 2.0)
 Z_EDGES = tuple(round(-6.0 + 0.1 * i, 1) for i in range(121))  # bins of 0.1 on [-6, 6]

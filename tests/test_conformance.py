@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 import yaml
 
+from ega_lightning.conformance import ENERGY, OUTPUT, PROPERTIES, check_gate, gate_kind
 from ega_lightning.errors import UserError
 from ega_lightning.gates import KeyBias, OutputGate, causal_znorm, gate_class
-from ega_lightning.gates.conformance import ENERGY, OUTPUT, PROPERTIES, check_gate, gate_kind
 from ega_lightning.gates.linear import LinearGate
 from ega_lightning.model import GPT, GPTConfig
 
@@ -156,7 +156,7 @@ def test_check_gate_leaves_the_callers_random_state_alone():
 
 
 def test_the_cli_prints_one_line_per_property_and_exits_by_verdict(capsys):
-    from ega_lightning.gates.conformance import main
+    from ega_lightning.check_gate import main
 
     assert main([f"{__name__}.WrongCount"]) == 1
     out = capsys.readouterr().out.splitlines()

@@ -21,5 +21,6 @@ def test_every_relative_link_resolves_inside_the_repository(doc):
         assert path.exists(), f"{doc.name} links {target}, which does not exist"
 
 
-def test_the_readme_links_the_method():
-    assert "docs/method.md" in LINK.findall((REPO / "README.md").read_text())
+@pytest.mark.parametrize("doc", ["docs/method.md", "docs/architecture.md"])
+def test_the_readme_links_the_docs(doc):
+    assert doc in LINK.findall((REPO / "README.md").read_text())

@@ -6,10 +6,10 @@ import sys
 import pytest
 import torch
 
-from ega_lightning import CharLM
+from ega_lightning import CharLM, list_gates
+from ega_lightning.check_gate import main as check_gate_main
 from ega_lightning.errors import UserError
-from ega_lightning.gates import Gate, GateError, build_gate, gate_class, gate_names, listing, register_gate
-from ega_lightning.gates.conformance import main as check_gate_main
+from ega_lightning.gates import Gate, GateError, build_gate, gate_class, gate_names, register_gate
 from ega_lightning.gates.linear import LinearGate
 
 from .conftest import REPO, TINY_MODEL, TINY_VOCAB
@@ -47,7 +47,7 @@ def test_a_class_object_is_a_gate_too():
         ("my_gates.G", "x = (\n", r"importing my_gates failed: SyntaxError: .*my_gates.py, line 1\)"),
         ("my_gates.G", "import not_there\n", r"No module named 'not_there' .*line 1\). Install the missing module"),
         ("my_gates.G", "raise RuntimeError('boom')\n", r"importing my_gates failed: RuntimeError: boom .*line 1"),
-        ("wavelet", None, r"Unknown gate 'wavelet'. Registered gates: none, db2, .* by its import path"),
+        ("wavelet", None, r"Unknown gate 'wavelet'. Registered gates: none, alibi, db2, .* by its import path"),
     ],
 )
 def test_a_bad_gate_path_is_a_user_error_naming_the_fix(gate_sandbox, path, source, match):
@@ -64,7 +64,7 @@ def test_bad_paths_on_the_command_line_are_one_paragraph_and_exit_2(gate_sandbox
     assert check_gate_main(["nomod.Gate1"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("ega check-gate: error: Unknown gate 'nomod.Gate1'") and err.count("\n") == 1
-    assert listing.main(["nomod.Gate1"]) == 2
+    assert list_gates.main(["nomod.Gate1"]) == 2
     assert capsys.readouterr().err.startswith("ega gates: error: Unknown gate 'nomod.Gate1'")
 
 
@@ -115,7 +115,7 @@ def test_entry_point_gates_are_listed_loaded_and_registered(gate_sandbox, monkey
     assert "mine" in gate_names()
     cls = gate_class("mine")
     assert cls.__module__ == "my_pkg.gates" and cls.registry_name == "mine"
-    assert listing.main(["--n_embd", "64", "--n_head", "2"]) == 0
+    assert list_gates.main(["--n_embd", "64", "--n_head", "2"]) == 0
     rows = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines() if line.strip()}
     assert rows["mine"][1:6] == ["gate", "entry", "point", "of", "my-pkg"] and rows["mine"][-2:] == ["132", "1"]
     assert rows["linear"][1:] == ["gate", "built-in", "EGA-1", "132", "1"]

@@ -78,7 +78,7 @@ def test_an_entry_point_gate_is_listed_and_trains_by_name_in_a_sweep(tmp_path, d
     listed = run_ega(["gates"], cwd=tmp_path, env=env)
     assert listed.returncode == 0, listed.stderr[-3000:]
     row = next(line.split() for line in listed.stdout.splitlines() if line.startswith("mine "))
-    assert row == ["mine", "entry", "point", "of", "my-pkg", "0.1", "-", "520", "1"]  # 4 heads x (128 + 2)
+    assert row == ["mine", "gate", "entry", "point", "of", "my-pkg", "0.1", "-", "520", "1"]  # 4 heads x (128 + 2)
     (tmp_path / "mine.yaml").write_text("model:\n  gate: mine\n")
     spec = {
         "name": "own",

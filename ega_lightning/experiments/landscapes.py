@@ -17,6 +17,7 @@ from typing import Any
 from ega_lightning.errors import UserError
 
 DIRNAME = "landscape"  # beside the records directory: results/landscape/
+FORMAT = 1  # of the JSON `ega landscape` writes and this module reads: stated here, below the command
 
 
 @dataclass(frozen=True)
@@ -131,8 +132,6 @@ def _evaluation(source: str, result: dict[str, Any], c: dict[str, Any]) -> Evalu
 
 def load(directory: Path) -> list[Evaluation]:
     """Every checkpoint of every JSON in ``directory`` (none when it does not exist), in file order."""
-    from ega_lightning.landscape import FORMAT  # what `ega landscape` writes is what this reads (needs torch)
-
     out: list[Evaluation] = []
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         try:

@@ -1,0 +1,53 @@
+"""`ega check-gate`: does a gate (built in or yours) keep the promises the model relies on?
+
+    ega check-gate my_gates.AbsEnergyGate
+    ega check-gate multiscale --options '{scales: 4}'
+
+The checks themselves are the library `ega_lightning.conformance` (its docstring lists the properties),
+which tests call directly; this module only parses the command line and prints the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import yaml
+
+from ega_lightning.conformance import PROPERTIES, Shape, check_gate
+from ega_lightning.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ega check-gate", description=__doc__.split("\n\n")[0])
+    parser.add_argument("gate", help="a gate name (ega gates lists them) or an import path, e.g. my_gates.MyGate")
+    parser.add_argument("--options", default="{}", help="gate options as YAML, e.g. '{scales: 4}'")
+    parser.add_argument("--n_layer", type=int, default=Shape.n_layer, help=f"layers (default {Shape.n_layer})")
+    parser.add_argument("--n_head", type=int, default=Shape.n_head, help=f"heads (default {Shape.n_head})")
+    parser.add_argument("--n_embd", type=int, default=Shape.n_embd, help=f"width (default {Shape.n_embd})")
+    parser.add_argument(
+        "--block_size", type=int, default=Shape.block_size, help=f"window, >= 8 (default {Shape.block_size})"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the weights and tokens (default 0)")
+    parser.add_argument("--only", nargs="+", default=None, metavar="PROPERTY", help=", ".join(PROPERTIES))
+    args = parser.parse_args(argv)
+    try:
+        options = yaml.safe_load(args.options)
+    except yaml.YAMLError as err:
+        parser.error(f"--options is not YAML: {err}")
+    if not isinstance(options, dict):
+        parser.error(f"--options must be a mapping such as '{{scales: 4}}', got {args.options!r}")
+    shape = Shape(args.n_layer, args.n_head, args.n_embd, args.block_size)
+    if min(args.n_layer, args.n_head, args.n_embd) < 1 or args.n_embd % args.n_head or args.block_size < 8:
+        parser.error("the shape needs n_embd divisible by n_head and block_size >= 8")
+    try:
+        report = check_gate(args.gate, options, shape, args.seed, args.only)
+    except UserError as err:
+        print(f"ega check-gate: error: {err}", file=sys.stderr)
+        return 2
+    print(report.format())
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
