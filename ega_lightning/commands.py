@@ -69,11 +69,15 @@ def main(args: list[str] | None = None) -> None:
         return cli.main(args)  # None from the shell: cli.main reads (and, for DDP, rewrites) sys.argv itself
     try:
         code = importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
     except UserError as err:
         print_user_error(argv[0], err)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         raise SystemExit(130) from None
+    except BrokenPipeError:  # `ega gates | head`: the reader has gone; say nothing more, to nobody
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(141) from None
     except Exception as err:
         refusal = machine_refusal(err)  # disk full, read-only: the machine's word, not a bug
         if refusal is None:

@@ -78,3 +78,14 @@ def test_every_option_of_every_tool_has_help(tool, monkeypatch):
     (parser,) = parsers
     silent = [a.option_strings or [a.dest] for a in parser._actions if not a.help]
     assert silent == []
+
+
+def test_a_reader_that_goes_away_ends_a_tool_quietly():
+    """`ega gates | head -1`: the pipe closes before the table is written; no traceback, exit 141 as a shell's."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ega_lightning.commands", "gates"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()  # before the command has printed anything (it imports torch first)
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
