@@ -37,15 +37,27 @@ def _model_kwargs(hparams: dict[str, Any]) -> dict[str, Any]:
 
 def fingerprint(hparams: dict[str, Any]) -> str:
     """16 hex digits for the model ``CharLM(**hparams)`` trains (see the module docstring); hparams as
-    a run's ``hparams.yaml`` holds them (data keys are ignored)."""
-    from ega_lightning.module import CharLM
-
+    a run's ``hparams.yaml`` holds them (data keys are ignored). Computed on one thread."""
     kwargs = _model_kwargs(hparams)
     window = min(WINDOW, int(kwargs.get("block_size", WINDOW)))
     digest = hashlib.sha256()
 
     def add(t: torch.Tensor) -> None:
         digest.update(t.detach().contiguous().float().numpy().tobytes())
+
+    threads = torch.get_num_threads()
+    # a sum split over threads rounds by the split: one thread gives one answer whatever the machine's cores
+    torch.set_num_threads(1)
+    try:
+        _train(kwargs, window, add)
+    finally:
+        torch.set_num_threads(threads)
+    return digest.hexdigest()[:16]
+
+
+def _train(kwargs: dict[str, Any], window: int, add: Any) -> None:
+    """STEPS AdamW steps of ``CharLM(**kwargs)`` on random tokens, every tensor handed to ``add``."""
+    from ega_lightning.module import CharLM
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1)
@@ -68,4 +80,3 @@ def fingerprint(hparams: dict[str, Any]) -> str:
             optimizer.zero_grad()
         for _, p in sorted(lm.named_parameters()):
             add(p)
-    return digest.hexdigest()[:16]

@@ -51,3 +51,19 @@ def test_the_fingerprint_does_not_move_the_global_random_stream(gate):
     torch.manual_seed(5)
     fingerprint({**SMALL, "gate": gate})
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_one_value_whatever_the_threads_of_the_caller():
+    """Reductions split over threads round differently (the 'none' model at the cpu size gives another
+    hash on 2 threads than on 1 without the pin): the fingerprint runs on one thread and restores the caller's."""
+    import torch
+
+    hparams = {**SMALL, "n_embd": 128, "n_head": 4, "block_size": 128, "gate": "none"}
+    before = torch.get_num_threads()
+    values = set()
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        values.add(fingerprint(hparams))
+        assert torch.get_num_threads() == threads
+    torch.set_num_threads(before)
+    assert len(values) == 1
