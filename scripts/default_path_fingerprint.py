@@ -71,7 +71,12 @@ def differences(a: Any, b: Any, path: str = "") -> tuple[int, list[str]]:
 
 if __name__ == "__main__":
     if sys.argv[1] == "--compare":
-        n, bad = differences(torch.load(sys.argv[2]), torch.load(sys.argv[3]))
+        base, new = torch.load(sys.argv[2]), torch.load(sys.argv[3])
+        added, removed = sorted(new.keys() - base.keys()), sorted(base.keys() - new.keys())
+        if added or removed:  # a gate config added or removed: the others must still agree
+            print(f"only in the new run: {', '.join(added) or '-'}; only in the base: {', '.join(removed) or '-'}")
+        common = base.keys() & new.keys()
+        n, bad = differences({k: base[k] for k in common}, {k: new[k] for k in common})
         print(f"{n} tensors compared with torch.equal; {len(bad)} differ{': ' + ', '.join(bad[:10]) if bad else ''}")
         sys.exit(1 if bad or n == 0 else 0)
     torch.save(fingerprint(), sys.argv[1])
