@@ -15,6 +15,7 @@ from .conftest import CONFIGS
 SIZES = sorted(CONFIGS.glob("size/*.yaml"))
 CORPORA_CFG = sorted(CONFIGS.glob("corpus/*.yaml"))
 GATES = sorted(CONFIGS.glob("gate/*.yaml"))
+OUTPUT_GATES = sorted(CONFIGS.glob("output_gate/*.yaml"))
 COMBOS = list(itertools.product(SIZES, CORPORA_CFG, GATES))
 
 
@@ -23,10 +24,23 @@ SWEEPS = sorted(CONFIGS.glob("sweeps/*.yaml"))
 
 def test_every_yaml_is_covered_by_a_composition():
     shipped = set(CONFIGS.rglob("*.yaml")) - set(SWEEPS)
-    covered = {CONFIGS / "base.yaml", *SIZES, *CORPORA_CFG, *GATES}
+    covered = {CONFIGS / "base.yaml", *SIZES, *CORPORA_CFG, *GATES, *OUTPUT_GATES}
     assert shipped == covered, f"configs not exercised by this test: {sorted(shipped - covered)}"
     for path in shipped:
         assert isinstance(yaml.safe_load(path.read_text()), dict), path
+
+
+@pytest.mark.parametrize("output_gate", OUTPUT_GATES, ids=lambda p: p.stem)
+def test_an_output_gate_config_fills_its_slot_beside_any_gate_config(output_gate, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["ega"])
+    parts = ("base.yaml", "size/cpu.yaml", "corpus/tinyshakespeare.yaml", "gate/linear.yaml")
+    args = [a for p in [*(CONFIGS / part for part in parts), output_gate] for a in ("--config", str(p))]
+    cli = EgaCLI(CharLM, CharDataModule, run=False, auto_configure_optimizers=False, args=args)
+    name = yaml.safe_load(output_gate.read_text())["model"]["output_gate"]
+    assert (cli.model.hparams.gate, cli.model.hparams.output_gate) == ("linear", name)
+    assert len(cli.model.model.output_gates) == cli.model.hparams.n_layer
+    assert f"-linear+{name}-" in default_run_name(cli.config)
 
 
 @pytest.mark.parametrize("size,corpus,gate", COMBOS, ids=lambda p: p.stem)
