@@ -244,10 +244,14 @@ def _causal(ctx: _Context) -> tuple[bool, str]:
     )
 
 
-def _alpha_zero_is_baseline(ctx: _Context) -> tuple[bool, str]:
+def _equals_baseline(ctx: _Context, at_setting: Callable[[str], GPT | None], setting: str) -> tuple[bool, str]:
+    """The gated model at ``setting`` (``at_setting(attention)``, None: the gate has no such setting) against
+    the baseline with the same shared weights, on every attention path."""
     diffs = []
     for attention in available_attention_impls():
-        gated, baseline = ctx.model(attention, alpha_init=0.0), ctx.model(attention, gated=False)
+        gated, baseline = at_setting(attention), ctx.model(attention, gated=False)
+        if gated is None:
+            return True, f"no {setting} (set_identity returns False): nothing to compare"
         missing, unexpected = baseline.load_state_dict(gated.state_dict(), strict=False)
         outside = [k for k in unexpected if ".gate." not in k]
         if missing or outside:
@@ -257,22 +261,19 @@ def _alpha_zero_is_baseline(ctx: _Context) -> tuple[bool, str]:
             diffs.append((gated(idx) - baseline(idx)).abs().max().item())
     ok = max(diffs) <= TOLERANCE
     measured = f"max |logits - baseline| {diffs[0]:.2g} fused, {diffs[1]:.2g} reference (tolerance {TOLERANCE:g})"
-    return ok, measured if ok else f"{measured}: at alpha = 0 the gate still changes attention"
+    return ok, measured if ok else f"{measured}: at {setting} the gate still changes attention"
+
+
+def _alpha_zero_is_baseline(ctx: _Context) -> tuple[bool, str]:
+    return _equals_baseline(ctx, lambda attention: ctx.model(attention, alpha_init=0.0), "alpha = 0")
 
 
 def _identity_is_baseline(ctx: _Context) -> tuple[bool, str]:
-    diffs = []
-    for attention in available_attention_impls():
-        gated, baseline = ctx.model(attention), ctx.model(attention, gated=False)
-        if not all(g.set_identity() for g in gated.gates):
-            return True, "no identity setting (set_identity returns False): nothing to compare"
-        baseline.load_state_dict(gated.state_dict(), strict=False)
-        idx = ctx.tokens(3, ctx.shape.block_size)
-        with torch.no_grad():
-            diffs.append((gated(idx) - baseline(idx)).abs().max().item())
-    ok = max(diffs) <= TOLERANCE
-    measured = f"max |logits - baseline| {diffs[0]:.2g} fused, {diffs[1]:.2g} reference (tolerance {TOLERANCE:g})"
-    return ok, measured if ok else f"{measured}: at its identity setting the gate still changes attention"
+    def at_identity(attention: str) -> GPT | None:
+        model = ctx.model(attention)
+        return model if all(g.set_identity() for g in model.gates) else None
+
+    return _equals_baseline(ctx, at_identity, "its identity setting")
 
 
 def _fused_equals_reference(ctx: _Context) -> tuple[bool, str]:

@@ -25,15 +25,8 @@ import torch
 from torch import nn
 
 
-class KeyBias(nn.Module, ABC):
-    """A per-key bias b (B or 1, nh, T) on the attention logits, applied relatively: s_ij + b_j - b_i.
-
-    ``params_per_layer`` gives the exact parameter count per attention layer; ``step`` is the
-    incremental form of ``forward`` for cached generation, ``state`` whatever the gate carries
-    between steps (None before the first).
-    """
-
-    receptive_field: int = 1
+class SlotGate(nn.Module, ABC):
+    """What every gate of either slot has: its layer's shape, its exact parameter count, an optional penalty."""
 
     def __init__(self, n_embd: int, n_head: int) -> None:
         super().__init__()
@@ -43,6 +36,20 @@ class KeyBias(nn.Module, ABC):
     @abstractmethod
     def params_per_layer(cls, n_embd: int, n_head: int, **options: Any) -> int:
         """Exact number of parameters this gate adds to one attention layer, for these init options."""
+
+    def penalty(self) -> torch.Tensor | None:
+        """An extra training loss term (e.g. a constraint on learned filters), or None."""
+        return None
+
+
+class KeyBias(SlotGate):
+    """A per-key bias b (B or 1, nh, T) on the attention logits, applied relatively: s_ij + b_j - b_i.
+
+    ``step`` is the incremental form of ``forward`` for cached generation, ``state`` whatever the gate
+    carries between steps (None before the first).
+    """
+
+    receptive_field: int = 1
 
     @abstractmethod
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -56,29 +63,13 @@ class KeyBias(nn.Module, ABC):
         """Sets the gate to plain attention (b constant over keys), if it has such a setting; False if not."""
         return False
 
-    def penalty(self) -> torch.Tensor | None:
-        """An extra training loss term, or None."""
-        return None
 
-
-class OutputGate(nn.Module, ABC):
+class OutputGate(SlotGate):
     """A factor on the attention output of each head, from the layer's LayerNorm-ed input x."""
-
-    def __init__(self, n_embd: int, n_head: int) -> None:
-        super().__init__()
-        self.n_embd, self.n_head = n_embd, n_head
-
-    @classmethod
-    @abstractmethod
-    def params_per_layer(cls, n_embd: int, n_head: int, **options: Any) -> int:
-        """Exact number of parameters this gate adds to one attention layer."""
 
     @abstractmethod
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The factor (B, nh, T, 1) or (B, nh, T, hs) from x (B, T, C); position i reads only x_i."""
-
-    def penalty(self) -> torch.Tensor | None:
-        return None
 
 
 def relative_bias(b_queries: torch.Tensor, b_keys: torch.Tensor) -> torch.Tensor:
