@@ -93,6 +93,12 @@ ROWS = [
     ("config a YAML list", ["fit", "-c", "{listyaml}"], "list.yaml holds a list, not a mapping of options"),
     ("config a directory", ["fit", "-c", "{confdir}"], "is a directory; -c takes one config file"),
     ("gate's package uninstalled", ["generate", "--ckpt_path={powerg}"], "Unknown gate 'powerg'. Registered gates"),
+    (
+        "output gate as key gate",
+        ["fit", "--model.gate=output_headwise"],
+        "give it as model.output_gate, not model.gate",
+    ),
+    ("key bias as output gate", ["fit", "--model.output_gate=fox"], "'fox' is a key bias: give it as model.gate"),
     # an empty config sets nothing: the command goes on (to a mistake of its own)
     ("empty config", ["fit", "-c", "{emptyyaml}", "--trainer.max_steps=0"], "trainer.max_steps is 0; set a positive"),
 ]
