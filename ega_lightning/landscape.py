@@ -98,6 +98,7 @@ def evaluate_checkpoint(
     path: Path, max_eval_windows: int | None, eval_batch_size: int, data_dir: str | None, eval_znorm: str | None
 ) -> dict[str, Any]:
     from ega_lightning.data import CharDataModule
+    from ega_lightning.gates import Gate
     from ega_lightning.module import CharLM
 
     if not path.is_file():
@@ -108,6 +109,11 @@ def evaluate_checkpoint(
     lm = CharLM.load_from_checkpoint(path, map_location="cpu").eval()
     if not lm.model.gates:
         raise UserError(f"--ckpt_path {path} is a baseline (gate: none): it has no tau or alpha to move.")
+    if not isinstance(lm.model.gates[0], Gate):
+        raise UserError(
+            f"--ckpt_path {path} has the gate {lm.hparams.gate!r}, which is no energy gate: it has no tau or alpha "
+            "to move. `ega landscape` reads the EGA family's energy gates (`ega gates`: paper row EGA-*)."
+        )
     trained_znorm = lm.model.cfg.gate_options.get("znorm", "prefix")
     for gate in lm.model.gates:
         gate.znorm = eval_znorm or trained_znorm

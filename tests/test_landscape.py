@@ -93,8 +93,9 @@ def test_landscape_eval_znorm_measures_a_leaky_checkpoint_causally(tmp_path, dat
     assert abs(causal["loss"] - leaky["loss"]) > 1e-4
 
 
-def test_landscape_refuses_a_baseline_and_writes_nothing(tmp_path, data_dir, capsys):
-    _, ckpt = tiny_checkpoint(tmp_path, data_dir, gate="none")
+@pytest.mark.parametrize(("gate", "said"), [("none", "baseline"), ("fox", "'fox', which is no energy gate")])
+def test_landscape_refuses_a_model_without_tau_and_writes_nothing(tmp_path, data_dir, capsys, gate, said):
+    _, ckpt = tiny_checkpoint(tmp_path, data_dir, gate=gate)
     out = tmp_path / "out.json"
     assert landscape.main(["--ckpt_path", str(ckpt), "--out", str(out)]) == 2
-    assert "baseline" in capsys.readouterr().err and not out.exists()
+    assert said in capsys.readouterr().err and not out.exists()
