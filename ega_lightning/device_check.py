@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ega_lightning.data.corpora import CORPORA
+from ega_lightning.gates import Gate, OutputGate, gate_class
 from ega_lightning.model import GPT, GPTConfig, available_attention_impls
 
 FP32_TOL = 1e-4
@@ -52,9 +53,13 @@ def run_path(
 def check_gate(gate: str, device: torch.device, bf16: bool, batch: int, seed: int) -> list[dict[str, Any]]:
     """One row per (path, precision): relative errors of values and the worst gradient, and the verdict."""
     vocab = len(CORPORA["tinyshakespeare"].vocab)
-    options = {} if gate == "none" else {"tau_init": 0.3, "alpha_init": 2.0}
+    cls = gate_class(gate)
+    # an energy gate away from its defaults (it visibly acts); an output gate in its own slot
+    options = {"tau_init": 0.3, "alpha_init": 2.0} if cls is not None and issubclass(cls, Gate) else {}
+    output = cls is not None and issubclass(cls, OutputGate)
+    config = {"gate": "none" if output else gate, "gate_options": options, "output_gate": gate if output else "none"}
     torch.manual_seed(seed)
-    truth_model = GPT(GPTConfig(vocab_size=vocab, **SHAPE, gate=gate, gate_options=options, attention="reference"))
+    truth_model = GPT(GPTConfig(vocab_size=vocab, **SHAPE, **config, attention="reference"))
     state = truth_model.state_dict()
     idx = torch.randint(0, vocab, (batch, SHAPE["block_size"] + 1), generator=torch.Generator().manual_seed(seed))
     idx = idx.to(device)
@@ -68,7 +73,7 @@ def check_gate(gate: str, device: torch.device, bf16: bool, batch: int, seed: in
             if impl == "reference" and dtype == torch.float32:
                 errors[impl] = (0.0, 0.0)  # the truth itself
                 continue
-            model = GPT(GPTConfig(vocab_size=vocab, **SHAPE, gate=gate, gate_options=options, attention=impl))
+            model = GPT(GPTConfig(vocab_size=vocab, **SHAPE, **config, attention=impl))
             model.load_state_dict(state)
             grads = impl != "flex" or device.type == "cuda"  # no CPU backward for FlexAttention
             logits, grad = run_path(model.to(device), idx, dtype, grads)
@@ -102,7 +107,12 @@ def check_gate(gate: str, device: torch.device, bf16: bool, batch: int, seed: in
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ega_lightning.device_check", description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--gates", nargs="+", default=["none", "linear", "multiscale", "db2", "morlet_param"])
+    parser.add_argument(
+        "--gates",
+        nargs="+",
+        default=["none", "linear", "multiscale", "db2", "morlet_param", "alibi", "fox", "output_headwise"],
+        help="gate names: key gates and output gates alike",
+    )
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="default: on CUDA")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
@@ -111,12 +121,12 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     bf16 = device.type == "cuda" if args.bf16 is None else args.bf16
     rows = [row for gate in args.gates for row in check_gate(gate, device, bf16, args.batch, args.seed)]
-    print(f"{'gate':<14}{'path':<11}{'dtype':<10}{'values':>22}{'gradients':>22}  verdict")
+    print(f"{'gate':<20}{'path':<11}{'dtype':<10}{'values':>22}{'gradients':>22}  verdict")
     for r in rows:
         grad = "-" if r["grad_err"] is None else f"{r['grad_err']:.2e} <= {r['grad_bound']:.1e}"
         values = f"{r['value_err']:.2e} <= {r['value_bound']:.1e}"
         print(
-            f"{r['gate']:<14}{r['impl']:<11}{r['dtype']:<10}{values:>22}{grad:>22}  {'ok' if r['ok'] else 'MISMATCH'}"
+            f"{r['gate']:<20}{r['impl']:<11}{r['dtype']:<10}{values:>22}{grad:>22}  {'ok' if r['ok'] else 'MISMATCH'}"
         )
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
