@@ -16,6 +16,7 @@ from ega_lightning.experiments import comparisons, findings, landscapes, records
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
 from ega_lightning.experiments.findings import Verdict
 from ega_lightning.experiments.stats import Difference
+from ega_lightning.fingerprint import fingerprint
 from ega_lightning.io import write_atomic
 from ega_lightning.landscape import TAU_SHIFTS
 
@@ -628,6 +629,19 @@ def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_establishe
     linear.fingerprint = "e" * 16
     assert comparisons.code_status(linear, provenance)["status"] == "differs"
     assert comparisons.code_status(linear, None)["status"] == "unknown"
+    # a configuration provenance.json does not hold (a gate added since): compared with today's, computed
+    (fox,) = seeded("fox", "fox", "peers", {1: {}}, vocab="ab")
+    fox.hparams = {"gate": "fox", "vocab": "ab", "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
+    fox.fingerprint = fingerprint(fox.hparams)
+    assert comparisons.code_status(fox, provenance) == {
+        "fingerprint": fox.fingerprint,
+        "status": "today",
+        "how": "recorded; today's computed",
+    }
+    fox.fingerprint = "e" * 16
+    assert comparisons.code_status(fox, provenance)["status"] == "differs"
+    fox.hparams = {**fox.hparams, "gate": "gone_gate"}
+    assert comparisons.code_status(fox, provenance)["status"] == "unknown"
     linear.code, old.code = comparisons.code_status(linear, provenance), comparisons.code_status(old, provenance)
     variants = build_variants([linear, old])
     code = findings.code_of(*variants)
