@@ -624,11 +624,17 @@ def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_establishe
     }
     assert comparisons.code_status(old, provenance)["status"] == "unknown"  # established by the script
     assert comparisons.code_status(linear, provenance)["how"] == "not in results/provenance.json"
-    linear.fingerprint = "f" * 16  # a record that keeps its fingerprint: compared with today's
+    # a record that keeps its fingerprint: compared with today's, computed from its own hyper-parameters
+    linear.hparams = {**model, "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
+    linear.fingerprint = fingerprint(linear.hparams)
     assert comparisons.code_status(linear, provenance)["status"] == "today"
+    assert comparisons.code_status(linear, None)["status"] == "today"  # no provenance.json needed for it
     linear.fingerprint = "e" * 16
     assert comparisons.code_status(linear, provenance)["status"] == "differs"
-    assert comparisons.code_status(linear, None)["status"] == "unknown"
+    # an output gate beside gate none matches the baseline's keys in provenance.json, not its fingerprint
+    both = {**linear.hparams, "gate": "none"}
+    linear.hparams, linear.fingerprint = {**both, "output_gate": "output_headwise"}, fingerprint(both)
+    assert comparisons.code_status(linear, provenance)["status"] == "differs"
     # a configuration provenance.json does not hold (a gate added since): compared with today's, computed
     (fox,) = seeded("fox", "fox", "peers", {1: {}}, vocab="ab")
     fox.hparams = {"gate": "fox", "vocab": "ab", "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}

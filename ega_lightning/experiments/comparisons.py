@@ -144,32 +144,24 @@ def device(machine: str | None) -> str:
 
 
 def code_status(run: RunData, provenance: dict[str, Any] | None) -> dict[str, Any]:
-    """Which code a finished run ran: ``status`` ``today`` (its configuration's fingerprint at the commit
-    provenance.json was made at), ``differs`` or ``unknown``, with its fingerprint and how it is known.
-    A fingerprint the record keeps is compared with today's; a record without one takes what
-    `scripts/provenance.py` established from git history."""
+    """Which code a finished run ran: ``status`` ``today``, ``differs`` or ``unknown``, with its fingerprint
+    and how it is known. A fingerprint the record keeps is compared with today's, computed here from the
+    record's own hyper-parameters (provenance.json keys configurations by the model arguments it knew, so a
+    later argument such as output_gate would pass for another configuration); a record without one takes
+    what `scripts/provenance.py` established from git history."""
     unknown = {"fingerprint": run.fingerprint, "status": "unknown", "how": "no results/provenance.json"}
-    if not provenance:
-        return unknown
-    keys = provenance.get("model_keys") or []
-    key = {k: run.hparams[k] for k in keys if run.hparams.get(k) is not None}  # as scripts/provenance.py keys it
-    for config in provenance.get("configurations") or []:
-        established = (config.get("runs") or {}).get(run.run.run_name)
-        if run.fingerprint is None and established is not None:
-            return dict(established)
-        if run.fingerprint is not None and config.get("model") == key:
-            same = run.fingerprint == config.get("today")
-            return {"fingerprint": run.fingerprint, "status": "today" if same else "differs", "how": "recorded"}
-    if run.fingerprint is not None:  # a configuration newer than provenance.json: today's is computed here
+    if run.fingerprint is not None:
         today = _today(run.hparams)
         if today is None:
             return {**unknown, "how": "recorded; its configuration cannot be built by today's code"}
-        same = run.fingerprint == today
-        return {
-            "fingerprint": run.fingerprint,
-            "status": "today" if same else "differs",
-            "how": "recorded; today's computed",
-        }
+        status = "today" if run.fingerprint == today else "differs"
+        return {"fingerprint": run.fingerprint, "status": status, "how": "recorded; today's computed"}
+    if not provenance:
+        return unknown
+    for config in provenance.get("configurations") or []:
+        established = (config.get("runs") or {}).get(run.run.run_name)
+        if established is not None:
+            return dict(established)
     return {**unknown, "how": "not in results/provenance.json"}
 
 
