@@ -25,9 +25,8 @@ from ega_lightning.checkpoint_io import load_checkpoint
 from ega_lightning.data import CharDataModule
 from ega_lightning.errors import (
     DEBUG_ENV,
-    MACHINE_REFUSED,
     UserError,
-    describe_refusal,
+    exit_refused,
     machine_refusal,
     print_user_error,
 )
@@ -537,7 +536,7 @@ def main(args: Any = None) -> None:
         refusal = machine_refusal(err)
         if refusal is None:
             raise
-        _refused(command, refusal, _keep_or_undo(command))
+        exit_refused(command, refusal, _keep_or_undo(command))
 
 
 def _keep_or_undo(command: str) -> str:
@@ -548,12 +547,6 @@ def _keep_or_undo(command: str) -> str:
     with contextlib.suppress(OSError):  # a read-only filesystem refuses the removals; it holds nothing new either
         _undo()
     return "What this command had written is removed, so the same command starts afresh."
-
-
-def _refused(command: str, err: OSError, outcome: str) -> NoReturn:
-    """The machine's refusal (disk full, read-only, no permission) in one paragraph; exit MACHINE_REFUSED."""
-    print_user_error(command, UserError(f"{describe_refusal(err)} {outcome}".strip()))
-    raise SystemExit(MACHINE_REFUSED) from None
 
 
 if __name__ == "__main__":

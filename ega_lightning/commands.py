@@ -13,9 +13,8 @@ import sys
 
 from ega_lightning.errors import (
     DEBUG_ENV,
-    MACHINE_REFUSED,
     UserError,
-    describe_refusal,
+    exit_refused,
     machine_refusal,
     print_user_error,
 )
@@ -82,8 +81,7 @@ def main(args: list[str] | None = None) -> None:
         refusal = machine_refusal(err)  # disk full, read-only: the machine's word, not a bug
         if refusal is None:
             raise
-        print_user_error(argv[0], UserError(describe_refusal(refusal)))
-        raise SystemExit(MACHINE_REFUSED) from None
+        exit_refused(argv[0], refusal)
     if code:
         raise SystemExit(code)
 

@@ -6,6 +6,7 @@ import errno
 import os
 import sys
 import traceback
+from typing import NoReturn
 
 DEBUG_ENV = "EGA_DEBUG"
 # The exit status when the machine refused a write (disk full, quota, read-only filesystem, no
@@ -54,3 +55,9 @@ def describe_refusal(err: OSError) -> str:
         return f"the machine refused to write{where}: {err.strerror}. Free space, {elsewhere}"
     what = "to write" if err.errno == errno.EROFS else "access to"
     return f"the machine refused {what}{where}: {err.strerror}. Make it writable, {elsewhere}"
+
+
+def exit_refused(command: str, err: OSError, outcome: str = "") -> NoReturn:
+    """The machine's refusal (disk full, read-only, no permission) in one paragraph; exit MACHINE_REFUSED."""
+    print_user_error(command, UserError(f"{describe_refusal(err)} {outcome}".strip()))
+    raise SystemExit(MACHINE_REFUSED) from None
