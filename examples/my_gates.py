@@ -1,4 +1,4 @@
-"""A gate of your own, and a broken copy of it: see the README, "Your own gate".
+"""A gate of your own, and a broken copy of it: see docs/your-own-gate.md.
 
 Put this file in the directory you run `ega` from (or its directory on PYTHONPATH), then
 `ega check-gate my_gates.AbsEnergyGate` and `ega fit --model.gate=my_gates.AbsEnergyGate`.

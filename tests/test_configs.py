@@ -1,4 +1,4 @@
-"""Every shipped YAML parses and builds its model, in every composition the README offers."""
+"""Every shipped YAML parses and builds its model, in every composition the README and docs/configs.md offer."""
 
 import itertools
 from pathlib import Path

@@ -347,7 +347,7 @@ def test_report_numbers_use_finished_runs_only(fabricated):
     assert ega1["diff_final_gap"]["estimate"] == pytest.approx((0.05 + 0.05 + 0.03) / 3, abs=1e-6)
     assert ega1["final_tau_mean"]["mean"] == pytest.approx((0.30 + 0.34 + 0.36) / 3, abs=1e-6)
     assert ega1["tokens_per_sec"]["mean"] == pytest.approx(950.0)
-    # EGA-1 adds n_layer * n_head * (n_embd + 2) parameters (README)
+    # EGA-1 adds n_layer * n_head * (n_embd + 2) parameters (docs/gates.md)
     baseline = variant(results, "main", "none")
     extra = TINY_MODEL["n_layer"] * TINY_MODEL["n_head"] * (TINY_MODEL["n_embd"] + 2)
     assert ega1["n_params"] - baseline["n_params"] == extra

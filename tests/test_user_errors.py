@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -10,10 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import REPO, SHORT, TINY, run_ega
+from .conftest import REPO, SHORT, run_ega
 from .helpers import scalars
-
-pytestmark = pytest.mark.slow
 
 
 def written(root: Path) -> list[str]:
@@ -48,106 +48,112 @@ def bad_yaml(tmp_path: Path) -> str:
     return str(path)
 
 
-# (id, arguments, message fragment); `{tmp}` and `{ckpt}` are filled in per test
-ROWS = [
-    ("unknown corpus", ["fit", "--data.corpus=wikitext"], "Unknown corpus 'wikitext'. Available corpora: ptb"),
-    ("unknown gate", ["fit", "--model.gate=wavelet"], "Unknown gate 'wavelet'. Registered gates: none,"),
-    ("unknown option", ["fit", "--model.gate_options={scales: 2}"], "Gate 'linear' does not take option(s) scales"),
-    ("indivisible heads", ["fit", "--model.n_embd=31"], "model.n_embd (31) must be divisible by model.n_head (2)"),
-    ("batch size 0", ["fit", "--data.batch_size=0"], "data.batch_size must be a positive integer, got 0."),
-    ("learning rate 0", ["fit", "--model.lr=0"], "model.lr must be positive, got 0.0."),
-    ("tau_init nan", ["fit", "--model.tau_init=.nan"], "model.tau_init must be a finite number, got nan."),
-    ("max_steps 0", ["fit", "--trainer.max_steps=0"], "trainer.max_steps is 0; set a positive number"),
-    ("block too large", ["fit", "--model.block_size=200000"], "block_size 200000 is larger than the val split"),
-    ("config missing", ["fit", "-c", "gate/nosuch.yaml"], "config file gate/nosuch.yaml not found"),
-    ("yaml broken", ["fit", "-c", "{yaml}"], "broken.yaml is not valid YAML (line 3"),
-    ("resume nothing", ["fit", "--ckpt_path=last"], "--ckpt_path last, but there is no run to resume"),
-    ("validate missing ckpt", ["validate", "--ckpt_path=nope.ckpt"], "--ckpt_path nope.ckpt: no such file"),
-    ("validate random bytes", ["validate", "--ckpt_path={random}"], "is not a checkpoint that ega-lightning wrote"),
-    ("validate truncated", ["validate", "--ckpt_path={truncated}"], "is not a checkpoint that ega-lightning wrote"),
-    ("generate random bytes", ["generate", "--ckpt_path={random}"], "is not a checkpoint that ega-lightning wrote"),
-    ("checkpoint of another size", ["validate", "--ckpt_path={ckpt}", "--model.n_embd=64"], "n_embd: checkpoint 32"),
-    ("corpus missing offline", ["fit", "--data.data_dir={empty}"], "could not be downloaded from"),
-    ("corpus altered", ["fit", "--data.data_dir={altered}"], "truncated, altered or a different version"),
-    ("corpus empty", ["fit", "--data.data_dir={emptyfile}"], "is empty"),
-    ("corpus not utf-8", ["fit", "--data.data_dir={latin1}"], "truncated, altered or a different version"),
-    # a defining flag typed at its default value is still compared with the checkpoint (a db2 run, 2 layers)
-    ("gate flag at its default", ["validate", "--ckpt_path={ckpt}", "--model.gate=linear"], "gate: checkpoint 'db2'"),
-    ("n_layer flag at its default", ["test", "--ckpt_path={ckpt}", "--model.n_layer=4"], "n_layer: checkpoint 2, th"),
-    ("run name leaves the runs dir", ["fit", "--runs_dir=x/runs", "--run_name=../escape"], "'../escape' is not a run"),
-    ("run name is a path", ["fit", "--run_name=a/b"], "must not be '.' or '..', nor contain '/'"),
-    ("block_size 1, z-norm gate", ["fit", "--model.block_size=1"], "with one position z is 0 everywhere"),
-    ("gate __init__ raises", ["fit", "--model.gate=tests.hostile_gates.RaisingInitGate"], "raised RuntimeError: my"),
-    ("gate energy wrong shape", ["fit", "--model.gate=tests.hostile_gates.WrongShapeGate"], "(1, 2, 32), one energy"),
-    ("check-gate wrong shape", ["check-gate", "tests.hostile_gates.WrongShapeGate"], "must return (B, n_head, T)"),
-    ("bench unknown size", ["bench", "--sizes", "nosuch"], "no model size 'nosuch' in"),
-    ("val_check_interval 0", ["fit", "--trainer.val_check_interval=0"], "trainer.val_check_interval is 0; set a"),
-    ("generate, no such device", ["generate", "--ckpt_path={ckpt}", "--device", "cuda:99"], "cannot be used on this"),
-    ("runs_dir is a file", ["fit", "--runs_dir={file}"], "is a file, so the run directory"),
-    ("tau_init nan, as typed", ["fit", "--model.tau_init=nan"], "model.tau_init must be a finite number, got nan."),
-    ("alpha_init -inf", ["fit", "--model.alpha_init=-inf"], "model.alpha_init must be a finite number, got -inf."),
-    ("learning rate inf", ["fit", "--model.lr=inf"], "model.lr must be a finite number, got inf."),
-    ("wrong type", ["fit", "--model.n_layer=two"], "Parser key \"model.n_layer\": Expected a <class 'int'>"),
-    ("unknown flag", ["fit", "--nosuch=1"], "unrecognized arguments: --nosuch=1"),
-    ("gate_options a list", ["fit", "--model.gate_options=[1, 2]"], 'Parser key "model.gate_options"'),
-    ("config a YAML list", ["fit", "-c", "{listyaml}"], "list.yaml holds a list, not a mapping of options"),
-    ("config a directory", ["fit", "-c", "{confdir}"], "is a directory; -c takes one config file"),
-    ("gate's package uninstalled", ["generate", "--ckpt_path={powerg}"], "Unknown gate 'powerg'. Registered gates"),
-    (
-        "output gate as key gate",
-        ["fit", "--model.gate=output_headwise"],
-        "give it as model.output_gate, not model.gate",
-    ),
-    ("key bias as output gate", ["fit", "--model.output_gate=fox"], "'fox' is a key bias: give it as model.gate"),
-    # an empty config sets nothing: the command goes on (to a mistake of its own)
-    ("empty config", ["fit", "-c", "{emptyyaml}", "--trainer.max_steps=0"], "trainer.max_steps is 0; set a positive"),
-]
-LIGHTNING = ("fit", "validate", "test")  # the rows of these commands run at the test size
+DOC = REPO / "docs" / "bad-input.md"
+LIGHTNING = ("fit", "validate", "test")  # the commands that would train, were a mistake not caught
+SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)")  # a markdown code span, `...` or ``... `ega` ...``
+# ` ...`: text left out (its space too: "options ..." stands for "options: write it as ..."); `<dir>`: a value
+# of the run (not <class 'int'>)
+HOLE = re.compile(r" ?\.\.\.|<[a-z][^<>'`]*>")
 
 
-@pytest.mark.parametrize(("args", "message"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
-def test_a_mistake_gets_one_paragraph_no_traceback_and_leaves_nothing(args, message, tmp_path, data_dir, checkpoint):
+def table() -> list[list[str]]:
+    """The cells (input, command, what you see) of every row of the table in docs/bad-input.md."""
+    lines = [line.strip() for line in DOC.read_text().splitlines() if line.startswith("| ")]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[1:]]  # lines[0]: the header
+
+
+def leading_spans(cell: str) -> list[str]:
+    """The code spans that open a cell, one after another separated by " / " (the rest of the cell is prose)."""
+    spans = []
+    while match := SPAN.match(cell):
+        spans.append(match.group(2).strip())
+        cell = cell[match.end() :]
+        if not cell.startswith(" / "):
+            break
+        cell = cell[3:]
+    return spans
+
+
+def cases() -> list[tuple[str, str]]:
+    """(command, message) of every command the table shows: the i-th command prints the i-th message, the
+    last message is also what the commands after it print."""
+    found = []
+    for _, command_cell, seen in table():
+        commands = [span for span in leading_spans(command_cell) if span.startswith("ega ")]
+        messages = leading_spans(seen)
+        found += [(command, messages[min(i, len(messages) - 1)]) for i, command in enumerate(commands)]
+    return found
+
+
+def pattern(message: str, fill: dict[str, str]) -> str:
+    """The message as a regular expression: a hole the command filled is that value, any other hole any text."""
+    parts = []
+    for literal, hole in zip(HOLE.split(message), [*HOLE.findall(message), None], strict=True):
+        parts.append(re.escape(literal))
+        if hole is not None:
+            parts.append(re.escape(fill[hole]) if hole in fill else ".*?" if hole.endswith("...") else ".+?")
+    return "".join(parts)
+
+
+def test_every_row_of_the_table_is_run_here_or_names_its_test():
+    rows = table()
+    assert len(rows) >= 30 and all(len(row) == 3 for row in rows), rows
+    for what, command_cell, seen in rows:
+        commands = [span for span in leading_spans(command_cell) if span.startswith("ega ")]
+        messages = leading_spans(seen)
+        assert messages, f"{what}: no message"
+        assert not commands or len(messages) <= len(commands), f"{what}: more messages than commands"
+        if not commands:  # a row that needs more than one command line: the test that holds it
+            tests = [span for span in leading_spans(command_cell) if span.startswith("tests/")]
+            assert tests and all((REPO / t.split("::")[0]).is_file() for t in tests), f"{what}: no command, no test"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("command", "message"), cases(), ids=[c for c, _ in cases()])
+def test_a_mistake_gets_one_paragraph_no_traceback_and_leaves_nothing(command, message, tmp_path, data_dir, checkpoint):
     cwd = tmp_path / "work"
     cwd.mkdir()
     blob = checkpoint.read_bytes()
     (tmp_path / "random.ckpt").write_bytes(os.urandom(4096))
     (tmp_path / "truncated.ckpt").write_bytes(blob[: len(blob) // 2])
+    # the table's placeholders, each a file or directory of this test
     fill = {
-        "{ckpt}": str(checkpoint),
-        "{random}": str(tmp_path / "random.ckpt"),
-        "{truncated}": str(tmp_path / "truncated.ckpt"),
-        "{yaml}": bad_yaml(tmp_path),
-        "{empty}": str(corrupt_dir(tmp_path / "a", None)),
-        "{altered}": str(corrupt_dir(tmp_path / "b", b"First Citizen:\nnot the real file\n")),
-        "{emptyfile}": str(corrupt_dir(tmp_path / "c", b"")),
-        "{latin1}": str(corrupt_dir(tmp_path / "d", "Caf\xe9 de Paris\n".encode("latin-1"))),
-        "{file}": str(tmp_path / "random.ckpt"),
-        "{listyaml}": str(write(tmp_path / "list.yaml", "- model\n- data\n")),
-        "{emptyyaml}": str(write(tmp_path / "empty.yaml", "# all comments\n# model:\n")),
-        "{confdir}": str(tmp_path / "a"),
-        "{powerg}": str(with_gate(checkpoint, "powerg", tmp_path / "powerg.ckpt")),
+        "<checkpoint>": str(checkpoint),
+        "<random bytes>": str(tmp_path / "random.ckpt"),
+        "<half a checkpoint>": str(tmp_path / "truncated.ckpt"),
+        "<broken.yaml>": bad_yaml(tmp_path),
+        "<list.yaml>": str(write(tmp_path / "list.yaml", "- model\n- data\n")),
+        "<all-comment.yaml>": str(write(tmp_path / "empty.yaml", "# all comments\n# model:\n")),
+        "<a file>": str(tmp_path / "random.ckpt"),
+        "<no corpus there>": str(corrupt_dir(tmp_path / "a", None)),
+        "<a directory>": str(tmp_path / "a"),
+        "<an altered corpus>": str(corrupt_dir(tmp_path / "b", b"First Citizen:\nnot the real file\n")),
+        "<an empty corpus>": str(corrupt_dir(tmp_path / "c", b"")),
+        "<a latin-1 corpus>": str(corrupt_dir(tmp_path / "d", "Caf\xe9 de Paris\n".encode("latin-1"))),
+        "<a checkpoint of the gate powerg>": str(with_gate(checkpoint, "powerg", tmp_path / "powerg.ckpt")),
     }
-    for placeholder, value in fill.items():
-        args = [a.replace(placeholder, value) for a in args]
+    filled = HOLE.sub(lambda hole: shlex.quote(fill[hole.group()]), command)  # a placeholder not here: KeyError
+    args = shlex.split(filled)[1:]
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     # no proxy reaches anything: a download fails at once, as on an offline machine
     env = {"EGA_DATA_DIR": str(data_dir), "https_proxy": "http://127.0.0.1:9", "http_proxy": "http://127.0.0.1:9"}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])  # tests.hostile_gates
-    command = args[:1] + ([*TINY, *SHORT] if args[0] in LIGHTNING else []) + args[1:]
-    result = run_ega(command, cwd, env=env, timeout=300)
+    # a row that failed to fail would stop after two steps (its own arguments come after these)
+    result = run_ega(args[:1] + (SHORT if args[0] in LIGHTNING else []) + args[1:], cwd, env=env, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr + result.stdout
     error_lines = [line for line in result.stderr.splitlines() if line.startswith(f"ega {args[0]}: error: ")]
     assert len(error_lines) == 1, result.stderr[-3000:]
-    assert message in error_lines[0]
-    if "powerg" in message:  # and the way out for a gate that came from a package
-        assert "(entry point group ega_lightning.gates) needs that package installed" in error_lines[0]
+    assert re.search(pattern(message, fill), error_lines[0]), (
+        f"docs/bad-input.md says\n{message}\nega says\n{error_lines[0]}"
+    )
     assert "usage:" not in result.stderr  # one paragraph, not the parser's whole usage
     assert written(cwd) == []  # no run directory, no config, no event file, no data directory
     after = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert after == before  # and nothing else was touched
 
 
+@pytest.mark.slow
 def test_a_parser_error_ends_in_a_line_naming_the_flag_and_where_help_is(tmp_path, data_dir):
     result = run_ega(["fit", "--data.batch_size=1.5"], tmp_path, env={"EGA_DATA_DIR": str(data_dir)})
     assert result.returncode == 2
@@ -157,12 +163,14 @@ def test_a_parser_error_ends_in_a_line_naming_the_flag_and_where_help_is(tmp_pat
     ]
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback_on_request(tmp_path, data_dir):
     result = run_ega(["fit", "--model.n_embd=30", "--debug"], tmp_path, env={"EGA_DATA_DIR": str(data_dir)})
     assert result.returncode == 2
     assert "Traceback" in result.stderr and "ega fit: error: model.n_embd (30)" in result.stderr
 
 
+@pytest.mark.slow
 def test_generate_streams_and_ctrl_c_keeps_what_was_generated(tmp_path, checkpoint):
     cmd = [sys.executable, "-m", "ega_lightning.cli", "generate", f"--ckpt_path={checkpoint}", "--prompt=AB"]
     proc = subprocess.Popen(
@@ -179,6 +187,7 @@ def test_generate_streams_and_ctrl_c_keeps_what_was_generated(tmp_path, checkpoi
     assert n >= 38 and len(first + out) >= n + 1
 
 
+@pytest.mark.slow
 def test_validate_takes_the_runtime_attention_from_the_command_not_the_checkpoint(tmp_path, checkpoint, data_dir):
     env = {"EGA_DATA_DIR": str(data_dir)}
     losses = {}

@@ -180,7 +180,7 @@ def _bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[str, A
             continue
         if path or any("linear" in size.get("rows", {}) for size in result.get("sizes", [])):
             return result, os.path.relpath(candidate.with_suffix(".md"), out)
-    return None, "README.md#cost-of-the-gates"
+    return None, "docs/cost.md"
 
 
 def load_provenance(path: Path) -> dict[str, Any] | None:

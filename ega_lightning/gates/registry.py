@@ -203,7 +203,7 @@ def _require_gate_class(obj: Any, what: str) -> type[AnyGate]:
         kind = f"the class {qualified_name(obj)}" if isinstance(obj, type) else f"a {type(obj).__name__}"
         raise GateError(
             f"{what} is {kind}, not a subclass of ega_lightning.gates.Gate. A gate is a class that "
-            "subclasses Gate and implements energy(x) and params_per_layer (see the README, 'Your own gate'); "
+            "subclasses Gate and implements energy(x) and params_per_layer (see docs/your-own-gate.md); "
             "a key bias or an output gate subclasses ega_lightning.gates.KeyBias or OutputGate."
         )
     if inspect.isabstract(obj):
