@@ -12,9 +12,9 @@ import pytest
 import scipy.stats
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import comparisons, findings, landscapes, records, report, spec, stats
+from ega_lightning.experiments import comparisons, findings, landscapes, records, report, rules, spec, stats
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
-from ega_lightning.experiments.findings import Verdict
+from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.fingerprint import fingerprint
 from ega_lightning.io import write_atomic
@@ -100,7 +100,7 @@ def iv(low: float | None, high: float | None, estimate: float | None = None) -> 
     ],
 )
 def test_figure_rule(d, verdict):
-    assert findings.figure_rule(d, 0.103) is verdict
+    assert rules.figure_rule(d, 0.103) is verdict
 
 
 @pytest.mark.parametrize(
@@ -115,7 +115,7 @@ def test_figure_rule(d, verdict):
     ],
 )
 def test_level_rule_needs_the_figure_inside_a_narrow_interval(d, verdict):
-    assert findings.level_rule(d, 0.35, findings.LEVEL_WIDTH["tau"]) is verdict
+    assert rules.level_rule(d, 0.35, rules.LEVEL_WIDTH["tau"]) is verdict
 
 
 @pytest.mark.parametrize(
@@ -128,7 +128,7 @@ def test_level_rule_needs_the_figure_inside_a_narrow_interval(d, verdict):
     ],
 )
 def test_forgets_rule(d, verdict):
-    assert findings.forgets_rule(d) is verdict
+    assert rules.forgets_rule(d) is verdict
 
 
 @pytest.mark.parametrize(
@@ -142,7 +142,7 @@ def test_forgets_rule(d, verdict):
     ],
 )
 def test_equivalence_rule(d, verdict):
-    assert findings.equivalence_rule(d) is verdict
+    assert rules.equivalence_rule(d) is verdict
 
 
 @pytest.mark.parametrize(
@@ -154,22 +154,22 @@ def test_equivalence_rule(d, verdict):
     ],
 )
 def test_worse_rule(d, verdict):
-    assert findings.worse_rule(d) is verdict
+    assert rules.worse_rule(d) is verdict
 
 
 def test_best_rule():
-    assert findings.best_rule([iv(0.01, 0.03), iv(0.02, 0.05)]) is Verdict.HOLDS
-    assert findings.best_rule([iv(0.01, 0.03), iv(-0.05, -0.02)]) is Verdict.DOES_NOT_HOLD
-    assert findings.best_rule([iv(0.01, 0.03), iv(-0.01, 0.02)]) is Verdict.TOO_FEW_SEEDS
-    assert findings.best_rule([]) is Verdict.NO_DATA
+    assert rules.best_rule([iv(0.01, 0.03), iv(0.02, 0.05)]) is Verdict.HOLDS
+    assert rules.best_rule([iv(0.01, 0.03), iv(-0.05, -0.02)]) is Verdict.DOES_NOT_HOLD
+    assert rules.best_rule([iv(0.01, 0.03), iv(-0.01, 0.02)]) is Verdict.TOO_FEW_SEEDS
+    assert rules.best_rule([]) is Verdict.NO_DATA
 
 
 def test_growth_and_cost_rules():
-    assert findings.growth_rule(iv(0.01, 0.05)) is Verdict.HOLDS
-    assert findings.growth_rule(iv(-0.03, 0.01)) is Verdict.DOES_NOT_HOLD
-    assert findings.growth_rule(iv(-0.03, 0.08)) is Verdict.TOO_FEW_SEEDS
-    assert findings.cost_rule(0.98, 1.04) is Verdict.HOLDS
-    assert findings.cost_rule(1.05, 1.15) is Verdict.DOES_NOT_HOLD
+    assert rules.growth_rule(iv(0.01, 0.05)) is Verdict.HOLDS
+    assert rules.growth_rule(iv(-0.03, 0.01)) is Verdict.DOES_NOT_HOLD
+    assert rules.growth_rule(iv(-0.03, 0.08)) is Verdict.TOO_FEW_SEEDS
+    assert rules.cost_rule(0.98, 1.04) is Verdict.HOLDS
+    assert rules.cost_rule(1.05, 1.15) is Verdict.DOES_NOT_HOLD
 
 
 # ----------------------------------------------------------------------------- verdicts from synthetic records
@@ -265,7 +265,7 @@ def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decide
 
 def test_seeds_needed_is_the_first_n_at_which_the_rule_decides():
     d = stats.paired_difference([1.60, 1.70, 1.65], [1.58, 1.71, 1.61])  # mean +0.017, wide at n = 3
-    f = findings.judged("ablation_pair", ("g", "c", "r", "a", "b"), [("a vs b", d)], findings.worse_rule)
+    f = findings.judged("ablation_pair", ("g", "c", "r", "a", "b"), [("a vs b", d)], rules.worse_rule)
     assert f.verdict is Verdict.TOO_FEW_SEEDS
     n = findings.seeds_needed(f)
     sd = statistics.stdev([0.02, -0.01, 0.04])

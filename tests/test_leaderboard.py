@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from ega_lightning.experiments import comparisons, findings, paper, spec
+from ega_lightning.experiments import comparisons, findings, paper, rules, spec
 from ega_lightning.experiments.comparisons import build_tables, build_variants
-from ega_lightning.experiments.findings import Verdict
+from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
 
 from .helpers import finished_runs
@@ -34,7 +34,7 @@ def iv(low: float | None, high: float | None) -> Difference:
     ],
 )
 def test_a_peers_lower_loss_is_read_by_direction(d, verdict):
-    assert findings.lower_rule(d) is verdict
+    assert rules.lower_rule(d) is verdict
 
 
 HALF = paper.IMPROVEMENT["tinyshakespeare"] / 2
@@ -53,7 +53,7 @@ HALF = paper.IMPROVEMENT["tinyshakespeare"] / 2
 )
 def test_the_positive_control_needs_some_gate_wholly_above_half_the_papers_figure(diffs, verdict):
     assert pytest.approx(0.0515) == paper.POSITIVE_CONTROL
-    assert findings.control_rule(*diffs) is verdict
+    assert rules.control_rule(*diffs) is verdict
 
 
 BASE = {1: 1.70, 2: 1.74, 3: 1.72, 4: 1.75, 5: 1.71}

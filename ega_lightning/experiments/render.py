@@ -6,73 +6,16 @@ Every figure of the paper in the text comes from `paper`; every verdict from a f
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import LEADERBOARD_GROUPS, METRICS, Entry, Row, RunData, Table, Variant
-from ega_lightning.experiments.findings import (
-    DIAGNOSTICS,
-    FAMILIES,
-    LEADERBOARD,
-    MARGIN,
-    MAX_SEEDS,
-    RULES,
-    TAU_SECTION,
-    TAU_STEP,
-    Finding,
-    Verdict,
-    claims,
-    entry_name,
-)
+from ega_lightning.experiments.findings import DIAGNOSTICS, LEADERBOARD, TAU_SECTION, Finding, claims, entry_name
 from ega_lightning.experiments.landscapes import Evaluation
-from ega_lightning.experiments.stats import Difference, Summary
-
-# ----------------------------------------------------------------------------- numbers
-
-
-def num(x: float | None, digits: int = 3, signed: bool = False) -> str:
-    if x is None:
-        return "—"
-    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
-
-
-def fmt_summary(s: Summary, digits: int = 3, scale: float = 1.0) -> str:
-    if s.mean is None:
-        return "—"
-    mean = num(s.mean * scale, digits)
-    return mean if s.std is None else f"{mean} ± {num(s.std * scale, digits)}"
-
-
-def fmt_interval(d: Difference | None, signed: bool = True, scale: float = 1.0, digits: int = 3) -> str:
-    """``+0.011 [+0.010, +0.012]``, or the estimate alone (one seed: `how` says there is no interval)."""
-    if d is None:
-        return "—"
-    estimate = num(d.estimate * scale, digits, signed)
-    if d.low is None or d.high is None:
-        return estimate
-    return f"{estimate} [{num(d.low * scale, digits, signed)}, {num(d.high * scale, digits, signed)}]"
-
-
-def how(d: Difference | None) -> str:
-    if d is None or d.low is None:
-        return "one seed, no interval"
-    if d.method == "paired":
-        return f"paired over {d.n} seed{'s' if d.n > 1 else ''}"
-    if d.method == "welch":
-        return f"Welch, df {d.df:.1f}"
-    return f"{d.n} seeds"
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
-
-
-def anchor(section: str) -> str:
-    """GitHub's anchor of a ``## section`` heading."""
-    return re.sub(r"[^a-z0-9_ -]", "", section.lower()).replace(" ", "-")
-
+from ega_lightning.experiments.rules import FAMILIES, MARGIN, MAX_SEEDS, RULES, TAU_STEP, Verdict
+from ega_lightning.experiments.stats import Difference
+from ega_lightning.experiments.text import anchor, fmt_interval, fmt_summary, how, num
 
 # ----------------------------------------------------------------------------- claims table
 

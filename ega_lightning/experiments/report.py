@@ -44,6 +44,7 @@ from ega_lightning.experiments.comparisons import (
 )
 from ega_lightning.experiments.findings import LEADERBOARD, MECHANISM_GATES, cost_finding, findings
 from ega_lightning.experiments.spec import Run, collect_runs, load_spec, static_value
+from ega_lightning.experiments.text import slug
 from ega_lightning.io import atomic_file, write_atomic
 
 RECORDS_DIR = Path("results/runs")
@@ -85,7 +86,7 @@ def _curves(table: Table, tag: str) -> figures.Curves:
 def table_figures(table: Table) -> list[tuple[str, str, Any]]:
     """(caption, file name, figure) for the table's figures: val loss, gap, and tau where the table
     is a tau-initialisation study."""
-    base = render.slug(f"{table.group}-{table.corpus}")
+    base = slug(f"{table.group}-{table.corpus}")
     out = []
     for caption, tag, ylabel, suffix in (
         ("validation loss", "val/loss", "val/loss (nats/char)", "val loss"),
