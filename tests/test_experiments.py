@@ -16,7 +16,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ega_lightning.cli import main as ega_main
-from ega_lightning.experiments import records, report, stats, sweep
+from ega_lightning.experiments import records, report, rundirs, stats, sweep
 from ega_lightning.fingerprint import fingerprint
 
 from .conftest import CONFIGS, TINY_MODEL, TINY_VOCAB, run_ega
@@ -622,7 +622,7 @@ def test_records_keep_every_point_and_the_report_regenerates_from_them_alone(fab
     assert record["source"] == "event files" and record["seed"] == 1 and record["max_steps"] == 6
     assert record["scalars"]["val/loss"] == [[2, 2.0], [5, pytest.approx(1.40)]]  # the resumed run's write wins
     assert record["hparams"]["gate"] == "linear" and "_instantiator" not in record["hparams"]
-    assert record["machine"] == records.machine()  # its DONE names none: recorded where it ran
+    assert record["machine"] == rundirs.machine()  # its DONE names none: recorded where it ran
     assert not (out / "runs" / "ega1-seed4.json").exists()  # interrupted: no record
     assert not (out / "runs" / "ega1-seed5.json").exists()
 
@@ -646,10 +646,10 @@ def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workd
     runs = {r.run_name: r for r in sweep.load_spec(path).runs}
     recorded = workdir / "results" / "runs"
     fake_run(workdir / "made", "ra-seed1", "linear", [2.0, 1.5])
-    records.record_run(runs["ra-seed1"], workdir / "made" / "ra-seed1", recorded)
+    rundirs.record_run(runs["ra-seed1"], workdir / "made" / "ra-seed1", recorded)
     fake_run(workdir / "made", "rb-seed1", "none", [2.0, 1.6])
-    stale = records.make_record(runs["rb-seed1"], workdir / "made" / "rb-seed1")
-    stale["args"] = ["--trainer.max_steps=400"]  # made under an older version of the spec
+    stale = rundirs.make_record(runs["rb-seed1"], workdir / "made" / "rb-seed1")
+    stale = dataclasses.replace(stale, args=["--trainer.max_steps=400"])  # made under an older version of the spec
     records.write_record(stale, recorded)
 
     assert sweep.main([str(path), "--dry_run"]) == 1  # a refused run: the dry run says it will fail
@@ -670,7 +670,7 @@ def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workd
     assert started == ["ra-seed2", "rb-seed2"]
     assert "not finished: rb-seed1" in capsys.readouterr().out
     # the report does not count the refused record either, and says why
-    rb1 = records.load_run(runs["rb-seed1"], workdir / "runs", recorded)
+    rb1 = rundirs.load_run(runs["rb-seed1"], workdir / "runs", recorded)
     assert rb1.status == "incomplete" and "unusable record" in rb1.reason and "ran with configs" in rb1.reason
 
 
@@ -681,10 +681,10 @@ def test_a_finished_run_is_recorded_as_it_ran_and_refused_once_its_spec_entry_ch
     run_dir = fake_run(workdir / "runs", "ra-seed1", "linear", [2.0, 1.5])
     done = {"command": sweep.fit_command(before, "runs", resume=False), "machine": "box A"}
     (run_dir / "DONE").write_text(json.dumps(done))
-    record = records.make_record(before, run_dir)
-    assert record["args"] == ["--trainer.max_steps=4", "--model.tau_init=0.7"] and record["machine"] == "box A"
+    record = rundirs.make_record(before, run_dir)
+    assert record.args == ["--trainer.max_steps=4", "--model.tau_init=0.7"] and record.machine == "box A"
     with pytest.raises(records.RecordError, match="ran with configs"):
-        records.make_record(ra1, run_dir)  # a record never claims what the run did not run with
+        rundirs.make_record(ra1, run_dir)  # a record never claims what the run did not run with
 
     assert sweep.main([str(path), "--dry_run", "--only", "ra-seed1", "--runs_dir", "runs"]) == 1
     out = capsys.readouterr().out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import statistics
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import pytest
 import scipy.stats
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import comparisons, findings, landscapes, records, report, rules, spec, stats
+from ega_lightning.experiments import comparisons, findings, landscapes, report, rules, spec, stats
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
@@ -360,56 +359,6 @@ def test_ablation_best_does_not_hold_when_a_gate_is_measurably_better():
     assert got["ablation:EGA-DB2"] is Verdict.NOT_CONSISTENT
 
 
-# ----------------------------------------------------------------------------- shards and indices
-
-
-def test_shards_partition_the_spec_and_keep_each_seed_together():
-    sweep = spec.load_spec(REPO / "configs" / "sweeps" / "short.yaml", check_files=False)
-    for n in (1, 2, 3, 4, 7):
-        shards = [spec.shard(sweep.runs, k, n) for k in range(n)]
-        names = [r.run_name for s in shards for r in s]
-        assert sorted(names) == sorted(r.run_name for r in sweep.runs)  # every run once
-        assert len(names) == len(set(names))  # none twice
-        for s in shards:
-            for seed in {r.seed for r in s}:
-                assert {r.run_name for r in s if r.seed == seed} == {
-                    r.run_name for r in sweep.runs if r.seed == seed
-                }  # a seed's runs share one shard
-        assert shards == [spec.shard(sweep.runs, k, n) for k in range(n)]  # deterministic
-        print(f"{n} shards: {[len(s) for s in shards]} runs, seeds {[sorted({r.seed for r in s}) for s in shards]}")
-
-
-def test_index_picks_one_run_and_past_the_end_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(REPO)
-    from ega_lightning.experiments import sweep
-
-    short = "configs/sweeps/short.yaml"
-    n = len(spec.load_spec(short).runs)
-    assert sweep.main([short, "--index", "1", "--dry_run", "--runs_dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("[1/1] ts-none-seed2:") and f"\n{n - 1:>2}  " in out  # the run, then the numbering
-    assert sweep.main([short, "--index", str(n), "--runs_dir", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert f"--index {n} is out of range" in err and f"--array=0-{n - 1}" in err
-    assert sweep.main([short, "--shard", "3/3"]) == 2 and "--shard takes K/N" in capsys.readouterr().err
-
-
-def test_the_same_index_in_two_processes_trains_once(tmp_path, capsys, monkeypatch):
-    import fcntl
-
-    from ega_lightning.experiments import sweep
-
-    monkeypatch.chdir(REPO)
-    run_dir = tmp_path / "runs" / "ts-none-seed1"
-    run_dir.mkdir(parents=True)
-    with open(run_dir / spec.LOCK_FILE, "w") as lock:  # the other process, mid-run
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        args = ["configs/sweeps/short.yaml", "--index", "0", "--runs_dir", str(tmp_path / "runs")]
-        assert sweep.main([*args, "--records_dir", str(tmp_path / "rec")]) == 1
-    assert "skipped (running in another process" in capsys.readouterr().out
-    assert not (run_dir / "sweep.log").exists()
-
-
 # ----------------------------------------------------------------------------- the report's edges
 
 
@@ -429,43 +378,6 @@ def test_report_elsewhere_than_results_finds_the_committed_records(tmp_path, mon
     assert committed  # the long regime has committed records
     assert {r["run_name"] for r in results["runs"] if r["status"] == "done"} == committed
     assert not list(out.glob("runs"))  # read from results/runs, nothing written beside the report
-
-
-# ----------------------------------------------------------------------------- records and files
-
-
-def test_migration_rewrites_a_format_1_record_without_machine_paths(tmp_path):
-    v2 = json.loads((REPO / "results" / "runs" / "ts-linear-seed1.json").read_text())
-    v1 = {k: v for k, v in v2.items() if k not in ("command", "git_commit", "git_dirty", "versions", "n_params")}
-    v1 |= {"format": 1, "hparams": {**v2["hparams"], "data_dir": "/somewhere/data"}}
-    v1["done"] = {**v2["done"], "command": ["/opt/venv/bin/python", "-m", "ega_lightning.cli", "fit", "--runs_dir=/x"]}
-    (tmp_path / "r.json").write_text(json.dumps(v1))
-    assert records.migrate(tmp_path) == [tmp_path / "r.json"]
-    migrated = json.loads((tmp_path / "r.json").read_text())
-    assert migrated["command"] == v2["command"] and migrated["command"].startswith("ega fit -c configs/base.yaml")
-    assert migrated["git_commit"] is None and migrated["versions"] is None  # never known: not invented
-    assert migrated["fingerprint"] is None
-    assert migrated["n_params"] == 820128 and migrated["gate_params"] == 2080
-    assert "/somewhere" not in json.dumps(migrated) and "/opt/venv" not in json.dumps(migrated)
-    assert records.migrate(tmp_path) == []  # once is enough
-
-
-def test_shipped_records_hold_no_absolute_path():
-    for path in (REPO / "results" / "runs").glob("*.json"):
-        text = path.read_text()
-        assert '"/' not in text and json.loads(text)["format"] == records.FORMAT, path
-
-
-def test_atomic_write_leaves_the_old_file_and_no_temporary_on_failure(tmp_path):
-    target = tmp_path / "f.json"
-    write_atomic(target, "old")
-
-    with pytest.raises(TypeError):
-        write_atomic(target, 123)  # type: ignore[arg-type]
-    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.json"]
-    shutil.rmtree(tmp_path / "sub", ignore_errors=True)
-    write_atomic(tmp_path / "sub" / "g", b"\x00")
-    assert (tmp_path / "sub" / "g").read_bytes() == b"\x00"
 
 
 # ----------------------------------------------------------------------------- the tau landscape

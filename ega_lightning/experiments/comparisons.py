@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ega_lightning.experiments.paper import paper_name
+from ega_lightning.experiments.records import Record
 from ega_lightning.experiments.spec import Run, SpecError
 from ega_lightning.experiments.stats import Difference, Summary, compare, mean_interval, summarize
 
@@ -105,25 +106,26 @@ def run_metrics(scalars: dict[str, list[tuple[int, float]]], summary: dict[str, 
     }
 
 
-def from_record(run: Run, record: dict[str, Any], source: str) -> RunData:
+def from_record(run: Run, record: Record, source: str) -> RunData:
     """A finished run from its record (which holds a val/loss curve)."""
-    scalars = {tag: [(int(s), float(v)) for s, v in points] for tag, points in (record.get("scalars") or {}).items()}
+    scalars = {tag: [(int(s), float(v)) for s, v in points] for tag, points in (record.scalars or {}).items()}
+    hparams = record.hparams or {}
     return RunData(
         run,
         "done",
         "",
-        str(record.get("corpus") or "?"),
-        str(record.get("gate") or "?"),
-        output_gate=str((record.get("hparams") or {}).get("output_gate") or "none"),
-        hparams=record.get("hparams") or {},
-        max_steps=record.get("max_steps"),
+        str(record.corpus or "?"),
+        str(record.gate or "?"),
+        output_gate=str(hparams.get("output_gate") or "none"),
+        hparams=hparams,
+        max_steps=record.max_steps,
         scalars=scalars,
-        metrics=run_metrics(scalars, record.get("gate_summary")),
+        metrics=run_metrics(scalars, record.gate_summary),
         source=source,
-        machine=record.get("machine"),
-        n_params=record.get("n_params"),
-        git_commit=record.get("git_commit"),
-        fingerprint=record.get("fingerprint"),
+        machine=record.machine,
+        n_params=record.n_params,
+        git_commit=record.git_commit,
+        fingerprint=record.fingerprint,
     )
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import yaml
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import figures, landscapes, paper, records, render
+from ega_lightning.experiments import figures, landscapes, paper, records, render, rundirs
 from ega_lightning.experiments.comparisons import (
     LEADERBOARD_CORPUS,
     Entry,
@@ -51,18 +51,18 @@ RECORDS_DIR = Path("results/runs")
 PROVENANCE = "provenance.json"  # beside the records directory: written by scripts/provenance.py
 
 
-def load_runs(runs: list[Run], runs_dir: Path, records_dir: Path) -> tuple[list[RunData], list[dict[str, Any]]]:
+def load_runs(runs: list[Run], runs_dir: Path, records_dir: Path) -> tuple[list[RunData], list[records.Record]]:
     """Every run as RunData; and the records made from run directories just now (to write back)."""
     out, fresh = [], []
     for run in runs:
-        loaded = records.load_run(run, runs_dir, records_dir)
+        loaded = rundirs.load_run(run, runs_dir, records_dir)
         if loaded.record is not None:
-            source = records.FROM_EVENT_FILES if loaded.fresh else "record"
+            source = rundirs.FROM_EVENT_FILES if loaded.fresh else "record"
             out.append(from_record(run, loaded.record, source))
             if loaded.fresh:
                 fresh.append(loaded.record)
             continue
-        config = records.static_config(runs_dir / run.run_name)  # a started run saved what it got
+        config = rundirs.static_config(runs_dir / run.run_name)  # a started run saved what it got
         corpus = (config.get("data") or {}).get("corpus") or static_value(run, "data.corpus") or "?"
         gate = (config.get("model") or {}).get("gate") or static_value(run, "model.gate") or "?"
         options = static_value(run, "model.gate_options")
