@@ -1,4 +1,4 @@
-"""Intervals, decision rules, verdicts, shards and the report's edges (issue 15): data, not prose."""
+"""Intervals, decision rules, verdicts and the report's edges (issue 15): data, not prose."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ import pytest
 import scipy.stats
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import comparisons, findings, landscapes, report, rules, spec, stats
+from ega_lightning.experiments import comparisons, findings, landscapes, report, rules, spec, stats, studies
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
+from ega_lightning.experiments.studies import ablation, cost, landscape
+from ega_lightning.experiments.studies.frozen_tau import FrozenTau
 from ega_lightning.fingerprint import fingerprint
 from ega_lightning.io import write_atomic
 from ega_lightning.landscape import TAU_SHIFTS
@@ -188,7 +190,7 @@ def synthetic(entries: dict[str, tuple[str, dict | None, list[float]]], block_si
 
 def verdicts(runs: list[RunData]) -> dict[str, Verdict]:
     variants = build_variants(runs)
-    return {f.claim: f.verdict for f in findings.findings(build_tables(variants), variants) if f.claim}
+    return {f.claim: f.verdict for f in studies.findings(build_tables(variants), variants) if f.claim}
 
 
 def seeded(entry: str, gate: str, group: str, per_seed: dict[int, dict[str, float]], **hparams) -> list[RunData]:
@@ -205,7 +207,7 @@ def seeded(entry: str, gate: str, group: str, per_seed: dict[int, dict[str, floa
 def found_by_kind(runs: list[RunData], evaluations=()) -> dict[str, list[findings.Finding]]:
     variants = build_variants(runs)
     out: dict[str, list[findings.Finding]] = {}
-    for f in findings.findings(build_tables(variants), variants, evaluations):
+    for f in studies.findings(build_tables(variants), variants, evaluations):
         out.setdefault(f.kind, []).append(f)
     return out
 
@@ -250,9 +252,9 @@ def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decide
     got = {f.claim: f for fs in found_by_kind(runs).values() for f in fs if f.claim}
     pair, best = got["ablation:EGA-4"], got["ablation:best"]
     # k = 3: EGA-4 vs EGA-1 (read by the pair and by "best"), DB2 vs baseline, DB2 vs EGA-1
-    assert pair.detail["family_k"] == best.detail["family_k"] == 3
-    assert pair.detail["nominal_verdict"] == "does not hold" and pair.verdict is Verdict.TOO_FEW_SEEDS
-    assert best.detail["nominal_verdict"] == "does not hold" and best.verdict is Verdict.TOO_FEW_SEEDS
+    assert pair.family_k == best.family_k == 3
+    assert pair.nominal_verdict is Verdict.DOES_NOT_HOLD and pair.verdict is Verdict.TOO_FEW_SEEDS
+    assert best.nominal_verdict is Verdict.DOES_NOT_HOLD and best.verdict is Verdict.TOO_FEW_SEEDS
     assert got["ablation:EGA-DB2"].verdict is Verdict.CONSISTENT  # well inside the margin even at 98.3%
     diffs = [ega1[s] - ega4[s] for s in (1, 2, 3)]
     mean, sem = sum(diffs) / 3, scipy.stats.sem(diffs)
@@ -264,7 +266,7 @@ def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decide
 
 def test_seeds_needed_is_the_first_n_at_which_the_rule_decides():
     d = stats.paired_difference([1.60, 1.70, 1.65], [1.58, 1.71, 1.61])  # mean +0.017, wide at n = 3
-    f = findings.judged("ablation_pair", ("g", "c", "r", "a", "b"), [("a vs b", d)], rules.worse_rule)
+    f = findings.judged(ablation.Pair, findings.Where("g", "c", "r", "a", "b"), [("a vs b", d)], rules.worse_rule)
     assert f.verdict is Verdict.TOO_FEW_SEEDS
     n = findings.seeds_needed(f)
     sd = statistics.stdev([0.02, -0.01, 0.04])
@@ -287,7 +289,7 @@ def test_tau_forgetting_its_initialisation_is_read_per_seed():
     stays = {-1.0: [-0.88, -0.89, -0.87], 0.0: [0.10, 0.09, 0.11], 1.0: [1.09, 1.08, 1.12]}
     (f,) = found_by_kind(tau_runs(stays))["tau_init"]
     assert f.verdict is Verdict.DOES_NOT_HOLD and f.claim == "tau_init"
-    assert f.detail["slopes"][1] == pytest.approx((1.09 - -0.88) / 2, abs=1e-9)  # least squares through 3 points
+    assert f.slopes[1] == pytest.approx((1.09 - -0.88) / 2, abs=1e-9)  # least squares through 3 points
     forgets = {-1.0: [0.34, 0.36, 0.35], 0.0: [0.35, 0.34, 0.36], 1.0: [0.36, 0.35, 0.34]}
     (f,) = found_by_kind(tau_runs(forgets))["tau_init"]
     assert f.verdict is Verdict.HOLDS
@@ -309,7 +311,7 @@ def test_a_one_seed_rerun_is_named_and_read_by_no_verdict():
     got = found_by_kind(runs)
     assert all(f.section == "ablation" for f in got["ablation_pair"] + got["ablation_best"])
     (rerun,) = got["rerun"]
-    assert rerun.section == "landscape" and rerun.detail["identical"] is True and rerun.detail["seeds"] == [1]
+    assert rerun.section == "landscape" and rerun.identical is True and rerun.seeds == [1]
 
 
 def test_ablation_verdicts_from_synthetic_records():
@@ -397,9 +399,18 @@ def landscape_of(loss: float, cost_at_half: tuple[float, float]) -> list[float]:
     return [loss + costs[d] for d in TAU_SHIFTS]
 
 
-def frozen(verdict: Verdict) -> findings.Finding:
-    return findings.Finding(
-        "frozen_tau", "frozen_tau", "tinyshakespeare", "r", "EGA-1 `f`", "EGA-1", None, None, verdict
+def frozen(verdict: Verdict) -> FrozenTau:
+    return FrozenTau(
+        section="frozen_tau",
+        corpus="tinyshakespeare",
+        regime="r",
+        subject="EGA-1 `f`",
+        against="EGA-1",
+        verdict=verdict,
+        tau_init=0.0,
+        frozen_loss=None,
+        learned_loss=None,
+        learned_tau=None,
     )
 
 
@@ -417,7 +428,7 @@ def frozen(verdict: Verdict) -> findings.Finding:
 def test_the_tau_mechanism_verdict_follows_its_rule(tmp_path, costs, frozen_verdicts, expected):
     e = evaluation(tmp_path, loss=1.5, tau_shift_loss=landscape_of(1.5, costs))
     assert e.shift_cost(-0.5) == pytest.approx(costs[0]) and e.shift_cost(0.5) == pytest.approx(costs[1])
-    (f,) = findings.mechanism_finding([frozen(v) for v in frozen_verdicts], [e], [])
+    (f,) = landscape.mechanism_finding([frozen(v) for v in frozen_verdicts], [e], [])
     assert f.verdict is expected
 
 
@@ -428,10 +439,10 @@ def test_the_mechanism_reads_only_final_causal_ega1_checkpoints(tmp_path):
     )
     final = evaluation(tmp_path, loss=1.5, tau_shift_loss=landscape_of(1.5, (0.001, 0.001)))
     consistent = [frozen(Verdict.CONSISTENT)]
-    (f,) = findings.mechanism_finding(consistent, [early, leaky, final], [])
+    (f,) = landscape.mechanism_finding(consistent, [early, leaky, final], [])
     assert f.verdict is Verdict.WEAK_GRADIENT  # the early and the leaky minimum do not decide
-    assert [c["step"] for c in f.detail["checkpoints"]] == [early.step, final.step]  # shown: causal ones
-    (f,) = findings.mechanism_finding(consistent, [early], [])
+    assert [c.step for c in f.checkpoints] == [early.step, final.step]  # shown: causal ones
+    (f,) = landscape.mechanism_finding(consistent, [early], [])
     assert f.verdict is Verdict.TOO_FEW_SEEDS  # no final EGA-1 checkpoint
 
 
@@ -462,10 +473,10 @@ def test_the_tail_identity_reads_seeds_and_shows_heads_only_as_a_figure(tmp_path
     found = {f.subject: f for f in found_by_kind(runs, heads)["tail"]}
     db2, db4 = found["EGA-DB2 `db2`"], found["EGA-DB4 `db4`"]
     assert db2.ours.n == 3 and db2.ours.estimate == pytest.approx(statistics.fmean(gaps["db2"]))
-    assert db2.detail["family_k"] == 2 and db2.corrected.level == pytest.approx(0.975)
+    assert db2.family_k == 2 and db2.corrected.level == pytest.approx(0.975)
     assert db2.verdict is Verdict.DOES_NOT_HOLD  # the seeds decide, though its heads sit on the normal tail
-    assert db2.detail["heads"] == 8 and db2.detail["heads_interval"].estimate == pytest.approx(0.0, abs=1e-12)
-    assert db4.verdict is Verdict.HOLDS and db4.detail["heads"] == 0
+    assert db2.heads == 8 and db2.heads_interval.estimate == pytest.approx(0.0, abs=1e-12)
+    assert db4.verdict is Verdict.HOLDS and db4.heads == 0
 
 
 def test_a_broken_landscape_json_is_named_and_the_report_writes_nothing(tmp_path):
@@ -503,7 +514,7 @@ def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
         for tag, i in (("gate/grad_norm/tau", 0), ("gate/grad_norm/energy", 1)):
             r.scalars[tag] = [(50 * (k + 1), values[i]) for k, values in enumerate(steps)]
     # two causal EGA-1 seeds, two steps each: ratios 0.01, 0.03, 0.01, 0.03
-    assert findings.grad_norm_ratio(build_variants(runs)) == pytest.approx(0.02)
+    assert landscape.grad_norm_ratio(build_variants(runs)) == pytest.approx(0.02)
 
 
 def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp_path):
@@ -514,9 +525,9 @@ def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp
     write_atomic(
         tmp_path / "results" / "bench-cpu-32-true-generation.json", json.dumps({"sizes": [], "generation": []})
     )
-    bench, source = report._bench(None, records_dir, tmp_path / "results")
+    bench, source = cost.read_bench(None, records_dir, tmp_path / "results")
     assert source == "bench-cpu-32-true.md"
-    f = findings.cost_finding(bench, source)
+    f = cost.cost_finding(bench, source)
     assert f.ours.mean == 1.1 and f.verdict is Verdict.DOES_NOT_HOLD
 
 
@@ -563,4 +574,4 @@ def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_establishe
     linear.code, old.code = comparisons.code_status(linear, provenance), comparisons.code_status(old, provenance)
     variants = build_variants([linear, old])
     code = findings.code_of(*variants)
-    assert code["flag"] == "different" and code["runs"] == ["linear-seed1", "linear-seed2"]
+    assert code.flag == "different" and code.runs == ["linear-seed1", "linear-seed2"]

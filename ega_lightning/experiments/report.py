@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -28,10 +27,8 @@ import numpy as np
 import yaml
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import figures, landscapes, paper, records, render, rundirs
+from ega_lightning.experiments import figures, landscapes, paper, records, render, results_json, rundirs, studies
 from ega_lightning.experiments.comparisons import (
-    LEADERBOARD_CORPUS,
-    Entry,
     RunData,
     Table,
     build_tables,
@@ -39,11 +36,12 @@ from ega_lightning.experiments.comparisons import (
     code_status,
     device,
     from_record,
-    leaderboard,
     tau_trajectory,
 )
-from ega_lightning.experiments.findings import LEADERBOARD, MECHANISM_GATES, cost_finding, findings
 from ega_lightning.experiments.spec import Run, collect_runs, load_spec, static_value
+from ega_lightning.experiments.studies.cost import cost_finding, read_bench
+from ega_lightning.experiments.studies.landscape import MECHANISM_GATES
+from ega_lightning.experiments.studies.leaderboard import LEADERBOARD, LEADERBOARD_CORPUS, Entry, leaderboard
 from ega_lightning.experiments.text import slug
 from ega_lightning.io import atomic_file, write_atomic
 
@@ -169,21 +167,6 @@ def landscape_figures(evaluations: list[landscapes.Evaluation]) -> list[tuple[st
     return out
 
 
-def _bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[str, Any] | None, str]:
-    """The `ega bench` result the cost claim is read from: ``path``, else the first beside the records
-    that times EGA-1's training step; the full table (bench-<device>-<precision>.json) before the
-    tables of one mode (-compile, -generation)."""
-    found = sorted(records_dir.parent.glob("bench-*.json"), key=lambda p: (p.stem.count("-"), p.name))
-    for candidate in [path] if path else found:
-        try:
-            result = json.loads(candidate.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        if path or any("linear" in size.get("rows", {}) for size in result.get("sizes", [])):
-            return result, os.path.relpath(candidate.with_suffix(".md"), out)
-    return None, "README.md#cost-of-the-gates"
-
-
 def load_provenance(path: Path) -> dict[str, Any] | None:
     """What `scripts/provenance.py` established about the records' code; None when it has not been run."""
     try:
@@ -257,8 +240,8 @@ def write_report(
     variants = build_variants(runs)
     tables = build_tables(variants)
     evaluations = landscapes.load(records_dir.parent / landscapes.DIRNAME)
-    found = findings(tables, variants, evaluations)
-    found.append(cost_finding(*_bench(bench, records_dir, out)))
+    found = studies.findings(tables, variants, evaluations)
+    found.append(cost_finding(*read_bench(bench, records_dir, out)))
     out.mkdir(parents=True, exist_ok=True)
     drawn: dict[str, list[tuple[str, str]]] = {}
     for table in tables:
@@ -282,10 +265,10 @@ def write_report(
             landscape_drawn,
             scale,
             provenance,
-            (baseline, board, board_drawn),
+            ((baseline, board), board_drawn),
         ),
     )
-    payload = render.results(tables, runs, found, command, evaluations, scale, (baseline, board))
+    payload = results_json.results(tables, runs, found, command, evaluations, scale, (baseline, board))
     write_atomic(out / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
     return runs, report
 

@@ -31,6 +31,11 @@ def fmt_interval(d: Difference | None, signed: bool = True, scale: float = 1.0, 
     return f"{estimate} [{num(d.low * scale, digits, signed)}, {num(d.high * scale, digits, signed)}]"
 
 
+def interval_cell(d: Difference | None) -> str:
+    """An interval as a table cell: one seed says so."""
+    return fmt_interval(d) + (" (one seed)" if d is not None and d.low is None else "")
+
+
 def how(d: Difference | None) -> str:
     if d is None or d.low is None:
         return "one seed, no interval"
@@ -39,11 +44,6 @@ def how(d: Difference | None) -> str:
     if d.method == "welch":
         return f"Welch, df {d.df:.1f}"
     return f"{d.n} seeds"
-
-
-def seeds(values: list[int]) -> str:
-    """``seed 1`` or ``seeds 1, 2, 3``."""
-    return f"seed{'s' if len(values) > 1 else ''} {', '.join(map(str, values))}"
 
 
 def slug(text: str) -> str:
