@@ -16,7 +16,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ega_lightning.cli import main as ega_main
-from ega_lightning.experiments import records, report, rundirs, stats, sweep
+from ega_lightning.experiments import comparisons, records, report, rundirs, stats, sweep
 from ega_lightning.fingerprint import fingerprint
 
 from .conftest import CONFIGS, TINY_MODEL, TINY_VOCAB, run_ega
@@ -396,12 +396,12 @@ def test_report_findings_compare_with_the_paper(fabricated):
 
 def test_tau_trajectory_starts_at_tau_init_then_follows_the_logged_points():
     run = sweep.Run(Path("spec.yaml"), "ts-tau", 1, (), (), "tau_init", "tau")
-    data = report.RunData(run, Path("x"), "done", "", "tinyshakespeare", "linear")
+    data = comparisons.RunData(run, Path("x"), "done", "", "tinyshakespeare", "linear")
     data.scalars["gate/tau_mean"] = [(250, 0.41), (500, 0.44)]
-    assert report.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41), (500, 0.44)]
+    assert comparisons.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41), (500, 0.44)]
     data.scalars["gate/tau_mean"] = [(0, 0.36), (250, 0.41)]  # a point logged at step 0 yields to tau_init
-    assert report.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41)]
-    assert report.tau_trajectory(data, None) == [(0, 0.36), (250, 0.41)]  # no tau_init: the logged points only
+    assert comparisons.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41)]
+    assert comparisons.tau_trajectory(data, None) == [(0, 0.36), (250, 0.41)]  # no tau_init: the logged points only
 
 
 def test_tau_init_finding_reads_the_shared_seeds_and_pairs_with_the_default_init(tmp_path):

@@ -13,6 +13,7 @@ import scipy.stats
 from ega_lightning.errors import UserError
 from ega_lightning.experiments import comparisons, findings, landscapes, report, rules, spec, stats, studies
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
+from ega_lightning.experiments.provenance import code_status
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies import ablation, cost, landscape
@@ -545,33 +546,33 @@ def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_establishe
             }
         ],
     }
-    assert comparisons.code_status(old, provenance)["status"] == "unknown"  # established by the script
-    assert comparisons.code_status(linear, provenance)["how"] == "not in results/provenance.json"
+    assert code_status(old, provenance)["status"] == "unknown"  # established by the script
+    assert code_status(linear, provenance)["how"] == "not in results/provenance.json"
     # a record that keeps its fingerprint: compared with today's, computed from its own hyper-parameters
     linear.hparams = {**model, "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
     linear.fingerprint = fingerprint(linear.hparams)
-    assert comparisons.code_status(linear, provenance)["status"] == "today"
-    assert comparisons.code_status(linear, None)["status"] == "today"  # no provenance.json needed for it
+    assert code_status(linear, provenance)["status"] == "today"
+    assert code_status(linear, None)["status"] == "today"  # no provenance.json needed for it
     linear.fingerprint = "e" * 16
-    assert comparisons.code_status(linear, provenance)["status"] == "differs"
+    assert code_status(linear, provenance)["status"] == "differs"
     # an output gate beside gate none matches the baseline's keys in provenance.json, not its fingerprint
     both = {**linear.hparams, "gate": "none"}
     linear.hparams, linear.fingerprint = {**both, "output_gate": "output_headwise"}, fingerprint(both)
-    assert comparisons.code_status(linear, provenance)["status"] == "differs"
+    assert code_status(linear, provenance)["status"] == "differs"
     # a configuration provenance.json does not hold (a gate added since): compared with today's, computed
     (fox,) = seeded("fox", "fox", "peers", {1: {}}, vocab="ab")
     fox.hparams = {"gate": "fox", "vocab": "ab", "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
     fox.fingerprint = fingerprint(fox.hparams)
-    assert comparisons.code_status(fox, provenance) == {
+    assert code_status(fox, provenance) == {
         "fingerprint": fox.fingerprint,
         "status": "today",
         "how": "recorded; today's computed",
     }
     fox.fingerprint = "e" * 16
-    assert comparisons.code_status(fox, provenance)["status"] == "differs"
+    assert code_status(fox, provenance)["status"] == "differs"
     fox.hparams = {**fox.hparams, "gate": "gone_gate"}
-    assert comparisons.code_status(fox, provenance)["status"] == "unknown"
-    linear.code, old.code = comparisons.code_status(linear, provenance), comparisons.code_status(old, provenance)
+    assert code_status(fox, provenance)["status"] == "unknown"
+    linear.code, old.code = code_status(linear, provenance), code_status(old, provenance)
     variants = build_variants([linear, old])
     code = findings.code_of(*variants)
     assert code.flag == "different" and code.runs == ["linear-seed1", "linear-seed2"]

@@ -145,46 +145,6 @@ def device(machine: str | None) -> str:
     return f"GPU ({devices.split(' + ', 1)[1]})" if " + " in devices else "CPU"
 
 
-def code_status(run: RunData, provenance: dict[str, Any] | None) -> dict[str, Any]:
-    """Which code a finished run ran: ``status`` ``today``, ``differs`` or ``unknown``, with its fingerprint
-    and how it is known. A fingerprint the record keeps is compared with today's, computed here from the
-    record's own hyper-parameters (provenance.json keys configurations by the model arguments it knew, so a
-    later argument such as output_gate would pass for another configuration); a record without one takes
-    what `scripts/provenance.py` established from git history."""
-    unknown = {"fingerprint": run.fingerprint, "status": "unknown", "how": "no results/provenance.json"}
-    if run.fingerprint is not None:
-        today = _today(run.hparams)
-        if today is None:
-            return {**unknown, "how": "recorded; its configuration cannot be built by today's code"}
-        status = "today" if run.fingerprint == today else "differs"
-        return {"fingerprint": run.fingerprint, "status": status, "how": "recorded; today's computed"}
-    if not provenance:
-        return unknown
-    for config in provenance.get("configurations") or []:
-        established = (config.get("runs") or {}).get(run.run.run_name)
-        if established is not None:
-            return dict(established)
-    return {**unknown, "how": "not in results/provenance.json"}
-
-
-_TODAY: dict[str, str | None] = {}
-
-
-def _today(hparams: dict[str, Any]) -> str | None:
-    """Today's fingerprint of a run's configuration (ega_lightning.fingerprint), once per configuration."""
-    import json
-
-    key = json.dumps(hparams, sort_keys=True, default=str)
-    if key not in _TODAY:
-        from ega_lightning.fingerprint import fingerprint  # torch: only for a configuration provenance.json lacks
-
-        try:
-            _TODAY[key] = fingerprint(hparams)
-        except Exception:  # a gate this code no longer has: the run's code is not known to be today's
-            _TODAY[key] = None
-    return _TODAY[key]
-
-
 @dataclass
 class Variant:
     """The seeds of one labelled configuration, in one group, on one corpus."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ega_lightning.experiments import paper
+from ega_lightning.experiments import paper, provenance, sizes
 from ega_lightning.experiments.comparisons import Row, RunData, Table
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
 from ega_lightning.experiments.landscapes import Evaluation
@@ -219,34 +219,6 @@ def _runs_table(runs: list[RunData]) -> list[str]:
     return lines
 
 
-def scale_paragraph(scale: dict[str, Any] | None) -> list[str]:
-    """Which sizes and devices the finished runs used, and which sizes none used, from the records."""
-    if not scale:
-        return []
-
-    def params(values: list[int]) -> str:
-        return "–".join(dict.fromkeys(f"{v / 1e6:.2g}M" for v in (min(values), max(values)))) if values else "?"
-
-    def papers(values: list[int]) -> str:
-        near = values and all(abs(v - paper.PARAMS) <= 0.1 * paper.PARAMS for v in values)
-        return " — the paper's size" if near else ""
-
-    ran = "; ".join(
-        f"`{s['size']}` ({', '.join(s['model'])}, {params(s['params'])} parameters, "
-        f"{'/'.join(f'{n:,}' for n in s['steps'])} steps, {s['runs']} runs{papers(s['params'])})"
-        for s in scale["ran"]
-    )
-    never = "; ".join(
-        f"`{s['size']}` ({s['model']}, {params([s['params']] if s['params'] else [])} parameters, "
-        f"{s['steps']:,} steps{papers([s['params']] if s['params'] else [])})"
-        for s in scale["not_run"]
-    )
-    gpu = any(d.startswith("GPU") for d in scale["devices"])
-    devices = f"Devices: {', '.join(scale['devices'])}" + ("" if gpu else "; no run on a GPU") + "."
-    text = f"Sizes run: {ran or 'none'}. " + (f"Never run: {never}. " if never else "") + devices
-    return [text, ""]
-
-
 def diagnostics_section(found: list[Finding]) -> list[str]:
     mine = [f for f in found if f.section == DIAGNOSTICS]
     if not mine:
@@ -261,69 +233,6 @@ def diagnostics_section(found: list[Finding]) -> list[str]:
     ]
 
 
-def provenance_section(provenance: dict[str, Any] | None, runs: list[RunData]) -> list[str]:
-    """Which code the records ran: what `scripts/provenance.py` established from git history, and where a
-    configuration's fingerprint changed since the first record, the seeds that need a rerun."""
-    lines = ["## Provenance", ""]
-    done = [r for r in runs if r.status == "done"]
-    if not provenance:
-        return [
-            *lines,
-            "No `results/provenance.json`: run `python scripts/provenance.py` to establish which code the records ran.",
-            "",
-        ]
-    commits = provenance["commits"]
-    lines += [
-        f"Each configuration's fingerprint (`ega_lightning.fingerprint`: 3 AdamW steps of its model, hashed) at "
-        f"the {len(commits)} commits that touched the training path ({', '.join(provenance['training_path'])}) from "
-        f"the code in effect when the first recorded run started ({provenance['start'][:16]}) to "
-        f"{provenance['head'][:7]}, computed from git history by `scripts/provenance.py` (`results/provenance.json`). "
-        "A record without a fingerprint ran today's code when its configuration's fingerprint is today's at its "
-        "recorded commit, or at every commit it can have run (those before it finished). The fingerprint covers "
-        "the model's forward and backward and AdamW, not the data pipeline.",
-        "",
-        "| configuration (spec entries) | today's fingerprint | changed since the first record | runs not "
-        "established as today's code |",
-        "|---|---|---|---|",
-    ]
-    reported = {r.run.run_name for r in done}
-    for config in provenance["configurations"]:
-        mine = [n for n in config["runs"] if n in reported]
-        if not mine:
-            continue
-        changes = (
-            "; ".join(
-                f"at {c['commit'][:7]} ({c['date'][:16]}): {c['from'][:8]} → {c['to'][:8]}" for c in config["changes"]
-            )
-            or "no"
-        )
-        if config.get("buildable_from") not in (None, commits[0]["commit"]):  # no run can predate its configuration
-            changes += f" (the configuration exists from {config['buildable_from'][:7]} on)"
-        rerun = ", ".join(f"`{n}`" for n in config["rerun"] if n in reported) or "none"
-        lines.append(
-            f"| {', '.join(f'`{e}`' for e in config['entries'])} | {config['today'][:8]} | {changes} | {rerun} |"
-        )
-    changed = [c for c in provenance["configurations"] if c["changes"] and any(n in reported for n in c["runs"])]
-    lines.append("")
-    for c in changed:
-        rerun = [n for n in c["rerun"] if n in reported]
-        lines.append(
-            f"- {', '.join(f'`{e}`' for e in c['entries'])}: the fingerprint changed in the range; "
-            + (
-                f"these runs need a rerun: {', '.join(f'`{n}`' for n in rerun)}."
-                if rerun
-                else "every run's code is still established as today's (each ran after the change)."
-            )
-        )
-    unknown = [r.run.run_name for r in done if r.code["status"] != "today"]
-    lines += [
-        f"- {len(done) - len(unknown)} of {len(done)} finished runs ran today's code"
-        + (f"; not established: {', '.join(f'`{n}`' for n in unknown)}." if unknown else "."),
-        "",
-    ]
-    return lines
-
-
 def markdown(
     tables: list[Table],
     runs: list[RunData],
@@ -334,7 +243,7 @@ def markdown(
     evaluations: list[Evaluation] | None = None,
     landscape_figures: list[tuple[str, str]] | None = None,
     scale: dict[str, Any] | None = None,
-    provenance: dict[str, Any] | None = None,
+    provenance_data: dict[str, Any] | None = None,
     board: tuple[leaderboard.Board, list[tuple[str, str]]] | None = None,
 ) -> str:
     done = [r for r in runs if r.status == "done"]
@@ -346,7 +255,7 @@ def markdown(
         f"`{command}`, from {', '.join(f'`{s}`' for s in specs)}: **{len(done)} of {len(runs)} runs finished** "
         "(the others are listed at the end and are in no number). Every number is also in `results.json`.",
         "",
-        *scale_paragraph(scale),
+        *sizes.paragraph(scale),
         "## Claims",
         "",
         *claims_table(found),
@@ -362,7 +271,7 @@ def markdown(
     if evaluations or any(f.section == landscape.TAU_SECTION for f in found):
         lines += landscape_section(evaluations or [], found, landscape_figures or [])
     lines += diagnostics_section(found)
-    lines += provenance_section(provenance, runs)
+    lines += provenance.section(provenance_data, runs)
     lines += ["## Runs", "", *(_runs_table(done) if done else ["No finished runs."]), ""]
     lines += ["## Missing and incomplete runs", ""]
     if missing:

@@ -10,18 +10,22 @@ spec's run counts: a finished run directory first, else its record, else why not
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import json
 import os
 import platform
 import shutil
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import yaml
 
+from ega_lightning import runs as run_dirs
+from ega_lightning.experiments.comparisons import RunData, from_record
 from ega_lightning.experiments.records import (
     Done,
     Record,
@@ -33,7 +37,7 @@ from ega_lightning.experiments.records import (
     record_path,
     write_record,
 )
-from ega_lightning.experiments.spec import DONE_FILE, Run, ran_with, user_command
+from ega_lightning.experiments.spec import DONE_FILE, Run, ran_with, static_value, user_command
 from ega_lightning.io import read_yaml
 
 # what the report reads: its tables (final, best, gap, tau, speed), its figures (curves) and the tau mechanism
@@ -52,6 +56,7 @@ RECORD_TAGS = (
     "train/tokens_per_sec",
 )
 FROM_EVENT_FILES = "event files"
+LOCK_FILE = run_dirs.LOCK_FILE  # the one lock of a run directory, owned by `ega fit`
 VERSIONED = ("torch", "lightning", "ega-lightning")
 
 
@@ -249,3 +254,52 @@ def static_config(run_dir: Path) -> dict[str, Any]:
         return read_yaml(run_dir / "config.yaml")
     except (OSError, yaml.YAMLError):
         return {}
+
+
+def read_runs(runs: list[Run], runs_dir: Path, records_dir: Path) -> list[RunData]:
+    """Every run of the specs as the report reads it (`load_run`); a run that is not finished is named from
+    its saved config or its spec entry. The record of a run finished under ``runs_dir`` is written (back)
+    into ``records_dir``: what the report read stays in git's reach."""
+    out = []
+    for run in runs:
+        loaded = load_run(run, runs_dir, records_dir)
+        if loaded.record is not None:
+            out.append(from_record(run, loaded.record, FROM_EVENT_FILES if loaded.fresh else "record"))
+            if loaded.fresh:
+                write_record(loaded.record, records_dir)
+            continue
+        config = static_config(runs_dir / run.run_name)  # a started run saved what it got
+        corpus = (config.get("data") or {}).get("corpus") or static_value(run, "data.corpus") or "?"
+        gate = (config.get("model") or {}).get("gate") or static_value(run, "model.gate") or "?"
+        options = static_value(run, "model.gate_options")
+        output_gate = (config.get("model") or {}).get("output_gate") or static_value(run, "model.output_gate")
+        out.append(
+            RunData(run, loaded.status, loaded.reason, str(corpus), str(gate), options, str(output_gate or "none"))
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- a run directory's state
+
+
+def run_state(run_dir: Path) -> str:
+    """``done`` (DONE exists), else what `ega fit` makes of the directory: ``fresh``, ``resume`` or ``stale``."""
+    if (run_dir / DONE_FILE).is_file():
+        return "done"
+    return run_dirs.fit_state(run_dir).value
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[TextIO | None]:
+    """The run directory's lock (the one `ega fit` takes), or None when another process holds it.
+
+    The child `ega fit` inherits the locked file and takes it as its own (``runs.LOCK_FD_ENV``), so
+    the lock outlives a SIGKILLed sweep for as long as its orphaned `ega fit` runs: a restarted
+    sweep then leaves that run alone, and so does a user's `ega fit` of the same run.
+    """
+    lock = run_dirs.try_lock(run_dir)
+    try:
+        yield lock
+    finally:
+        if lock is not None:
+            lock.close()

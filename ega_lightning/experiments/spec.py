@@ -28,20 +28,18 @@ directory or a record is the run a spec entry now gives).
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import fnmatch
 import re
 import shlex
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import yaml
 
-from ega_lightning import runs
 from ega_lightning.errors import UserError
 from ega_lightning.io import read_yaml
 
@@ -50,7 +48,6 @@ RUN_KEYS = ("name", "configs", "seeds", "args", "group", "also_in", "variant")
 # the sweep sets these itself, per run; a spec that set them would break resuming and naming
 RESERVED_ARGS = ("--seed_everything", "--run_name", "--runs_dir", "--ckpt_path", "--overwrite")
 DONE_FILE, LOG_FILE = "DONE", "sweep.log"
-LOCK_FILE = runs.LOCK_FILE  # the one lock of a run directory, owned by `ega fit`
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")  # one directory name, nothing a shell mangles
 
 
@@ -387,29 +384,3 @@ def static_value(run: Run, dotted: str) -> Any:
 
 
 _UNSET = object()
-
-
-# ----------------------------------------------------------------------------- run directories
-
-
-def run_state(run_dir: Path) -> str:
-    """``done`` (DONE exists), else what `ega fit` makes of the directory: ``fresh``, ``resume`` or ``stale``."""
-    if (run_dir / DONE_FILE).is_file():
-        return "done"
-    return runs.fit_state(run_dir).value
-
-
-@contextlib.contextmanager
-def run_lock(run_dir: Path) -> Iterator[TextIO | None]:
-    """The run directory's lock (the one `ega fit` takes), or None when another process holds it.
-
-    The child `ega fit` inherits the locked file and takes it as its own (``runs.LOCK_FD_ENV``), so
-    the lock outlives a SIGKILLed sweep for as long as its orphaned `ega fit` runs: a restarted
-    sweep then leaves that run alone, and so does a user's `ega fit` of the same run.
-    """
-    lock = runs.try_lock(run_dir)
-    try:
-        yield lock
-    finally:
-        if lock is not None:
-            lock.close()

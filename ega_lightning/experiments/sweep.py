@@ -39,10 +39,17 @@ from ega_lightning import runs
 from ega_lightning.errors import UserError
 from ega_lightning.experiments import spec as spec_module
 from ega_lightning.experiments.records import RecordError, load_record, record_path
-from ega_lightning.experiments.rundirs import provenance, read_done, record_run, run_fingerprint
+from ega_lightning.experiments.rundirs import (
+    LOCK_FILE,
+    provenance,
+    read_done,
+    record_run,
+    run_fingerprint,
+    run_lock,
+    run_state,
+)
 from ega_lightning.experiments.spec import (
     DONE_FILE,
-    LOCK_FILE,
     LOG_FILE,
     Run,
     SpecError,
@@ -51,8 +58,6 @@ from ega_lightning.experiments.spec import (
     load_spec,
     parse_shard,
     pick_index,
-    run_lock,
-    run_state,
     select,
     shard,
 )
