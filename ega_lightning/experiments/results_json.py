@@ -34,95 +34,9 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-# the detail dict of each kind as results.json held it before the findings were typed
-_DETAIL: dict[str, tuple[str, ...]] = {
-    "improvement": ("means", "code"),
-    "best_val_loss": (),
-    "gap": ("baseline_gap", "gap", "paper_regime", "code"),
-    "tau": ("code", "settled", "tracked"),
-    "frac_above_tau": ("code",),
-    "ablation_ranking": ("ranking",),
-    "ablation_best": ("rank", "of", "code"),
-    "ablation_pair": ("code",),
-    "context": ("seeds", "by_block", "monotone", "code"),
-    "tau_init": (
-        "seeds",
-        "taus",
-        "tau_span",
-        "init_span",
-        "losses",
-        "loss_span",
-        "paired",
-        "reference",
-        "scatter",
-        "slopes",
-        "code",
-    ),
-    "frozen_tau": ("tau_init", "frozen_loss", "learned_loss", "learned_tau", "code"),
-    "leak": ("causal", "causal_subject", "code"),
-    "leak_increment": ("code",),
-    "leak_causal": ("seeds", "above_causal", "above_trained", "normal_tail", "trained_as"),
-    "rerun": ("of", "of_group", "seeds", "identical", "largest_difference", "code"),
-    "peer": ("source", "code"),
-    "control": ("threshold", "best", "pooled_std", "pooled_df", "resolution", "gates", "finished", "code"),
-    "tail": (
-        "znorm",
-        "seeds",
-        "frac_above_tau",
-        "normal_tail",
-        "heads",
-        "heads_interval",
-        "heads_runs",
-        "max_abs_gap",
-        "code",
-    ),
-    "tau_mechanism": ("checkpoints", "frozen", "grad_norm_ratio"),
-    "cost": ("q1", "q3", "size", "source"),
-}
-_RENAMED = {"of_group": "original_group"}
-
-
-def _detail(f: Finding) -> dict[str, Any]:
-    detail: dict[str, Any] = {}
-    for key in _DETAIL[f.kind]:
-        if key == "means":
-            detail[key] = (f.loss, f.baseline_loss)  # type: ignore[attr-defined]
-        elif key == "of":
-            detail[key] = f.paper_rows if f.kind == "ablation_best" else f.against  # type: ignore[attr-defined]
-        elif key == "code":
-            if f.code is not None:
-                detail[key] = f.code
-        elif key in ("by_block", "monotone") and not f.seeds:  # type: ignore[attr-defined]
-            continue
-        else:
-            detail[key] = getattr(f, _RENAMED.get(key, key))
-    if f.family is not None:
-        detail |= {
-            "family_k": f.family_k,
-            "family_level": f.family_level,
-            "nominal_verdict": f.nominal_verdict,
-            "seeds_nominal": f.seeds_nominal,
-        }
-    return detail
-
-
-def _finding_dict(f: Finding) -> dict[str, Any]:
-    return {
-        "kind": f.kind,
-        "claim": f.claim,
-        "section": f.section,
-        "corpus": f.corpus,
-        "regime": f.regime,
-        "subject": f.subject,
-        "against": f.against,
-        "ours": f.ours,
-        "paper": f.paper,
-        "verdict": f.verdict,
-        "family": f.family,
-        "corrected": f.corrected,
-        "seeds_needed": f.seeds_needed,
-        "detail": _detail(f),
-    }
+def finding_dict(f: Finding) -> dict[str, Any]:
+    """A finding as results.json holds it: its kind, then every field of its dataclass (`jsonable`)."""
+    return {"kind": f.kind, **jsonable(f)}
 
 
 def _evaluation_dict(e: Evaluation) -> dict[str, Any]:
@@ -233,7 +147,7 @@ def results(
                 {"claim": c.key, "verdict": f.verdict if f else None, "section": f.section if f else None}
                 for c, f in claims(found)
             ],
-            "findings": [_finding_dict(f) for f in found],
+            "findings": [finding_dict(f) for f in found],
             "leaderboard": _leaderboard_dict(board) if board else None,
             "landscape": [_evaluation_dict(e) for e in evaluations or []],
             "groups": [
