@@ -1,4 +1,4 @@
-"""Sweep specs: what a sweep runs, how each run is started, and whether a directory ran it.
+"""Sweep specs: what a sweep runs, and how each run is started and named.
 
 A spec (YAML)::
 

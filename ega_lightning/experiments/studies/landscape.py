@@ -211,7 +211,8 @@ def mechanism_finding(
     frozen_runs = [r for v in variants if not v.options.get("learn_tau", True) for r in v.done]
     # undecided for want of a frozen-tau verdict: the seeds that the slowest of them needs
     needed = [f.seeds_needed for f in frozen if f.verdict is Verdict.TOO_FEW_SEEDS]
-    seeds = max(needed) if verdict is Verdict.TOO_FEW_SEEDS and needed and None not in needed else None  # type: ignore[type-var]
+    known = [n for n in needed if n is not None]
+    seeds = max(known) if verdict is Verdict.TOO_FEW_SEEDS and known and len(known) == len(needed) else None
     mechanism = TauMechanism(
         section=TAU_SECTION,
         corpus=ega1[0].corpus if ega1 else frozen[0].corpus,

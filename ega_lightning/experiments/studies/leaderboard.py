@@ -129,7 +129,7 @@ class Control(Finding):
         )
 
     def ours_cell(self) -> str:
-        best = f"best: {self.best} {fmt_interval(self.ours)}, {how(self.ours)}" if self.best else "—"  # type: ignore[arg-type]
+        best = f"best: {self.best} {fmt_interval(self.interval)}, {how(self.interval)}" if self.best else "—"
         return f"{best}; {self.resolution_text()}"
 
     def claim_subject(self) -> str:
