@@ -16,7 +16,7 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ega_lightning.cli import main as ega_main
-from ega_lightning.experiments import records, report, stats, sweep
+from ega_lightning.experiments import comparisons, records, report, rundirs, stats, sweep
 from ega_lightning.fingerprint import fingerprint
 
 from .conftest import CONFIGS, TINY_MODEL, TINY_VOCAB, run_ega
@@ -379,14 +379,14 @@ def test_report_findings_compare_with_the_paper(fabricated):
     assert (round(d["estimate"], 3), round(d["low"], 3), round(d["high"], 3)) == (0.093, 0.065, 0.122)
     assert improvement["verdict"] == "reproduced"  # the fabricated interval holds the paper's +0.103
     (gap,) = findings_of(out, "gap")
-    assert gap["ours"]["estimate"] == pytest.approx(0.13 / 3, abs=1e-6) and gap["detail"]["paper_regime"] is True
+    assert gap["ours"]["estimate"] == pytest.approx(0.13 / 3, abs=1e-6) and gap["paper_regime"] is True
     assert gap["verdict"] == "reproduced"  # [+0.0x, ...] holds +0.042 and not 0
     assert not findings_of(out, "best_val_loss")  # every run ends at its best
     (tau,) = findings_of(out, "tau")
-    assert {k: tau["detail"][k] for k in ("settled", "tracked")} == {"settled": 2, "tracked": 3}
-    assert tau["detail"]["code"]["flag"] == "unknown"  # fabricated runs: no fingerprint, no provenance.json
+    assert {k: tau[k] for k in ("settled", "tracked")} == {"settled": 2, "tracked": 3}
+    assert tau["code"]["flag"] == "unknown"  # fabricated runs: no fingerprint, no provenance.json
     (best,) = findings_of(out, "ablation_best")
-    assert (best["detail"]["rank"], best["detail"]["of"]) == (1, 4)
+    assert (best["rank"], best["paper_rows"]) == (1, 4)
     pairs = {f["subject"]: f for f in findings_of(out, "ablation_pair")}
     assert pairs["EGA-2 `ms2`"]["ours"]["estimate"] == pytest.approx(-0.043, abs=1e-3)
     assert pairs["EGA-DB2 `db2`"]["ours"]["estimate"] == pytest.approx(-0.003, abs=1e-3)
@@ -396,12 +396,12 @@ def test_report_findings_compare_with_the_paper(fabricated):
 
 def test_tau_trajectory_starts_at_tau_init_then_follows_the_logged_points():
     run = sweep.Run(Path("spec.yaml"), "ts-tau", 1, (), (), "tau_init", "tau")
-    data = report.RunData(run, Path("x"), "done", "", "tinyshakespeare", "linear")
+    data = comparisons.RunData(run, Path("x"), "done", "", "tinyshakespeare", "linear")
     data.scalars["gate/tau_mean"] = [(250, 0.41), (500, 0.44)]
-    assert report.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41), (500, 0.44)]
+    assert comparisons.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41), (500, 0.44)]
     data.scalars["gate/tau_mean"] = [(0, 0.36), (250, 0.41)]  # a point logged at step 0 yields to tau_init
-    assert report.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41)]
-    assert report.tau_trajectory(data, None) == [(0, 0.36), (250, 0.41)]  # no tau_init: the logged points only
+    assert comparisons.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41)]
+    assert comparisons.tau_trajectory(data, None) == [(0, 0.36), (250, 0.41)]  # no tau_init: the logged points only
 
 
 def test_tau_init_finding_reads_the_shared_seeds_and_pairs_with_the_default_init(tmp_path):
@@ -424,17 +424,17 @@ def test_tau_init_finding_reads_the_shared_seeds_and_pairs_with_the_default_init
     (f,) = findings_of(out, "tau_init")
     # read on seed 1, the only one both ran: 1.50 and 1.56 span 0.06, three times the std 0.02 of the
     # three tau_init 0 seeds (the 3-seed mean 1.52 would have given 0.04)
-    assert f["detail"]["seeds"] == [1]
-    assert f["detail"]["loss_span"] == pytest.approx(0.06, abs=1e-6)
-    init, scatter = f["detail"]["scatter"]
+    assert f["seeds"] == [1]
+    assert f["loss_span"] == pytest.approx(0.06, abs=1e-6)
+    init, scatter = f["scatter"]
     assert init == 0.0 and scatter["std"] == pytest.approx(0.02, abs=1e-6) and scatter["n"] == 3
-    assert f["detail"]["tau_span"] == pytest.approx(0.6, abs=1e-6)
-    ((init, paired),) = f["detail"]["paired"]  # tau_init 0 − tau_init 0.7 on seed 1
+    assert f["tau_span"] == pytest.approx(0.6, abs=1e-6)
+    ((init, paired),) = f["paired"]  # tau_init 0 − tau_init 0.7 on seed 1
     assert init == 0.7 and paired["method"] == "single" and paired["estimate"] == pytest.approx(-0.06, abs=1e-6)
 
 
 def test_report_figures_and_sections(fabricated):
-    out, _, text = fabricated
+    out, results, text = fabricated
     for name in (
         "main-tinyshakespeare-val_loss.png",
         "main-tinyshakespeare-gap.png",
@@ -443,17 +443,12 @@ def test_report_figures_and_sections(fabricated):
     ):
         assert (out / name).stat().st_size > 1000 and f"]({name})" in text
     assert not (out / "main-tinyshakespeare-tau.png").exists()  # one tau_init in main: no tau study there
-    assert [line for line in text.splitlines() if line.startswith("## ")] == [
-        "## Claims",
-        "## Method",
-        "## leaderboard",
-        "## main",
-        "## ablation",
-        "## tau_init",
-        "## Provenance",
-        "## Runs",
-        "## Missing and incomplete runs",
-    ]
+    # one section per group of the spec, in its order; the leaderboard beside them; no landscape, no diagnostics
+    assert [t["group"] for t in results["groups"]] == ["main", "ablation", "tau_init"]
+    assert [row["variant"] for row in results["leaderboard"]["rows"]] == ["ms2", "db2"]  # EGA-1 is in main only
+    assert results["landscape"] == []
+    sections = {f["section"] for f in results["findings"]}
+    assert sections == {"main", "ablation", "tau_init", "leaderboard", "cost"}  # cost: no section, a link
     assert "--only 'ega1-seed*'" in text
 
 
@@ -538,12 +533,12 @@ def test_report_context_finding_tracks_the_difference_by_block_size(tmp_path):
         return findings_of(out, "context")
 
     (f,) = context_finding(entries)
-    assert f["detail"]["seeds"] == [1]  # the trend is read on seed 1, which every block size ran
-    assert [(b, round(d["estimate"], 3)) for b, d in f["detail"]["by_block"]] == [(16, 0.01), (32, 0.03), (64, -0.02)]
-    assert f["detail"]["monotone"] is False and f["verdict"] == "too few seeds to tell"  # one seed
+    assert f["seeds"] == [1]  # the trend is read on seed 1, which every block size ran
+    assert [(b, round(d["estimate"], 3)) for b, d in f["by_block"]] == [(16, 0.01), (32, 0.03), (64, -0.02)]
+    assert f["monotone"] is False and f["verdict"] == "too few seeds to tell"  # one seed
     assert f["ours"]["estimate"] == pytest.approx(-0.03, abs=1e-6)  # T64 - T16
     (f,) = context_finding(entries[:4])  # without T64 the advantage grows
-    assert f["detail"]["monotone"] is True and [b for b, _ in f["detail"]["by_block"]] == [16, 32]
+    assert f["monotone"] is True and [b for b, _ in f["by_block"]] == [16, 32]
     assert context_finding(entries[:2]) == []  # one block size: no context study
 
 
@@ -593,16 +588,16 @@ def test_frozen_tau_and_the_leak_audit_are_set_against_learned_tau_and_the_causa
     assert f["verdict"] == "consistent"  # the whole interval lies within the margin
     (leak,) = findings_of(out, "leak")
     assert leak["ours"]["estimate"] == pytest.approx(mean_diff(base, window), abs=1e-6)
-    assert leak["detail"]["causal"]["estimate"] == pytest.approx(mean_diff(base, learned), abs=1e-6)
+    assert leak["causal"]["estimate"] == pytest.approx(mean_diff(base, learned), abs=1e-6)
     assert leak["verdict"] == "not reproduced"  # +0.190 with a tight interval: above the paper's +0.103
     (increment,) = findings_of(out, "leak_increment")  # the leak's own share: causal EGA-1 − leak, by seed
     assert increment["ours"]["estimate"] == pytest.approx(mean_diff(learned, window), abs=1e-6)
-    assert increment["family"] == "leak" and leak["family"] == "leak" and leak["detail"]["family_k"] == 2
+    assert increment["family"] == "leak" and leak["family"] == "leak" and leak["family_k"] == 2
     assert increment["corrected"]["level"] == pytest.approx(0.975) and increment["ours"]["low"] is not None
     # the causal evaluation of the leaky checkpoints is a diagnostic: no claim, no verdict
     (causal,) = findings_of(out, "leak_causal")
     assert causal["ours"]["estimate"] == pytest.approx(mean_diff(base, causal_eval), abs=1e-6)
-    assert causal["detail"]["seeds"] == [1, 2, 3] and causal["verdict"] is None and causal["claim"] is None
+    assert causal["seeds"] == [1, 2, 3] and causal["verdict"] is None and causal["claim"] is None
     assert causal["section"] == "diagnostics"
     # only the head-to-head section makes the main claim: neither the frozen nor the leaky model is "EGA-1"
     assert [x["section"] for x in findings_of(out, "improvement")] == ["main"]
@@ -622,7 +617,7 @@ def test_records_keep_every_point_and_the_report_regenerates_from_them_alone(fab
     assert record["source"] == "event files" and record["seed"] == 1 and record["max_steps"] == 6
     assert record["scalars"]["val/loss"] == [[2, 2.0], [5, pytest.approx(1.40)]]  # the resumed run's write wins
     assert record["hparams"]["gate"] == "linear" and "_instantiator" not in record["hparams"]
-    assert record["machine"] == records.machine()  # its DONE names none: recorded where it ran
+    assert record["machine"] == rundirs.machine()  # its DONE names none: recorded where it ran
     assert not (out / "runs" / "ega1-seed4.json").exists()  # interrupted: no record
     assert not (out / "runs" / "ega1-seed5.json").exists()
 
@@ -646,10 +641,10 @@ def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workd
     runs = {r.run_name: r for r in sweep.load_spec(path).runs}
     recorded = workdir / "results" / "runs"
     fake_run(workdir / "made", "ra-seed1", "linear", [2.0, 1.5])
-    records.record_run(runs["ra-seed1"], workdir / "made" / "ra-seed1", recorded)
+    rundirs.record_run(runs["ra-seed1"], workdir / "made" / "ra-seed1", recorded)
     fake_run(workdir / "made", "rb-seed1", "none", [2.0, 1.6])
-    stale = records.make_record(runs["rb-seed1"], workdir / "made" / "rb-seed1")
-    stale["args"] = ["--trainer.max_steps=400"]  # made under an older version of the spec
+    stale = rundirs.make_record(runs["rb-seed1"], workdir / "made" / "rb-seed1")
+    stale = dataclasses.replace(stale, args=["--trainer.max_steps=400"])  # made under an older version of the spec
     records.write_record(stale, recorded)
 
     assert sweep.main([str(path), "--dry_run"]) == 1  # a refused run: the dry run says it will fail
@@ -670,7 +665,7 @@ def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workd
     assert started == ["ra-seed2", "rb-seed2"]
     assert "not finished: rb-seed1" in capsys.readouterr().out
     # the report does not count the refused record either, and says why
-    rb1 = records.load_run(runs["rb-seed1"], workdir / "runs", recorded)
+    rb1 = rundirs.load_run(runs["rb-seed1"], workdir / "runs", recorded)
     assert rb1.status == "incomplete" and "unusable record" in rb1.reason and "ran with configs" in rb1.reason
 
 
@@ -681,10 +676,10 @@ def test_a_finished_run_is_recorded_as_it_ran_and_refused_once_its_spec_entry_ch
     run_dir = fake_run(workdir / "runs", "ra-seed1", "linear", [2.0, 1.5])
     done = {"command": sweep.fit_command(before, "runs", resume=False), "machine": "box A"}
     (run_dir / "DONE").write_text(json.dumps(done))
-    record = records.make_record(before, run_dir)
-    assert record["args"] == ["--trainer.max_steps=4", "--model.tau_init=0.7"] and record["machine"] == "box A"
+    record = rundirs.make_record(before, run_dir)
+    assert record.args == ["--trainer.max_steps=4", "--model.tau_init=0.7"] and record.machine == "box A"
     with pytest.raises(records.RecordError, match="ran with configs"):
-        records.make_record(ra1, run_dir)  # a record never claims what the run did not run with
+        rundirs.make_record(ra1, run_dir)  # a record never claims what the run did not run with
 
     assert sweep.main([str(path), "--dry_run", "--only", "ra-seed1", "--runs_dir", "runs"]) == 1
     out = capsys.readouterr().out

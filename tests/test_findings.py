@@ -1,10 +1,9 @@
-"""Intervals, decision rules, verdicts, shards and the report's edges (issue 15): data, not prose."""
+"""Intervals, decision rules, verdicts and the report's edges (issue 15): data, not prose."""
 
 from __future__ import annotations
 
 import json
 import math
-import shutil
 import statistics
 from pathlib import Path
 
@@ -12,10 +11,13 @@ import pytest
 import scipy.stats
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import comparisons, findings, landscapes, records, report, spec, stats
+from ega_lightning.experiments import comparisons, findings, landscapes, report, rules, spec, stats, studies
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
-from ega_lightning.experiments.findings import Verdict
+from ega_lightning.experiments.provenance import code_status
+from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
+from ega_lightning.experiments.studies import ablation, cost, landscape
+from ega_lightning.experiments.studies.frozen_tau import FrozenTau
 from ega_lightning.fingerprint import fingerprint
 from ega_lightning.io import write_atomic
 from ega_lightning.landscape import TAU_SHIFTS
@@ -100,7 +102,7 @@ def iv(low: float | None, high: float | None, estimate: float | None = None) -> 
     ],
 )
 def test_figure_rule(d, verdict):
-    assert findings.figure_rule(d, 0.103) is verdict
+    assert rules.figure_rule(d, 0.103) is verdict
 
 
 @pytest.mark.parametrize(
@@ -115,7 +117,7 @@ def test_figure_rule(d, verdict):
     ],
 )
 def test_level_rule_needs_the_figure_inside_a_narrow_interval(d, verdict):
-    assert findings.level_rule(d, 0.35, findings.LEVEL_WIDTH["tau"]) is verdict
+    assert rules.level_rule(d, 0.35, rules.LEVEL_WIDTH["tau"]) is verdict
 
 
 @pytest.mark.parametrize(
@@ -128,7 +130,7 @@ def test_level_rule_needs_the_figure_inside_a_narrow_interval(d, verdict):
     ],
 )
 def test_forgets_rule(d, verdict):
-    assert findings.forgets_rule(d) is verdict
+    assert rules.forgets_rule(d) is verdict
 
 
 @pytest.mark.parametrize(
@@ -142,7 +144,7 @@ def test_forgets_rule(d, verdict):
     ],
 )
 def test_equivalence_rule(d, verdict):
-    assert findings.equivalence_rule(d) is verdict
+    assert rules.equivalence_rule(d) is verdict
 
 
 @pytest.mark.parametrize(
@@ -154,22 +156,22 @@ def test_equivalence_rule(d, verdict):
     ],
 )
 def test_worse_rule(d, verdict):
-    assert findings.worse_rule(d) is verdict
+    assert rules.worse_rule(d) is verdict
 
 
 def test_best_rule():
-    assert findings.best_rule([iv(0.01, 0.03), iv(0.02, 0.05)]) is Verdict.HOLDS
-    assert findings.best_rule([iv(0.01, 0.03), iv(-0.05, -0.02)]) is Verdict.DOES_NOT_HOLD
-    assert findings.best_rule([iv(0.01, 0.03), iv(-0.01, 0.02)]) is Verdict.TOO_FEW_SEEDS
-    assert findings.best_rule([]) is Verdict.NO_DATA
+    assert rules.best_rule([iv(0.01, 0.03), iv(0.02, 0.05)]) is Verdict.HOLDS
+    assert rules.best_rule([iv(0.01, 0.03), iv(-0.05, -0.02)]) is Verdict.DOES_NOT_HOLD
+    assert rules.best_rule([iv(0.01, 0.03), iv(-0.01, 0.02)]) is Verdict.TOO_FEW_SEEDS
+    assert rules.best_rule([]) is Verdict.NO_DATA
 
 
 def test_growth_and_cost_rules():
-    assert findings.growth_rule(iv(0.01, 0.05)) is Verdict.HOLDS
-    assert findings.growth_rule(iv(-0.03, 0.01)) is Verdict.DOES_NOT_HOLD
-    assert findings.growth_rule(iv(-0.03, 0.08)) is Verdict.TOO_FEW_SEEDS
-    assert findings.cost_rule(0.98, 1.04) is Verdict.HOLDS
-    assert findings.cost_rule(1.05, 1.15) is Verdict.DOES_NOT_HOLD
+    assert rules.growth_rule(iv(0.01, 0.05)) is Verdict.HOLDS
+    assert rules.growth_rule(iv(-0.03, 0.01)) is Verdict.DOES_NOT_HOLD
+    assert rules.growth_rule(iv(-0.03, 0.08)) is Verdict.TOO_FEW_SEEDS
+    assert rules.cost_rule(0.98, 1.04) is Verdict.HOLDS
+    assert rules.cost_rule(1.05, 1.15) is Verdict.DOES_NOT_HOLD
 
 
 # ----------------------------------------------------------------------------- verdicts from synthetic records
@@ -189,7 +191,7 @@ def synthetic(entries: dict[str, tuple[str, dict | None, list[float]]], block_si
 
 def verdicts(runs: list[RunData]) -> dict[str, Verdict]:
     variants = build_variants(runs)
-    return {f.claim: f.verdict for f in findings.findings(build_tables(variants), variants) if f.claim}
+    return {f.claim: f.verdict for f in studies.findings(build_tables(variants), variants) if f.claim}
 
 
 def seeded(entry: str, gate: str, group: str, per_seed: dict[int, dict[str, float]], **hparams) -> list[RunData]:
@@ -206,7 +208,7 @@ def seeded(entry: str, gate: str, group: str, per_seed: dict[int, dict[str, floa
 def found_by_kind(runs: list[RunData], evaluations=()) -> dict[str, list[findings.Finding]]:
     variants = build_variants(runs)
     out: dict[str, list[findings.Finding]] = {}
-    for f in findings.findings(build_tables(variants), variants, evaluations):
+    for f in studies.findings(build_tables(variants), variants, evaluations):
         out.setdefault(f.kind, []).append(f)
     return out
 
@@ -251,9 +253,9 @@ def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decide
     got = {f.claim: f for fs in found_by_kind(runs).values() for f in fs if f.claim}
     pair, best = got["ablation:EGA-4"], got["ablation:best"]
     # k = 3: EGA-4 vs EGA-1 (read by the pair and by "best"), DB2 vs baseline, DB2 vs EGA-1
-    assert pair.detail["family_k"] == best.detail["family_k"] == 3
-    assert pair.detail["nominal_verdict"] == "does not hold" and pair.verdict is Verdict.TOO_FEW_SEEDS
-    assert best.detail["nominal_verdict"] == "does not hold" and best.verdict is Verdict.TOO_FEW_SEEDS
+    assert pair.family_k == best.family_k == 3
+    assert pair.nominal_verdict is Verdict.DOES_NOT_HOLD and pair.verdict is Verdict.TOO_FEW_SEEDS
+    assert best.nominal_verdict is Verdict.DOES_NOT_HOLD and best.verdict is Verdict.TOO_FEW_SEEDS
     assert got["ablation:EGA-DB2"].verdict is Verdict.CONSISTENT  # well inside the margin even at 98.3%
     diffs = [ega1[s] - ega4[s] for s in (1, 2, 3)]
     mean, sem = sum(diffs) / 3, scipy.stats.sem(diffs)
@@ -265,7 +267,7 @@ def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decide
 
 def test_seeds_needed_is_the_first_n_at_which_the_rule_decides():
     d = stats.paired_difference([1.60, 1.70, 1.65], [1.58, 1.71, 1.61])  # mean +0.017, wide at n = 3
-    f = findings.judged("ablation_pair", ("g", "c", "r", "a", "b"), [("a vs b", d)], findings.worse_rule)
+    f = findings.judged(ablation.Pair, findings.Where("g", "c", "r", "a", "b"), [("a vs b", d)], rules.worse_rule)
     assert f.verdict is Verdict.TOO_FEW_SEEDS
     n = findings.seeds_needed(f)
     sd = statistics.stdev([0.02, -0.01, 0.04])
@@ -288,7 +290,7 @@ def test_tau_forgetting_its_initialisation_is_read_per_seed():
     stays = {-1.0: [-0.88, -0.89, -0.87], 0.0: [0.10, 0.09, 0.11], 1.0: [1.09, 1.08, 1.12]}
     (f,) = found_by_kind(tau_runs(stays))["tau_init"]
     assert f.verdict is Verdict.DOES_NOT_HOLD and f.claim == "tau_init"
-    assert f.detail["slopes"][1] == pytest.approx((1.09 - -0.88) / 2, abs=1e-9)  # least squares through 3 points
+    assert f.slopes[1] == pytest.approx((1.09 - -0.88) / 2, abs=1e-9)  # least squares through 3 points
     forgets = {-1.0: [0.34, 0.36, 0.35], 0.0: [0.35, 0.34, 0.36], 1.0: [0.36, 0.35, 0.34]}
     (f,) = found_by_kind(tau_runs(forgets))["tau_init"]
     assert f.verdict is Verdict.HOLDS
@@ -310,7 +312,7 @@ def test_a_one_seed_rerun_is_named_and_read_by_no_verdict():
     got = found_by_kind(runs)
     assert all(f.section == "ablation" for f in got["ablation_pair"] + got["ablation_best"])
     (rerun,) = got["rerun"]
-    assert rerun.section == "landscape" and rerun.detail["identical"] is True and rerun.detail["seeds"] == [1]
+    assert rerun.section == "landscape" and rerun.identical is True and rerun.seeds == [1]
 
 
 def test_ablation_verdicts_from_synthetic_records():
@@ -360,56 +362,6 @@ def test_ablation_best_does_not_hold_when_a_gate_is_measurably_better():
     assert got["ablation:EGA-DB2"] is Verdict.NOT_CONSISTENT
 
 
-# ----------------------------------------------------------------------------- shards and indices
-
-
-def test_shards_partition_the_spec_and_keep_each_seed_together():
-    sweep = spec.load_spec(REPO / "configs" / "sweeps" / "short.yaml", check_files=False)
-    for n in (1, 2, 3, 4, 7):
-        shards = [spec.shard(sweep.runs, k, n) for k in range(n)]
-        names = [r.run_name for s in shards for r in s]
-        assert sorted(names) == sorted(r.run_name for r in sweep.runs)  # every run once
-        assert len(names) == len(set(names))  # none twice
-        for s in shards:
-            for seed in {r.seed for r in s}:
-                assert {r.run_name for r in s if r.seed == seed} == {
-                    r.run_name for r in sweep.runs if r.seed == seed
-                }  # a seed's runs share one shard
-        assert shards == [spec.shard(sweep.runs, k, n) for k in range(n)]  # deterministic
-        print(f"{n} shards: {[len(s) for s in shards]} runs, seeds {[sorted({r.seed for r in s}) for s in shards]}")
-
-
-def test_index_picks_one_run_and_past_the_end_is_a_clear_error(tmp_path, capsys, monkeypatch):
-    monkeypatch.chdir(REPO)
-    from ega_lightning.experiments import sweep
-
-    short = "configs/sweeps/short.yaml"
-    n = len(spec.load_spec(short).runs)
-    assert sweep.main([short, "--index", "1", "--dry_run", "--runs_dir", str(tmp_path)]) == 0
-    out = capsys.readouterr().out
-    assert out.startswith("[1/1] ts-none-seed2:") and f"\n{n - 1:>2}  " in out  # the run, then the numbering
-    assert sweep.main([short, "--index", str(n), "--runs_dir", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert f"--index {n} is out of range" in err and f"--array=0-{n - 1}" in err
-    assert sweep.main([short, "--shard", "3/3"]) == 2 and "--shard takes K/N" in capsys.readouterr().err
-
-
-def test_the_same_index_in_two_processes_trains_once(tmp_path, capsys, monkeypatch):
-    import fcntl
-
-    from ega_lightning.experiments import sweep
-
-    monkeypatch.chdir(REPO)
-    run_dir = tmp_path / "runs" / "ts-none-seed1"
-    run_dir.mkdir(parents=True)
-    with open(run_dir / spec.LOCK_FILE, "w") as lock:  # the other process, mid-run
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        args = ["configs/sweeps/short.yaml", "--index", "0", "--runs_dir", str(tmp_path / "runs")]
-        assert sweep.main([*args, "--records_dir", str(tmp_path / "rec")]) == 1
-    assert "skipped (running in another process" in capsys.readouterr().out
-    assert not (run_dir / "sweep.log").exists()
-
-
 # ----------------------------------------------------------------------------- the report's edges
 
 
@@ -431,43 +383,6 @@ def test_report_elsewhere_than_results_finds_the_committed_records(tmp_path, mon
     assert not list(out.glob("runs"))  # read from results/runs, nothing written beside the report
 
 
-# ----------------------------------------------------------------------------- records and files
-
-
-def test_migration_rewrites_a_format_1_record_without_machine_paths(tmp_path):
-    v2 = json.loads((REPO / "results" / "runs" / "ts-linear-seed1.json").read_text())
-    v1 = {k: v for k, v in v2.items() if k not in ("command", "git_commit", "git_dirty", "versions", "n_params")}
-    v1 |= {"format": 1, "hparams": {**v2["hparams"], "data_dir": "/somewhere/data"}}
-    v1["done"] = {**v2["done"], "command": ["/opt/venv/bin/python", "-m", "ega_lightning.cli", "fit", "--runs_dir=/x"]}
-    (tmp_path / "r.json").write_text(json.dumps(v1))
-    assert records.migrate(tmp_path) == [tmp_path / "r.json"]
-    migrated = json.loads((tmp_path / "r.json").read_text())
-    assert migrated["command"] == v2["command"] and migrated["command"].startswith("ega fit -c configs/base.yaml")
-    assert migrated["git_commit"] is None and migrated["versions"] is None  # never known: not invented
-    assert migrated["fingerprint"] is None
-    assert migrated["n_params"] == 820128 and migrated["gate_params"] == 2080
-    assert "/somewhere" not in json.dumps(migrated) and "/opt/venv" not in json.dumps(migrated)
-    assert records.migrate(tmp_path) == []  # once is enough
-
-
-def test_shipped_records_hold_no_absolute_path():
-    for path in (REPO / "results" / "runs").glob("*.json"):
-        text = path.read_text()
-        assert '"/' not in text and json.loads(text)["format"] == records.FORMAT, path
-
-
-def test_atomic_write_leaves_the_old_file_and_no_temporary_on_failure(tmp_path):
-    target = tmp_path / "f.json"
-    write_atomic(target, "old")
-
-    with pytest.raises(TypeError):
-        write_atomic(target, 123)  # type: ignore[arg-type]
-    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["f.json"]
-    shutil.rmtree(tmp_path / "sub", ignore_errors=True)
-    write_atomic(tmp_path / "sub" / "g", b"\x00")
-    assert (tmp_path / "sub" / "g").read_bytes() == b"\x00"
-
-
 # ----------------------------------------------------------------------------- the tau landscape
 
 
@@ -485,9 +400,18 @@ def landscape_of(loss: float, cost_at_half: tuple[float, float]) -> list[float]:
     return [loss + costs[d] for d in TAU_SHIFTS]
 
 
-def frozen(verdict: Verdict) -> findings.Finding:
-    return findings.Finding(
-        "frozen_tau", "frozen_tau", "tinyshakespeare", "r", "EGA-1 `f`", "EGA-1", None, None, verdict
+def frozen(verdict: Verdict) -> FrozenTau:
+    return FrozenTau(
+        section="frozen_tau",
+        corpus="tinyshakespeare",
+        regime="r",
+        subject="EGA-1 `f`",
+        against="EGA-1",
+        verdict=verdict,
+        tau_init=0.0,
+        frozen_loss=None,
+        learned_loss=None,
+        learned_tau=None,
     )
 
 
@@ -505,7 +429,7 @@ def frozen(verdict: Verdict) -> findings.Finding:
 def test_the_tau_mechanism_verdict_follows_its_rule(tmp_path, costs, frozen_verdicts, expected):
     e = evaluation(tmp_path, loss=1.5, tau_shift_loss=landscape_of(1.5, costs))
     assert e.shift_cost(-0.5) == pytest.approx(costs[0]) and e.shift_cost(0.5) == pytest.approx(costs[1])
-    (f,) = findings.mechanism_finding([frozen(v) for v in frozen_verdicts], [e], [])
+    (f,) = landscape.mechanism_finding([frozen(v) for v in frozen_verdicts], [e], [])
     assert f.verdict is expected
 
 
@@ -516,10 +440,10 @@ def test_the_mechanism_reads_only_final_causal_ega1_checkpoints(tmp_path):
     )
     final = evaluation(tmp_path, loss=1.5, tau_shift_loss=landscape_of(1.5, (0.001, 0.001)))
     consistent = [frozen(Verdict.CONSISTENT)]
-    (f,) = findings.mechanism_finding(consistent, [early, leaky, final], [])
+    (f,) = landscape.mechanism_finding(consistent, [early, leaky, final], [])
     assert f.verdict is Verdict.WEAK_GRADIENT  # the early and the leaky minimum do not decide
-    assert [c["step"] for c in f.detail["checkpoints"]] == [early.step, final.step]  # shown: causal ones
-    (f,) = findings.mechanism_finding(consistent, [early], [])
+    assert [c.step for c in f.checkpoints] == [early.step, final.step]  # shown: causal ones
+    (f,) = landscape.mechanism_finding(consistent, [early], [])
     assert f.verdict is Verdict.TOO_FEW_SEEDS  # no final EGA-1 checkpoint
 
 
@@ -550,10 +474,10 @@ def test_the_tail_identity_reads_seeds_and_shows_heads_only_as_a_figure(tmp_path
     found = {f.subject: f for f in found_by_kind(runs, heads)["tail"]}
     db2, db4 = found["EGA-DB2 `db2`"], found["EGA-DB4 `db4`"]
     assert db2.ours.n == 3 and db2.ours.estimate == pytest.approx(statistics.fmean(gaps["db2"]))
-    assert db2.detail["family_k"] == 2 and db2.corrected.level == pytest.approx(0.975)
+    assert db2.family_k == 2 and db2.corrected.level == pytest.approx(0.975)
     assert db2.verdict is Verdict.DOES_NOT_HOLD  # the seeds decide, though its heads sit on the normal tail
-    assert db2.detail["heads"] == 8 and db2.detail["heads_interval"].estimate == pytest.approx(0.0, abs=1e-12)
-    assert db4.verdict is Verdict.HOLDS and db4.detail["heads"] == 0
+    assert db2.heads == 8 and db2.heads_interval.estimate == pytest.approx(0.0, abs=1e-12)
+    assert db4.verdict is Verdict.HOLDS and db4.heads == 0
 
 
 def test_a_broken_landscape_json_is_named_and_the_report_writes_nothing(tmp_path):
@@ -591,7 +515,7 @@ def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
         for tag, i in (("gate/grad_norm/tau", 0), ("gate/grad_norm/energy", 1)):
             r.scalars[tag] = [(50 * (k + 1), values[i]) for k, values in enumerate(steps)]
     # two causal EGA-1 seeds, two steps each: ratios 0.01, 0.03, 0.01, 0.03
-    assert findings.grad_norm_ratio(build_variants(runs)) == pytest.approx(0.02)
+    assert landscape.grad_norm_ratio(build_variants(runs)) == pytest.approx(0.02)
 
 
 def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp_path):
@@ -602,9 +526,9 @@ def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp
     write_atomic(
         tmp_path / "results" / "bench-cpu-32-true-generation.json", json.dumps({"sizes": [], "generation": []})
     )
-    bench, source = report._bench(None, records_dir, tmp_path / "results")
+    bench, source = cost.read_bench(None, records_dir, tmp_path / "results")
     assert source == "bench-cpu-32-true.md"
-    f = findings.cost_finding(bench, source)
+    f = cost.cost_finding(bench, source)
     assert f.ours.mean == 1.1 and f.verdict is Verdict.DOES_NOT_HOLD
 
 
@@ -622,33 +546,33 @@ def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_establishe
             }
         ],
     }
-    assert comparisons.code_status(old, provenance)["status"] == "unknown"  # established by the script
-    assert comparisons.code_status(linear, provenance)["how"] == "not in results/provenance.json"
+    assert code_status(old, provenance)["status"] == "unknown"  # established by the script
+    assert code_status(linear, provenance)["how"] == "not in results/provenance.json"
     # a record that keeps its fingerprint: compared with today's, computed from its own hyper-parameters
     linear.hparams = {**model, "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
     linear.fingerprint = fingerprint(linear.hparams)
-    assert comparisons.code_status(linear, provenance)["status"] == "today"
-    assert comparisons.code_status(linear, None)["status"] == "today"  # no provenance.json needed for it
+    assert code_status(linear, provenance)["status"] == "today"
+    assert code_status(linear, None)["status"] == "today"  # no provenance.json needed for it
     linear.fingerprint = "e" * 16
-    assert comparisons.code_status(linear, provenance)["status"] == "differs"
+    assert code_status(linear, provenance)["status"] == "differs"
     # an output gate beside gate none matches the baseline's keys in provenance.json, not its fingerprint
     both = {**linear.hparams, "gate": "none"}
     linear.hparams, linear.fingerprint = {**both, "output_gate": "output_headwise"}, fingerprint(both)
-    assert comparisons.code_status(linear, provenance)["status"] == "differs"
+    assert code_status(linear, provenance)["status"] == "differs"
     # a configuration provenance.json does not hold (a gate added since): compared with today's, computed
     (fox,) = seeded("fox", "fox", "peers", {1: {}}, vocab="ab")
     fox.hparams = {"gate": "fox", "vocab": "ab", "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
     fox.fingerprint = fingerprint(fox.hparams)
-    assert comparisons.code_status(fox, provenance) == {
+    assert code_status(fox, provenance) == {
         "fingerprint": fox.fingerprint,
         "status": "today",
         "how": "recorded; today's computed",
     }
     fox.fingerprint = "e" * 16
-    assert comparisons.code_status(fox, provenance)["status"] == "differs"
+    assert code_status(fox, provenance)["status"] == "differs"
     fox.hparams = {**fox.hparams, "gate": "gone_gate"}
-    assert comparisons.code_status(fox, provenance)["status"] == "unknown"
-    linear.code, old.code = comparisons.code_status(linear, provenance), comparisons.code_status(old, provenance)
+    assert code_status(fox, provenance)["status"] == "unknown"
+    linear.code, old.code = code_status(linear, provenance), code_status(old, provenance)
     variants = build_variants([linear, old])
     code = findings.code_of(*variants)
-    assert code["flag"] == "different" and code["runs"] == ["linear-seed1", "linear-seed2"]
+    assert code.flag == "different" and code.runs == ["linear-seed1", "linear-seed2"]

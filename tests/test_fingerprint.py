@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from ega_lightning.data.corpora import CORPORA
-from ega_lightning.experiments.records import run_fingerprint
+from ega_lightning.experiments.rundirs import run_fingerprint
 from ega_lightning.fingerprint import fingerprint
 from ega_lightning.gates import base
 from ega_lightning.model import attention

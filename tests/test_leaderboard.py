@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from ega_lightning.experiments import comparisons, findings, paper, spec
+from ega_lightning.experiments import findings, paper, rules, spec, studies
 from ega_lightning.experiments.comparisons import build_tables, build_variants
-from ega_lightning.experiments.findings import Verdict
+from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
+from ega_lightning.experiments.studies import leaderboard
 
 from .helpers import finished_runs
 
@@ -34,7 +35,7 @@ def iv(low: float | None, high: float | None) -> Difference:
     ],
 )
 def test_a_peers_lower_loss_is_read_by_direction(d, verdict):
-    assert findings.lower_rule(d) is verdict
+    assert rules.lower_rule(d) is verdict
 
 
 HALF = paper.IMPROVEMENT["tinyshakespeare"] / 2
@@ -53,7 +54,7 @@ HALF = paper.IMPROVEMENT["tinyshakespeare"] / 2
 )
 def test_the_positive_control_needs_some_gate_wholly_above_half_the_papers_figure(diffs, verdict):
     assert pytest.approx(0.0515) == paper.POSITIVE_CONTROL
-    assert findings.control_rule(*diffs) is verdict
+    assert rules.control_rule(*diffs) is verdict
 
 
 BASE = {1: 1.70, 2: 1.74, 3: 1.72, 4: 1.75, 5: 1.71}
@@ -97,7 +98,7 @@ WORSE = {1: -0.020, 2: -0.025, 3: -0.018, 4: -0.022, 5: -0.030}  # the baseline 
 def by_claim(runs: list) -> dict[str, list[findings.Finding]]:
     variants = build_variants(runs)
     out: dict[str, list[findings.Finding]] = {}
-    for f in findings.findings(build_tables(variants), variants):
+    for f in studies.findings(build_tables(variants), variants):
         out.setdefault(f.claim or f.kind, []).append(f)
     return out
 
@@ -106,7 +107,7 @@ def test_the_leaderboard_pairs_every_gate_with_the_baseline_over_the_seeds_both_
     runs = study(FOX, WORSE)
     final = {(r.run.entry, r.run.seed): r.metrics["final_val_loss"] for r in runs}
     speed = {(r.run.entry, r.run.seed): r.metrics["tokens_per_sec"] for r in runs}
-    baseline, board = comparisons.leaderboard(build_variants(runs))
+    baseline, board = leaderboard.leaderboard(build_variants(runs))
     assert baseline.label == "none" and sorted(baseline.by_seed("final_val_loss")) == [1, 2, 3, 4, 5]
     assert [e.variant.label for e in board] == ["fox", "linear", "db2", "output_elementwise"]  # by the difference
     assert board[-1].variant.gate == "output_elementwise"  # an output gate is no baseline
@@ -133,11 +134,11 @@ def test_the_peers_claims_and_the_positive_control_from_synthetic_records():
     got = by_claim(study(FOX, WORSE))
     assert got["peer:fox"][0].verdict is Verdict.HOLDS
     assert got["peer:output_elementwise"][0].verdict is Verdict.DOES_NOT_HOLD
-    assert {f.detail["family_k"] for f in got["peer:fox"] + got["peer:output_elementwise"]} == {2}
+    assert {f.family_k for f in got["peer:fox"] + got["peer:output_elementwise"]} == {2}
     assert got["peer:fox"][0].against == "baseline `none`"  # not the output gate, which also has gate none
     (control,) = got["control"]
-    assert control.verdict is Verdict.HOLDS and control.detail["family_k"] == 4  # fox clears it at 98.75%
-    assert control.section == findings.LEADERBOARD and "0.0" in control.regime  # qualified by the scale
+    assert control.verdict is Verdict.HOLDS and control.family_k == 4  # fox clears it at 98.75%
+    assert control.section == leaderboard.LEADERBOARD and "0.0" in control.regime  # qualified by the scale
     # the resolution: the pooled std of the per-seed differences of every gate, and t at each n present
     diffs = {
         "fox": list(FOX.values()),
@@ -147,17 +148,17 @@ def test_the_peers_claims_and_the_positive_control_from_synthetic_records():
     }
     dof = sum(len(d) - 1 for d in diffs.values())
     pooled = math.sqrt(sum((len(d) - 1) * np.var(d, ddof=1) for d in diffs.values()) / dof)
-    assert control.detail["pooled_std"] == pytest.approx(pooled, rel=1e-9)
+    assert control.pooled_std == pytest.approx(pooled, rel=1e-9)
     for n in (3, 5):
-        h = control.detail["resolution"][n]
-        assert h["nominal"] == pytest.approx(scipy.stats.t.ppf(0.975, n - 1) * pooled / math.sqrt(n), rel=1e-9)
-        assert h["family"] == pytest.approx(scipy.stats.t.ppf(1 - 0.05 / 8, n - 1) * pooled / math.sqrt(n), rel=1e-9)
+        h = control.resolution[n]
+        assert h.nominal == pytest.approx(scipy.stats.t.ppf(0.975, n - 1) * pooled / math.sqrt(n), rel=1e-9)
+        assert h.family == pytest.approx(scipy.stats.t.ppf(1 - 0.05 / 8, n - 1) * pooled / math.sqrt(n), rel=1e-9)
 
 
 def test_no_gate_with_two_seeds_leaves_the_control_undecided_and_every_gate_below_it_fails_it():
     one_seed = [r for r in study({1: 0.09}, {1: 0.01}) if r.run.seed == 1]
     got = by_claim(one_seed)
-    assert got["control"][0].verdict is Verdict.TOO_FEW_SEEDS and got["control"][0].detail["resolution"] == {}
+    assert got["control"][0].verdict is Verdict.TOO_FEW_SEEDS and got["control"][0].resolution == {}
     assert got["peer:fox"][0].verdict is Verdict.TOO_FEW_SEEDS
     small = {s: 0.010 + 0.001 * s for s in BASE}  # every gate measurably below the threshold
     got = by_claim(study(small, small))
@@ -172,7 +173,7 @@ def test_a_peer_that_has_not_run_counts_in_its_family_and_reads_no_data():
             r.status = "missing"
     got = by_claim(runs)
     (missing,) = got["peer:output_elementwise"]
-    assert missing.verdict is Verdict.NO_DATA and missing.detail["family_k"] == 2
+    assert missing.verdict is Verdict.NO_DATA and missing.family_k == 2
     assert got["control"][0].verdict is Verdict.HOLDS  # fox alone decides it
 
 

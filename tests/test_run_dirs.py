@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ega_lightning import runs
-from ega_lightning.experiments import spec
+from ega_lightning.experiments import rundirs, spec
 
 from .conftest import REPO, TINY_MODEL, run_ega
 from .helpers import scalars
@@ -45,7 +45,7 @@ def test_fit_state_is_decided_by_last_ckpt_and_outputs(tmp_path):
     (run / "checkpoints").mkdir()
     (run / "checkpoints/best.ckpt").write_bytes(b"x")
     assert runs.fit_state(run) is runs.FitState.STALE
-    assert spec.run_state(run) == "stale"
+    assert rundirs.run_state(run) == "stale"
     (run / runs.LAST).write_bytes(b"x")
     assert runs.fit_state(run) is runs.FitState.RESUME
     runs.clear_outputs(run)

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ega_lightning.experiments.paper import paper_name
+from ega_lightning.experiments.records import Record
 from ega_lightning.experiments.spec import Run, SpecError
-from ega_lightning.experiments.stats import Difference, Summary, compare, mean_interval, summarize
+from ega_lightning.experiments.stats import Difference, Summary, compare, summarize
 
 # Runs are comparable when these agree; the gate and its own options are what a variant changes.
 REGIME_KEYS = (
@@ -105,25 +106,26 @@ def run_metrics(scalars: dict[str, list[tuple[int, float]]], summary: dict[str, 
     }
 
 
-def from_record(run: Run, record: dict[str, Any], source: str) -> RunData:
+def from_record(run: Run, record: Record, source: str) -> RunData:
     """A finished run from its record (which holds a val/loss curve)."""
-    scalars = {tag: [(int(s), float(v)) for s, v in points] for tag, points in (record.get("scalars") or {}).items()}
+    scalars = {tag: [(int(s), float(v)) for s, v in points] for tag, points in (record.scalars or {}).items()}
+    hparams = record.hparams or {}
     return RunData(
         run,
         "done",
         "",
-        str(record.get("corpus") or "?"),
-        str(record.get("gate") or "?"),
-        output_gate=str((record.get("hparams") or {}).get("output_gate") or "none"),
-        hparams=record.get("hparams") or {},
-        max_steps=record.get("max_steps"),
+        str(record.corpus or "?"),
+        str(record.gate or "?"),
+        output_gate=str(hparams.get("output_gate") or "none"),
+        hparams=hparams,
+        max_steps=record.max_steps,
         scalars=scalars,
-        metrics=run_metrics(scalars, record.get("gate_summary")),
+        metrics=run_metrics(scalars, record.gate_summary),
         source=source,
-        machine=record.get("machine"),
-        n_params=record.get("n_params"),
-        git_commit=record.get("git_commit"),
-        fingerprint=record.get("fingerprint"),
+        machine=record.machine,
+        n_params=record.n_params,
+        git_commit=record.git_commit,
+        fingerprint=record.fingerprint,
     )
 
 
@@ -141,46 +143,6 @@ def device(machine: str | None) -> str:
         return "device not known"
     devices = machine.split(";", 1)[0]
     return f"GPU ({devices.split(' + ', 1)[1]})" if " + " in devices else "CPU"
-
-
-def code_status(run: RunData, provenance: dict[str, Any] | None) -> dict[str, Any]:
-    """Which code a finished run ran: ``status`` ``today``, ``differs`` or ``unknown``, with its fingerprint
-    and how it is known. A fingerprint the record keeps is compared with today's, computed here from the
-    record's own hyper-parameters (provenance.json keys configurations by the model arguments it knew, so a
-    later argument such as output_gate would pass for another configuration); a record without one takes
-    what `scripts/provenance.py` established from git history."""
-    unknown = {"fingerprint": run.fingerprint, "status": "unknown", "how": "no results/provenance.json"}
-    if run.fingerprint is not None:
-        today = _today(run.hparams)
-        if today is None:
-            return {**unknown, "how": "recorded; its configuration cannot be built by today's code"}
-        status = "today" if run.fingerprint == today else "differs"
-        return {"fingerprint": run.fingerprint, "status": status, "how": "recorded; today's computed"}
-    if not provenance:
-        return unknown
-    for config in provenance.get("configurations") or []:
-        established = (config.get("runs") or {}).get(run.run.run_name)
-        if established is not None:
-            return dict(established)
-    return {**unknown, "how": "not in results/provenance.json"}
-
-
-_TODAY: dict[str, str | None] = {}
-
-
-def _today(hparams: dict[str, Any]) -> str | None:
-    """Today's fingerprint of a run's configuration (ega_lightning.fingerprint), once per configuration."""
-    import json
-
-    key = json.dumps(hparams, sort_keys=True, default=str)
-    if key not in _TODAY:
-        from ega_lightning.fingerprint import fingerprint  # torch: only for a configuration provenance.json lacks
-
-        try:
-            _TODAY[key] = fingerprint(hparams)
-        except Exception:  # a gate this code no longer has: the run's code is not known to be today's
-            _TODAY[key] = None
-    return _TODAY[key]
 
 
 @dataclass
@@ -221,6 +183,16 @@ class Variant:
     def n_params(self) -> int | None:
         return self.done[0].n_params if self.done else None
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The gate's options (``gate_options``), {} where none were given."""
+        return self.hp("gate_options") or {}
+
+    @property
+    def as_in_paper(self) -> bool:
+        """tau learned and z over the causal prefix: not a frozen-tau or whole-window diagnostic."""
+        return bool(self.options.get("learn_tau", True)) and self.options.get("znorm", "prefix") == "prefix"
+
     def by_seed(self, metric: str) -> dict[int, float]:
         return {r.run.seed: r.metrics[metric] for r in self.done if _finite(r.metrics.get(metric)) is not None}
 
@@ -257,6 +229,41 @@ def find_reference(variant: Variant, gate: str, variants: list[Variant]) -> Vari
     candidates = [v for v in variants if v is not variant and v.gate == gate and v.done and v.regime == variant.regime]
     candidates.sort(key=lambda v: (v.group != variant.group, v.hp("tau_init") != variant.hp("tau_init")))
     return candidates[0] if candidates else None
+
+
+def learned_reference(v: Variant, variants: list[Variant]) -> Variant | None:
+    """The gate of ``v`` as the paper trains it (tau learned, z over the causal prefix), from the same
+    tau_init, in the same regime: what a frozen-tau or whole-window variant is set against."""
+    candidates = [
+        x
+        for x in variants
+        if x is not v
+        and x.done
+        and x.gate == v.gate
+        and x.regime == v.regime
+        and x.hp("tau_init") == v.hp("tau_init")
+        and x.as_in_paper
+    ]
+    return candidates[0] if candidates else None
+
+
+def rerun_of(v: Variant, variants: list[Variant]) -> Variant | None:
+    """The variant that ``v`` repeats run for run (same hyper-parameters, seeds and budget) on more seeds:
+    a rerun kept for its checkpoints is evidence for nothing its original does not already give."""
+
+    def runs(x: Variant) -> dict[int, str]:
+        # keys that later code added at their defaults (None, compile) are no difference in what was trained
+        def same(r: RunData) -> dict[str, Any]:
+            return {k: v for k, v in r.hparams.items() if v is not None and k != "compile"}
+
+        return {r.run.seed: repr(sorted({**same(r), "max_steps": r.max_steps}.items())) for r in x.done}
+
+    own = runs(v)
+    for other in variants:
+        theirs = runs(other) if other is not v and len(other.done) > len(v.done) else {}
+        if own and all(theirs.get(seed) == config for seed, config in own.items()):
+            return other
+    return None
 
 
 def difference(
@@ -315,64 +322,3 @@ def tau_trajectory(run: RunData, tau_init: Any) -> list[tuple[int, float]]:
     logged at each validation."""
     start = [(0, float(tau_init))] if isinstance(tau_init, int | float) else []
     return start + [(s, v) for s, v in run.scalars.get("gate/tau_mean", []) if s > 0 or not start]
-
-
-# ----------------------------------------------------------------------------- the leaderboard
-
-# every gate at the TinyShakespeare cpu size side by side: the EGA ablation (configs/sweeps/short.yaml) and
-# its peers (configs/sweeps/peers.yaml), each against the baseline they are compared with in their sections
-LEADERBOARD_CORPUS = "tinyshakespeare"
-LEADERBOARD_GROUPS = ("ablation", "peers")
-
-
-@dataclass
-class Entry:
-    """One gate of the leaderboard: its runs pooled over every section that shows its configuration."""
-
-    variant: Variant  # pooled (group "leaderboard")
-    groups: list[str]  # the sections it comes from
-    diff: Difference | None  # baseline − gate, final val loss, paired by seed
-    params_added: int | None  # its parameters minus the baseline's, both as their records count them
-    time_ratio: Difference | None  # per shared seed: baseline tokens/s over gate tokens/s (gate step time ×)
-
-
-def same_configuration(v: Variant, variants: list[Variant]) -> list[Variant]:
-    """The variants of every section that show ``v``'s configuration (label, gate and regime), ``v`` among them."""
-    return [x for x in variants if (x.label, x.corpus, x.gate, x.regime) == (v.label, v.corpus, v.gate, v.regime)]
-
-
-def pooled(v: Variant, variants: list[Variant]) -> Variant:
-    """``v`` with the runs of every section that shows its configuration: EGA-1 of the ablation (seeds
-    1-3) takes the main table's seeds 4-5 too. One run listed by two sections counts once."""
-    runs = {r.run.run_name: r for x in same_configuration(v, variants) for r in x.runs}
-    return Variant("leaderboard", v.corpus, v.label, list(runs.values()))
-
-
-def _time_ratio(baseline: Variant, v: Variant) -> Difference | None:
-    base, own = baseline.by_seed("tokens_per_sec"), v.by_seed("tokens_per_sec")
-    ratios = [base[s] / own[s] for s in sorted(set(base) & set(own)) if own[s]]
-    return mean_interval(ratios) if ratios else None
-
-
-def leaderboard(
-    variants: list[Variant], corpus: str = LEADERBOARD_CORPUS, groups: tuple[str, ...] = LEADERBOARD_GROUPS
-) -> tuple[Variant | None, list[Entry]]:
-    """The pooled baseline and one entry per gate configuration of ``groups`` on ``corpus``, largest
-    baseline − gate first (gates without a difference last, in spec order). A finished gate trained in
-    another regime than the baseline (model, data, steps) is left out: it measures something else."""
-    listed = [v for v in variants if v.group in groups and v.corpus == corpus and v.gate != "none"]
-    reference = next((r for v in listed if (r := find_reference(v, "none", variants)) is not None), None)
-    baseline = pooled(reference, variants) if reference is not None else None
-    entries: dict[str, Entry] = {}
-    for v in listed:
-        if v.label in entries or (v.done and baseline is not None and v.regime != baseline.regime):
-            continue
-        own = pooled(v, variants)
-        from_groups = [x.group for x in same_configuration(v, variants)]
-        base_params = baseline.n_params if baseline is not None else None
-        added = own.n_params - base_params if own.n_params is not None and base_params is not None else None
-        diff = difference(baseline, own, "final_val_loss")
-        ratio = _time_ratio(baseline, own) if baseline is not None else None
-        entries[v.label] = Entry(own, list(dict.fromkeys(from_groups)), diff, added, ratio)
-    ranked = sorted(entries.values(), key=lambda e: -e.diff.estimate if e.diff is not None else math.inf)
-    return baseline, ranked

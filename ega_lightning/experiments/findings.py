@@ -1,355 +1,219 @@
-"""Findings: what the runs say about each claim of the paper, as data (no prose, no I/O).
+"""What a finding is: the typed base every study's findings extend, with what all of them say alike.
 
-Every verdict comes from one decision rule below, applied here and nowhere else; the report's
-method note states the same rules (:data:`RULES`). All intervals are 95% Student-t intervals of
-differences paired by seed over the seeds both sides share (see `stats.compare`); a finding of a
-family (:data:`FAMILIES`) takes its verdict from its interval at the family's Bonferroni level
-(:func:`correct`), the nominal interval kept beside it.
+A study (`ega_lightning.experiments.studies`) measures a statement and, where it tests a claim,
+applies its decision rule (`rules`) through :func:`judged`. This module holds what is common to every
+finding: where it was measured (:class:`Where`, :func:`regime`, :func:`name`, :func:`pair`), which code
+its sides ran (:class:`Code`), the Bonferroni correction of its family (:func:`correct`), the seeds
+that would decide it (:func:`seeds_needed`), and the parts of its sentence and of its row of the
+claims table that do not depend on what was measured.
 """
 
 from __future__ import annotations
 
-import enum
-import itertools
-import math
-import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
-from typing import Any
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from ega_lightning.experiments import paper
-from ega_lightning.experiments.comparisons import (
-    Entry,
-    Row,
-    RunData,
-    Table,
-    Variant,
-    device,
-    difference,
-    find_reference,
-    leaderboard,
-)
-from ega_lightning.experiments.landscapes import Evaluation
-from ega_lightning.experiments.stats import (
-    LEVEL,
-    Difference,
-    Summary,
-    bonferroni_level,
-    compare,
-    half_width,
-    mean_interval,
-    pooled_std,
-    std_of,
-    summarize,
-    widen,
-    with_n,
-)
+from ega_lightning.experiments.comparisons import RunData, Variant, device
+from ega_lightning.experiments.rules import MAX_SEEDS, Rule, Verdict, seeds_to_decide
+from ega_lightning.experiments.stats import LEVEL, Difference, Summary, bonferroni_level, widen
+from ega_lightning.experiments.text import anchor, fmt_interval, how
 
-MARGIN = 0.02  # nats/char: differences whose whole interval lies within ±MARGIN count as "about equal"
-# nats/char: a checkpoint's loss is deterministic (the whole validation split), so a much finer line
-# than the seed margin tells a flat landscape from a minimum
-FLAT = MARGIN / 4
-TAIL_MARGIN = 0.03  # fraction of keys: "above tau" within 3 points of 1 - Phi(tau) counts as the normal tail
-TAU_STEP = 0.5  # the tau shift at which the landscape is read (both signs)
-# a level is told from its neighbours when its interval's half-width is at most this: tau's 0.35 from the
-# ~0.1 measured here, 36% of keys from the 20-30% measured here
-LEVEL_WIDTH = {"tau": 0.05, "frac_above_tau": 0.05}
-TAU_KEEP = 0.2  # slope of final tau on tau_init: within ±TAU_KEEP, tau forgets where it started
-MAX_SEEDS = 50  # the most seeds an undecided verdict is projected to (seeds_needed)
+DIAGNOSTICS = "diagnostics"  # the report section of measurements that test no claim
+NOT_IN_RESULTS = {"results": False}  # field metadata: kept in memory, not written to results.json
 
 
-class Verdict(enum.Enum):
-    REPRODUCED = "reproduced"
-    NOT_REPRODUCED = "not reproduced"
-    TOO_FEW_SEEDS = "too few seeds to tell"
-    CONSISTENT = "consistent"
-    NOT_CONSISTENT = "not consistent"
-    HOLDS = "holds"
-    DOES_NOT_HOLD = "does not hold"
-    NO_DATA = "no finished runs"
-    WEAK_GRADIENT = "(a) weak gradient"
-    CO_ADAPTATION = "(b) co-adaptation"
-    NEITHER = "neither"
+class Where(NamedTuple):
+    """Where a finding was measured, and of what."""
 
-
-RULES = {
-    "figure": (
-        "a paper figure for a difference is **reproduced** when our 95% interval holds it, **not reproduced** "
-        "when it lies outside; **too few seeds to tell** with one seed, or when the interval holds both the "
-        "paper's figure and 0."
-    ),
-    "level": (
-        "a paper figure for a level (where tau ends, the share of keys above tau) is **not reproduced** when our "
-        "95% interval lies off it, and **reproduced** only when the interval holds it and is narrow enough to "
-        f"tell it from its neighbours: a half-width of at most {LEVEL_WIDTH['tau']} for tau and "
-        f"{100 * LEVEL_WIDTH['frac_above_tau']:.0f} points for the share of keys; else **too few seeds to tell**."
-    ),
-    "worse": (
-        "a gate is worse than EGA-1 (**holds**) when the whole interval of EGA-1 − gate lies below 0, "
-        "**does not hold** when it lies above 0, else **too few seeds to tell**."
-    ),
-    "equivalent": (
-        f"a gate is about the baseline (**consistent**) when the whole interval of baseline − gate lies within "
-        f"±{MARGIN} nats/char (an equivalence margin of about twice the seed-to-seed std of the short runs); "
-        "**not consistent** when the interval excludes 0 and leaves the margin; else **too few seeds to tell**."
-    ),
-    "best": (
-        "EGA-1 is the best of the ablation (**holds**) when every other paper gate's interval of gate − EGA-1 "
-        "lies above 0; **does not hold** when any lies below 0 (that gate is measurably better); "
-        "else **too few seeds to tell**."
-    ),
-    "grows": (
-        "the advantage grows with context (**holds**) when the interval of (Δ at the longest block − Δ at the "
-        f"shortest), per seed, lies above 0; **does not hold** when its upper end is below +{MARGIN} (any growth "
-        "is within the equivalence margin); else **too few seeds to tell**."
-    ),
-    "frozen": (
-        "freezing tau at its initial value changes nothing (**consistent**) when the whole interval of "
-        f"learned − frozen (same tau_init, paired by seed) lies within ±{MARGIN}; **not consistent** when it "
-        "excludes 0 and leaves the margin; else **too few seeds to tell**."
-    ),
-    "tail": (
-        "the fraction of keys above tau is what a standard normal z gives (**holds**) when the 95% interval, "
-        "over seeds, of measured − (1 − Φ(tau)) lies within "
-        f"±{100 * TAIL_MARGIN:.0f} points; **does not hold** when it excludes 0 and leaves that margin; "
-        "else **too few seeds to tell**. One value per seed, from the gate summary its run recorded during "
-        "training (TauTracker at the run's last validation): the share of keys above tau minus the mean over "
-        "heads of 1 − Φ(tau_head). The heads of one model are not independent samples: the per-head spread "
-        "of the checkpoints `ega landscape` evaluated is shown as a figure, not read by the rule."
-    ),
-    "forgets": (
-        "tau converges regardless of its initialisation (**holds**) when the 95% interval, over the seeds every "
-        "tau_init ran, of each seed's least-squares slope of final tau on tau_init lies within "
-        f"±{TAU_KEEP} (less than {100 * TAU_KEEP:.0f}% of the spread of the initialisations is left at the end); "
-        f"**does not hold** when it lies wholly outside ±{TAU_KEEP}; else **too few seeds to tell**. A slope "
-        "of 1: each tau ends where it started, plus a shift common to all."
-    ),
-    "mechanism": (
-        "why tau does not move, read from EGA-1's final checkpoint and the frozen-tau runs: **neither** "
-        "mechanism when freezing tau is not consistent with learning it (tau's training matters); else "
-        f"**(b) co-adaptation** when moving every tau by ±{TAU_STEP} raises the loss by more than {FLAT} on "
-        "both sides (the trained tau sits at a minimum the rest of the network built around it), and "
-        "**(a) weak gradient** when it does not (the loss does not hold tau where it is, yet tau stays): "
-        "**too few seeds to tell** while a frozen-tau comparison is undecided or missing."
-    ),
-    "control": (
-        "the positive control (**holds**) when some gate of the leaderboard has its whole interval of baseline − "
-        f"gate above {paper.POSITIVE_CONTROL:+.4f}, half the paper's {paper.IMPROVEMENT['tinyshakespeare']:+.3f}: "
-        "an attention change of about the paper's size is measurable here, so a null for EGA is not the "
-        "protocol's blindness; **does not hold** when every gate's interval lies below it; else **too few seeds "
-        "to tell** (a gate without two paired seeds, or an interval that holds the threshold). Beside it, the "
-        "smallest difference the protocol resolves at n paired seeds: the half-width h(n) = t(1 − α/2, n − 1) · "
-        "s_p / √n of a paired interval, s_p the pooled std of the per-seed differences of every leaderboard gate, "
-        "s_p² = Σ_g (n_g − 1) s_g² / Σ_g (n_g − 1), at the family's level 1 − α and at 95%: a gain above h(n) "
-        "excludes 0."
-    ),
-    "lower": (
-        "a peer's own claim, a lower loss than the baseline (**holds**) when the whole interval of baseline − "
-        "gate lies above 0; **does not hold** when it lies below 0 (the baseline is measurably better); else "
-        "**too few seeds to tell**."
-    ),
-    "cost": (
-        "no measurable cost (**holds**) when the interquartile range of `ega bench`'s per-repetition step-time "
-        "ratio EGA-1 / baseline holds 1, **does not hold** when it lies above 1."
-    ),
-    "seeds": (
-        "an undecided verdict gives the paired seeds n that would decide it if the mean and the std s of its "
-        "per-seed values stayed as observed: the smallest n for which mean ± t(1 − α/2, n − 1)·s/√n decides "
-        "its rule, at the verdict's level (1 − α: 95%, or its family's Bonferroni level); "
-        f"'> {MAX_SEEDS}' when no n up to {MAX_SEEDS} does."
-    ),
-}
-
-# Bonferroni families: each of a family's k intervals is taken at 1 - 0.05 / k, so that all of them hold
-# together at 95%; the verdict follows that interval. A new family (e.g. the peers of "EGA meets its
-# peers") is a key here and `family=` on its findings, with `reads` naming the intervals it reads.
-FAMILIES = {
-    "ablation": (
-        "each paper gate against the row the paper sets it against, and for *EGA-1 is the best* every other "
-        "paper gate against EGA-1 (a comparison read by both counts once)"
-    ),
-    "tail": "the tail identity of every gate it is read for",
-    "tau_init": "the slope of final tau on tau_init",
-    "frozen": "each frozen tau against learned tau",
-    "leak": "the leak audit as trained against the paper's figure, and the leak's own increment over causal EGA-1",
-    "context": "the growth of Δ from the shortest to the longest block",
-    "peers": "each peer of EGA against the baseline, on one corpus (its own claim: a lower loss)",
-    "control": (
-        "every gate of the leaderboard against the baseline: the positive control holds when *some* of them "
-        "clears the threshold, so each is read at the family's level"
-    ),
-}
-
-
-# ----------------------------------------------------------------------------- the rules
-
-
-def figure_rule(d: Difference | None, figure: float) -> Verdict:
-    """``d``: a difference (0: no effect) against the paper's figure for it."""
-    if d is None:
-        return Verdict.NO_DATA
-    if d.low is None or d.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    inside = d.low <= figure <= d.high
-    if inside and d.low <= 0.0 <= d.high:
-        return Verdict.TOO_FEW_SEEDS
-    return Verdict.REPRODUCED if inside else Verdict.NOT_REPRODUCED
-
-
-def level_rule(d: Difference | None, figure: float, width: float) -> Verdict:
-    """``d``: a level (where tau ends, a share of keys) against the paper's figure; ``width``: the largest
-    half-width that tells the figure from its neighbours."""
-    if d is None:
-        return Verdict.NO_DATA
-    if d.low is None or d.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if not d.low <= figure <= d.high:
-        return Verdict.NOT_REPRODUCED
-    return Verdict.REPRODUCED if (d.high - d.low) / 2 <= width else Verdict.TOO_FEW_SEEDS
-
-
-def worse_rule(d: Difference | None) -> Verdict:
-    """``d`` = EGA-1 − gate (final val loss)."""
-    if d is None:
-        return Verdict.NO_DATA
-    if d.low is None or d.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if d.high < 0:
-        return Verdict.HOLDS
-    if d.low > 0:
-        return Verdict.DOES_NOT_HOLD
-    return Verdict.TOO_FEW_SEEDS
-
-
-def equivalence_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
-    """``d`` = baseline − gate (final val loss)."""
-    if d is None:
-        return Verdict.NO_DATA
-    if d.low is None or d.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if -margin <= d.low and d.high <= margin:
-        return Verdict.CONSISTENT
-    if d.excludes_zero:
-        return Verdict.NOT_CONSISTENT
-    return Verdict.TOO_FEW_SEEDS
-
-
-def best_rule(diffs: list[Difference | None]) -> Verdict:
-    """``diffs``: gate − EGA-1 for every other gate of the paper's ablation."""
-    known = [d for d in diffs if d is not None]
-    if not known:
-        return Verdict.NO_DATA
-    if any(d.high is not None and d.high < 0 for d in known):
-        return Verdict.DOES_NOT_HOLD
-    if len(known) == len(diffs) and all(d.low is not None and d.low > 0 for d in known):
-        return Verdict.HOLDS
-    return Verdict.TOO_FEW_SEEDS
-
-
-def growth_rule(contrast: Difference | None, margin: float = MARGIN) -> Verdict:
-    """``contrast``: (Δ at the longest block − Δ at the shortest), per seed."""
-    if contrast is None:
-        return Verdict.NO_DATA
-    if contrast.low is None or contrast.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if contrast.low > 0:
-        return Verdict.HOLDS
-    if contrast.high < margin:
-        return Verdict.DOES_NOT_HOLD
-    return Verdict.TOO_FEW_SEEDS
-
-
-def forgets_rule(slope: Difference | None, keep: float = TAU_KEEP) -> Verdict:
-    """``slope``: the per-seed least-squares slope of final tau on tau_init, over seeds."""
-    if slope is None:
-        return Verdict.NO_DATA
-    if slope.low is None or slope.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if -keep <= slope.low and slope.high <= keep:
-        return Verdict.HOLDS
-    if slope.low > keep or slope.high < -keep:
-        return Verdict.DOES_NOT_HOLD
-    return Verdict.TOO_FEW_SEEDS
-
-
-def lower_rule(d: Difference | None) -> Verdict:
-    """``d`` = baseline − gate (final val loss): a peer's claim of a lower loss."""
-    if d is None:
-        return Verdict.NO_DATA
-    if d.low is None or d.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if d.low > 0:
-        return Verdict.HOLDS
-    if d.high < 0:
-        return Verdict.DOES_NOT_HOLD
-    return Verdict.TOO_FEW_SEEDS
-
-
-def control_rule(*diffs: Difference | None, threshold: float = paper.POSITIVE_CONTROL) -> Verdict:
-    """``diffs``: baseline − gate for every gate of the leaderboard (None: a gate with no finished run)."""
-    if all(d is None for d in diffs):
-        return Verdict.NO_DATA
-    if any(d is not None and d.low is not None and d.low > threshold for d in diffs):
-        return Verdict.HOLDS
-    if all(d is not None and d.high is not None and d.high < threshold for d in diffs):
-        return Verdict.DOES_NOT_HOLD
-    return Verdict.TOO_FEW_SEEDS
-
-
-def cost_rule(q1: float | None, q3: float | None) -> Verdict:
-    if q1 is None or q3 is None:
-        return Verdict.NO_DATA
-    return Verdict.HOLDS if q1 <= 1.0 <= q3 else Verdict.DOES_NOT_HOLD
-
-
-# ----------------------------------------------------------------------------- findings
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One measured statement: ``kind`` says what was measured (the renderer's key), ``claim`` which
-    claim of the paper it tests (a key of `paper.CLAIM`, None for our own observations).
-
-    A finding with a verdict keeps the ``rule`` that gave it and the intervals it ``reads`` (each named
-    by the comparison it is, so that a family counts a comparison two verdicts read once): `correct`
-    re-reads them at the family's Bonferroni level, `seeds_needed` projects them to more seeds."""
-
-    kind: str
     section: str  # the report section (group) with the evidence
     corpus: str
     regime: str  # the model, budget, size and device it was measured with
     subject: str  # e.g. "EGA-1 `linear`"
     against: str | None  # e.g. "baseline `none`"
-    ours: Difference | Summary | None  # the nominal 95% interval
-    paper: float | None
-    verdict: Verdict | None
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison: each fingerprint of the code its runs trained, with the seeds that ran it."""
+
+    variant: str
+    fingerprints: dict[str, list[int]]
+
+
+@dataclass(frozen=True)
+class Code:
+    """Which code the sides of a comparison ran. ``flag``: ``different`` when a run's code is known not to be
+    today's, ``unknown`` when a run's code is not established, None when every run ran today's code."""
+
+    sides: list[Side]
+    flag: str | None
+    runs: list[str]  # the runs flagged
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    """One measured statement; ``claim``: the claim of the paper it tests (a key of `paper.CLAIM`, None
+    for our own observations). Each study's findings extend it with what they measured, and say it
+    (:meth:`measured`).
+
+    A finding with a verdict keeps the ``rule`` that gave it and the intervals it ``reads`` (each named
+    by the comparison it is, so that a family counts a comparison two verdicts read once): `correct`
+    re-reads them at the family's Bonferroni level, `seeds_needed` projects them to more seeds."""
+
+    kind: ClassVar[str]  # what was measured, as results.json names it
+    # (scale, digits, signed): how its intervals are written in the claims table and its family's text
+    interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, True)
+
+    section: str
+    corpus: str
+    regime: str
+    subject: str
+    against: str | None = None
+    ours: Difference | Summary | None = None  # the nominal 95% interval
+    paper: float | None = None
+    verdict: Verdict | None = None
     claim: str | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
-    family: str | None = None  # a key of FAMILIES
+    family: str | None = None  # a key of rules.FAMILIES
     corrected: Difference | None = None  # ``ours`` at the family's Bonferroni level (set by `correct`)
     seeds_needed: int | None = None  # an undecided verdict: the paired seeds that would decide it
-    rule: Callable[..., Verdict] | None = field(default=None, compare=False, repr=False)
-    reads: tuple[tuple[str, Difference | None], ...] = ()
+    family_k: int | None = None  # the family's distinct comparisons (set by `correct`)
+    family_level: float | None = None  # the level of each of its intervals
+    nominal_verdict: Verdict | None = None  # the verdict at 95%, before the correction
+    seeds_nominal: int | None = None  # seeds_needed at 95%
+    code: Code | None = None  # which code its sides ran
+    rule: Rule | None = field(default=None, compare=False, repr=False, metadata=NOT_IN_RESULTS)
+    reads: tuple[tuple[str, Difference | None], ...] = field(default=(), metadata=NOT_IN_RESULTS)
+
+    # ------------------------------------------------------------------------- its sentence
+
+    @property
+    def interval(self) -> Difference | None:
+        return self.ours if isinstance(self.ours, Difference) else None
+
+    @property
+    def verdict_text(self) -> str:
+        return f" — **{self.verdict.value}**" if self.verdict is not None else ""
+
+    def measured(self) -> str:
+        """What was measured and its verdict, as its section says it."""
+        raise NotImplementedError(f"{type(self).__name__} says nothing")
+
+    def sentence(self) -> str:
+        """The finding as it reads in its section: what was measured and its verdict, then its family's
+        correction, the seeds that would decide it and the code its sides ran."""
+        seeds = self.seeds_text()
+        extras = [self._family_sentence(), seeds.capitalize() + "." if seeds else "", self._code_sentence()]
+        return " ".join([self.measured(), *(x for x in extras if x)])
+
+    def _corrected_text(self) -> str:
+        scale, digits, signed = self.interval_format
+        return fmt_interval(self.corrected, signed=signed, scale=scale, digits=digits)
+
+    def _family_sentence(self) -> str:
+        if self.family is None:
+            return ""
+        text = f"Bonferroni over the {self.family} family (k = {self.family_k}): each interval at {self._level()}"
+        if self.corrected is not None:
+            text += f", this one {self._corrected_text()}"
+        if self.verdict is not None and self.nominal_verdict is not self.verdict:
+            text += f"; at nominal 95% it would read {self._nominal()}"
+        return text + "."
+
+    def _level(self, digits: int = 2) -> str:
+        return f"{100 * (self.family_level or 0.0):.{digits}f}%"
+
+    def _nominal(self) -> str:
+        return self.nominal_verdict.value if self.nominal_verdict is not None else "None"
+
+    def _code_sentence(self) -> str:
+        if self.code is None or not self.code.sides:
+            return ""
+        sides = "; ".join(
+            f"{side.variant} "
+            + ", ".join(
+                f"{fp[:8] if fp != 'unknown' else 'unknown'} (seed{'s' if len(seeds) > 1 else ''} "
+                f"{', '.join(map(str, seeds))})"
+                for fp, seeds in side.fingerprints.items()
+            )
+            for side in self.code.sides
+        )
+        if self.code.flag is None:
+            return f"Code (fingerprint): {sides}."
+        runs = ", ".join(f"`{r}`" for r in self.code.runs)
+        return f"Code (fingerprint): {sides}. ⚠ {self.code.flag}: not today's code for {runs}."
+
+    def seeds_text(self) -> str:
+        def count(n: int) -> str:
+            return f"> {MAX_SEEDS}" if n > MAX_SEEDS else f"{n}"
+
+        if self.seeds_needed is None:
+            return ""
+        nominal = self.seeds_nominal
+        at_nominal = f" ({count(nominal)} at nominal 95%)" if nominal and nominal != self.seeds_needed else ""
+        return f"{count(self.seeds_needed)} paired seeds would decide it{at_nominal}"
+
+    # ------------------------------------------------------------------------- its row of the claims table
+
+    def ours_cell(self) -> str:
+        d = self.interval
+        if d is None:
+            return "—"
+        scale, digits, signed = self.interval_format
+        return f"{fmt_interval(d, signed=signed, scale=scale, digits=digits)}, {how(d)}"
+
+    def claim_subject(self) -> str:
+        """What a row of the claims table measured, where it is not the claim's own comparison."""
+        return ""
+
+    def family_cell(self) -> str:
+        """The interval a family's verdict reads (Bonferroni), or what the verdict reads where it reads several."""
+        if self.family is None:
+            return "—"
+        where = f"{self.family}, k = {self.family_k}, {self._level(1)}"
+        return where if self.corrected is None else f"{self._corrected_text()} ({where})"
+
+    def verdict_cell(self) -> str:
+        seeds = self.seeds_text()
+        return f"**{self.verdict.value if self.verdict else None}**" + (f" ({seeds})" if seeds else "")
+
+    def code_cell(self) -> str:
+        if self.code is None or not self.code.sides:
+            return "—"
+        if self.code.flag is None:
+            return "today's"
+        runs = self.code.runs
+        return f"⚠ {self.code.flag} ({len(runs)} run{'s' if len(runs) > 1 else ''})"
+
+    def evidence(self) -> str:
+        """The link to the evidence: its section."""
+        return f"[{self.section}](#{anchor(self.section)})"
+
+    def label(self) -> str:
+        return f"{self.subject} vs {self.against}" if self.against else self.subject
+
+
+F = TypeVar("F", bound=Finding)
 
 
 def judged(
-    kind: str,
-    where: tuple[str, str, str, str, str | None],
+    cls: type[F],
+    where: Where,
     reads: Sequence[tuple[str, Difference | None]],
-    rule: Callable[..., Verdict],
+    rule: Rule,
     *,
-    paper_figure: float | None = None,
-    claim: str | None = None,
-    detail: dict[str, Any] | None = None,
-    family: str | None = None,
     ours: Difference | Summary | None = None,
-) -> Finding:
+    **measured: Any,
+) -> F:
     """A finding whose verdict is ``rule`` of the intervals it ``reads``; ``ours``: the first of them unless given."""
     reads = tuple(reads)
     shown = ours if ours is not None else (reads[0][1] if reads else None)
     verdict = rule(*(d for _, d in reads))
-    return Finding(kind, *where, shown, paper_figure, verdict, claim, detail or {}, family, None, None, rule, reads)
+    return cls(**where._asdict(), ours=shown, verdict=verdict, rule=rule, reads=reads, **measured)
+
+
+# ----------------------------------------------------------------------------- where it was measured
 
 
 def scale(runs: Sequence[RunData]) -> str:
@@ -381,10 +245,9 @@ def pair(a: Variant | str, b: Variant | str) -> str:
     return " vs ".join(names)
 
 
-def code_of(*variants: Variant | None) -> dict[str, Any]:
+def code_of(*variants: Variant | None) -> Code:
     """Which code the sides of a comparison ran: per side, each fingerprint and the seeds that ran it;
-    ``flag`` ``different`` when a run's code is known not to be today's, ``unknown`` when a run's code is
-    not established (`comparisons.code_status`), None when every run ran today's code."""
+    a run's code is flagged when it is not established as today's (`comparisons.code_status`)."""
     sides, flagged = [], []
     for v in variants:
         if v is None or not v.done:  # a side with no finished run ran no code
@@ -394,612 +257,27 @@ def code_of(*variants: Variant | None) -> dict[str, Any]:
             by_fingerprint.setdefault(r.code["fingerprint"] or "unknown", []).append(r.run.seed)
             if r.code["status"] != "today":
                 flagged.append((r.run.run_name, r.code["status"]))
-        sides.append({"variant": name(v), "fingerprints": by_fingerprint})
+        sides.append(Side(name(v), by_fingerprint))
     flag = "different" if any(s == "differs" for _, s in flagged) else ("unknown" if flagged else None)
-    return {"sides": sides, "flag": flag, "runs": [run for run, _ in flagged]}
+    return Code(sides, flag, [run for run, _ in flagged])
 
 
-def _ega1_findings(table: Table, row: Row) -> list[Finding]:
-    v, base = row.variant, row.baseline
-    assert base is not None
-    where = (table.group, table.corpus, regime(v, base), name(v), f"baseline `{base.label}`")
-    code = code_of(v, base)
-    out = []
-    d = row.diffs["final_val_loss"]
-    figure = paper.IMPROVEMENT.get(table.corpus)
-    means = {"means": (v.summary("final_val_loss").mean, base.summary("final_val_loss").mean), "code": code}
-    if figure is not None:
-        rule = partial(figure_rule, figure=figure)
-        reads = [(pair(v, base), d)]
-        claim = f"improvement:{table.corpus}"
-        out.append(judged("improvement", where, reads, rule, paper_figure=figure, claim=claim, detail=means))
-    else:
-        out.append(Finding("improvement", *where, d, None, None, None, means))
-    best = row.diffs["best_val_loss"]
-    compared = [*v.done, *base.done]
-    if best is not None and any(r.metrics["best_val_loss"] < r.metrics["final_val_loss"] for r in compared):
-        # past its best the final loss measures overfitting as well: the best is given beside it
-        out.append(Finding("best_val_loss", *where, best, None, None))
-    gap = row.diffs["final_gap"]
-    if gap is not None:
-        base_gap = base.summary("final_gap").mean
-        overfits = None if base_gap is None else base_gap >= paper.OVERFIT_GAP
-        detail = {"baseline_gap": base_gap, "gap": v.summary("final_gap").mean, "paper_regime": overfits, "code": code}
-        rule = partial(figure_rule, figure=paper.GAP_REDUCTION)
-        reads = [(f"gap: {pair(v, base)}", gap)]
-        out.append(judged("gap", where, reads, rule, paper_figure=paper.GAP_REDUCTION, claim="gap", detail=detail))
-    for metric, key, figure in (
-        ("final_tau_mean", "tau", paper.TAU),
-        ("final_frac_above_tau", "frac_above_tau", paper.FRAC_ABOVE_TAU),
-    ):
-        values = list(v.by_seed(metric).values())
-        if values:
-            detail = {"code": code_of(v)}
-            if key == "tau":
-                tracked = [r.metrics["tau_converged"] for r in v.done if r.metrics.get("tau_converged") is not None]
-                detail |= {"settled": sum(tracked), "tracked": len(tracked)}
-            rule = partial(level_rule, figure=figure, width=LEVEL_WIDTH[key])
-            reads = [(f"{key}: {v.group}/{v.label}", mean_interval(values))]
-            own = (*where[:3], name(v), None)
-            out.append(judged(key, own, reads, rule, paper_figure=figure, claim=key, detail=detail))
-    return out
-
-
-def rerun_of(v: Variant, variants: list[Variant]) -> Variant | None:
-    """The variant that ``v`` repeats run for run (same hyper-parameters, seeds and budget) on more seeds:
-    a rerun kept for its checkpoints is evidence for nothing its original does not already give."""
-
-    def runs(x: Variant) -> dict[int, str]:
-        # keys that later code added at their defaults (None, compile) are no difference in what was trained
-        def same(r: RunData) -> dict[str, Any]:
-            return {k: v for k, v in r.hparams.items() if v is not None and k != "compile"}
-
-        return {r.run.seed: repr(sorted({**same(r), "max_steps": r.max_steps}.items())) for r in x.done}
-
-    own = runs(v)
-    for other in variants:
-        theirs = runs(other) if other is not v and len(other.done) > len(v.done) else {}
-        if own and all(theirs.get(seed) == config for seed, config in own.items()):
-            return other
-    return None
-
-
-def _rerun_findings(table: Table, variants: list[Variant]) -> list[Finding]:
-    """A rerun row says what it repeats and whether its final val loss came out bit for bit the same."""
-    out = []
-    for v in (r.variant for r in table.rows):
-        original = rerun_of(v, variants) if v.done else None
-        if original is None:
-            continue
-        ours, theirs = v.by_seed("final_val_loss"), original.by_seed("final_val_loss")
-        detail = {
-            "of": name(original),
-            "of_group": original.group,
-            "seeds": sorted(ours),
-            "identical": all(ours[s] == theirs.get(s) for s in ours),
-            "largest_difference": max(abs(ours[s] - theirs[s]) for s in ours if s in theirs),
-            "code": code_of(v, original),
-        }
-        out.append(
-            Finding(
-                "rerun", table.group, table.corpus, regime(v), name(v), name(original), None, None, None, None, detail
-            )
-        )
-    return out
-
-
-def _ablation_findings(table: Table, variants: list[Variant]) -> list[Finding]:
-    done = [r.variant for r in table.rows if r.variant.done and rerun_of(r.variant, variants) is None]
-    if not any(v.paper_name in paper.ABLATION for v in done):
-        return []
-    # the baseline and EGA-1 the ablation is measured against may live in another group (e.g. main)
-    refs = [find_reference(v, gate, variants) for v in done for gate in ("none", "linear") if v.gate != gate]
-    pool = list({id(v): v for v in [*done, *(r for r in refs if r is not None)]}.values())
-    mean = {id(v): v.summary("final_val_loss").mean for v in pool}
-    ranked = sorted(pool, key=lambda v: mean[id(v)] if mean[id(v)] is not None else math.inf)
-    ega1 = next((v for v in ranked if v.gate == "linear" and v.paper_name), None)
-    where = (table.group, table.corpus, regime(ega1 or done[0]))
-    ranking = [(name(v), v.group, mean[id(v)]) for v in ranked]
-    out = [Finding("ablation_ranking", *where, "", None, None, None, None, None, {"ranking": ranking})]
-    if ega1 is not None:
-        others = [v for v in ranked if v.paper_name and v is not ega1 and v.gate != "none"]
-        reads = [(pair(v, ega1), difference(v, ega1, "final_val_loss")) for v in others]
-        in_paper = [v for v in ranked if v.paper_name]
-        detail = {"rank": in_paper.index(ega1) + 1, "of": len(in_paper), "code": code_of(*in_paper)}
-        out.append(
-            judged(
-                "ablation_best",
-                (*where, name(ega1), None),
-                reads,
-                lambda *diffs: best_rule(list(diffs)),
-                claim="ablation:best",
-                detail=detail,
-                family="ablation",
-            )
-        )
-    for v in (v for v in ranked if v.paper_name in paper.ABLATION):
-        _, against = paper.ABLATION[v.paper_name or ""]
-        ref = find_reference(v, against, variants)
-        d = difference(ref, v, "final_val_loss")
-        rule = equivalence_rule if against == "none" else worse_rule
-        out.append(
-            judged(
-                "ablation_pair",
-                (table.group, table.corpus, regime(v, ref), name(v), name(ref) if ref else against),
-                [(pair(v, ref or against), d)],
-                rule,
-                claim=f"ablation:{v.paper_name}",
-                detail={"code": code_of(v, ref)},
-                family="ablation",
-            )
-        )
-    return out
-
-
-def _context_findings(table: Table) -> list[Finding]:
-    """EGA-1 − baseline at each block size, on the seeds every block size ran: a 3-seed mean set
-    beside single seeds would put seed noise into the trend."""
-    rows = [r for r in table.rows if r.variant.gate == "linear" and r.diffs["final_val_loss"] is not None]
-    blocks = {r.variant.hp("block_size") for r in rows}
-    if len(blocks) < 2 or len(blocks) < len(rows):  # a context study: one EGA-1 per block size
-        return []
-    metric = "final_val_loss"
-    seeds = set.intersection(*(set(r.variant.by_seed(metric)) & set(r.baseline.by_seed(metric)) for r in rows))
-    rows.sort(key=lambda r: r.variant.hp("block_size"))
-    where = (
-        table.group,
-        table.corpus,
-        regime(rows[0].variant, *(x for r in rows for x in (r.variant, r.baseline))),
-        "EGA-1",
-        "baseline",
-    )
-    if not seeds:
-        return [Finding("context", *where, None, None, Verdict.NO_DATA, "context", {"seeds": []})]
-    by_block = [(r.variant.hp("block_size"), difference(r.baseline, r.variant, metric, seeds)) for r in rows]
-
-    def per_seed(row: Row) -> dict[int, float]:
-        base, own = row.baseline.by_seed(metric), row.variant.by_seed(metric)
-        return {s: base[s] - own[s] for s in seeds}
-
-    longest, shortest = per_seed(rows[-1]), per_seed(rows[0])
-    contrast = compare(longest, shortest)
-    grows = all(a.estimate < b.estimate for (_, a), (_, b) in itertools.pairwise(by_block))
-    code = code_of(*(x for r in rows for x in (r.variant, r.baseline)))
-    detail = {"seeds": sorted(seeds), "by_block": by_block, "monotone": grows, "code": code}
-    reads = [(f"context: {table.group} longest − shortest block", contrast)]
-    return [judged("context", where, reads, growth_rule, claim="context", detail=detail, family="context")]
-
-
-DEFAULT_TAU_INIT = 0.0  # CharLM's default: the learned-tau EGA-1 every other initialisation is paired with
-
-
-def _slope(xs: list[float], ys: list[float]) -> float:
-    """The least-squares slope of ys on xs."""
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    return math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / math.fsum((x - mx) ** 2 for x in xs)
-
-
-def _tau_init_findings(table: Table) -> list[Finding]:
-    """Final tau and loss by tau_init on the seeds every initialisation ran (a one-seed row beside a
-    3-seed mean would put seed noise into the spread), and each initialisation paired by seed with
-    the default tau_init's run. Where every tau was learned, whether tau forgets where it started
-    (RULES['forgets']): per seed, the slope of final tau on tau_init."""
-    gated = [r.variant for r in table.rows if r.variant.gate != "none" and r.variant.done]
-    if len({v.hp("tau_init") for v in gated}) < 2:
-        return []
-    metric = "final_val_loss"
-    seeds = set.intersection(*(set(v.by_seed(metric)) for v in gated))
-
-    def shared(v: Variant, key: str) -> Summary:
-        return summarize([x for s, x in v.by_seed(key).items() if s in seeds])
-
-    taus = [(v.hp("tau_init"), name(v), shared(v, "final_tau_mean")) for v in gated]
-    losses = [(v.hp("tau_init"), shared(v, metric)) for v in gated]
-    finals = [s.mean for _, _, s in taus if s.mean is not None]
-    loss_means = [s.mean for _, s in losses if s.mean is not None]
-    reference = next((v for v in gated if v.hp("tau_init") == DEFAULT_TAU_INIT), None)
-    paired = [(v.hp("tau_init"), difference(reference, v, metric)) for v in gated if reference and v is not reference]
-    # the only yardstick while the rows share one seed: how far the seeds of one initialisation scatter
-    init, scatter = max(((v.hp("tau_init"), v.summary(metric)) for v in gated), key=lambda pair: pair[1].n)
-    inits = [float(v.hp("tau_init")) for v in gated]
-    slopes = {
-        s: _slope(inits, [v.by_seed("final_tau_mean")[s] for v in gated])
-        for s in sorted(seeds)
-        if all(s in v.by_seed("final_tau_mean") for v in gated)
-    }
-    detail = {
-        "seeds": sorted(seeds),
-        "taus": taus,
-        "tau_span": max(finals) - min(finals) if finals else None,
-        "init_span": max(inits) - min(inits),
-        "losses": losses,
-        "loss_span": max(loss_means) - min(loss_means) if len(loss_means) > 1 else None,
-        "paired": paired,
-        "reference": reference.hp("tau_init") if reference else None,
-        "scatter": (init, scatter) if scatter.std else None,
-        "slopes": slopes,
-        "code": code_of(*gated),
-    }
-    where = (table.group, table.corpus, regime(gated[0], *gated), "EGA-1", None)
-    if not all(trained_as_in_paper(v) for v in gated) or not slopes:  # a frozen tau cannot forget anything
-        return [Finding("tau_init", *where, None, paper.TAU, None, None, detail)]
-    reads = [(f"tau_init slope: {table.group}", mean_interval(list(slopes.values())))]
-    return [
-        judged(
-            "tau_init",
-            where,
-            reads,
-            forgets_rule,
-            paper_figure=paper.TAU,
-            claim="tau_init",
-            detail=detail,
-            family="tau_init",
-        )
-    ]
-
-
-def _options(v: Variant) -> dict[str, Any]:
-    return v.hp("gate_options") or {}
-
-
-def learned_reference(v: Variant, variants: list[Variant]) -> Variant | None:
-    """The gate of ``v`` as the paper trains it (tau learned, z over the causal prefix), from the same
-    tau_init, in the same regime: what a frozen-tau or whole-window variant is set against."""
-    candidates = [
-        x
-        for x in variants
-        if x is not v
-        and x.done
-        and x.gate == v.gate
-        and x.regime == v.regime
-        and x.hp("tau_init") == v.hp("tau_init")
-        and trained_as_in_paper(x)
-    ]
-    return candidates[0] if candidates else None
-
-
-def trained_as_in_paper(v: Variant) -> bool:
-    """tau learned and z over the causal prefix: not a frozen-tau or whole-window diagnostic."""
-    return bool(_options(v).get("learn_tau", True)) and _options(v).get("znorm", "prefix") == "prefix"
-
-
-def _frozen_tau_findings(table: Table, variants: list[Variant]) -> list[Finding]:
-    out = []
-    for v in (r.variant for r in table.rows):
-        if not v.done or _options(v).get("learn_tau", True):
-            continue
-        ref = learned_reference(v, variants)
-        d = difference(ref, v, "final_val_loss")
-        detail = {
-            "tau_init": v.hp("tau_init"),
-            "frozen_loss": v.summary("final_val_loss").mean,
-            "learned_loss": ref.summary("final_val_loss").mean if ref else None,
-            "learned_tau": ref.summary("final_tau_mean").mean if ref else None,
-        }
-        detail["code"] = code_of(v, ref)
-        against = name(ref) if ref else "learned tau (no finished run)"
-        where = (table.group, table.corpus, regime(v, ref), name(v), against)
-        reads = [(pair(v, ref or against), d)]
-        out.append(judged("frozen_tau", where, reads, equivalence_rule, claim="tau", detail=detail, family="frozen"))
-    return out
-
-
-DIAGNOSTICS = "diagnostics"  # the report section of measurements that test no claim
-
-
-def _peer_findings(table: Table) -> list[Finding]:
-    """Each peer's own claim, a lower loss than the baseline (RULES['lower']); a peer with no finished run
-    still counts in its family, which is declared with the study."""
-    out = []
-    for row in table.rows:
-        v, base = row.variant, row.baseline
-        if v.gate not in paper.PEERS:
-            continue
-        peer = paper.PEERS[v.gate]
-        against = f"baseline `{base.label}`" if base else "baseline"
-        where = (table.group, table.corpus, regime(v, base), f"{peer.name} `{v.label}`", against)
-        reads = [(pair(v, base or "baseline"), row.diffs["final_val_loss"])]
-        detail = {"source": peer.source, "code": code_of(v, base)}
-        out.append(judged("peer", where, reads, lower_rule, claim=f"peer:{v.gate}", detail=detail, family="peers"))
-    return out
-
-
-LEADERBOARD = "leaderboard"  # the report section of the leaderboard and its positive control
-
-
-def entry_name(e: Entry) -> str:
-    peer = paper.PEERS.get(e.variant.gate)
-    return f"{peer.name if peer else e.variant.paper_name or e.variant.gate} `{e.variant.label}`"
-
-
-def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Finding]:
-    """The positive control over the leaderboard (RULES['control']), with the difference the protocol
-    resolves at each number of paired seeds the leaderboard has."""
-    if baseline is None or not entries:
-        return []
-    reads = [(pair(e.variant.label, f"baseline/{baseline.label}"), e.diff) for e in entries]
-    level = bonferroni_level(len(reads))  # one finding reads the family: its k is its own reads
-    pooled = pooled_std([e.diff for e in entries])
-    ns = sorted({e.diff.n for e in entries if e.diff is not None and e.diff.low is not None})
-    resolution = (
-        {n: {"nominal": half_width(pooled[0], n), "family": half_width(pooled[0], n, level)} for n in ns}
-        if pooled
-        else {}
-    )
-    best = entries[0] if entries[0].diff is not None else None
-    detail = {
-        "threshold": paper.POSITIVE_CONTROL,
-        "best": entry_name(best) if best else None,
-        "pooled_std": pooled[0] if pooled else None,
-        "pooled_df": pooled[1] if pooled else None,
-        "resolution": resolution,
-        "gates": len(entries),
-        "finished": sum(e.diff is not None for e in entries),
-        "code": code_of(baseline, *(e.variant for e in entries)),
-    }
-    where = (LEADERBOARD, baseline.corpus, regime(baseline, *(e.variant for e in entries)), "every gate", None)
-    ours = best.diff if best else None
-    return [judged("control", where, reads, control_rule, claim="control", detail=detail, family="control", ours=ours)]
-
-
-def _leak_findings(table: Table, variants: list[Variant], evaluations: Sequence[Evaluation]) -> list[Finding]:
-    """A gate z-normalised over the whole window against the paper's figure, as trained (it sees a
-    little of the future); the leak's own increment over causal EGA-1 (paired by seed); and, as a
-    diagnostic, the same final checkpoints evaluated with the causal prefix z."""
-    out = []
-    for row in table.rows:
-        v, base = row.variant, row.baseline
-        if not v.done or base is None or _options(v).get("znorm") != "window":
-            continue
-        figure = paper.IMPROVEMENT.get(table.corpus)
-        causal = learned_reference(v, variants)
-        where = (table.group, table.corpus, regime(v, base), name(v), f"baseline `{base.label}`")
-        d = row.diffs["final_val_loss"]
-        detail = {
-            "causal": difference(base, causal, "final_val_loss") if causal else None,
-            "causal_subject": name(causal) if causal else None,
-            "code": code_of(v, base, causal),
-        }
-        if figure is not None:
-            rule = partial(figure_rule, figure=figure)
-            claim = f"improvement:{table.corpus}"
-            out.append(
-                judged(
-                    "leak",
-                    where,
-                    [(pair(v, base), d)],
-                    rule,
-                    paper_figure=figure,
-                    claim=claim,
-                    detail=detail,
-                    family="leak",
-                )
-            )
-        else:
-            out.append(Finding("leak", *where, d, None, None, None, detail))
-        if causal is not None:
-            increment = difference(causal, v, "final_val_loss")  # (baseline − leak) − (baseline − causal), by seed
-            against = (table.group, table.corpus, regime(v, causal), name(v), name(causal))
-            inc = Finding("leak_increment", *against, increment, None, None, None, {"code": code_of(v, causal)})
-            out.append(replace(inc, family="leak", reads=((pair(v, causal), increment),)))
-        seeds = {r.run.run_name: r.run.seed for r in v.done}
-        prefix = [e for e in evaluations if e.run in seeds and e.final and e.eval_znorm == "prefix" and e.whole_split]
-        trained = [e for e in evaluations if e.run in seeds and e.final and e.as_trained]
-        evaluated = {seeds[e.run]: e.loss for e in prefix}
-        baseline = base.by_seed("final_val_loss")
-        d_causal = compare(baseline, evaluated) if evaluated and baseline else None
-
-        def above(evals: list[Evaluation], key: str = "frac_above_tau") -> float | None:
-            return statistics.fmean(e.mean(key) for e in evals) if evals else None
-
-        detail = {
-            "seeds": sorted(evaluated),
-            "above_causal": above(prefix),
-            "above_trained": above(trained),
-            "normal_tail": above(trained, "normal_tail"),
-            "trained_as": name(v),
-        }
-        out.append(
-            Finding(
-                "leak_causal",
-                DIAGNOSTICS,
-                table.corpus,
-                where[2],
-                name(v),
-                where[4],
-                d_causal,
-                figure,
-                None,
-                None,
-                detail,
-            )
-        )
-    return out
-
-
-def primary_rows(table: Table) -> list[Row]:
-    """EGA-1 against its baseline where a section is a head-to-head (one EGA-1 row, the baseline in
-    the section itself): the main comparison of each regime. Sections with several EGA-1 rows are
-    studies (context, tau_init); those that borrow their baseline (a frozen tau, a leak audit, a
-    rerun for its checkpoints) test something else."""
-    linear = [r for r in table.rows if r.variant.gate == "linear" and r.variant.done]
-    if len(linear) != 1 or linear[0].baseline is None or linear[0].baseline.group != table.group:
-        return []
-    return linear
-
-
-# ----------------------------------------------------------------------------- the tau landscape
-
-TAU_SECTION = "tau landscape"
-# the tau mechanism is read on EGA-1 and shown beside one wavelet gate (the report's figures use the same pair)
-MECHANISM_GATES = ("linear", "db2")
-
-
-def tail_rule(d: Difference | None, margin: float = TAIL_MARGIN) -> Verdict:
-    """``d``: measured fraction above tau − (1 − Phi(tau)), over seeds."""
-    equal = equivalence_rule(d, margin)
-    return {Verdict.CONSISTENT: Verdict.HOLDS, Verdict.NOT_CONSISTENT: Verdict.DOES_NOT_HOLD}.get(equal, equal)
-
-
-def tail_findings(tables: list[Table], variants: list[Variant], evaluations: Sequence[Evaluation]) -> list[Finding]:
-    """The tail identity of every gate of the ablation and of the leak audit (each set of runs once):
-    one value per seed from its recorded gate summary (RULES['tail']); beside it, as a figure, the heads
-    of its final checkpoints that `ega landscape` evaluated as trained (a rerun's stand for its original's)."""
-    chosen: dict[tuple[str, ...], Variant] = {}
-    for table in tables:
-        ablation = any(r.variant.paper_name in paper.ABLATION for r in table.rows)
-        for v in (r.variant for r in table.rows):
-            read = v.gate != "none" and v.done and (ablation or _options(v).get("znorm") == "window")
-            if read and rerun_of(v, variants) is None:
-                chosen.setdefault(tuple(sorted(r.run.run_name for r in v.done)), v)
-    out = []
-    for runs, v in chosen.items():
-        values = v.by_seed("final_tail_gap")
-        if not values:
-            continue
-        reruns = [
-            w
-            for w in variants
-            if (o := rerun_of(w, variants)) is not None and {r.run.run_name for r in o.done} == set(runs)
-        ]
-        names = set(runs) | {r.run.run_name for w in reruns for r in w.done}
-        heads = [e for e in evaluations if e.final and e.as_trained and e.run in names]
-        gaps = [g for e in heads for g in e.tail_gaps()]
-        above = v.by_seed("final_frac_above_tau")
-        detail = {
-            "znorm": _options(v).get("znorm", "prefix"),
-            "seeds": sorted(values),
-            "frac_above_tau": statistics.fmean(above[s] for s in values),
-            "normal_tail": statistics.fmean(above[s] - values[s] for s in values),
-            "heads": len(gaps),
-            "heads_interval": mean_interval(gaps) if gaps else None,
-            "heads_runs": [e.run for e in heads],
-            "max_abs_gap": max((abs(g) for g in gaps), default=None),
-            "code": code_of(v),
-        }
-        reads = [(f"tail: {v.group}/{v.label}", mean_interval(list(values.values())))]
-        where = (TAU_SECTION, v.corpus, regime(v), name(v), None)
-        out.append(judged("tail", where, reads, tail_rule, claim="frac_above_tau", detail=detail, family="tail"))
-    return out
-
-
-def grad_norm_ratio(variants: list[Variant]) -> float | None:
-    """Median over the logged steps of EGA-1 runs trained as in the paper: |grad tau| / |grad energy projection|."""
-    ratios = []
-    ega1 = [v for v in variants if v.gate == "linear" and trained_as_in_paper(v)]
-    for r in {id(r): r for v in ega1 for r in v.done}.values():
-        tau = dict(r.scalars.get("gate/grad_norm/tau", []))
-        energy = dict(r.scalars.get("gate/grad_norm/energy", []))
-        ratios += [tau[s] / energy[s] for s in tau if energy.get(s)]
-    return statistics.median(ratios) if ratios else None
-
-
-def mechanism_finding(
-    found: list[Finding], evaluations: Sequence[Evaluation], variants: list[Variant]
-) -> list[Finding]:
-    """Which of the two explanations of a tau that does not move the data support (RULES['mechanism'])."""
-    frozen = [f for f in found if f.kind == "frozen_tau"]
-    shown = [
-        e
-        for e in evaluations
-        if e.gate in MECHANISM_GATES and e.as_trained and e.trained_znorm == "prefix" and TAU_STEP in e.tau_shifts
-    ]
-    ega1 = [e for e in shown if e.gate == "linear" and e.final and e.gate_options.get("learn_tau", True)]
-    if not frozen and not ega1:
-        return []
-    minimum = [e.shift_cost(-TAU_STEP) > FLAT and e.shift_cost(TAU_STEP) > FLAT for e in ega1]
-    if any(f.verdict is Verdict.NOT_CONSISTENT for f in frozen):
-        verdict = Verdict.NEITHER
-    elif not frozen or not ega1 or any(f.verdict is not Verdict.CONSISTENT for f in frozen) or len(set(minimum)) > 1:
-        verdict = Verdict.TOO_FEW_SEEDS
-    else:
-        verdict = Verdict.CO_ADAPTATION if minimum[0] else Verdict.WEAK_GRADIENT
-    detail = {
-        "checkpoints": [
-            {
-                "label": e.label,
-                "gate": e.gate,
-                "step": e.step,
-                "final": e.final,
-                "tau_shift_cost": e.tau_shift_costs,
-                "alpha_scale_cost": e.alpha_scale_costs,
-            }
-            for e in shown
-        ],
-        "frozen": [(f.subject, f.verdict.value if f.verdict else None) for f in frozen],
-        "grad_norm_ratio": grad_norm_ratio(variants),
-    }
-    corpus = ega1[0].corpus if ega1 else frozen[0].corpus
-    frozen_runs = [r for v in variants if not _options(v).get("learn_tau", True) for r in v.done]
-    regime_text = f"EGA-1 final checkpoints ({len(ega1)}) and frozen-tau runs, at {scale(frozen_runs)}"
-    # undecided for want of a frozen-tau verdict: the seeds that the slowest of them needs
-    needed = [f.seeds_needed for f in frozen if f.verdict is Verdict.TOO_FEW_SEEDS]
-    seeds = max(needed) if verdict is Verdict.TOO_FEW_SEEDS and needed and None not in needed else None
-    return [
-        Finding(
-            "tau_mechanism",
-            TAU_SECTION,
-            corpus,
-            regime_text,
-            "EGA-1",
-            None,
-            None,
-            paper.TAU,
-            verdict,
-            "tau",
-            detail,
-            seeds_needed=seeds,
-        )
-    ]
-
-
-def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
-    """The paper's cost claim against `ega bench`: sweep runs are timed on a shared machine, the bench side by side."""
-    row = None
-    size = None
-    for entry in (bench or {}).get("sizes", []):
-        if "linear" in entry.get("rows", {}):
-            row, size = entry["rows"]["linear"], entry.get("size")
-            break
-    q1, q3 = (row or {}).get("time_ratio_q1_q3") or (None, None)
-    ours = None if row is None else Summary(row.get("time_ratio"), None, int(row.get("repeats") or 0))
-    detail = {"q1": q1, "q3": q3, "size": size, "source": source}
-    return Finding(
-        "cost",
-        "cost",
-        "",
-        f"`ega bench`, {size} size",
-        "EGA-1",
-        "baseline",
-        ours,
-        None,
-        cost_rule(q1, q3),
-        "cost",
-        detail,
-    )
+# ----------------------------------------------------------------------------- families and seeds
 
 
 def seeds_needed(f: Finding) -> int | None:
-    """For an undecided verdict: the smallest number of paired seeds at which its rule would decide, the mean
-    and std of each interval it reads held as observed (RULES['seeds']); MAX_SEEDS + 1 when none up to
-    MAX_SEEDS does, None when it cannot be projected (no rule, one seed, an unpaired interval)."""
+    """For an undecided verdict: the paired seeds at which its rule would decide (`rules.seeds_to_decide`),
+    None when it cannot be projected (no rule, one seed, an unpaired interval)."""
     if f.verdict is not Verdict.TOO_FEW_SEEDS or f.rule is None or not f.reads:
         return None
     level = f.corrected.level if f.corrected is not None else LEVEL
-    intervals = [widen(d, level) for _, d in f.reads]
-    if any(d is None or std_of(d) is None for d in intervals):
-        return None
-    start = max(d.n for d in intervals if d is not None) + 1
-    for n in range(start, MAX_SEEDS + 1):
-        if f.rule(*(with_n(d, n) for d in intervals if d is not None)) is not Verdict.TOO_FEW_SEEDS:
-            return n
-    return MAX_SEEDS + 1
+    return seeds_to_decide(f.rule, [d for _, d in f.reads], level)
 
 
 def correct(found: list[Finding]) -> list[Finding]:
     """Every finding of a family at the family's Bonferroni level: its intervals widened to 1 − 0.05 / k,
     k the distinct comparisons the family reads (in one section and corpus), its verdict re-read from
-    them; the nominal verdict is kept in ``detail``. Then each undecided verdict's seeds_needed."""
+    them; the nominal verdict is kept beside it. Then each undecided verdict's seeds_needed."""
     families: dict[tuple[str, str, str], set[str]] = {}
     for f in found:
         if f.family is not None:
@@ -1010,35 +288,17 @@ def correct(found: list[Finding]) -> list[Finding]:
             k = len(families[(f.family, f.section, f.corpus)])
             level = bonferroni_level(k)
             wide = [widen(d, level) for _, d in f.reads]
-            nominal = f.verdict.value if f.verdict is not None else None
-            verdict = f.rule(*wide) if f.rule is not None else None
-            corrected = wide[0] if len(wide) == 1 else None
-            detail = {**f.detail, "family_k": k, "family_level": level, "nominal_verdict": nominal}
-            detail["seeds_nominal"] = seeds_needed(f)  # f is still the nominal finding here
-            f = replace(f, verdict=verdict, corrected=corrected, detail=detail)
+            f = replace(
+                f,
+                verdict=f.rule(*wide) if f.rule is not None else None,
+                corrected=wide[0] if len(wide) == 1 else None,
+                family_k=k,
+                family_level=level,
+                nominal_verdict=f.verdict,
+                seeds_nominal=seeds_needed(f),  # f is still the nominal finding here
+            )
         out.append(replace(f, seeds_needed=seeds_needed(f)))
     return out
-
-
-def findings(tables: list[Table], variants: list[Variant], evaluations: Sequence[Evaluation] = ()) -> list[Finding]:
-    """Every finding, section by section; a comparison shared by sections (``also_in``) is made once.
-    ``evaluations``: the checkpoints `ega landscape` evaluated (the leak audit's causal evaluation,
-    the heads beside the tail identity, the tau mechanism). Families are corrected (`correct`) before
-    the tau mechanism reads the frozen-tau verdicts."""
-    out: list[Finding] = []
-    said: set[tuple[str, ...]] = set()
-    for table in tables:
-        for row in primary_rows(table):
-            compared = tuple(sorted(r.run.run_name for r in [*row.variant.done, *row.baseline.done]))
-            if compared not in said:
-                said.add(compared)
-                out += _ega1_findings(table, row)
-        out += _ablation_findings(table, variants) + _tau_init_findings(table) + _context_findings(table)
-        out += _frozen_tau_findings(table, variants) + _leak_findings(table, variants, evaluations)
-        out += _rerun_findings(table, variants) + _peer_findings(table)
-    out += control_finding(*leaderboard(variants))
-    out = correct(out + tail_findings(tables, variants, evaluations))
-    return out + mechanism_finding(out, evaluations, variants)
 
 
 def claims(found: list[Finding]) -> list[tuple[paper.Claim, Finding | None]]:

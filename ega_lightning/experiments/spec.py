@@ -1,4 +1,4 @@
-"""Sweep specs: what a sweep runs, how each run is started, and whether a directory ran it.
+"""Sweep specs: what a sweep runs, and how each run is started and named.
 
 A spec (YAML)::
 
@@ -22,26 +22,24 @@ from 0: `ega sweep SPEC --index I` runs run I, and `--shard K/N` the share of sh
 which keeps all runs of one seed together (see :func:`shard`).
 
 A finished run's directory holds ``DONE`` (:func:`done_marker`), which names the command the
-run was started with; :func:`check_ran_as_specified` tells whether a directory or a record is the
-run a spec entry now gives.
+run was started with (:func:`ran_with` reads it back; `records.check_ran_as_specified` tells whether a
+directory or a record is the run a spec entry now gives).
 """
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import fnmatch
 import re
 import shlex
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import yaml
 
-from ega_lightning import runs
 from ega_lightning.errors import UserError
 from ega_lightning.io import read_yaml
 
@@ -50,16 +48,11 @@ RUN_KEYS = ("name", "configs", "seeds", "args", "group", "also_in", "variant")
 # the sweep sets these itself, per run; a spec that set them would break resuming and naming
 RESERVED_ARGS = ("--seed_everything", "--run_name", "--runs_dir", "--ckpt_path", "--overwrite")
 DONE_FILE, LOG_FILE = "DONE", "sweep.log"
-LOCK_FILE = runs.LOCK_FILE  # the one lock of a run directory, owned by `ega fit`
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")  # one directory name, nothing a shell mangles
 
 
 class SpecError(UserError):
     """A sweep spec that cannot be run; the message lists every problem and its fix."""
-
-
-class RecordError(UserError):
-    """A run that cannot be recorded, or a record or run directory that cannot be used; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -147,16 +140,7 @@ def load_spec(path: Path | str, check_files: bool = True) -> Sweep:
         check_files: require the config files to exist (the report does not need them).
     """
     path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"sweep spec {path} not found.")
-    try:
-        data = read_yaml(path, missing_ok=False)
-    except yaml.YAMLError as err:
-        raise SpecError(f"{path} is not valid YAML: {err}") from err
-    if not isinstance(data, dict):
-        raise SpecError(
-            f"{path}: a sweep spec is a mapping with keys {', '.join(SPEC_KEYS)}; got {type(data).__name__}."
-        )
+    data = _read_mapping(path)
     problems = _unknown_keys(data, SPEC_KEYS, str(path))
     name = data.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
@@ -171,40 +155,15 @@ def load_spec(path: Path | str, check_files: bool = True) -> Sweep:
     if not isinstance(entries, list) or not entries:
         problems.append(f"{path}: 'runs' must be a non-empty list of runs (each with name, configs, seeds).")
         entries = []
-
     runs: list[Run] = []
     first_seen: dict[str, str] = {}
     for i, entry in enumerate(entries):
         where = f"{path}: runs[{i}]"
-        if not isinstance(entry, dict):
-            problems.append(f"{where}: each run is a mapping with keys {', '.join(RUN_KEYS)}; got {entry!r}.")
-            continue
-        entry_name = entry.get("name")
-        if not isinstance(entry_name, str) or not _NAME.match(entry_name):
-            problems.append(
-                f"{where}: 'name' must be a short name of letters, digits, '.', '_', '-'; got {entry_name!r}."
-            )
-            continue
-        where = f"{where} ({entry_name})"
-        problems += _unknown_keys(entry, RUN_KEYS, where)
-        run_configs = _strings(entry, "configs", where, problems)
-        run_args = _strings(entry, "args", where, problems)
-        problems += _check_args(run_args, where)
-        if check_files:
-            problems += _check_configs(run_configs, where)
-        seeds = entry.get("seeds")
-        if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
-            problems.append(f"{where}: 'seeds' must be a non-empty list of integers, e.g. [1, 2, 3]; got {seeds!r}.")
-            seeds = []
-        group = _label(entry, "group", name, where, problems)
-        also_in = tuple(_strings(entry, "also_in", where, problems))
-        variant = _label(entry, "variant", entry_name, where, problems)
-        for seed in seeds:
-            run = Run(path, entry_name, seed, (*configs, *run_configs), (*args, *run_args), group, variant, also_in)
+        for run in _entry_runs(entry, where, (path, name, configs, args), check_files, problems):
             if run.run_name in first_seen:
                 problems.append(
-                    f"{where}: run name '{run.run_name}' already comes from {first_seen[run.run_name]}; "
-                    "both would write into the same directory: "
+                    f"{where} ({run.entry}): run name '{run.run_name}' already comes from "
+                    f"{first_seen[run.run_name]}; both would write into the same directory: "
                     "give the entries distinct names or drop the repeated seed."
                 )
                 continue
@@ -213,6 +172,51 @@ def load_spec(path: Path | str, check_files: bool = True) -> Sweep:
     if problems:
         raise SpecError("\n".join(["invalid sweep spec, nothing was run:", *(f"  - {p}" for p in problems)]))
     return Sweep(path, name, tuple(runs))
+
+
+def _read_mapping(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise SpecError(f"sweep spec {path} not found.")
+    try:
+        data = read_yaml(path, missing_ok=False)
+    except yaml.YAMLError as err:
+        raise SpecError(f"{path} is not valid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"{path}: a sweep spec is a mapping with keys {', '.join(SPEC_KEYS)}; got {type(data).__name__}."
+        )
+    return data
+
+
+def _entry_runs(
+    entry: Any, where: str, sweep: tuple[Path, str, list[str], list[str]], check_files: bool, problems: list[str]
+) -> list[Run]:
+    """The runs of one entry of ``runs:``, one per seed; ``sweep``: the spec's path, name (the default
+    group), configs and args, which come first. The entry's problems are added to ``problems``."""
+    spec, default_group, sweep_configs, sweep_args = sweep
+    if not isinstance(entry, dict):
+        problems.append(f"{where}: each run is a mapping with keys {', '.join(RUN_KEYS)}; got {entry!r}.")
+        return []
+    entry_name = entry.get("name")
+    if not isinstance(entry_name, str) or not _NAME.match(entry_name):
+        problems.append(f"{where}: 'name' must be a short name of letters, digits, '.', '_', '-'; got {entry_name!r}.")
+        return []
+    where = f"{where} ({entry_name})"
+    problems += _unknown_keys(entry, RUN_KEYS, where)
+    run_configs = _strings(entry, "configs", where, problems)
+    run_args = _strings(entry, "args", where, problems)
+    problems += _check_args(run_args, where)
+    if check_files:
+        problems += _check_configs(run_configs, where)
+    seeds = entry.get("seeds")
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
+        problems.append(f"{where}: 'seeds' must be a non-empty list of integers, e.g. [1, 2, 3]; got {seeds!r}.")
+        seeds = []
+    group = _label(entry, "group", default_group, where, problems)
+    also_in = tuple(_strings(entry, "also_in", where, problems))
+    variant = _label(entry, "variant", entry_name, where, problems)
+    configs, args = (*sweep_configs, *run_configs), (*sweep_args, *run_args)
+    return [Run(spec, entry_name, seed, configs, args, group, variant, also_in) for seed in seeds]
 
 
 def select(runs: tuple[Run, ...], patterns: list[str] | None) -> list[Run]:
@@ -339,17 +343,6 @@ def ran_with(command: str | Sequence[str] | None) -> tuple[list[str], list[str]]
     return configs, args
 
 
-def check_ran_as_specified(run: Run, configs: Sequence[str], args: Sequence[str], what: Path) -> None:
-    """Raises :class:`RecordError` when ``what`` (a run directory or a record) ran with other configs
-    or arguments than the spec entry now gives: its numbers are not the spec's run."""
-    if (list(configs), list(args)) != (list(run.configs), list(run.args)):
-        raise RecordError(
-            f"{what} ran with configs {list(configs)} and args {list(args)}, but the spec now gives "
-            f"{list(run.configs)} and {list(run.args)}: delete {what} to rerun the run as specified, "
-            "or give the changed entry a new name."
-        )
-
-
 def done_marker(
     run: Run, returncode: int, wall_seconds: float, finished_at: str, resumed: bool, provenance: dict[str, Any]
 ) -> dict[str, Any]:
@@ -391,29 +384,3 @@ def static_value(run: Run, dotted: str) -> Any:
 
 
 _UNSET = object()
-
-
-# ----------------------------------------------------------------------------- run directories
-
-
-def run_state(run_dir: Path) -> str:
-    """``done`` (DONE exists), else what `ega fit` makes of the directory: ``fresh``, ``resume`` or ``stale``."""
-    if (run_dir / DONE_FILE).is_file():
-        return "done"
-    return runs.fit_state(run_dir).value
-
-
-@contextlib.contextmanager
-def _run_lock(run_dir: Path) -> Iterator[TextIO | None]:
-    """The run directory's lock (the one `ega fit` takes), or None when another process holds it.
-
-    The child `ega fit` inherits the locked file and takes it as its own (``runs.LOCK_FD_ENV``), so
-    the lock outlives a SIGKILLed sweep for as long as its orphaned `ega fit` runs: a restarted
-    sweep then leaves that run alone, and so does a user's `ega fit` of the same run.
-    """
-    lock = runs.try_lock(run_dir)
-    try:
-        yield lock
-    finally:
-        if lock is not None:
-            lock.close()

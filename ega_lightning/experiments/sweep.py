@@ -38,28 +38,26 @@ from pathlib import Path
 from ega_lightning import runs
 from ega_lightning.errors import UserError
 from ega_lightning.experiments import spec as spec_module
-from ega_lightning.experiments.records import (
-    load_record,
+from ega_lightning.experiments.records import RecordError, load_record, record_path
+from ega_lightning.experiments.rundirs import (
+    LOCK_FILE,
     provenance,
     read_done,
-    record_path,
     record_run,
     run_fingerprint,
+    run_lock,
+    run_state,
 )
 from ega_lightning.experiments.spec import (
     DONE_FILE,
-    LOCK_FILE,
     LOG_FILE,
-    RecordError,
     Run,
     SpecError,
-    _run_lock,
     done_marker,
     fit_command,
     load_spec,
     parse_shard,
     pick_index,
-    run_state,
     select,
     shard,
 )
@@ -125,7 +123,7 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
     if outcome is not None:
         return outcome
     run_dir = runs_dir / run.run_name
-    with _run_lock(run_dir) as lock:
+    with run_lock(run_dir) as lock:
         if lock is None:
             print(f"{prefix} skipped (running in another process: {run_dir / LOCK_FILE} is locked)", flush=True)
             return "busy"

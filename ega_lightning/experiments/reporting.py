@@ -1,0 +1,78 @@
+"""A report written: every run of the specs read (`rundirs`), its code established (`provenance`), the
+variants compared, every study's findings, the figures, REPORT.md (`render`) and results.json
+(`results_json`), into one directory. `ega report` (`experiments.report`) is its command."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from ega_lightning.errors import UserError
+from ega_lightning.experiments import (
+    landscapes,
+    provenance,
+    render,
+    report_figures,
+    results_json,
+    rundirs,
+    sizes,
+    studies,
+)
+from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
+from ega_lightning.experiments.spec import collect_runs, load_spec
+from ega_lightning.experiments.studies.cost import cost_finding, read_bench
+from ega_lightning.experiments.studies.leaderboard import leaderboard
+from ega_lightning.io import write_atomic
+
+RECORDS_DIR = Path("results/runs")
+
+
+def write_report(
+    spec_paths: list[Path],
+    runs_dir: Path,
+    out: Path,
+    records_dir: Path = RECORDS_DIR,
+    bench: Path | None = None,
+) -> tuple[list[RunData], Path]:
+    """Writes ``out``/REPORT.md, results.json and the figures for the runs of ``spec_paths``; a
+    :class:`UserError` (and nothing written) when none of them is finished."""
+    words = ["ega", "report", *map(str, spec_paths), "--runs_dir", str(runs_dir), "--out", str(out)]
+    command = shlex.join(words if records_dir == RECORDS_DIR else [*words, "--records_dir", str(records_dir)])
+    runs = rundirs.read_runs(collect_runs(load_spec(p, check_files=False) for p in spec_paths), runs_dir, records_dir)
+    if not any(r.status == "done" for r in runs):
+        raise UserError(
+            f"no run of {', '.join(map(str, spec_paths))} is finished: none has a DONE under {runs_dir} or a record "
+            f"in {records_dir}; nothing was written. Run `ega sweep` first, or point --runs_dir / --records_dir "
+            "at where the runs are."
+        )
+    known = provenance.load(records_dir.parent / provenance.FILE)
+    for r in runs:
+        if r.status == "done":
+            r.code = provenance.code_status(r, known)
+    variants = build_variants(runs)
+    tables = build_tables(variants)
+    evaluations = landscapes.load(records_dir.parent / landscapes.DIRNAME)
+    found = studies.findings(tables, variants, evaluations)
+    found.append(cost_finding(*read_bench(bench, records_dir, out)))
+    board = leaderboard(variants)
+    out.mkdir(parents=True, exist_ok=True)
+    drawn, landscape_drawn, board_drawn = report_figures.draw(out, tables, evaluations, board[1])
+    scale = sizes.sizes(runs)
+    text = render.markdown(
+        tables,
+        runs,
+        found,
+        drawn,
+        command,
+        runs_dir,
+        evaluations,
+        landscape_drawn,
+        scale,
+        known,
+        (board, board_drawn),
+    )
+    write_atomic(out / "REPORT.md", text)
+    payload = results_json.results(tables, runs, found, command, evaluations, scale, board)
+    write_atomic(out / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    return runs, out / "REPORT.md"

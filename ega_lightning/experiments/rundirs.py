@@ -1,0 +1,305 @@
+"""Run directories read into records: the only code that reads what `ega fit` and `ega sweep` leave
+in a run directory (its ``DONE``, event files, config and gate summary), and that tells where a run
+ran (machine, git commit, library versions, the fingerprint of its code path).
+
+Checkpoints and event files stay out of git (large, machine-local, and gone with the machine); the
+record (`ega_lightning.experiments.records`) keeps what the report needs, every logged point of
+the scalars the report uses read with tensorboard's own reader. :func:`load_run` says whether a
+spec's run counts: a finished run directory first, else its record, else why not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import json
+import os
+import platform
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from ega_lightning import runs as run_dirs
+from ega_lightning.experiments.comparisons import RunData, from_record
+from ega_lightning.experiments.records import (
+    Done,
+    Record,
+    RecordError,
+    check_ran_as_specified,
+    kept_hparams,
+    load_record,
+    parameter_counts,
+    record_path,
+    write_record,
+)
+from ega_lightning.experiments.spec import DONE_FILE, Run, ran_with, static_value, user_command
+from ega_lightning.io import read_yaml
+
+# what the report reads: its tables (final, best, gap, tau, speed), its figures (curves) and the tau mechanism
+RECORD_TAGS = (
+    "val/loss",
+    "val/bpc",
+    "train_eval/loss",
+    "gap",
+    "gate/tau_mean",
+    "gate/frac_above_tau",
+    "gate/mean_gate",
+    # the tau mechanism: how hard tau is pushed beside the energy projection (every log_every_n_steps)
+    "gate/grad_norm/tau",
+    "gate/grad_norm/alpha",
+    "gate/grad_norm/energy",
+    "train/tokens_per_sec",
+)
+FROM_EVENT_FILES = "event files"
+LOCK_FILE = run_dirs.LOCK_FILE  # the one lock of a run directory, owned by `ega fit`
+VERSIONED = ("torch", "lightning", "ega-lightning")
+
+
+# ----------------------------------------------------------------------------- where a run ran
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpus() -> str | None:
+    # nvidia-smi, not torch.cuda: the sweep's own process must not hold a CUDA context beside its runs
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [line.split(" (UUID")[0].split(": ", 1)[-1] for line in listed.stdout.splitlines() if line.strip()]
+    return ", ".join(names) or None
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine() -> str:
+    """This machine, as far as a run's numbers depend on it: runs on different machines round
+    differently, and their tokens/s do not compare."""
+    gpus = _gpus()
+    devices = f"{_cpu_model()} x{os.cpu_count()}" + (f" + {gpus}" if gpus else "")
+    return f"{devices}; {platform.platform()}; torch {_version('torch') or '?'}"
+
+
+def _git(*args: str) -> str | None:
+    checkout = Path(__file__).resolve().parents[2]  # the checkout this package is imported from
+    try:
+        done = subprocess.run(["git", "-C", str(checkout), *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def provenance() -> dict[str, Any]:
+    """Machine, git commit (None outside a git checkout), whether tracked files differ from it, versions."""
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {
+        "machine": machine(),
+        "git_commit": commit.strip() if commit else None,
+        "git_dirty": bool(status.strip()) if status is not None else None,
+        "versions": {package: _version(package) for package in VERSIONED},
+    }
+
+
+def run_fingerprint(run_dir: Path) -> str | None:
+    """The fingerprint of the code path a run directory's model trains, computed by this checkout's code;
+    None when its hyper-parameters cannot be read or the model cannot be built here."""
+    from ega_lightning.fingerprint import fingerprint
+
+    try:
+        return fingerprint(kept_hparams(read_yaml(run_dir / "hparams.yaml")))
+    except Exception:  # a record without a fingerprint is still a record; the report says it is unknown
+        return None
+
+
+# ----------------------------------------------------------------------------- reading a run directory
+
+
+def read_scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar of the run's event files, as (step, value) sorted by step.
+
+    A resumed run logs again the steps after its last checkpoint: the last write wins.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0})  # 0: keep every point
+    events.Reload()
+    scalars = {}
+    for tag in events.Tags()["scalars"]:
+        by_step = {e.step: e.value for e in events.Scalars(tag)}
+        scalars[tag] = sorted(by_step.items())
+    return scalars
+
+
+def read_done(run: Run, run_dir: Path) -> dict[str, Any]:
+    """The run directory's ``DONE``; raises :class:`RecordError` when there is none or it is not
+    the spec entry's run (other configs or arguments in its command)."""
+    try:
+        done = json.loads((run_dir / DONE_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise RecordError(f"{run_dir} has no readable {DONE_FILE} ({err}): it is not a finished run.") from err
+    ran = ran_with(done.get("command"))
+    if ran is not None:
+        check_ran_as_specified(run, *ran, run_dir)
+    return done
+
+
+def make_record(run: Run, run_dir: Path) -> Record:
+    """The record of a finished run directory; raises :class:`RecordError` for any other."""
+    done = read_done(run, run_dir)
+    # what the run was started with; a DONE without a fit command (hand-made) takes the spec's word
+    configs, args = ran_with(done.get("command")) or (list(run.configs), list(run.args))
+    scalars = read_scalars(run_dir)
+    if not scalars.get("val/loss"):
+        raise RecordError(f"{run_dir} is DONE but its event files hold no val/loss: nothing to record.")
+    config, hparams = read_yaml(run_dir / "config.yaml"), kept_hparams(read_yaml(run_dir / "hparams.yaml"))
+    summary_path = run_dir / "gate_summary.json"
+    return Record(
+        run_name=run.run_name,
+        configs=configs,
+        args=args,
+        seed=run.seed,
+        command=user_command(replace(run, configs=tuple(configs), args=tuple(args))),
+        source=FROM_EVENT_FILES,
+        done=Done.of(done),
+        # a DONE from before machines were noted: a run directory is recorded where it ran
+        machine=done.get("machine") or machine(),
+        git_commit=done.get("git_commit"),
+        git_dirty=done.get("git_dirty"),
+        versions=done.get("versions"),
+        fingerprint=done.get("fingerprint"),
+        corpus=(config.get("data") or {}).get("corpus") or hparams.get("corpus"),
+        gate=hparams.get("gate") or (config.get("model") or {}).get("gate"),
+        max_steps=(config.get("trainer") or {}).get("max_steps"),
+        hparams=hparams,
+        **parameter_counts(hparams),
+        gate_summary=json.loads(summary_path.read_text()) if summary_path.is_file() else None,
+        scalars={tag: [[step, value] for step, value in scalars[tag]] for tag in RECORD_TAGS if tag in scalars},
+    )
+
+
+def record_run(run: Run, run_dir: Path, records_dir: Path) -> Path:
+    return write_record(make_record(run, run_dir), records_dir)
+
+
+# ----------------------------------------------------------------------------- a run, wherever it is
+
+
+@dataclass
+class Loaded:
+    """A run of a spec as far as the records know it: ``done`` with its record, else why not."""
+
+    run: Run
+    status: str  # done | incomplete | missing
+    reason: str
+    record: Record | None
+    fresh: bool  # the record was made from the run directory just now (write it back)
+
+
+def load_run(run: Run, runs_dir: Path, records_dir: Path) -> Loaded:
+    """A finished run directory first (its event files, read once), else the run's record, else
+    why the run does not count."""
+    run_dir = runs_dir / run.run_name
+    problem = None  # why a finished run directory does not count; its record may still
+    if (run_dir / DONE_FILE).is_file():
+        try:
+            return Loaded(run, "done", "", make_record(run, run_dir), fresh=True)
+        except RecordError as err:
+            problem = str(err)
+    try:
+        record = load_record(run, records_dir)
+    except RecordError as err:
+        return Loaded(run, "incomplete", f"unusable record: {err}", None, False)
+    if record is not None:
+        if not (record.scalars or {}).get("val/loss"):
+            path = record_path(records_dir, run.run_name)
+            return Loaded(run, "incomplete", f"its record {path} holds no val/loss: delete it to rerun", None, False)
+        return Loaded(run, "done", "", record, fresh=False)
+    if problem is not None:
+        return Loaded(run, "incomplete", problem, None, False)
+    if not run_dir.is_dir():
+        return Loaded(run, "missing", f"never started: no run directory, no record in {records_dir}", None, False)
+    resumable = (run_dir / "checkpoints" / "last.ckpt").is_file()
+    reason = "no DONE; " + (
+        "has checkpoints/last.ckpt: interrupted or failed, `ega sweep` resumes it"
+        if resumable
+        else "no checkpoint: failed early, still running, or never got to an evaluation"
+    )
+    return Loaded(run, "incomplete", reason, None, False)
+
+
+def static_config(run_dir: Path) -> dict[str, Any]:
+    """A started run's saved config (``config.yaml``), {} when it has none or it cannot be read."""
+    try:
+        return read_yaml(run_dir / "config.yaml")
+    except (OSError, yaml.YAMLError):
+        return {}
+
+
+def read_runs(runs: list[Run], runs_dir: Path, records_dir: Path) -> list[RunData]:
+    """Every run of the specs as the report reads it (`load_run`); a run that is not finished is named from
+    its saved config or its spec entry. The record of a run finished under ``runs_dir`` is written (back)
+    into ``records_dir``: what the report read stays in git's reach."""
+    out = []
+    for run in runs:
+        loaded = load_run(run, runs_dir, records_dir)
+        if loaded.record is not None:
+            out.append(from_record(run, loaded.record, FROM_EVENT_FILES if loaded.fresh else "record"))
+            if loaded.fresh:
+                write_record(loaded.record, records_dir)
+            continue
+        config = static_config(runs_dir / run.run_name)  # a started run saved what it got
+        corpus = (config.get("data") or {}).get("corpus") or static_value(run, "data.corpus") or "?"
+        gate = (config.get("model") or {}).get("gate") or static_value(run, "model.gate") or "?"
+        options = static_value(run, "model.gate_options")
+        output_gate = (config.get("model") or {}).get("output_gate") or static_value(run, "model.output_gate")
+        out.append(
+            RunData(run, loaded.status, loaded.reason, str(corpus), str(gate), options, str(output_gate or "none"))
+        )
+    return out
+
+
+# ----------------------------------------------------------------------------- a run directory's state
+
+
+def run_state(run_dir: Path) -> str:
+    """``done`` (DONE exists), else what `ega fit` makes of the directory: ``fresh``, ``resume`` or ``stale``."""
+    if (run_dir / DONE_FILE).is_file():
+        return "done"
+    return run_dirs.fit_state(run_dir).value
+
+
+@contextlib.contextmanager
+def run_lock(run_dir: Path) -> Iterator[TextIO | None]:
+    """The run directory's lock (the one `ega fit` takes), or None when another process holds it.
+
+    The child `ega fit` inherits the locked file and takes it as its own (``runs.LOCK_FD_ENV``), so
+    the lock outlives a SIGKILLed sweep for as long as its orphaned `ega fit` runs: a restarted
+    sweep then leaves that run alone, and so does a user's `ega fit` of the same run.
+    """
+    lock = run_dirs.try_lock(run_dir)
+    try:
+        yield lock
+    finally:
+        if lock is not None:
+            lock.close()

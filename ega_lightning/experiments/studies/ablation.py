@@ -1,0 +1,98 @@
+"""The ablation study: the paper's gates ranked by final val loss, whether EGA-1 is the best of them, and each
+paper row against the row the paper sets it against (worse than EGA-1, or about the baseline)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ega_lightning.experiments import paper
+from ega_lightning.experiments.comparisons import Table, Variant, difference, find_reference, rerun_of
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, pair, regime
+from ega_lightning.experiments.rules import Verdict, best_rule, equivalence_rule, worse_rule
+from ega_lightning.experiments.stats import Difference
+from ega_lightning.experiments.text import fmt_interval, how, num
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ranking(Finding):
+    """Every gate of the ablation (and the rows it borrows) by mean final val loss, lowest first."""
+
+    kind: ClassVar[str] = "ablation_ranking"
+    ranking: list[tuple[str, str, float | None]]  # (name, group, mean final val loss)
+
+    def measured(self) -> str:
+        ranking = ", ".join(
+            f"{n}{'' if group == self.section else f' ({group})'} {num(mean)}" for n, group, mean in self.ranking
+        )
+        return f"Ranking by final val loss, lowest first: {ranking}."
+
+
+@dataclass(frozen=True, kw_only=True)
+class Best(Finding):
+    """Whether EGA-1 is the best of the paper's rows (rules.best_rule over every other paper gate − EGA-1)."""
+
+    kind: ClassVar[str] = "ablation_best"
+    rank: int  # EGA-1's place among the paper's rows
+    paper_rows: int
+
+    def measured(self) -> str:
+        return f"{self.subject} ranks {self.rank} of {self.paper_rows} paper rows; EGA-1 best{self.verdict_text}."
+
+    def ours_cell(self) -> str:
+        return f"rank {self.rank} of {self.paper_rows}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pair(Finding):
+    """One paper row against the row the paper sets it against: worse than EGA-1, or about the baseline."""
+
+    kind: ClassVar[str] = "ablation_pair"
+
+    def measured(self) -> str:
+        d = self.interval
+        claim = paper.CLAIM[self.claim or ""].text if self.claim in paper.CLAIM else self.subject
+        return f"{claim}: {self.against} − {self.subject} {fmt_interval(d)} ({how(d)}){self.verdict_text}."
+
+    def claim_subject(self) -> str:
+        return f"{self.subject} vs {self.against}"
+
+
+def best_of(*diffs: Difference | None) -> Verdict:
+    """rules.best_rule over the intervals a `Best` reads."""
+    return best_rule(list(diffs))
+
+
+def findings(table: Table, variants: list[Variant]) -> list[Finding]:
+    """The ranking, EGA-1 best, and each paper row's own claim, for a section that holds paper rows."""
+    done = [r.variant for r in table.rows if r.variant.done and rerun_of(r.variant, variants) is None]
+    if not any(v.paper_name in paper.ABLATION for v in done):
+        return []
+    # the baseline and EGA-1 the ablation is measured against may live in another group (e.g. main)
+    refs = [find_reference(v, gate, variants) for v in done for gate in ("none", "linear") if v.gate != gate]
+    pool = list({id(v): v for v in [*done, *(r for r in refs if r is not None)]}.values())
+    mean = {id(v): v.summary("final_val_loss").mean for v in pool}
+    ranked = sorted(pool, key=lambda v: mean[id(v)] if mean[id(v)] is not None else math.inf)
+    ega1 = next((v for v in ranked if v.gate == "linear" and v.paper_name), None)
+    where = Where(table.group, table.corpus, regime(ega1 or done[0]), "", None)
+    ranking = [(name(v), v.group, mean[id(v)]) for v in ranked]
+    out: list[Finding] = [Ranking(**where._asdict(), ranking=ranking)]
+    if ega1 is not None:
+        others = [v for v in ranked if v.paper_name and v is not ega1 and v.gate != "none"]
+        reads = [(pair(v, ega1), difference(v, ega1, "final_val_loss")) for v in others]
+        in_paper = [v for v in ranked if v.paper_name]
+        rank = {"rank": in_paper.index(ega1) + 1, "paper_rows": len(in_paper), "code": code_of(*in_paper)}
+        best = where._replace(subject=name(ega1))
+        out.append(judged(Best, best, reads, best_of, claim="ablation:best", family="ablation", **rank))
+    return out + [_pair(table, v, variants) for v in ranked if v.paper_name in paper.ABLATION]
+
+
+def _pair(table: Table, v: Variant, variants: list[Variant]) -> Finding:
+    _, against = paper.ABLATION[v.paper_name or ""]
+    ref = find_reference(v, against, variants)
+    rule = equivalence_rule if against == "none" else worse_rule
+    where = Where(table.group, table.corpus, regime(v, ref), name(v), name(ref) if ref else against)
+    reads = [(pair(v, ref or against), difference(ref, v, "final_val_loss"))]
+    claim = f"ablation:{v.paper_name}"
+    return judged(Pair, where, reads, rule, claim=claim, family="ablation", code=code_of(v, ref))

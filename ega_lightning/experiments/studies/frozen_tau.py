@@ -1,0 +1,55 @@
+"""The frozen-tau study: EGA-1 with tau held at its initial value, never trained, against EGA-1 that learns
+tau from the same tau_init (learned − frozen, paired by seed): does training tau change the loss?"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ega_lightning.experiments.comparisons import Table, Variant, difference, learned_reference
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, pair, regime
+from ega_lightning.experiments.rules import frozen_rule
+from ega_lightning.experiments.text import fmt_interval, how, num
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrozenTau(Finding):
+    """Learned − frozen tau on the final val loss (rules.frozen_rule)."""
+
+    kind: ClassVar[str] = "frozen_tau"
+    tau_init: float | None  # where tau is held
+    frozen_loss: float | None  # mean final val loss of the frozen runs
+    learned_loss: float | None
+    learned_tau: float | None  # where the learned tau ended
+
+    def measured(self) -> str:
+        d = self.interval
+        return (
+            f"{self.subject} (tau held at its tau_init {self.tau_init}, never trained) vs {self.against}: "
+            f"learned − frozen {fmt_interval(d)} ({how(d)}); final val loss {num(self.frozen_loss)} frozen, "
+            f"{num(self.learned_loss)} learned, whose tau ended at {num(self.learned_tau)}{self.verdict_text}."
+        )
+
+    def claim_subject(self) -> str:
+        return f"{self.subject}, never trained, vs {self.against}: learned − frozen"
+
+
+def findings(table: Table, variants: list[Variant]) -> list[Finding]:
+    """Each frozen-tau variant of the section against its learned reference (`comparisons.learned_reference`)."""
+    out: list[Finding] = []
+    for v in (r.variant for r in table.rows):
+        if not v.done or v.options.get("learn_tau", True):
+            continue
+        ref = learned_reference(v, variants)
+        measured = {
+            "tau_init": v.hp("tau_init"),
+            "frozen_loss": v.summary("final_val_loss").mean,
+            "learned_loss": ref.summary("final_val_loss").mean if ref else None,
+            "learned_tau": ref.summary("final_tau_mean").mean if ref else None,
+        }
+        against = name(ref) if ref else "learned tau (no finished run)"
+        where = Where(table.group, table.corpus, regime(v, ref), name(v), against)
+        reads = [(pair(v, ref or against), difference(ref, v, "final_val_loss"))]
+        family = {"claim": "tau", "family": "frozen", "code": code_of(v, ref)}
+        out.append(judged(FrozenTau, where, reads, frozen_rule, **family, **measured))
+    return out

@@ -1,0 +1,259 @@
+"""The tau landscape study, read from the checkpoints `ega landscape` evaluated and from the gate summaries
+the runs recorded: is the share of keys above tau what a standard normal z gives (the tail identity), and
+why does tau not move (weak gradient or co-adaptation)? With the table of the evaluated checkpoints."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ega_lightning.experiments import paper
+from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, regime, scale
+from ega_lightning.experiments.landscapes import Evaluation
+from ega_lightning.experiments.rules import FLAT, TAU_STEP, Verdict, mechanism_rule, tail_rule
+from ega_lightning.experiments.stats import Difference, mean_interval
+from ega_lightning.experiments.studies.frozen_tau import FrozenTau
+from ega_lightning.experiments.text import fmt_interval, how, num
+
+TAU_SECTION = "tau landscape"
+DESCRIPTION = (
+    "Read from `results/landscape/*.json`, written by `ega landscape` from checkpoints (which are not committed). "
+    "Every loss is over the whole validation split unless the table says otherwise; costs are the loss "
+    "minus the loss as trained, in nats/char."
+)
+# the tau mechanism is read on EGA-1 and shown beside one wavelet gate (the report's figures use the same pair)
+MECHANISM_GATES = ("linear", "db2")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tail(Finding):
+    """Measured share of keys above tau − (1 − Φ(tau)), one value per seed (rules.tail_rule); the heads of
+    the checkpoints `ega landscape` evaluated beside it, as a figure only."""
+
+    kind: ClassVar[str] = "tail"
+    interval_format: ClassVar[tuple[float, int, bool]] = (100.0, 1, True)
+    znorm: str  # z over the causal prefix or the whole window
+    seeds: list[int]
+    frac_above_tau: float  # mean over seeds of the recorded share of keys above tau
+    normal_tail: float  # mean over seeds of 1 − Φ(tau)
+    heads: int  # heads of the evaluated checkpoints
+    heads_interval: Difference | None
+    heads_runs: list[str]
+    max_abs_gap: float | None  # the largest gap of one head
+
+    def measured(self) -> str:
+        d = self.interval
+        text = (
+            f"{self.subject}, z over the {self.znorm}: {100 * self.frac_above_tau:.1f}% of keys above tau "
+            f"against {100 * self.normal_tail:.1f}% = 1 − Φ(tau) (means over seeds of the gate summaries "
+            f"recorded during training); measured − normal, one value per seed: {fmt_interval(d, scale=100, digits=1)} "
+            f"points ({how(d)}){self.verdict_text}."
+        )
+        if self.heads_interval is None:
+            return text
+        runs = ", ".join(f"`{r}`" for r in self.heads_runs)
+        return text + (
+            f" As a figure only (heads of one model are not independent): over the {self.heads} heads "
+            f"of {runs} evaluated by `ega landscape`, {fmt_interval(self.heads_interval, scale=100, digits=1)} "
+            f"points, the largest {100 * (self.max_abs_gap or 0.0):.1f}."
+        )
+
+    def ours_cell(self) -> str:
+        d = self.interval
+        return "—" if d is None else f"measured − (1 − Φ(tau)) {fmt_interval(d, scale=100, digits=1)} points, {how(d)}"
+
+    def claim_subject(self) -> str:
+        return f"is it 1 − Φ(tau)? {self.subject}, z over the {self.znorm}, one value per seed"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint the mechanism shows: the loss change with every tau shifted and every alpha scaled."""
+
+    label: str
+    gate: str
+    step: int | None
+    final: bool
+    tau_shift_cost: dict[float, float]
+    alpha_scale_cost: dict[float, float]
+
+
+MEANING = {
+    Verdict.WEAK_GRADIENT: (
+        "the loss does not hold tau where it ends, so tau ends about where it started and a final tau near "
+        f"{paper.TAU} reflects its initialisation more than the data"
+    ),
+    Verdict.CO_ADAPTATION: (
+        "each tau sits at a minimum that the rest of the network built around it, so any initialisation ends at "
+        f"its own minimum and a final tau near {paper.TAU} reflects its initialisation more than the data"
+    ),
+    Verdict.NEITHER: "training tau changes the loss, so where tau ends carries information",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TauMechanism(Finding):
+    """Which of the two explanations of a tau that does not move the data support (rules.mechanism_rule)."""
+
+    kind: ClassVar[str] = "tau_mechanism"
+    checkpoints: list[Checkpoint]
+    frozen: list[tuple[str, Verdict | None]]  # each frozen-tau comparison and its verdict
+    grad_norm_ratio: float | None  # median |grad tau| / |grad energy projection| of EGA-1
+
+    def _frozen(self) -> str:
+        return ", ".join(f"{s}: {v.value if v is not None else None}" for s, v in self.frozen)
+
+    def measured(self) -> str:
+        parts = []
+        for c in self.checkpoints:
+            shifts = ", ".join(
+                f"{num(delta, 2, True)}: {num(cost, 4, True)}" for delta, cost in c.tau_shift_cost.items()
+            )
+            alpha = num(c.alpha_scale_cost.get(0.0), 3, True)
+            parts.append(f"`{c.label}`: tau shifted by {shifts}; alpha × 0: {alpha}")
+        text = "Why tau does not move. Loss change with every tau shifted (nats/char): " + (
+            "; ".join(parts) if parts else "no checkpoint evaluated yet"
+        )
+        if self.frozen:
+            text += ". Frozen tau vs learned: " + self._frozen()
+        ratio = self.grad_norm_ratio
+        if ratio is not None:
+            text += f". Median |grad tau| / |grad energy projection| over EGA-1's logged steps: {ratio:.3g}"
+        meaning = MEANING.get(self.verdict) if self.verdict else None
+        return text + self.verdict_text + (f": {meaning}." if meaning else ".")
+
+    def ours_cell(self) -> str:
+        final = [c for c in self.checkpoints if c.final and c.gate == "linear"]
+        costs = "; ".join(
+            f"tau {-TAU_STEP:+}: {num(c.tau_shift_cost[-TAU_STEP], 4, True)}, "
+            f"{TAU_STEP:+}: {num(c.tau_shift_cost[TAU_STEP], 4, True)}"
+            for c in final
+        )
+        return "; ".join(part for part in (costs, self._frozen()) if part) or "—"
+
+    def claim_subject(self) -> str:
+        return "why tau does not move: mechanism (a) or (b)"
+
+
+# ----------------------------------------------------------------------------- the findings
+
+
+def tail_findings(tables: list[Table], variants: list[Variant], evaluations: Sequence[Evaluation]) -> list[Finding]:
+    """The tail identity of every gate of the ablation and of the leak audit (each set of runs once):
+    one value per seed from its recorded gate summary (rules.RULES['tail']); beside it, as a figure, the heads
+    of its final checkpoints that `ega landscape` evaluated as trained (a rerun's stand for its original's)."""
+    chosen: dict[tuple[str, ...], Variant] = {}
+    for table in tables:
+        ablation = any(r.variant.paper_name in paper.ABLATION for r in table.rows)
+        for v in (r.variant for r in table.rows):
+            read = v.gate != "none" and v.done and (ablation or v.options.get("znorm") == "window")
+            if read and rerun_of(v, variants) is None:
+                chosen.setdefault(tuple(sorted(r.run.run_name for r in v.done)), v)
+    return [_tail(v, set(runs), variants, evaluations) for runs, v in chosen.items() if v.by_seed("final_tail_gap")]
+
+
+def _tail(v: Variant, runs: set[str], variants: list[Variant], evaluations: Sequence[Evaluation]) -> Finding:
+    values = v.by_seed("final_tail_gap")
+    reruns = [
+        w for w in variants if (o := rerun_of(w, variants)) is not None and {r.run.run_name for r in o.done} == runs
+    ]
+    names = runs | {r.run.run_name for w in reruns for r in w.done}
+    heads = [e for e in evaluations if e.final and e.as_trained and e.run in names]
+    gaps = [g for e in heads for g in e.tail_gaps()]
+    above = v.by_seed("final_frac_above_tau")
+    measured = {
+        "znorm": v.options.get("znorm", "prefix"),
+        "seeds": sorted(values),
+        "frac_above_tau": statistics.fmean(above[s] for s in values),
+        "normal_tail": statistics.fmean(above[s] - values[s] for s in values),
+        "heads": len(gaps),
+        "heads_interval": mean_interval(gaps) if gaps else None,
+        "heads_runs": [e.run for e in heads],
+        "max_abs_gap": max((abs(g) for g in gaps), default=None),
+    }
+    reads = [(f"tail: {v.group}/{v.label}", mean_interval(list(values.values())))]
+    where = Where(TAU_SECTION, v.corpus, regime(v), name(v), None)
+    claim = {"claim": "frac_above_tau", "family": "tail", "code": code_of(v)}
+    return judged(Tail, where, reads, tail_rule, **claim, **measured)
+
+
+def grad_norm_ratio(variants: list[Variant]) -> float | None:
+    """Median over the logged steps of EGA-1 runs trained as in the paper: |grad tau| / |grad energy projection|."""
+    ratios = []
+    ega1 = [v for v in variants if v.gate == "linear" and v.as_in_paper]
+    for r in {id(r): r for v in ega1 for r in v.done}.values():
+        tau = dict(r.scalars.get("gate/grad_norm/tau", []))
+        energy = dict(r.scalars.get("gate/grad_norm/energy", []))
+        ratios += [tau[s] / energy[s] for s in tau if energy.get(s)]
+    return statistics.median(ratios) if ratios else None
+
+
+def mechanism_finding(
+    found: list[Finding], evaluations: Sequence[Evaluation], variants: list[Variant]
+) -> list[Finding]:
+    """Which of the two explanations of a tau that does not move the data support (rules.RULES['mechanism']),
+    from EGA-1's final checkpoints trained and evaluated causally and the frozen-tau verdicts in ``found``."""
+    frozen = [f for f in found if isinstance(f, FrozenTau)]
+    shown = [
+        e
+        for e in evaluations
+        if e.gate in MECHANISM_GATES and e.as_trained and e.trained_znorm == "prefix" and TAU_STEP in e.tau_shifts
+    ]
+    ega1 = [e for e in shown if e.gate == "linear" and e.final and e.gate_options.get("learn_tau", True)]
+    if not frozen and not ega1:
+        return []
+    minimum = [e.shift_cost(-TAU_STEP) > FLAT and e.shift_cost(TAU_STEP) > FLAT for e in ega1]
+    verdict = mechanism_rule([f.verdict for f in frozen], minimum)
+    checkpoints = [Checkpoint(e.label, e.gate, e.step, e.final, e.tau_shift_costs, e.alpha_scale_costs) for e in shown]
+    frozen_runs = [r for v in variants if not v.options.get("learn_tau", True) for r in v.done]
+    # undecided for want of a frozen-tau verdict: the seeds that the slowest of them needs
+    needed = [f.seeds_needed for f in frozen if f.verdict is Verdict.TOO_FEW_SEEDS]
+    known = [n for n in needed if n is not None]
+    seeds = max(known) if verdict is Verdict.TOO_FEW_SEEDS and known and len(known) == len(needed) else None
+    mechanism = TauMechanism(
+        section=TAU_SECTION,
+        corpus=ega1[0].corpus if ega1 else frozen[0].corpus,
+        regime=f"EGA-1 final checkpoints ({len(ega1)}) and frozen-tau runs, at {scale(frozen_runs)}",
+        subject="EGA-1",
+        paper=paper.TAU,
+        verdict=verdict,
+        claim="tau",
+        seeds_needed=seeds,
+        checkpoints=checkpoints,
+        frozen=[(f.subject, f.verdict) for f in frozen],
+        grad_norm_ratio=grad_norm_ratio(variants),
+    )
+    return [mechanism]
+
+
+# ----------------------------------------------------------------------------- the table of checkpoints
+
+TABLE_HEAD = (
+    "| checkpoint | gate | z trained / evaluated | val loss | tau −1 / −0.5 / +0.5 / +1 | alpha ×0 / ×0.5 / ×2 "
+    "| mean tau | above tau | 1 − Φ(tau) |\n|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def table_line(e: Evaluation) -> str:
+    """One evaluated checkpoint as a row of the landscape table."""
+
+    def costs(values: list[float]) -> str:
+        return " / ".join(num(v, 3, True) for v in values)
+
+    taus = [e.shift_cost(d) for d in (-1.0, -0.5, 0.5, 1.0) if d in e.tau_shifts]
+    alphas = [e.alpha_cost(a) for a in (0.0, 0.5, 2.0) if a in e.alpha_scales]
+    cells = [
+        f"`{e.run}/{e.checkpoint}` (step {e.step})" if e.run else f"`{e.source}` {e.checkpoint}",
+        e.gate,
+        f"{e.trained_znorm} / {e.eval_znorm}",
+        f"{num(e.loss, 4)}{'' if e.whole_split else ' (part of the split)'}",
+        costs(taus),
+        costs(alphas),
+        num(e.mean("tau")),
+        f"{100 * e.mean('frac_above_tau'):.1f}%",
+        f"{100 * e.mean('normal_tail'):.1f}%",
+    ]
+    return "| " + " | ".join(cells) + " |"

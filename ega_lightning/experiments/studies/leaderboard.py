@@ -1,0 +1,201 @@
+"""The leaderboard and its positive control: every gate at the TinyShakespeare cpu size side by side (the EGA
+ablation of configs/sweeps/short.yaml and its peers of configs/sweeps/peers.yaml), each against the baseline,
+its runs pooled over every section that shows its configuration; and whether any gate reaches half the
+paper's gain here (rules.control_rule), with the smallest difference the protocol resolves."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ega_lightning.experiments import paper
+from ega_lightning.experiments.comparisons import Variant, difference, find_reference
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, pair, regime
+from ega_lightning.experiments.rules import control_rule
+from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, mean_interval, pooled_std
+from ega_lightning.experiments.text import fmt_interval, how, interval_cell, num
+
+LEADERBOARD = "leaderboard"  # the report section of the leaderboard and its positive control
+LEADERBOARD_CORPUS = "tinyshakespeare"
+LEADERBOARD_GROUPS = ("ablation", "peers")
+
+
+@dataclass
+class Entry:
+    """One gate of the leaderboard: its runs pooled over every section that shows its configuration."""
+
+    variant: Variant  # pooled (group "leaderboard")
+    groups: list[str]  # the sections it comes from
+    diff: Difference | None  # baseline − gate, final val loss, paired by seed
+    params_added: int | None  # its parameters minus the baseline's, both as their records count them
+    time_ratio: Difference | None  # per shared seed: baseline tokens/s over gate tokens/s (gate step time ×)
+
+    @property
+    def name(self) -> str:
+        peer = paper.PEERS.get(self.variant.gate)
+        return f"{peer.name if peer else self.variant.paper_name or self.variant.gate} `{self.variant.label}`"
+
+
+Board = tuple[Variant | None, list[Entry]]  # the pooled baseline and the leaderboard (`leaderboard`)
+
+
+def same_configuration(v: Variant, variants: list[Variant]) -> list[Variant]:
+    """The variants of every section that show ``v``'s configuration (label, gate and regime), ``v`` among them."""
+    return [x for x in variants if (x.label, x.corpus, x.gate, x.regime) == (v.label, v.corpus, v.gate, v.regime)]
+
+
+def pooled(v: Variant, variants: list[Variant]) -> Variant:
+    """``v`` with the runs of every section that shows its configuration: EGA-1 of the ablation (seeds
+    1-3) takes the main table's seeds 4-5 too. One run listed by two sections counts once."""
+    runs = {r.run.run_name: r for x in same_configuration(v, variants) for r in x.runs}
+    return Variant("leaderboard", v.corpus, v.label, list(runs.values()))
+
+
+def _time_ratio(baseline: Variant, v: Variant) -> Difference | None:
+    base, own = baseline.by_seed("tokens_per_sec"), v.by_seed("tokens_per_sec")
+    ratios = [base[s] / own[s] for s in sorted(set(base) & set(own)) if own[s]]
+    return mean_interval(ratios) if ratios else None
+
+
+def leaderboard(
+    variants: list[Variant], corpus: str = LEADERBOARD_CORPUS, groups: tuple[str, ...] = LEADERBOARD_GROUPS
+) -> Board:
+    """The pooled baseline and one entry per gate configuration of ``groups`` on ``corpus``, largest
+    baseline − gate first (gates without a difference last, in spec order). A finished gate trained in
+    another regime than the baseline (model, data, steps) is left out: it measures something else."""
+    listed = [v for v in variants if v.group in groups and v.corpus == corpus and v.gate != "none"]
+    reference = next((r for v in listed if (r := find_reference(v, "none", variants)) is not None), None)
+    baseline = pooled(reference, variants) if reference is not None else None
+    entries: dict[str, Entry] = {}
+    for v in listed:
+        if v.label in entries or (v.done and baseline is not None and v.regime != baseline.regime):
+            continue
+        own = pooled(v, variants)
+        from_groups = [x.group for x in same_configuration(v, variants)]
+        base_params = baseline.n_params if baseline is not None else None
+        added = own.n_params - base_params if own.n_params is not None and base_params is not None else None
+        diff = difference(baseline, own, "final_val_loss")
+        ratio = _time_ratio(baseline, own) if baseline is not None else None
+        entries[v.label] = Entry(own, list(dict.fromkeys(from_groups)), diff, added, ratio)
+    ranked = sorted(entries.values(), key=lambda e: -e.diff.estimate if e.diff is not None else math.inf)
+    return baseline, ranked
+
+
+def paired_seeds(baseline: Variant, v: Variant) -> list[int]:
+    metric = "final_val_loss"
+    return sorted(set(baseline.by_seed(metric)) & set(v.by_seed(metric)))
+
+
+# ----------------------------------------------------------------------------- the positive control
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The half-width of a paired interval over n seeds with the leaderboard's pooled std."""
+
+    nominal: float  # at 95%
+    family: float  # at the control family's level
+
+
+@dataclass(frozen=True, kw_only=True)
+class Control(Finding):
+    """Some gate of the leaderboard with its whole interval of baseline − gate above the threshold."""
+
+    kind: ClassVar[str] = "control"
+    threshold: float
+    best: str | None  # the gate with the largest difference
+    pooled_std: float | None  # of the per-seed differences of every gate
+    pooled_df: int | None
+    resolution: dict[int, Resolution]  # paired seeds n -> the difference the protocol resolves
+    gates: int
+    finished: int  # gates with finished runs
+
+    def resolution_text(self) -> str:
+        """The smallest difference the positive control's protocol resolves, at each number of paired seeds."""
+        if not self.resolution:
+            return "no gate has two paired seeds: no resolution yet"
+        nominal = ", ".join(f"±{num(h.nominal)} at {n} seeds" for n, h in self.resolution.items())
+        family = ", ".join(f"±{num(h.family)} at {n}" for n, h in self.resolution.items())
+        at_family = f"; at the family's {self._level()}: {family}" if self.family_level is not None else ""
+        return f"resolves {nominal} (95%, pooled paired std {num(self.pooled_std, 4)}){at_family}"
+
+    def measured(self) -> str:
+        d = self.interval
+        best = f"the best, {self.best}: {fmt_interval(d)} ({how(d)})" if self.best else "no gate finished"
+        return (
+            f"Positive control over the {self.gates} gates of the leaderboard ({self.finished} with finished runs), "
+            f"threshold {self.threshold:+.4f}: {best}; {self.resolution_text()}{self.verdict_text}."
+        )
+
+    def ours_cell(self) -> str:
+        best = f"best: {self.best} {fmt_interval(self.interval)}, {how(self.interval)}" if self.best else "—"
+        return f"{best}; {self.resolution_text()}"
+
+    def claim_subject(self) -> str:
+        return f"{self.finished} of {self.gates} leaderboard gates with finished runs"
+
+
+def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Finding]:
+    """The positive control over the leaderboard (rules.RULES['control']), with the difference the protocol
+    resolves at each number of paired seeds the leaderboard has."""
+    if baseline is None or not entries:
+        return []
+    reads = [(pair(e.variant.label, f"baseline/{baseline.label}"), e.diff) for e in entries]
+    level = bonferroni_level(len(reads))  # one finding reads the family: its k is its own reads
+    pooled = pooled_std([e.diff for e in entries])
+    ns = sorted({e.diff.n for e in entries if e.diff is not None and e.diff.low is not None})
+    resolution = (
+        {n: Resolution(half_width(pooled[0], n), half_width(pooled[0], n, level)) for n in ns} if pooled else {}
+    )
+    best = entries[0] if entries[0].diff is not None else None
+    measured = {
+        "threshold": paper.POSITIVE_CONTROL,
+        "best": best.name if best else None,
+        "pooled_std": pooled[0] if pooled else None,
+        "pooled_df": pooled[1] if pooled else None,
+        "resolution": resolution,
+        "gates": len(entries),
+        "finished": sum(e.diff is not None for e in entries),
+        "code": code_of(baseline, *(e.variant for e in entries)),
+    }
+    where = Where(LEADERBOARD, baseline.corpus, regime(baseline, *(e.variant for e in entries)), "every gate", None)
+    ours = best.diff if best else None
+    return [judged(Control, where, reads, control_rule, claim="control", family="control", ours=ours, **measured)]
+
+
+# ----------------------------------------------------------------------------- the section's words and table
+
+
+def describe(baseline: Variant) -> str:
+    """What the leaderboard shows, as its section opens."""
+    return (
+        f"Every gate of the sections {', '.join(LEADERBOARD_GROUPS)} on {baseline.corpus} against the baseline "
+        f"`{baseline.label}` ({len(baseline.done)} finished seeds), each gate's runs pooled over every section "
+        "that shows its configuration; sorted by baseline − gate, largest first. The step-time ratio is the "
+        "training runs' own throughput (`train/tokens_per_sec`, each run's median), baseline over gate per shared "
+        "seed: a figure measured while the runs shared the machine with others, not `ega bench`."
+    )
+
+
+TABLE_HEAD = (
+    "| rank | gate | from | seeds paired | baseline − gate [95% CI] | half-width | params added | step time × "
+    "(gate / baseline) [95% CI] |\n|---:|---|---|---|---|---:|---:|---|"
+)
+
+
+def table_line(rank: int, e: Entry, baseline: Variant) -> str:
+    """One gate as a row of the leaderboard table."""
+    d = e.diff
+    seeds = paired_seeds(baseline, e.variant)
+    cells = [
+        str(rank) if d is not None else "—",
+        e.name,
+        ", ".join(e.groups),
+        f"{len(seeds)} ({', '.join(map(str, seeds))})" if seeds else f"0 of {len(e.variant.runs)} finished",
+        interval_cell(d),
+        num((d.high - d.low) / 2) if d is not None and d.low is not None and d.high is not None else "—",
+        f"{e.params_added:+,}" if e.params_added is not None else "—",
+        fmt_interval(e.time_ratio, signed=False),
+    ]
+    return "| " + " | ".join(cells) + " |"

@@ -1,0 +1,161 @@
+"""The head-to-head study: EGA-1 against its baseline in a section of its own (main on each corpus, and long
+at another budget): the paper's improvement, its narrower generalization gap, where tau ends and the share
+of keys above it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import ClassVar
+
+from ega_lightning.experiments import paper
+from ega_lightning.experiments.comparisons import Row, Table, Variant
+from ega_lightning.experiments.findings import Code, Finding, Where, code_of, judged, name, pair, regime
+from ega_lightning.experiments.rules import LEVEL_WIDTH, figure_rule, level_rule
+from ega_lightning.experiments.stats import mean_interval
+from ega_lightning.experiments.studies import long
+from ega_lightning.experiments.text import fmt_interval, how, num
+
+
+@dataclass(frozen=True, kw_only=True)
+class Improvement(Finding):
+    """Baseline − EGA-1 on the final val loss, against the paper's figure for the corpus (where it has one)."""
+
+    kind: ClassVar[str] = "improvement"
+    loss: float | None  # EGA-1's mean final val loss
+    baseline_loss: float | None
+
+    def measured(self) -> str:
+        d = self.interval
+        text = (
+            f"{self.subject} vs {self.against}: final val loss {num(self.loss)} vs {num(self.baseline_loss)}, "
+            f"Δ {fmt_interval(d)} ({how(d)})"
+        )
+        if self.paper is not None and d is not None:
+            text += f"; paper {self.paper:+.3f}, of which this is {100 * d.estimate / self.paper:.0f}%"
+        return text + self.verdict_text + "."
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gap(Finding):
+    """Baseline − EGA-1 on the generalization gap, against the paper's reduction."""
+
+    kind: ClassVar[str] = "gap"
+    baseline_gap: float | None
+    gap: float | None
+    paper_regime: bool | None  # the baseline's gap passes the paper's overfitting line (None: not logged)
+
+    def measured(self) -> str:
+        d = self.interval
+        regime = self.paper_regime
+        where = (
+            "no baseline gap logged"
+            if regime is None
+            else f"the baseline's gap {num(self.baseline_gap)} "
+            + ("passes" if regime else "stays below")
+            + f" {paper.OVERFIT_GAP}: {'' if regime else 'not '}the paper's overfitting regime"
+        )
+        return (
+            f"Generalization gap (val − train loss), baseline − EGA-1: {fmt_interval(d)} ({how(d)}); paper "
+            f"{paper.GAP['none']} − {paper.GAP['linear']} = {paper.GAP_REDUCTION:+.3f}; {where}{self.verdict_text}."
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tau(Finding):
+    """Where EGA-1's tau ends, over seeds, against the paper's level."""
+
+    kind: ClassVar[str] = "tau"
+    interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, False)
+    settled: int  # seeds whose TauTracker saw tau settle
+    tracked: int  # seeds with a TauTracker verdict
+
+    def measured(self) -> str:
+        d = self.interval
+        extra = f"; TauTracker saw it settle in {self.settled} of {self.tracked} seeds" if self.tracked else ""
+        ours = f"{fmt_interval(d, signed=False)} ({how(d)})"
+        return f"Final tau of {self.subject}: {ours}; paper ≈ {paper.TAU}{extra}{self.verdict_text}."
+
+
+@dataclass(frozen=True, kw_only=True)
+class FracAboveTau(Finding):
+    """The share of validation keys above tau at the end, over seeds, against the paper's level."""
+
+    kind: ClassVar[str] = "frac_above_tau"
+    interval_format: ClassVar[tuple[float, int, bool]] = (100.0, 1, False)
+
+    def measured(self) -> str:
+        d = self.interval
+        return (
+            f"Validation keys above tau: {fmt_interval(d, signed=False, scale=100, digits=1)}% ({how(d)}); "
+            f"paper {100 * paper.FRAC_ABOVE_TAU:.0f}%{self.verdict_text}."
+        )
+
+    def ours_cell(self) -> str:
+        d = self.interval
+        return "—" if d is None else f"{fmt_interval(d, signed=False, scale=100, digits=1)}%, {how(d)}"
+
+
+def primary_rows(table: Table) -> list[Row]:
+    """EGA-1 against its baseline where a section is a head-to-head (one EGA-1 row, the baseline in
+    the section itself): the main comparison of each regime. Sections with several EGA-1 rows are
+    studies (context, tau_init); those that borrow their baseline (a frozen tau, a leak audit, a
+    rerun for its checkpoints) test something else."""
+    linear = [r for r in table.rows if r.variant.gate == "linear" and r.variant.done]
+    if len(linear) != 1 or linear[0].baseline is None or linear[0].baseline.group != table.group:
+        return []
+    return linear
+
+
+def findings(table: Table, row: Row) -> list[Finding]:
+    """The head-to-head of one primary row: the improvement, the best val loss where runs overfit
+    (`long`), the gap, and the two levels of EGA-1's tau."""
+    v, base = row.variant, row.baseline
+    assert base is not None
+    where = Where(table.group, table.corpus, regime(v, base), name(v), f"baseline `{base.label}`")
+    code = code_of(v, base)
+    d = row.diffs["final_val_loss"]
+    figure = paper.IMPROVEMENT.get(table.corpus)
+    means = {"loss": v.summary("final_val_loss").mean, "baseline_loss": base.summary("final_val_loss").mean}
+    if figure is not None:
+        rule = partial(figure_rule, figure=figure)
+        claim = f"improvement:{table.corpus}"
+        out: list[Finding] = [
+            judged(Improvement, where, [(pair(v, base), d)], rule, paper=figure, claim=claim, code=code, **means)
+        ]
+    else:
+        out = [Improvement(**where._asdict(), ours=d, code=code, **means)]
+    return out + long.best_val_loss(where, row) + _gap(where, row, code) + _levels(where, v)
+
+
+def _gap(where: Where, row: Row, code: Code) -> list[Finding]:
+    v, base = row.variant, row.baseline
+    gap = row.diffs["final_gap"]
+    if gap is None or base is None:
+        return []
+    base_gap = base.summary("final_gap").mean
+    overfits = None if base_gap is None else base_gap >= paper.OVERFIT_GAP
+    rule = partial(figure_rule, figure=paper.GAP_REDUCTION)
+    reads = [(f"gap: {pair(v, base)}", gap)]
+    measured = {"baseline_gap": base_gap, "gap": v.summary("final_gap").mean, "paper_regime": overfits}
+    return [judged(Gap, where, reads, rule, paper=paper.GAP_REDUCTION, claim="gap", code=code, **measured)]
+
+
+def _levels(where: Where, v: Variant) -> list[Finding]:
+    """Where tau ends and the share of keys above it, each against the paper's level (rules.level_rule)."""
+    out: list[Finding] = []
+    own = where._replace(subject=name(v), against=None)
+    values = list(v.by_seed("final_tau_mean").values())
+    if values:
+        rule = partial(level_rule, figure=paper.TAU, width=LEVEL_WIDTH["tau"])
+        tracked = [r.metrics["tau_converged"] for r in v.done if r.metrics.get("tau_converged") is not None]
+        reads = [(f"tau: {v.group}/{v.label}", mean_interval(values))]
+        settled = {"settled": sum(tracked), "tracked": len(tracked)}
+        out.append(judged(Tau, own, reads, rule, paper=paper.TAU, claim="tau", code=code_of(v), **settled))
+    values = list(v.by_seed("final_frac_above_tau").values())
+    if values:
+        figure = paper.FRAC_ABOVE_TAU
+        rule = partial(level_rule, figure=figure, width=LEVEL_WIDTH["frac_above_tau"])
+        reads = [(f"frac_above_tau: {v.group}/{v.label}", mean_interval(values))]
+        out.append(judged(FracAboveTau, own, reads, rule, paper=figure, claim="frac_above_tau", code=code_of(v)))
+    return out

@@ -1,0 +1,47 @@
+"""The peers study: gates from other papers (paper.PEERS) beside EGA, each read for its own paper's claim, a
+lower loss than the baseline (rules.lower_rule), on each corpus it ran. A peer is added in `paper.PEERS`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ega_lightning.experiments import paper
+from ega_lightning.experiments.comparisons import Table
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, pair, regime
+from ega_lightning.experiments.rules import lower_rule
+from ega_lightning.experiments.text import fmt_interval, how
+
+
+@dataclass(frozen=True, kw_only=True)
+class Peer(Finding):
+    """Baseline − peer on the final val loss: its own claim of a lower loss."""
+
+    kind: ClassVar[str] = "peer"
+    source: str  # the peer's paper
+
+    def measured(self) -> str:
+        d = self.interval
+        measured = f"baseline − gate {fmt_interval(d)} ({how(d)})" if d is not None else "no finished run yet"
+        claim = f"its own claim, a {paper.PEER_CLAIM}"
+        return f"{self.subject} ({self.source}) vs {self.against}: {measured}; {claim}{self.verdict_text}."
+
+    def claim_subject(self) -> str:
+        return f"{self.subject} vs {self.against}"
+
+
+def findings(table: Table) -> list[Finding]:
+    """Each peer's own claim, a lower loss than the baseline (rules.RULES['lower']); a peer with no finished run
+    still counts in its family, which is declared with the study."""
+    out: list[Finding] = []
+    for row in table.rows:
+        v, base = row.variant, row.baseline
+        if v.gate not in paper.PEERS:
+            continue
+        peer = paper.PEERS[v.gate]
+        against = f"baseline `{base.label}`" if base else "baseline"
+        where = Where(table.group, table.corpus, regime(v, base), f"{peer.name} `{v.label}`", against)
+        reads = [(pair(v, base or "baseline"), row.diffs["final_val_loss"])]
+        claim = {"claim": f"peer:{v.gate}", "family": "peers", "code": code_of(v, base)}
+        out.append(judged(Peer, where, reads, lower_rule, source=peer.source, **claim))
+    return out

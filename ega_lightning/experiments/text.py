@@ -1,0 +1,55 @@
+"""How the report writes a number, a mean ± std, an interval and a heading's anchor: one way, for
+`render` and every study's sentences alike."""
+
+from __future__ import annotations
+
+import re
+
+from ega_lightning.experiments.stats import Difference, Summary
+
+
+def num(x: float | None, digits: int = 3, signed: bool = False) -> str:
+    if x is None:
+        return "—"
+    return f"{x:+.{digits}f}" if signed else f"{x:.{digits}f}"
+
+
+def fmt_summary(s: Summary, digits: int = 3, scale: float = 1.0) -> str:
+    if s.mean is None:
+        return "—"
+    mean = num(s.mean * scale, digits)
+    return mean if s.std is None else f"{mean} ± {num(s.std * scale, digits)}"
+
+
+def fmt_interval(d: Difference | None, signed: bool = True, scale: float = 1.0, digits: int = 3) -> str:
+    """``+0.011 [+0.010, +0.012]``, or the estimate alone (one seed: `how` says there is no interval)."""
+    if d is None:
+        return "—"
+    estimate = num(d.estimate * scale, digits, signed)
+    if d.low is None or d.high is None:
+        return estimate
+    return f"{estimate} [{num(d.low * scale, digits, signed)}, {num(d.high * scale, digits, signed)}]"
+
+
+def interval_cell(d: Difference | None) -> str:
+    """An interval as a table cell: one seed says so."""
+    return fmt_interval(d) + (" (one seed)" if d is not None and d.low is None else "")
+
+
+def how(d: Difference | None) -> str:
+    if d is None or d.low is None:
+        return "one seed, no interval"
+    if d.method == "paired":
+        return f"paired over {d.n} seed{'s' if d.n > 1 else ''}"
+    if d.method == "welch":
+        return f"Welch, df {d.df:.1f}"
+    return f"{d.n} seeds"
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
+
+
+def anchor(section: str) -> str:
+    """GitHub's anchor of a ``## section`` heading."""
+    return re.sub(r"[^a-z0-9_ -]", "", section.lower()).replace(" ", "-")
