@@ -11,7 +11,8 @@ from torch import nn
 
 from ega_lightning.gates import NO_GATE, Gate, GateError, KeyBias, OutputGate, build_gate, gate_params_per_layer
 from ega_lightning.gates.registry import _describe, gate_class, is_builtin, qualified_name
-from ega_lightning.model.attention import CausalSelfAttention, LayerCache
+from ega_lightning.model.attention import CausalSelfAttention
+from ega_lightning.model.cache import LayerCache
 
 
 @dataclass
