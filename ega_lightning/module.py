@@ -140,8 +140,7 @@ class CharLM(L.LightningModule):
             )
             _require(dropout == 0, "model.attention=flex has no attention dropout; use model.attention=fused.")
         options = dict(gate_options or {})
-        # each slot's gate resolved once, here, for every layer; also rejects unknown gate names, listing the
-        # registered ones
+        # each slot's gate resolved once, for every layer; an unknown name is refused listing the registered ones
         gates = {"gate": resolve_gate(gate, "gate"), "output_gate": resolve_gate(output_gate, "output_gate")}
         if gates["gate"].cls is not None and issubclass(gates["gate"].cls, Gate):
             clash = {"tau_init", "alpha_init"} & options.keys()
