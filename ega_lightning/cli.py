@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -30,7 +29,7 @@ from ega_lightning.errors import (
     machine_refusal,
     print_user_error,
 )
-from ega_lightning.module import RUNTIME_KEYS, SHAPE_KEYS, CharLM, NonFiniteLossError
+from ega_lightning.module import RUNTIME_KEYS, SHAPE_KEYS, CharLM, NonFiniteLossError, check_model_matches
 
 PACKAGED_CONFIGS = Path(__file__).resolve().parent / "configs"
 # What `ega fit` with no -c runs: the README's main job, EGA-1 on TinyShakespeare at the cpu size, with
@@ -150,8 +149,8 @@ class EgaCLI(LightningCLI):
             self._resume_step = ckpt.get("global_step")
         saved = ckpt["hyper_parameters"]
         asked = config.model.clone()
-        strict = subcommand == "fit"
-        _check_model_matches(asked, SHAPE_KEYS if strict else typed_model_keys(self._typed), saved, path, strict)
+        keys = SHAPE_KEYS if subcommand == "fit" else typed_model_keys(self._typed)
+        check_model_matches(saved, asked, keys, source=str(path), asker="this command")
         if ckpt_path != "last":  # a run resumed from its own last.ckpt already has the right config
             super()._parse_ckpt_path()
         config = self.config[subcommand]
@@ -294,31 +293,6 @@ def typed_model_keys(argv: list[str]) -> set[str]:
             model = (yaml.safe_load(Path(config).read_text()) or {}).get("model")
             typed |= set(model) if isinstance(model, dict) else set()
     return typed & set(SHAPE_KEYS)
-
-
-def _check_model_matches(
-    asked: Namespace, keys: Collection[str], saved: dict[str, Any], path: Path, strict: bool
-) -> None:
-    """Raises a UserError naming every model-defining argument of ``keys`` the command sets unlike the checkpoint."""
-    differ = []
-    for key in SHAPE_KEYS:
-        if key not in keys or key not in saved or key not in asked:
-            continue
-        value, theirs = asked[key], saved[key]
-        if key == "gate_options":  # None and {} are the same options
-            value, theirs = value or {}, theirs or {}
-        if value != theirs:
-            differ.append(f"{key}: checkpoint {theirs!r}, this command {value!r}")
-    if differ:
-        how = (
-            "Resume or continue it with the configs it was trained with"
-            if strict
-            else "Drop those arguments (the checkpoint decides the model)"
-        )
-        raise UserError(
-            f"{path} holds another model than this command asks for ({'; '.join(differ)}). {how}, "
-            "or start a new run (--run_name) from scratch."
-        )
 
 
 def _check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> None:

@@ -1,9 +1,11 @@
-"""`CharLM`: the LightningModule, thin glue around `GPT`: loss, metrics, optimiser."""
+"""`CharLM`, the LightningModule (thin glue around `GPT`: loss, metrics, optimiser), and the one check that a
+checkpoint holds the model asked for."""
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +16,43 @@ from torchmetrics import MeanMetric
 
 from ega_lightning.data.datamodule import Batch
 from ega_lightning.data.tokenizer import CharTokenizer
-from ega_lightning.gates import NO_GATE, ZNORM_MODES, Gate, check_gate_options, gate_class, require_slot
+from ega_lightning.errors import UserError
+from ega_lightning.gates import NO_GATE, ZNORM_MODES, Gate, resolve_gate
 from ega_lightning.gates.registry import is_builtin
-from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, require_flex_attention
+from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, has_hooks, require_flex_attention
 from ega_lightning.seeding import derive_seed
 
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate_options", "vocab", "output_gate")
 # Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
 # checkpoint's value (every other hyper-parameter comes from the checkpoint).
 RUNTIME_KEYS = ("attention", "eval_znorm", "compile")
+
+
+def check_model_matches(
+    saved: Mapping[str, Any],
+    asked: Mapping[str, Any],
+    keys: Collection[str] = SHAPE_KEYS,
+    source: str = "The checkpoint",
+    asker: str = "this model",
+) -> None:
+    """Raises a UserError naming every model-defining argument of ``keys`` that ``asked`` sets unlike the
+    checkpoint's hyper-parameters ``saved``: the one check, for `ega fit/validate/test --ckpt_path` (the
+    command's arguments, ``asker`` "this command") and for `CharLM.on_load_checkpoint` (the model's)."""
+    differ = []
+    for key in SHAPE_KEYS:
+        if key not in keys or key not in saved or key not in asked:
+            continue
+        value, theirs = asked[key], saved[key]
+        if key == "gate_options":  # None and {} are the same options
+            value, theirs = value or {}, theirs or {}
+        if value != theirs:
+            differ.append(f"{key}: checkpoint {theirs!r}, {asker} {value!r}")
+    if differ:
+        raise UserError(
+            f"{source} holds a different model ({'; '.join(differ)}). Pass the configs it was trained with, let "
+            "the checkpoint decide the model (`ega validate/test --ckpt_path` without those arguments, "
+            "`CharLM.load_from_checkpoint(path)` in Python), or start a new run (--run_name) from scratch."
+        )
 
 
 class NonFiniteLossError(RuntimeError):
@@ -110,13 +140,13 @@ class CharLM(L.LightningModule):
             )
             _require(dropout == 0, "model.attention=flex has no attention dropout; use model.attention=fused.")
         options = dict(gate_options or {})
-        gate_cls = require_slot(gate, "gate")  # also rejects unknown gate names, listing the registered ones
-        require_slot(output_gate, "output_gate")
-        if gate_cls is not None and issubclass(gate_cls, Gate):
+        # each slot's gate resolved once, for every layer; an unknown name is refused listing the registered ones
+        gates = {"gate": resolve_gate(gate, "gate"), "output_gate": resolve_gate(output_gate, "output_gate")}
+        if gates["gate"].cls is not None and issubclass(gates["gate"].cls, Gate):
             clash = {"tau_init", "alpha_init"} & options.keys()
             _require(not clash, f"Set {', '.join(sorted(clash))} as model.* arguments, not in model.gate_options.")
             options.update(tau_init=tau_init, alpha_init=alpha_init)
-        check_gate_options(gate, options)
+        gates["gate"].check_options(options)
         self.save_hyperparameters()
         self.tokenizer = CharTokenizer(vocab)
         self.model = GPT(
@@ -132,7 +162,8 @@ class CharLM(L.LightningModule):
                 gate_options=options,
                 attention=attention,
                 output_gate=output_gate,
-            )
+            ),
+            gates,
         )
         _require(
             block_size >= 2 or not any(isinstance(g, Gate) for g in self.model.gates),
@@ -150,7 +181,7 @@ class CharLM(L.LightningModule):
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """idx (B, T) -> logits (B, T, V)."""
         # hooks on gates added after compiling would not be called: a probed pass runs eager
-        if self._compiled_forward is None or any(g._forward_hooks for g in self.model.gates):
+        if self._compiled_forward is None or any(map(has_hooks, [*self.model.gates, *self.model.output_gates])):
             return self.model(idx)
         return self._compiled_forward(idx)
 
@@ -205,7 +236,7 @@ class CharLM(L.LightningModule):
             if kept
             else "No checkpoint was written before this step."
         )
-        gate = gate_class(hp.gate)
+        gate = self.model.resolved_gates["gate"].cls
         own_gate = gate is not None and not is_builtin(gate)
         check = f"`ega check-gate {hp.gate}` checks the gate for non-finite values"
         causes = [
@@ -221,15 +252,7 @@ class CharLM(L.LightningModule):
         )
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        saved = checkpoint.get("hyper_parameters", {})
-        mismatch = {k: (saved[k], self.hparams[k]) for k in SHAPE_KEYS if k in saved and saved[k] != self.hparams[k]}
-        if mismatch:
-            detail = "; ".join(f"{k}: checkpoint {a!r}, this model {b!r}" for k, (a, b) in mismatch.items())
-            raise ValueError(
-                f"The checkpoint holds a different model ({detail}). Build the model from the checkpoint "
-                "(`CharLM.load_from_checkpoint(path)`, or `ega validate/test --ckpt_path path` without size and "
-                "gate configs) or pass the configs it was trained with."
-            )
+        check_model_matches(checkpoint.get("hyper_parameters", {}), self.hparams)
 
     def on_validation_start(self) -> None:
         self._last_step_start = None  # evaluation time is not training throughput

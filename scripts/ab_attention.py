@@ -1,8 +1,10 @@
 """Interleaved training-step times of the attention code at a base commit against the working tree's.
 
-For changes confined to `ega_lightning/model/attention.py`: the base commit's `CausalSelfAttention`
-methods are swapped into one model, the working tree's run in another, and both beside the
-baseline `none`, one step each in turn (`ega bench`'s timing), so machine drift hits all three alike:
+For changes confined to `ega_lightning/model/attention.py` (its layer's methods: a base commit's
+attention.py that imports `model.fused`, `model.flex` or `model.cache` gets the working tree's): the
+base commit's `CausalSelfAttention` methods are swapped into one model, the working tree's run in
+another, and both beside the baseline `none`, one step each in turn (`ega bench`'s timing), so machine
+drift hits all three alike:
 
     python scripts/ab_attention.py 8077365 --size cpu --repeats 41
 
@@ -29,6 +31,9 @@ from ega_lightning.model import attention
 ROOT = Path(__file__).resolve().parents[1]
 METHODS = (
     "forward",
+    "_fast",
+    "_heads",
+    "_key_biased",
     "_gated_qkv",
     "_gated_compiled",
     "_project_padded",

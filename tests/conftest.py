@@ -75,13 +75,13 @@ def gate_sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 @pytest.fixture
 def torch_without_flex(monkeypatch: pytest.MonkeyPatch) -> None:
     """This torch as torch 2.4 shows it to the project: no FlexAttention, and asking for it fails as there."""
-    from ega_lightning.model import attention
+    from ega_lightning.model import flex
 
     def no_flex(device_type: str):
         raise ValueError("model.attention=flex needs FlexAttention (torch >= 2.5)")
 
-    monkeypatch.setattr(attention, "has_flex_attention", lambda: False)
-    monkeypatch.setattr(attention, "_flex", no_flex)
+    monkeypatch.setattr(flex, "has_flex_attention", lambda: False)
+    monkeypatch.setattr(flex, "_flex", no_flex)
 
 
 @pytest.fixture(scope="session")

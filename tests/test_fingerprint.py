@@ -9,7 +9,7 @@ from ega_lightning.data.corpora import CORPORA
 from ega_lightning.experiments.rundirs import run_fingerprint
 from ega_lightning.fingerprint import fingerprint
 from ega_lightning.gates import base
-from ega_lightning.model import attention
+from ega_lightning.model import fused
 
 SMALL = {"n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 32, "vocab": CORPORA["tinyshakespeare"].vocab}
 
@@ -32,7 +32,7 @@ def test_a_change_of_arithmetic_changes_only_the_configurations_it_touches(monke
 
 def test_the_autograd_graph_path_gives_the_copy_free_path_fingerprint(monkeypatch):
     linear = fingerprint({**SMALL, "gate": "linear"})
-    monkeypatch.setattr(attention, "COPY_FREE_WRITE", False)
+    monkeypatch.setattr(fused, "COPY_FREE_WRITE", False)
     assert fingerprint({**SMALL, "gate": "linear"}) == linear
 
 

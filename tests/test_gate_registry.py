@@ -31,6 +31,31 @@ def test_import_path_finds_a_gate_in_the_working_directory(gate_sandbox):
     assert model.model.gate_parameter_count() == TINY_MODEL["n_layer"] * TINY_MODEL["n_head"] * (32 + 2)
 
 
+def test_a_model_resolves_each_slots_gate_once(gate_sandbox, monkeypatch):
+    """A gate name is resolved once per model and slot, not once per layer: an import path's entry-point
+    scan and import are done one time for a 4-layer model."""
+    from ega_lightning.gates import registry
+    from ega_lightning.model import GPT, GPTConfig
+
+    shutil.copy(EXAMPLE, gate_sandbox)
+    resolved, scans = [], []
+    gate_class, entry_point_gates = registry.gate_class, registry.entry_point_gates
+    monkeypatch.setattr(registry, "gate_class", lambda gate: resolved.append(gate) or gate_class(gate))
+    monkeypatch.setattr(registry, "entry_point_gates", lambda: scans.append(1) or entry_point_gates())
+    shape = {**TINY_MODEL, "n_layer": 4}
+    for gate in ("linear", "my_gates.AbsEnergyGate"):
+        resolved.clear()
+        scans.clear()
+        model = CharLM(TINY_VOCAB, **shape, gate=gate, output_gate="output_headwise")
+        assert sorted(resolved) == sorted([gate, "output_headwise"])  # once per slot
+        assert len(scans) == (gate != "linear")  # a registered name needs no scan, an import path one
+        assert len(model.model.gates) == len(model.model.output_gates) == 4
+        assert model.model.gate_parameter_count() > 0 and len(resolved) == 2  # counted from the resolved classes
+        resolved.clear()
+        GPT(GPTConfig(vocab_size=len(TINY_VOCAB), **shape, gate=gate, output_gate="output_headwise"))
+        assert sorted(resolved) == sorted([gate, "output_headwise"])
+
+
 def test_a_class_object_is_a_gate_too():
     gate = build_gate(LinearGate, 32, 2, tau_init=0.5)
     assert isinstance(gate, LinearGate) and torch.equal(gate.tau, torch.full((2,), 0.5))

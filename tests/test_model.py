@@ -219,3 +219,35 @@ def test_checkpoint_of_another_model_size_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"different model \(n_embd: checkpoint 32, this model 64\)"):
         bigger.on_load_checkpoint(torch.load(path, weights_only=False))
     assert CharLM.load_from_checkpoint(path).hparams.n_embd == 32  # loading by the checkpoint's own shape works
+
+
+def test_the_python_api_and_the_cli_name_a_checkpoints_other_model_alike(tmp_path, monkeypatch, capsys):
+    """`CharLM.on_load_checkpoint` and `ega validate --ckpt_path` make one check: the same mismatch gives the
+    same message, each naming who asks for the other value; gate_options None and {} are the same to both."""
+    import signal
+    import sys
+
+    import lightning as L
+
+    from ega_lightning.cli import main as ega_main
+
+    small = tiny("linear")  # gate_options None
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=0)
+    trainer.strategy.connect(small)
+    path = tmp_path / "small.ckpt"
+    trainer.save_checkpoint(path)
+    bigger = CharLM(TINY_VOCAB, **{**TINY_MODEL, "n_embd": 64}, gate="linear", gate_options={})
+    with pytest.raises(ValueError) as api:
+        bigger.on_load_checkpoint(torch.load(path, weights_only=False))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["ega"])
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        with pytest.raises(SystemExit) as exit:
+            ega_main(["validate", f"--ckpt_path={path}", "--model.n_embd=64", "--model.gate_options={}"])
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+    assert exit.value.code == 2
+    cli = capsys.readouterr().err.strip().removeprefix("ega validate: error: ")
+    assert str(api.value).startswith("The checkpoint holds a different model (n_embd: checkpoint 32, this model 64).")
+    assert cli == str(api.value).replace("The checkpoint", str(path), 1).replace("this model 64", "this command 64")

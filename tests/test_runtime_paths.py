@@ -14,7 +14,7 @@ from ega_lightning.callbacks import TauTracker
 from ega_lightning.callbacks.probe import GateProbe
 from ega_lightning.gates import Gate, build_gate, gate_names
 from ega_lightning.generate import next_token_logits
-from ega_lightning.model import GPT, GPTConfig, attention
+from ega_lightning.model import GPT, GPTConfig, fused
 from ega_lightning.model.attention import CausalSelfAttention
 
 from .conftest import TINY_MODEL, TINY_VOCAB
@@ -98,7 +98,7 @@ def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width,
     data, learn_tau = batch(), mode != "frozen tau"
     runs = {}
     for copy_free in (True, False):
-        monkeypatch.setattr(attention, "COPY_FREE_WRITE", copy_free)
+        monkeypatch.setattr(fused, "COPY_FREE_WRITE", copy_free)
         model = tiny(gate, gate_options={"learn_tau": learn_tau})
         set_pad_width(model, width)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16-mixed"):
@@ -123,7 +123,7 @@ def test_gated_qkv_function_equals_the_plain_graph_bit_for_bit_at_the_bench_size
     x, grad = torch.randn(B, T, C), torch.randn(B, T, C)
     runs = []
     for copy_free in (True, False):
-        monkeypatch.setattr(attention, "COPY_FREE_WRITE", copy_free)
+        monkeypatch.setattr(fused, "COPY_FREE_WRITE", copy_free)
         layer.zero_grad(set_to_none=True)
         xg = x.clone().requires_grad_()
         y = layer(xg)

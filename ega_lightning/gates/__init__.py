@@ -6,6 +6,7 @@ from ega_lightning.gates.registry import (
     NO_GATE,
     SLOTS,
     GateError,
+    ResolvedGate,
     build_gate,
     check_gate_options,
     gate_class,
@@ -14,6 +15,7 @@ from ega_lightning.gates.registry import (
     gate_params_per_layer,
     register_gate,
     require_slot,
+    resolve_gate,
 )
 from ega_lightning.gates.slots import KeyBias, OutputGate, relative_bias
 
@@ -26,6 +28,7 @@ __all__ = [
     "GateState",
     "KeyBias",
     "OutputGate",
+    "ResolvedGate",
     "build_gate",
     "causal_znorm",
     "check_gate_options",
@@ -36,5 +39,6 @@ __all__ = [
     "register_gate",
     "relative_bias",
     "require_slot",
+    "resolve_gate",
     "window_znorm",
 ]

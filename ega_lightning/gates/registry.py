@@ -252,8 +252,10 @@ def gate_options(gate: GateSpec) -> dict[str, Any]:
     """The options a gate accepts besides the layer shape (n_embd, n_head), with their defaults
     (``inspect.Parameter.empty`` where there is none): its __init__'s, then COMMON_OPTIONS (every gate's)."""
     cls = gate_class(gate)
-    if cls is None:
-        return {}
+    return {} if cls is None else _options_of(cls)
+
+
+def _options_of(cls: type[AnyGate]) -> dict[str, Any]:
     params = inspect.signature(cls.__init__).parameters.values()
     own = {
         p.name: p.default
@@ -268,45 +270,76 @@ def gate_option_names(gate: GateSpec) -> list[str]:
 
 
 def check_gate_options(gate: GateSpec, options: dict[str, Any]) -> None:
-    cls = gate_class(gate)
-    if cls is not None and any(p.kind == p.VAR_KEYWORD for p in inspect.signature(cls.__init__).parameters.values()):
-        return  # takes **options: the class checks them itself
-    accepted = gate_option_names(gate)
-    unknown = sorted(set(options) - set(accepted))
-    if unknown:
-        raise GateError(
-            f"Gate {gate if isinstance(gate, str) else qualified_name(gate)!r} does not take option(s) "
-            f"{', '.join(unknown)}; it accepts: {', '.join(accepted) or 'no options'}."
-        )
+    resolve_gate(gate).check_options(options)
 
 
 def require_slot(gate: GateSpec, slot: str) -> type[AnyGate] | None:
     """The gate's class, checked to fit ``slot`` (``gate`` or ``output_gate``, see SLOTS)."""
-    cls = gate_class(gate)
-    if cls is not None and not issubclass(cls, SLOTS[slot]):
-        other = next(name for name, base in SLOTS.items() if issubclass(cls, base))
-        name = gate if isinstance(gate, str) else qualified_name(gate)
+    return resolve_gate(gate, slot).cls
+
+
+@dataclass(frozen=True)
+class ResolvedGate:
+    """A gate as a config names it (``spec``) and the class that name resolved to, once: a model resolves
+    each slot's gate one time and builds every layer's gate from it (resolving a name may scan the
+    installed packages' entry points or import a module)."""
+
+    spec: GateSpec
+    cls: type[AnyGate] | None  # None: the baseline ``none``
+
+    @property
+    def name(self) -> str:
+        """The gate as messages name it: the config's string, or a class's import path."""
+        return self.spec if isinstance(self.spec, str) else qualified_name(self.spec)
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        cls = self.cls
+        params = [] if cls is None else inspect.signature(cls.__init__).parameters.values()
+        if any(p.kind == p.VAR_KEYWORD for p in params):
+            return  # takes **options: the class checks them itself
+        accepted = [] if cls is None else list(_options_of(cls))
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise GateError(
+                f"Gate {self.name!r} does not take option(s) {', '.join(unknown)}; "
+                f"it accepts: {', '.join(accepted) or 'no options'}."
+            )
+
+    def build(self, n_embd: int, n_head: int, **options: Any) -> AnyGate | None:
+        """A new gate module for one attention layer, or None for ``none``; options as `check_options` passed them."""
+        if self.cls is None:
+            return None
+        common = {k: options.pop(k) for k in list(options) if k in COMMON_OPTIONS}
+        module = self.cls(n_embd, n_head, **options)
+        if isinstance(module, Gate):
+            module.set_common_options(**common)
+        return module
+
+    def params_per_layer(self, n_embd: int, n_head: int, **options: Any) -> int:
+        own = {k: v for k, v in options.items() if k not in COMMON_OPTIONS}  # they add no parameter
+        return 0 if self.cls is None else self.cls.params_per_layer(n_embd, n_head, **own)
+
+
+def resolve_gate(gate: GateSpec, slot: str | None = None) -> ResolvedGate:
+    """The class ``gate`` names (one `gate_class` call), checked to fit ``slot`` when one is given."""
+    resolved = ResolvedGate(gate, gate_class(gate))
+    if slot is not None and resolved.cls is not None and not issubclass(resolved.cls, SLOTS[slot]):
+        other = next(name for name, base in SLOTS.items() if issubclass(resolved.cls, base))
         raise GateError(
-            f"{name!r} is {'an output gate' if other == 'output_gate' else 'a key bias'}: give it as "
-            f"model.{other}, not model.{slot} (e.g. --model.{other}={name})."
+            f"{resolved.name!r} is {'an output gate' if other == 'output_gate' else 'a key bias'}: give it as "
+            f"model.{other}, not model.{slot} (e.g. --model.{other}={resolved.name})."
         )
-    return cls
+    return resolved
 
 
 def build_gate(gate: GateSpec, n_embd: int, n_head: int, slot: str = "gate", **options: Any) -> AnyGate | None:
     """A new gate module for one attention layer's ``slot``, or None for ``none``."""
-    cls = require_slot(gate, slot)
-    if cls is None:
+    resolved = resolve_gate(gate, slot)
+    if resolved.cls is None:
         return None
-    check_gate_options(gate, options)
-    common = {k: options.pop(k) for k in list(options) if k in COMMON_OPTIONS}
-    module = cls(n_embd, n_head, **options)
-    if isinstance(module, Gate):
-        module.set_common_options(**common)
-    return module
+    resolved.check_options(options)
+    return resolved.build(n_embd, n_head, **options)
 
 
 def gate_params_per_layer(gate: GateSpec, n_embd: int, n_head: int, **options: Any) -> int:
-    cls = gate_class(gate)
-    own = {k: v for k, v in options.items() if k not in COMMON_OPTIONS}  # they add no parameter
-    return 0 if cls is None else cls.params_per_layer(n_embd, n_head, **own)
+    return resolve_gate(gate).params_per_layer(n_embd, n_head, **options)

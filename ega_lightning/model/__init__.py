@@ -2,8 +2,9 @@ from ega_lightning.model.attention import (
     ATTENTION_IMPLS,
     CausalSelfAttention,
     available_attention_impls,
-    require_flex_attention,
+    has_hooks,
 )
+from ega_lightning.model.flex import require_flex_attention
 from ega_lightning.model.gpt import GPT, GPTConfig
 
 __all__ = [
@@ -12,5 +13,6 @@ __all__ = [
     "CausalSelfAttention",
     "GPTConfig",
     "available_attention_impls",
+    "has_hooks",
     "require_flex_attention",
 ]

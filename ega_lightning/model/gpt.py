@@ -9,9 +9,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ega_lightning.gates import NO_GATE, Gate, GateError, KeyBias, OutputGate, build_gate, gate_params_per_layer
-from ega_lightning.gates.registry import _describe, gate_class, is_builtin, qualified_name
-from ega_lightning.model.attention import CausalSelfAttention, LayerCache
+from ega_lightning.gates import NO_GATE, SLOTS, Gate, GateError, KeyBias, OutputGate, ResolvedGate, resolve_gate
+from ega_lightning.gates.registry import _describe, is_builtin
+from ega_lightning.model.attention import CausalSelfAttention
+from ega_lightning.model.cache import LayerCache
 
 
 @dataclass
@@ -46,32 +47,38 @@ def _spec(cfg: GPTConfig, slot: str) -> tuple[str | type, dict[str, Any]]:
     return (cfg.gate, cfg.gate_options) if slot == "gate" else (cfg.output_gate, {})
 
 
-def _gate_name(cfg: GPTConfig, slot: str = "gate") -> str:
-    spec = _spec(cfg, slot)[0]
-    return spec if isinstance(spec, str) else qualified_name(spec)
+def resolve_gates(cfg: GPTConfig) -> dict[str, ResolvedGate]:
+    """Each slot's gate (see `gates.slots`), resolved once for the model and its options checked."""
+    resolved = {}
+    for slot in SLOTS:
+        spec, options = _spec(cfg, slot)
+        resolved[slot] = resolve_gate(spec, slot)
+        if resolved[slot].cls is not None:  # the baseline ignores options
+            resolved[slot].check_options(options)
+    return resolved
 
 
-def _user_gate_failed(cfg: GPTConfig, what: str, err: Exception, slot: str = "gate") -> GateError:
-    name = _gate_name(cfg, slot)
-    return GateError(f"Gate {name!r}: {what} raised {_describe(err)}. Fix the gate; `ega check-gate {name}` checks it.")
+def _user_gate_failed(gate: ResolvedGate, what: str, err: Exception) -> GateError:
+    return GateError(
+        f"Gate {gate.name!r}: {what} raised {_describe(err)}. Fix the gate; `ega check-gate {gate.name}` checks it."
+    )
 
 
-def _build_gate(cfg: GPTConfig, slot: str = "gate") -> KeyBias | OutputGate | None:
+def _build_gate(cfg: GPTConfig, gates: dict[str, ResolvedGate], slot: str) -> KeyBias | OutputGate | None:
     """One layer's gate in ``slot``; a user's gate whose constructor raises is a GateError naming where."""
-    spec, options = _spec(cfg, slot)
+    gate = gates[slot]
     try:
-        return build_gate(spec, cfg.n_embd, cfg.n_head, slot=slot, **options)
+        return gate.build(cfg.n_embd, cfg.n_head, **_spec(cfg, slot)[1])
     except GateError:
         raise
     except Exception as err:
-        cls = gate_class(spec)
-        if cls is None or is_builtin(cls):  # a bug of ours: the traceback
+        if gate.cls is None or is_builtin(gate.cls):  # a bug of ours: the traceback
             raise
-        what = f"{cls.__name__}(n_embd={cfg.n_embd}, n_head={cfg.n_head}, ...)"
-        raise _user_gate_failed(cfg, what, err, slot) from err
+        what = f"{gate.cls.__name__}(n_embd={cfg.n_embd}, n_head={cfg.n_head}, ...)"
+        raise _user_gate_failed(gate, what, err) from err
 
 
-def _check_energy_shape(gate: Gate, cfg: GPTConfig) -> None:
+def _check_energy_shape(gate: Gate, cfg: GPTConfig, resolved: ResolvedGate) -> None:
     """The energy must be (B, n_head, T): said once here, not as a size mismatch deep inside attention."""
     T, C = cfg.block_size, cfg.n_embd
     x = torch.linspace(-1.0, 1.0, T * C).view(1, T, C)
@@ -81,12 +88,12 @@ def _check_energy_shape(gate: Gate, cfg: GPTConfig) -> None:
     except Exception as err:
         if is_builtin(type(gate)):
             raise
-        raise _user_gate_failed(cfg, f"energy(x) for x of shape (B, T, C) = (1, {T}, {C})", err) from err
+        raise _user_gate_failed(resolved, f"energy(x) for x of shape (B, T, C) = (1, {T}, {C})", err) from err
     expected = (1, cfg.n_head, T)
     if shape != expected:
         transposed = shape == (1, T, cfg.n_head)
         hint = " (it looks like (B, T, n_head): transpose it with .transpose(1, 2))" if transposed else ""
-        name = _gate_name(cfg)
+        name = resolved.name
         raise GateError(
             f"Gate {name!r}: energy(x) returned shape {shape} for x of shape (B, T, C) = (1, {T}, {C}); it "
             f"must return (B, n_head, T) = {expected}, one energy per head and position{hint}. Fix the gate; "
@@ -97,9 +104,9 @@ def _check_energy_shape(gate: Gate, cfg: GPTConfig) -> None:
 class Block(nn.Module):
     """Pre-LayerNorm transformer block; the gate reads the same ln_1(x) that feeds Q/K/V."""
 
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, gates: dict[str, ResolvedGate]) -> None:
         super().__init__()
-        gate, output_gate = _build_gate(cfg, "gate"), _build_gate(cfg, "output_gate")
+        gate, output_gate = _build_gate(cfg, gates, "gate"), _build_gate(cfg, gates, "output_gate")
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(
             cfg.n_embd, cfg.n_head, cfg.dropout, cfg.bias, gate, cfg.attention, output_gate=output_gate
@@ -113,22 +120,25 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg: GPTConfig) -> None:
+    def __init__(self, cfg: GPTConfig, gates: dict[str, ResolvedGate] | None = None) -> None:
+        """``gates``: each slot's gate as `resolve_gates` gives it for ``cfg`` (a caller that has resolved
+        them already passes them on); None: resolved here."""
         super().__init__()
         if cfg.n_embd % cfg.n_head != 0:
             raise ValueError(f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head}).")
         self.cfg = cfg
+        self.resolved_gates = resolve_gates(cfg) if gates is None else gates
         init_seed = int(torch.randint(2**62, ()).item())  # drawn before any module consumes the RNG
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, self.resolved_gates) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying
         self._init_weights(init_seed)
         if self.gates and isinstance(self.gates[0], Gate):  # every layer's gate is of one class
-            _check_energy_shape(self.gates[0], cfg)
+            _check_energy_shape(self.gates[0], cfg, self.resolved_gates["gate"])
 
     def _init_weights(self, seed: int) -> None:
         """nanoGPT's init: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 n_layer).
@@ -161,9 +171,9 @@ class GPT(nn.Module):
 
     def gate_parameter_count(self) -> int:
         """What the gates add: n_layer * the documented params_per_layer of each slot's gate."""
-        cfg = self.cfg
-        key = gate_params_per_layer(cfg.gate, cfg.n_embd, cfg.n_head, **cfg.gate_options)
-        return cfg.n_layer * (key + gate_params_per_layer(cfg.output_gate, cfg.n_embd, cfg.n_head))
+        cfg, gates = self.cfg, self.resolved_gates
+        key = gates["gate"].params_per_layer(cfg.n_embd, cfg.n_head, **cfg.gate_options)
+        return cfg.n_layer * (key + gates["output_gate"].params_per_layer(cfg.n_embd, cfg.n_head))
 
     def new_cache(self) -> list[LayerCache]:
         return [LayerCache(self.cfg.block_size) for _ in self.blocks]

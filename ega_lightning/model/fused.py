@@ -1,0 +1,161 @@
+"""The padded ("fused") layout: an energy gate's log g in one extra query/key channel, on the fused kernel.
+
+The identity a'_ij = softmax_j(q_i.k_j / sqrt(hs) + log g_j) (EGA_SPEC.md section 2) lets the gate ride
+in the Q/K/V themselves: q' = [q, 1], k' = [k, log g sqrt(hs)], v' = [v, 0], padded to a head size the
+kernel likes (`pad_width`), so attention stays on the fused causal SDPA kernel. The extra channels come
+out of the Q/K/V matmul itself (`padded_qkv_weights`; in training `GatedQKV`, which saves the copies
+autograd's graph would make); c_proj takes y' = [y, 0] through zero columns (`padded_proj_weight`).
+`attention.CausalSelfAttention._gated_qkv` runs it; the tests hold it to the reference formula.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.autograd.function import once_differentiable
+
+from ega_lightning.gates.base import recompute_grads
+
+# exp(-30) ~ 1e-13: a key gated that far down is already gone, and bf16 keeps the
+# clamped value to within its usual relative precision.
+LOG_GATE_FLOOR = -30.0
+
+# Training runs the gated Q/K/V matmul as `GatedQKV`; False: as autograd's own graph of F.linear and an
+# in-place write (the path generation and probed gates take), which the tests hold it equal to bit for bit.
+COPY_FREE_WRITE = True
+
+
+def pad_width(device: torch.device) -> int:
+    """Extra channels per head of the fused layout: CUDA's fused kernels want a head size that is a
+    multiple of 8, the CPU kernel takes any (and is fastest with one)."""
+    return 8 if device.type == "cuda" else 1
+
+
+def key_channel(log_g: torch.Tensor, hs: int, dtype: torch.dtype) -> torch.Tensor:
+    """What k's extra channel holds: log g sqrt(hs) (B, T, nh) from log g (B, nh, T), so that q's 1 times it,
+    scaled by 1 / sqrt(hs) like every logit, adds log g."""
+    return (log_g.clamp_min(LOG_GATE_FLOOR) * math.sqrt(hs)).transpose(1, 2).to(dtype)
+
+
+def qkv_heads(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor:
+    """The view (3, B, nh, T, d) of q', k', v' in the padded Q/K/V buffer (B T, 3 nh d) or (B, T, 3 nh d);
+    layout = (T, nh, hs, d): the true head size hs and the padded one d."""
+    T, nh, _, d = layout
+    return qkv.view(-1, T, 3, nh, d).permute(2, 0, 3, 1, 4)
+
+
+def key_channel_of(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor:
+    """The view (B, T, nh) of k's first extra channel in the padded Q/K/V buffer (see `qkv_heads`)."""
+    return qkv_heads(qkv, layout)[1, ..., layout[2]].transpose(1, 2)
+
+
+def padded_qkv_weights(
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    projection: torch.Tensor | None,
+    layout: tuple[int, int, int, int],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fused layout's Q/K/V weight (3 nh d, C) and bias from c_attn's weight (3 C, C) and bias:
+    per head, d - hs extra rows with zero weights, bias 1 in q's first (q' = [q, 1]) and 0 elsewhere,
+    and k's first holding `projection` (nh, C), the gate's energy projection, when it is folded."""
+    _, nh, hs, d = layout
+    C = weight.shape[1]
+    padded = weight.new_zeros(3 * nh * d, C)
+    heads = padded.view(3, nh, d, C)
+    heads[:, :, :hs] = weight.view(3, nh, hs, C)
+    if projection is not None:
+        heads[1, :, hs] = projection
+    padded_bias = weight.new_zeros(3 * nh * d)
+    bias_heads = padded_bias.view(3, nh, d)
+    if bias is not None:
+        bias_heads[..., :hs] = bias.view(3, nh, hs)
+    bias_heads[0, :, hs] = 1.0
+    return padded, padded_bias
+
+
+def padded_proj_weight(weight: torch.Tensor, nh: int, d: int) -> torch.Tensor:
+    """c_proj's weight (C, C) with d - hs zero columns after each head's hs: (C, nh d), for y' = [y, 0]."""
+    C = weight.shape[0]
+    return F.pad(weight.view(C, nh, C // nh), (0, d - C // nh)).view(C, nh * d)
+
+
+class GatedQKV(torch.autograd.Function):
+    """Training's gated Q/K/V: the padded matmul x W'^T + b' (B T, 3 nh d), log g written into k's extra
+    channel, q', k', v' (B, nh, T, d) returned as views of that buffer; values and gradients equal those
+    of autograd's graph of the same operators (`padded_qkv_weights`, F.linear, an in-place write, the
+    views) bit for bit.
+
+    That graph costs backward two copies of the buffer's gradient (the stack of the q, k, v gradients,
+    then its reshape), a third for the in-place write (CopySlices), the padded weights' own nodes and,
+    when the gate read its projection from the channel first, a zero-filled buffer-sized gradient and its
+    sum. Here the padded weights are built from the parameters (c_attn's weight and bias, the gate's
+    projection when folded) outside autograd, and backward gathers the q, k, v gradients into one buffer
+    (one copy), replaces the channel's gradient, runs the matmul's backward on it and hands each parameter
+    its rows. log g = `log_gate(source)`, with `source` the channel's projection (None: read it here) or a
+    log g computed outside; backward recomputes log g from `source`, so its intermediates are not kept
+    either (see `Recomputed`). Under autocast the matmul runs in autocast's dtype, as autocast would run
+    it, and the gradients come back in the inputs' dtypes.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        projection: torch.Tensor | None,
+        layout: tuple[int, int, int, int],
+        log_gate: Callable[[torch.Tensor], torch.Tensor],
+        source: torch.Tensor | None,
+        *params: nn.Parameter,
+    ) -> tuple[torch.Tensor, ...]:
+        # x (B T, C); weight (3 C, C), bias (3 C,): c_attn's; projection (nh, C) or None
+        ctx.dtypes = tuple(None if t is None else t.dtype for t in (x, weight, bias, projection))
+        padded, padded_bias = padded_qkv_weights(weight, bias, projection, layout)  # (3 nh d, C), (3 nh d,)
+        if torch.is_autocast_enabled(x.device.type):
+            dtype = torch.get_autocast_dtype(x.device.type)
+            x, padded, padded_bias = x.to(dtype), padded.to(dtype), padded_bias.to(dtype)
+        with torch.autocast(x.device.type, enabled=False):
+            qkv = torch.addmm(padded_bias, x, padded.t())  # (B T, 3 nh d)
+            channel = key_channel_of(qkv, layout)  # (B, T, nh)
+            ctx.folded = source is None
+            if ctx.folded:
+                source = channel.clone()  # the energy projection, before log g overwrites it
+            channel.copy_(key_channel(log_gate(source), layout[2], qkv.dtype))
+        ctx.layout, ctx.log_gate, ctx.params = layout, log_gate, params
+        ctx.save_for_backward(x, padded, source)
+        return tuple(qkv_heads(qkv, layout).unbind(0))  # 3 x (B, nh, T, d)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        x, padded, source = ctx.saved_tensors
+        _, nh, hs, d = ctx.layout
+        grad = x.new_empty(x.shape[0], padded.shape[0])  # (B T, 3 nh d): the buffer's gradient
+        for part, g in zip(qkv_heads(grad, ctx.layout), grads, strict=True):
+            part.copy_(g)
+        channel = key_channel_of(grad, ctx.layout)  # (B, T, nh)
+        source_grad, param_grads = recompute_grads(
+            lambda s: key_channel(ctx.log_gate(s), hs, grad.dtype), source, ctx.params, channel
+        )
+        if ctx.folded:  # the write made the channel's own gradient 0; the read gives it the projection's
+            channel.copy_(source_grad)
+            source_grad = None
+        else:
+            channel.zero_()
+        # addmm's backward as autograd runs it, then each parameter's rows of the padded gradients
+        x_grad = grad.mm(padded) if ctx.needs_input_grad[0] else None
+        weight_grad = projection_grad = bias_grad = None
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[3]:
+            padded_grad = grad.t().mm(x).view(3, nh, d, -1)  # (3, nh, d, C)
+            weight_grad = padded_grad[:, :, :hs].reshape(3 * nh * hs, -1)
+            projection_grad = padded_grad[1, :, hs] if ctx.needs_input_grad[3] else None  # (nh, C)
+        if ctx.needs_input_grad[2]:
+            bias_grad = grad.sum(0).view(3, nh, d)[..., :hs].flatten()
+        matmul = zip((x_grad, weight_grad, bias_grad, projection_grad), ctx.dtypes, strict=True)
+        return *(g if g is None else g.to(t) for g, t in matmul), None, None, source_grad, *param_grads
