@@ -7,15 +7,10 @@ import math
 import pytest
 import torch
 
-from ega_lightning.bench import (
-    SPLIT_GATE,
-    build,
-    fixed_batch,
-    main,
-    median_interval,
-    overhead_split,
-    without_gate_arithmetic,
-)
+from ega_lightning.bench.harness import build, fixed_batch
+from ega_lightning.bench.split import SPLIT_GATE, overhead_split, without_gate_arithmetic
+from ega_lightning.commands.bench import main
+from ega_lightning.experiments.stats import median_interval
 
 from .test_bench import SHAPE, write_configs
 
@@ -62,7 +57,8 @@ def test_bench_reports_the_split_beside_the_table(tmp_path):
     text = (out / "bench-cpu-32-true.md").read_text()
     assert "the attention kernel at head size 9 vs 8" in text and "c_proj matmuls at head size 9 vs 8" in text
     assert "the gate's z-norm and sigmoid" in text
-    assert all(r.startswith(("none", "linear", "db2", "nanogpt")) and "log-g" not in r for r in size["rows"])
+    rows = ("none", "linear", "db2", "fox", "output_headwise", "nanogpt")  # the gates of write_configs
+    assert all(r.startswith(rows) and "log-g" not in r for r in size["rows"])
 
 
 def test_without_gate_arithmetic_is_the_baseline_on_the_gated_path():
