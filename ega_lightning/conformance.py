@@ -39,7 +39,7 @@ from ega_lightning.errors import UserError
 from ega_lightning.gates.base import Gate
 from ega_lightning.gates.registry import GateSpec, build_gate, check_gate_options, gate_class, qualified_name
 from ega_lightning.gates.slots import KeyBias, OutputGate
-from ega_lightning.generate import next_token_logits
+from ega_lightning.generation import next_token_logits
 from ega_lightning.model import GPT, GPTConfig, available_attention_impls
 
 ACTIVE = {"tau_init": 0.3, "alpha_init": 2.0}  # away from the defaults: the gate visibly acts

@@ -1,33 +1,27 @@
-"""`ega landscape`: the validation loss around a trained gate's tau and alpha, read from checkpoints.
+"""The validation loss around a trained gate's tau and alpha, read from a checkpoint: `ega landscape`'s library.
 
 For each checkpoint: the loss with every head's tau shifted by the same delta, and with every
 alpha scaled by the same factor (alpha x 0 is the plain attention of the same weights); per head
 the measured fraction of keys with z > tau beside 1 - Phi(tau), the fraction a standard normal z
-would give; and a histogram of z on fixed bins, for the z-distribution figure. One small JSON
-(no absolute paths) for the report, which builds no model itself:
+would give; and a histogram of z on fixed bins, for the z-distribution figure. The command
+(`ega_lightning.commands.landscape`) writes them into one small JSON (no absolute paths) for the
+report, which builds no model itself.
 
-    ega landscape --ckpt_path lightning_logs/ts-linear-seed1/checkpoints/step250.ckpt \\
-        --ckpt_path lightning_logs/ts-linear-seed1/checkpoints/last.ckpt --out results/landscape/ts-linear-seed1.json
-
-The windows are the validation split's evenly spaced evaluation windows (``--max_eval_windows``
-of them, as ``data.max_eval_windows`` picks them). ``--eval_znorm prefix`` evaluates a model
-trained with ``znorm: window`` causally (the leak audit). Under the prefix z-norm every window's
-first key has z = 0 exactly; the histogram counts it like any other key.
+The windows are the validation split's evenly spaced evaluation windows (``max_eval_windows`` of
+them, as ``data.max_eval_windows`` picks them). ``eval_znorm="prefix"`` evaluates a model trained
+with ``znorm: window`` causally (the leak audit). Under the prefix z-norm every window's first key
+has z = 0 exactly; the histogram counts it like any other key.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments.landscapes import FORMAT
 
 TAU_SHIFTS = (-1.0, -0.5, -0.25, 0.0, 0.25, 0.5, 1.0)
 ALPHA_SCALES = (0.0, 0.5, 1.0, 2.0)
@@ -140,50 +134,3 @@ def evaluate_checkpoint(
         "windows": sum(len(b[0]) for b in batches),
         **landscape(lm, batches),
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="ega landscape",
-        description="Validation loss with tau shifted and alpha scaled, the fraction above tau per head and "
-        "the z histogram, from checkpoints; writes one JSON.",
-    )
-    parser.add_argument("--ckpt_path", action="append", required=True, help="a checkpoint (repeat for several)")
-    parser.add_argument("--out", required=True, help="the JSON to write, e.g. results/landscape/ts-linear-seed1.json")
-    parser.add_argument("--max_eval_windows", type=int, default=256, help="validation windows (0: the whole split)")
-    parser.add_argument("--eval_batch_size", type=int, default=64, help="windows per forward pass (default 64)")
-    parser.add_argument("--eval_znorm", choices=("prefix", "window"), default=None, help="default: as trained")
-    parser.add_argument("--data_dir", default=None, help="default: $EGA_DATA_DIR, else ./data")
-    args = parser.parse_args(argv)
-    if args.max_eval_windows < 0 or args.eval_batch_size < 1:
-        parser.error("--max_eval_windows must be >= 0 and --eval_batch_size >= 1")
-    try:
-        checkpoints = [
-            evaluate_checkpoint(
-                Path(p), args.max_eval_windows or None, args.eval_batch_size, args.data_dir, args.eval_znorm
-            )
-            for p in args.ckpt_path
-        ]
-    except UserError as err:  # one paragraph, nothing written
-        print(f"ega landscape: error: {err}", file=sys.stderr)
-        return 2
-    from ega_lightning.experiments.records import write_atomic
-
-    result = {
-        "format": FORMAT,
-        "tau_shifts": list(TAU_SHIFTS),
-        "alpha_scales": list(ALPHA_SCALES),
-        "z_edges": list(Z_EDGES),
-        "max_eval_windows": args.max_eval_windows or None,
-        "checkpoints": checkpoints,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(out, json.dumps(result, indent=1) + "\n")
-    for c in checkpoints:
-        print(f"{c['name']} (step {c['step']}): val loss {c['loss']:.4f} on {c['windows']} windows")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -12,16 +12,20 @@ One lock per run directory (``<run>/.lock``, ``flock``), owned by ``ega fit`` on
 whole life. ``ega sweep`` takes the same lock before it looks at a directory and hands the locked file
 to the ``ega fit`` it starts (``EGA_RUN_LOCK_FD``), so the two never refuse each other and two
 processes never write one run.
+
+A command's claim on its run directory (:class:`RunClaim`) is an object the command owns for its
+run: the lock it holds, and what to remove when it fails on a user's mistake.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import fcntl
 import os
 import shutil
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from ega_lightning.errors import UserError
 from ega_lightning.io import TEMPORARY_GLOB
@@ -146,3 +150,114 @@ def undo_new(run_dir: Path, before: set[Path], missing: list[Path]) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
+
+
+def default_run_name(config: Any) -> str:
+    """e.g. ``tinyshakespeare-multiscale_scales2-4x4x128-T128-seed1337``, ``ptb-fox+output_headwise-...``
+    (``config``: a command's parsed config, with ``model`` and ``data`` sections)."""
+    m = config.model
+    gate = "_".join([m.gate, *(f"{k}{v}" for k, v in sorted((m.gate_options or {}).items()))])
+    if m.get("output_gate", "none") != "none":
+        gate += f"+{m.output_gate}"
+    return f"{config.data.corpus}-{gate}-{m.n_layer}x{m.n_head}x{m.n_embd}-T{m.block_size}-seed{config.data.seed}"
+
+
+def run_dir_of(config: Any) -> Path:
+    """``--runs_dir/--run_name``, the name derived from the config when none is given."""
+    if config.run_name:  # empty or None: the default name
+        check_run_name(config.run_name)
+    return Path(config.runs_dir) / (config.run_name or default_run_name(config))
+
+
+def check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> None:
+    """Never silently overwrite a run, never silently restart one, never mix two in one directory."""
+    state = fit_state(run_dir)
+    last = run_dir / LAST
+    if overwrite:
+        if ckpt_path:
+            raise UserError("--overwrite=true starts the run over, so it cannot go with --ckpt_path; drop one of them.")
+        clear_outputs(run_dir)
+        return
+    start_over = "start it over with --overwrite=true (deletes what it wrote), or start a separate run with --run_name"
+    if ckpt_path == "last":
+        if state is FitState.FRESH:
+            raise UserError(
+                f"--ckpt_path last, but there is no run to resume in {run_dir} (no {LAST}). Check --run_name "
+                "(and the config that derives it), or drop --ckpt_path to start the run."
+            )
+        if state is FitState.STALE:
+            raise UserError(
+                f"--ckpt_path last, but the run in {run_dir} stopped before it wrote its first {LAST}, so "
+                f"there is nothing to resume: drop --ckpt_path and {start_over}."
+            )
+        remove_temporaries(run_dir)
+        return
+    if ckpt_path is not None:
+        if state is not FitState.FRESH and Path(ckpt_path).resolve() != last.resolve():
+            raise UserError(
+                f"the run directory {run_dir} already holds a run, and {ckpt_path} is not its {LAST}: "
+                "continuing another checkpoint there would mix two runs. Start a separate run with "
+                "--run_name <new name>, or resume this one with --ckpt_path last."
+            )
+        return
+    if state is FitState.RESUME:
+        raise UserError(
+            f"the run directory {run_dir} already holds a run (with {LAST}). Resume it with --ckpt_path last, "
+            f"{start_over} <new name>."
+        )
+    if state is FitState.STALE:
+        names = ", ".join(p.name for p in outputs(run_dir)[:3])
+        raise UserError(
+            f"the run directory {run_dir} holds what a run wrote before it stopped ({names}, ...) but no "
+            f"{LAST}, so it cannot be resumed: {start_over} <new name>."
+        )
+
+
+class RunClaim:
+    """One command's claim on its run directory, for as long as the command runs: the lock (``ega fit``
+    holds it), and what the command wrote, removed again when it fails (:meth:`undo`).
+
+    A context manager: leaving it releases the lock. One claim per command; nothing at module level.
+    """
+
+    def __init__(self) -> None:
+        self.run_dir: Path | None = None  # set by `claim`; None while the command has claimed nothing
+        self._before: set[Path] = set()
+        self._missing: list[Path] = []
+        self._lock: TextIO | None = None
+
+    def __enter__(self) -> RunClaim:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def claim(self, run_dir: Path, fit: bool) -> None:
+        """Takes ``run_dir``: for ``ega fit`` its lock (:class:`RunBusy` when another process holds it; then
+        nothing is claimed), and what is there now, so that :meth:`undo` removes only what comes after."""
+        missing = missing_dirs(run_dir)  # before the lock, which makes the directory
+        if fit:
+            self._lock = lock(run_dir)
+        self.run_dir, self._before, self._missing = run_dir, snapshot(run_dir), missing
+
+    def release(self) -> None:
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def undo(self) -> None:
+        """After a user error: remove what this command wrote, so nothing half-written stays behind."""
+        if self.run_dir is None:
+            return
+        run_dir, self.run_dir = self.run_dir, None
+        undo_new(run_dir, self._before, self._missing)
+        self.release()
+
+    def keep_or_undo(self, fit: bool) -> str:
+        """After a stop the command did not choose (Ctrl-C, a refused write): a run that can be resumed is
+        kept, else what this command wrote is removed, so that nothing blocks the next try; says which."""
+        if fit and self.run_dir is not None and fit_state(self.run_dir) is FitState.RESUME:
+            return f"The run in {self.run_dir} is kept: resume it with the same command and --ckpt_path last."
+        with contextlib.suppress(OSError):  # a read-only filesystem refuses the removals; it holds nothing new
+            self.undo()
+        return "What this command had written is removed, so the same command starts afresh."

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from ega_lightning import bench
+from ega_lightning.bench import harness, settings
+from ega_lightning.experiments.stats import median_interval
 from ega_lightning.model import attention
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,19 +76,19 @@ def main() -> None:
     parser.add_argument("--gate", default="linear")
     parser.add_argument("--repeats", type=int, default=41)
     args = parser.parse_args()
-    shape, batch_size = bench.size_settings(ROOT / "configs", args.size)
+    shape, batch_size = settings.size_settings(ROOT / "configs", args.size)
     cpu = torch.device("cpu")
-    batch = bench.fixed_batch(shape, batch_size, cpu)
+    batch = harness.fixed_batch(shape, batch_size, cpu)
     with tempfile.TemporaryDirectory() as folder:
         base = base_module(args.base, Path(folder))
         contenders = [
-            bench.Contender("none", bench.build(shape, {"gate": "none"}, cpu, 0), batch, "32-true"),
-            bench.Contender(
-                "base", with_methods_of(bench.build(shape, {"gate": args.gate}, cpu, 0), base), batch, "32-true"
+            harness.Contender("none", harness.build(shape, {"gate": "none"}, cpu, 0), batch, "32-true"),
+            harness.Contender(
+                "base", with_methods_of(harness.build(shape, {"gate": args.gate}, cpu, 0), base), batch, "32-true"
             ),
-            bench.Contender("new", bench.build(shape, {"gate": args.gate}, cpu, 0), batch, "32-true"),
+            harness.Contender("new", harness.build(shape, {"gate": args.gate}, cpu, 0), batch, "32-true"),
         ]
-        bench.run_interleaved(contenders, args.repeats, 2)
+        harness.run_interleaved(contenders, args.repeats, 2)
     threads = torch.get_num_threads()
     print(f"{args.size} size, {args.gate}, {args.repeats} repetitions, {threads} threads, base {args.base}")
     for name, c, ref in (
@@ -95,8 +96,8 @@ def main() -> None:
         ("new / none", contenders[2], contenders[0]),
         ("new / base", contenders[2], contenders[1]),
     ):
-        ratios = bench.paired_ratios(c.times, ref.times)
-        lo, hi = bench.median_interval(ratios)
+        ratios = harness.paired_ratios(c.times, ref.times)
+        lo, hi = median_interval(ratios)
         step_ms = 1e3 * statistics.median(c.times)
         print(f"{name:12s} {statistics.median(ratios):.3f} [{lo:.3f}, {hi:.3f}]   ({step_ms:.1f} ms a step)")
 

@@ -199,6 +199,7 @@ def landscape_json(path: Path, checkpoints: list[dict]) -> Path:
     import math
 
     from ega_lightning import landscape
+    from ega_lightning.experiments.landscapes import FORMAT
 
     entries = []
     for c in checkpoints:
@@ -226,7 +227,7 @@ def landscape_json(path: Path, checkpoints: list[dict]) -> Path:
         }
         entries.append(entry)
     result = {
-        "format": landscape.FORMAT,
+        "format": FORMAT,
         "tau_shifts": list(landscape.TAU_SHIFTS),
         "alpha_scales": list(landscape.ALPHA_SCALES),
         "z_edges": list(landscape.Z_EDGES),

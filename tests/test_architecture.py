@@ -48,7 +48,7 @@ def _dotted(name: str) -> str:
 
 def command_modules(root: Path) -> list[str]:
     """The modules of `COMMANDS` in the package under `root` (read, not imported: `root` may be a copy)."""
-    tree = ast.parse((root / PACKAGE / "commands.py").read_text())
+    tree = ast.parse((root / PACKAGE / "commands" / "__init__.py").read_text())
     table = next(
         node.value
         for node in tree.body
@@ -179,9 +179,11 @@ def test_the_rooms_table_names_rooms_that_exist():
         assert room.may_import <= names, f"{room.name} may import {room.may_import - names}: not rooms"
         assert room.name not in room.may_import
     commands = next(room for room in rooms if room.name == "commands")
-    assert {"ega_lightning.check_gate", "ega_lightning.list_gates", "ega_lightning.experiments.report"} <= set(
-        commands.modules
-    )
+    assert {
+        "ega_lightning.commands.check_gate",
+        "ega_lightning.commands.gates",
+        "ega_lightning.experiments.report",
+    } <= set(commands.modules)
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -202,8 +204,8 @@ def _write(root: Path, files: dict[str, str]) -> None:
         ),
         (  # step 2: the report's reader imported the command's FORMAT, lazily
             "experiments/landscapes.py",
-            "def load():\n    from ega_lightning.landscape import FORMAT\n",
-            "ega_lightning.experiments.landscapes imports ega_lightning.landscape (commands, line 2): "
+            "def load():\n    from ega_lightning.commands.landscape import FORMAT\n",
+            "ega_lightning.experiments.landscapes imports ega_lightning.commands.landscape (commands, line 2): "
             "the experiments room may import only",
         ),
         (  # a relative import is an arrow too
@@ -217,10 +219,16 @@ def _write(root: Path, files: dict[str, str]) -> None:
             "ega_lightning.model.gpt imports lightning (line 4): the model room never imports lightning",
         ),
         (
-            "generate.py",
-            "from ega_lightning import landscape\n",
-            "ega_lightning.generate imports ega_lightning.landscape (commands, line 1): "
+            "commands/generate.py",
+            "from ega_lightning.commands import landscape\n",
+            "ega_lightning.commands.generate imports ega_lightning.commands.landscape (commands, line 1): "
             "a command imports no other command",
+        ),
+        (  # step 1 of issue 26: the bench read the packaged configs from the CLI's command module
+            "bench/settings.py",
+            "from ega_lightning.commands.lightning_cli import FLOAT_FLAGS\n",
+            "ega_lightning.bench.settings imports ega_lightning.commands.lightning_cli (commands, line 1): "
+            "the bench room may import only",
         ),
         ("newroom.py", "", "ega_lightning.newroom belongs to no room of architecture.md"),
     ],
@@ -235,16 +243,16 @@ def test_an_arrow_that_breaks_a_rule_is_named_with_its_rule(tmp_path, relative, 
 def test_a_command_inside_the_gates_package_breaks_the_rules(tmp_path):
     # step 1 of issue 26 undone: `ega gates` back in gates/, which COMMANDS points at
     _copy_package(tmp_path)
-    table = (REPO / PACKAGE / "commands.py").read_text()
-    assert '"ega_lightning.list_gates"' in table
+    table = (REPO / PACKAGE / "commands" / "__init__.py").read_text()
+    assert '"ega_lightning.commands.gates"' in table
     _write(
         tmp_path,
         {
-            "commands.py": table.replace('"ega_lightning.list_gates"', '"ega_lightning.gates.listing"'),
-            "gates/listing.py": (REPO / PACKAGE / "list_gates.py").read_text(),
+            "commands/__init__.py": table.replace('"ega_lightning.commands.gates"', '"ega_lightning.gates.listing"'),
+            "gates/listing.py": (REPO / PACKAGE / "commands" / "gates.py").read_text(),
         },
     )
-    (tmp_path / PACKAGE / "list_gates.py").unlink()
+    (tmp_path / PACKAGE / "commands" / "gates.py").unlink()
     broken, _ = broken_arrows(tmp_path, DOC)
     assert broken == ["ega_lightning.gates.listing is a command inside the gates room: commands live at the top"]
 

@@ -8,7 +8,9 @@ import torch
 import yaml
 
 from ega_lightning import CharLM
-from ega_lightning.bench import VOCAB, NanoGPTReference, cold_compiler_caches, main
+from ega_lightning.bench.harness import VOCAB, cold_compiler_caches
+from ega_lightning.bench.reference import NanoGPTReference
+from ega_lightning.commands.bench import main
 
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
 

@@ -7,15 +7,10 @@ import math
 import pytest
 import torch
 
-from ega_lightning.bench import (
-    SPLIT_GATE,
-    build,
-    fixed_batch,
-    main,
-    median_interval,
-    overhead_split,
-    without_gate_arithmetic,
-)
+from ega_lightning.bench.harness import build, fixed_batch
+from ega_lightning.bench.split import SPLIT_GATE, overhead_split, without_gate_arithmetic
+from ega_lightning.commands.bench import main
+from ega_lightning.experiments.stats import median_interval
 
 from .test_bench import SHAPE, write_configs
 

@@ -55,7 +55,7 @@ def test_ega_alone_shows_the_commands_and_fails(capsys):
 
 
 def test_lightning_cli_offers_exactly_fit_validate_test():
-    from ega_lightning.cli import EgaCLI
+    from ega_lightning.commands.lightning_cli import EgaCLI
 
     assert tuple(EgaCLI.subcommands()) == commands.LIGHTNING_COMMANDS
 

@@ -7,8 +7,9 @@ import pytest
 import yaml
 
 from ega_lightning import CharDataModule, CharLM
-from ega_lightning.cli import EgaCLI, default_run_name
+from ega_lightning.commands.lightning_cli import EgaCLI
 from ega_lightning.experiments.sweep import load_spec
+from ega_lightning.runs import default_run_name
 
 from .conftest import CONFIGS
 

@@ -156,7 +156,7 @@ def test_check_gate_leaves_the_callers_random_state_alone():
 
 
 def test_the_cli_prints_one_line_per_property_and_exits_by_verdict(capsys):
-    from ega_lightning.check_gate import main
+    from ega_lightning.commands.check_gate import main
 
     assert main([f"{__name__}.WrongCount"]) == 1
     out = capsys.readouterr().out.splitlines()

@@ -8,8 +8,9 @@ import lightning as L
 import pytest
 import torch
 
-from ega_lightning import CharDataModule, CharLM, generate
+from ega_lightning import CharDataModule, CharLM
 from ega_lightning.callbacks import TauTracker
+from ega_lightning.commands import generate
 from ega_lightning.errors import UserError
 from ega_lightning.gates import Gate, build_gate, gate_class, gate_names, window_znorm
 from ega_lightning.module import RUNTIME_KEYS

@@ -6,8 +6,9 @@ import sys
 import pytest
 import torch
 
-from ega_lightning import CharLM, list_gates
-from ega_lightning.check_gate import main as check_gate_main
+from ega_lightning import CharLM
+from ega_lightning.commands import gates as list_gates
+from ega_lightning.commands.check_gate import main as check_gate_main
 from ega_lightning.errors import UserError
 from ega_lightning.gates import Gate, GateError, build_gate, gate_class, gate_names, register_gate
 from ega_lightning.gates.linear import LinearGate

@@ -12,7 +12,7 @@ import pywt
 import torch
 
 from ega_lightning import CharLM
-from ega_lightning.bench import saved_activation_bytes
+from ega_lightning.bench.harness import saved_activation_bytes
 from ega_lightning.gates import Gate, build_gate, gate_class, gate_names
 from ega_lightning.gates.multiscale import causal_moving_average
 from ega_lightning.gates.wavelet import causal_fir

@@ -8,7 +8,7 @@ from ega_lightning.gates import KeyBias, build_gate, causal_znorm, gate_names
 from ega_lightning.gates.base import _znorm_continue, _znorm_next
 from ega_lightning.gates.linear import LinearGate
 from ega_lightning.gates.multiscale import causal_moving_average
-from ega_lightning.generate import generate, next_token_logits, sample
+from ega_lightning.generation import generate, next_token_logits, sample
 from ega_lightning.model import GPT, GPTConfig
 
 from .conftest import TINY_VOCAB

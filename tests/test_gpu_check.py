@@ -7,7 +7,8 @@ import subprocess
 import pytest
 import torch
 
-from ega_lightning import device_check
+from ega_lightning import attention_paths
+from ega_lightning.commands import device_check
 from ega_lightning.experiments.sweep import fit_command, load_spec
 
 from .conftest import CONFIGS, REPO
@@ -26,7 +27,7 @@ def test_device_check_compares_every_path_and_passes_on_cpu(tmp_path, capsys):
         *((i, "bfloat16") for i in ("reference", "fused", "flex")),
     }
     fused32 = next(r for r in rows if r["impl"] == "fused" and r["dtype"] == "float32")
-    assert 0 < fused32["value_err"] < device_check.FP32_TOL and fused32["grad_err"] < device_check.FP32_TOL
+    assert 0 < fused32["value_err"] < attention_paths.FP32_TOL and fused32["grad_err"] < attention_paths.FP32_TOL
     assert all(r["grad_err"] is None for r in rows if r["impl"] == "flex")  # no CPU backward for flex
     assert "5 of 5 comparisons within bounds" in capsys.readouterr().out
 
@@ -38,7 +39,7 @@ def test_device_check_without_flex_attention_compares_the_other_paths_and_says_s
 
 
 def test_device_check_fails_on_a_mismatch(monkeypatch, capsys):
-    monkeypatch.setattr(device_check, "FP32_TOL", 0.0)  # fused and reference differ by float rounding
+    monkeypatch.setattr(attention_paths, "FP32_TOL", 0.0)  # fused and reference differ by float rounding
     assert device_check.main(["--device", "cpu", "--gates", "linear", "--no-bf16"]) == 1
     assert "MISMATCH" in capsys.readouterr().out
 

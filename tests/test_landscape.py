@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ega_lightning import CharDataModule, CharLM, landscape
+from ega_lightning.commands.landscape import main as landscape_main
 
 from .conftest import TINY_MODEL
 from .helpers import tiny_checkpoint
@@ -25,7 +26,7 @@ def windows(data_dir) -> list:
 def run_landscape(tmp_path, *ckpts, extra=()) -> dict:
     out = tmp_path / "out" / "landscape.json"
     args = [*(a for c in ckpts for a in ("--ckpt_path", str(c))), "--out", str(out), "--max_eval_windows", str(WINDOWS)]
-    assert landscape.main([*args, *extra]) == 0
+    assert landscape_main([*args, *extra]) == 0
     text = out.read_text()
     assert str(tmp_path) not in text  # no absolute path in what gets committed
     return json.loads(text)
@@ -97,5 +98,5 @@ def test_landscape_eval_znorm_measures_a_leaky_checkpoint_causally(tmp_path, dat
 def test_landscape_refuses_a_model_without_tau_and_writes_nothing(tmp_path, data_dir, capsys, gate, said):
     _, ckpt = tiny_checkpoint(tmp_path, data_dir, gate=gate)
     out = tmp_path / "out.json"
-    assert landscape.main(["--ckpt_path", str(ckpt), "--out", str(out)]) == 2
+    assert landscape_main(["--ckpt_path", str(ckpt), "--out", str(out)]) == 2
     assert said in capsys.readouterr().err and not out.exists()

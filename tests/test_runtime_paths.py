@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from ega_lightning import CharLM
-from ega_lightning.bench import saved_activation_bytes
+from ega_lightning.bench.harness import saved_activation_bytes
 from ega_lightning.callbacks import TauTracker
 from ega_lightning.callbacks.probe import GateProbe
 from ega_lightning.gates import Gate, build_gate, gate_names
-from ega_lightning.generate import next_token_logits
+from ega_lightning.generation import next_token_logits
 from ega_lightning.model import GPT, GPTConfig, fused
 from ega_lightning.model.attention import CausalSelfAttention
 
@@ -278,7 +278,7 @@ def test_bench_compile_times_compiled_gates_beside_eager_and_compilation_apart(t
 
     import yaml
 
-    from ega_lightning.bench import main
+    from ega_lightning.commands.bench import main
 
     # What is tested is the bench's bookkeeping (rows, ratios, compilation apart), not the compiler: the
     # compiled step's values are inductor's in test_compiled_training_step_equals_eager. Here torch.compile
@@ -304,7 +304,7 @@ def test_bench_compile_times_compiled_gates_beside_eager_and_compilation_apart(t
 
 
 def test_generate_runs_a_flex_checkpoint_on_the_fused_kernel(tmp_path, capsys):
-    from ega_lightning.generate import main as generate_main
+    from ega_lightning.commands.generate import main as generate_main
 
     trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=0)
     trainer.strategy.connect(tiny("linear"))

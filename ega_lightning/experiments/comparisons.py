@@ -138,7 +138,7 @@ def gate_name(gate: str, output_gate: str = "none") -> str:
 
 
 def device(machine: str | None) -> str:
-    """``CPU``, ``GPU (<names>)`` or ``device not known``, from a record's machine (`records.machine`)."""
+    """``CPU``, ``GPU (<names>)`` or ``device not known``, from a record's machine (`host.machine`)."""
     if not machine:
         return "device not known"
     devices = machine.split(";", 1)[0]

@@ -11,11 +11,7 @@ spec's run counts: a finished run directory first, else its record, else why not
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
-import os
-import platform
-import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -38,6 +34,7 @@ from ega_lightning.experiments.records import (
     write_record,
 )
 from ega_lightning.experiments.spec import DONE_FILE, Run, ran_with, static_value, user_command
+from ega_lightning.host import machine, version
 from ega_lightning.io import read_yaml
 
 # what the report reads: its tables (final, best, gap, tau, speed), its figures (curves) and the tau mechanism
@@ -63,43 +60,6 @@ VERSIONED = ("torch", "lightning", "ega-lightning")
 # ----------------------------------------------------------------------------- where a run ran
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _gpus() -> str | None:
-    # nvidia-smi, not torch.cuda: the sweep's own process must not hold a CUDA context beside its runs
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    names = [line.split(" (UUID")[0].split(": ", 1)[-1] for line in listed.stdout.splitlines() if line.strip()]
-    return ", ".join(names) or None
-
-
-def _version(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def machine() -> str:
-    """This machine, as far as a run's numbers depend on it: runs on different machines round
-    differently, and their tokens/s do not compare."""
-    gpus = _gpus()
-    devices = f"{_cpu_model()} x{os.cpu_count()}" + (f" + {gpus}" if gpus else "")
-    return f"{devices}; {platform.platform()}; torch {_version('torch') or '?'}"
-
-
 def _git(*args: str) -> str | None:
     checkout = Path(__file__).resolve().parents[2]  # the checkout this package is imported from
     try:
@@ -117,7 +77,7 @@ def provenance() -> dict[str, Any]:
         "machine": machine(),
         "git_commit": commit.strip() if commit else None,
         "git_dirty": bool(status.strip()) if status is not None else None,
-        "versions": {package: _version(package) for package in VERSIONED},
+        "versions": {package: version(package) for package in VERSIONED},
     }
 
 

@@ -1,4 +1,5 @@
-"""Small-sample statistics over seeds: mean ± std, and Student-t 95% intervals (scipy.stats).
+"""Small-sample statistics over seeds: mean ± std, and Student-t 95% intervals (scipy.stats); and the
+distribution-free interval of a median (`ega bench`'s repetitions).
 
 The one pairing rule, used by every comparison of the report (:func:`compare`): when the two
 sides share seeds, the difference is taken per shared seed (same seed: identical shared initial
@@ -167,3 +168,17 @@ def pooled_std(intervals: Sequence[Difference | None]) -> tuple[float, int] | No
     if not df:
         return None
     return math.sqrt(math.fsum((n - 1) * sd**2 for n, sd in known) / df), df
+
+
+def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+    """Distribution-free interval for the median: order statistics k and n + 1 - k (1-based), with the
+    largest k whose binomial tail stays within (1 - level) / 2; (min, max) when n is too small for one."""
+    x, n = sorted(values), len(values)
+    k, tail = 0, 0.0
+    while k < n // 2:
+        tail += math.comb(n, k) / 2**n  # P(Bin(n, 1/2) <= k)
+        if tail > (1 - level) / 2:
+            break
+        k += 1
+    k = max(k, 1)
+    return x[k - 1], x[n - k]

@@ -1,8 +1,9 @@
 """The ``ega`` command's front door: the list of commands, and each one handed to its module.
 
-Only the chosen command's module is imported, so ``ega --help`` and the tools' ``--help`` start without
-Lightning (and ``ega report``/``ega sweep`` without torch); ``fit``, ``validate`` and ``test`` go to
-Lightning's CLI in ``ega_lightning.cli``.
+One thin module per command in this package parses its command line and calls the library below;
+``fit``, ``validate`` and ``test`` share ``lightning_cli`` (Lightning's CLI). Only the chosen command's
+module is imported, so ``ega --help`` and the tools' ``--help`` start without Lightning (and
+``ega report``/``ega sweep`` without torch).
 """
 
 from __future__ import annotations
@@ -19,18 +20,30 @@ from ega_lightning.errors import (
     print_user_error,
 )
 
-# name: (module with a main(argv), one line for `ega --help`); fit/validate/test are Lightning's (cli.py)
+# name: (module with a main(argv), one line for `ega --help`); fit/validate/test are Lightning's
 COMMANDS = {
-    "fit": ("ega_lightning.cli", "train a model (Lightning CLI: -c configs, --model.*, --data.*, --trainer.*)"),
-    "validate": ("ega_lightning.cli", "evaluate a checkpoint on the validation split: loss, bpc, tau"),
-    "test": ("ega_lightning.cli", "evaluate a checkpoint on the test split"),
-    "generate": ("ega_lightning.generate", "sample text from a checkpoint"),
-    "bench": ("ega_lightning.bench", "time and measure the memory of every gate's training and generation steps"),
+    "fit": (
+        "ega_lightning.commands.lightning_cli",
+        "train a model (Lightning CLI: -c configs, --model.*, --data.*, --trainer.*)",
+    ),
+    "validate": (
+        "ega_lightning.commands.lightning_cli",
+        "evaluate a checkpoint on the validation split: loss, bpc, tau",
+    ),
+    "test": ("ega_lightning.commands.lightning_cli", "evaluate a checkpoint on the test split"),
+    "generate": ("ega_lightning.commands.generate", "sample text from a checkpoint"),
+    "bench": (
+        "ega_lightning.commands.bench",
+        "time and measure the memory of every gate's training and generation steps",
+    ),
     "sweep": ("ega_lightning.experiments.sweep", "run the runs of a sweep spec, resumably, recording each one"),
     "report": ("ega_lightning.experiments.report", "summarise recorded sweeps into results/ and REPORT.md"),
-    "gates": ("ega_lightning.list_gates", "list the gates and their options"),
-    "check-gate": ("ega_lightning.check_gate", "check a gate (built in or yours) against EGA's contract"),
-    "landscape": ("ega_lightning.landscape", "the loss around each checkpoint's learned tau and alpha (one JSON)"),
+    "gates": ("ega_lightning.commands.gates", "list the gates and their options"),
+    "check-gate": ("ega_lightning.commands.check_gate", "check a gate (built in or yours) against EGA's contract"),
+    "landscape": (
+        "ega_lightning.commands.landscape",
+        "the loss around each checkpoint's learned tau and alpha (one JSON)",
+    ),
 }
 LIGHTNING_COMMANDS = ("fit", "validate", "test")
 
@@ -63,9 +76,10 @@ def main(args: list[str] | None = None) -> None:
         print(usage(), file=sys.stdout if argv else sys.stderr)
         raise SystemExit(0 if argv else 2)
     if argv[0] not in COMMANDS or argv[0] in LIGHTNING_COMMANDS:  # Lightning's parser says what is wrong
-        from ega_lightning import cli
+        from ega_lightning.commands import lightning_cli
 
-        return cli.main(args)  # None from the shell: cli.main reads (and, for DDP, rewrites) sys.argv itself
+        # None from the shell: lightning_cli.main reads (and, for DDP, rewrites) sys.argv itself
+        return lightning_cli.main(args, {name: COMMANDS[name][1] for name in LIGHTNING_COMMANDS})
     try:
         code = importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
         sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit

@@ -1,0 +1,52 @@
+"""What `ega bench` measures, read from a configs directory: each size's model shape and batch size
+(``size/``), each gate's settings (``gate/``, ``output_gate/``, or a gate named by entry point or import
+path). The directory is the CLI's (`ega_lightning.config_files.configs_dir`) unless ``--configs`` names one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ega_lightning.errors import UserError
+from ega_lightning.gates import SLOTS, gate_class, gate_names
+from ega_lightning.io import read_yaml
+
+
+def load_yaml_model(path: Path) -> dict[str, Any]:
+    return read_yaml(path, missing_ok=False).get("model", {}) or {}
+
+
+def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
+    """Model shape and batch size from configs/base.yaml + configs/size/<size>.yaml."""
+    path = configs / "size" / f"{size}.yaml"
+    if not path.is_file():
+        available = ", ".join(sorted(p.stem for p in (configs / "size").glob("*.yaml")))
+        raise UserError(f"no model size {size!r} in {configs / 'size'} (available: {available}); see --configs.")
+    raw = read_yaml(path, missing_ok=False)
+    shape = {k: raw["model"][k] for k in ("n_layer", "n_head", "n_embd", "block_size")}
+    return shape, raw["data"]["batch_size"]
+
+
+def gate_settings(configs: Path, names: list[str] | None) -> dict[str, dict[str, Any]]:
+    """Gate configs by file stem: {"linear": {"gate": "linear"}, "multiscale2": {...}, ...}; `none` first.
+    Output gates (configs/output_gate/) by their gate name, on the baseline: {"output_headwise": {...}}.
+
+    A name that is no config file but a gate (an entry point, an import path such as
+    my_gates.AbsEnergyGate) is benchmarked at its default options."""
+    found = {p.stem: load_yaml_model(p) for p in sorted((configs / "gate").glob("*.yaml"))}
+    for path in sorted((configs / "output_gate").glob("*.yaml")):
+        output = load_yaml_model(path)
+        found[output["output_gate"]] = {"gate": "none", **output}
+    for name in names or []:
+        if name not in found and ("." in name or name in gate_names()):
+            cls = gate_class(name)  # a GateError (a UserError) says what is wrong with it
+            slot = next(slot for slot, base in SLOTS.items() if issubclass(cls, base))
+            found[name] = {"gate": "none", slot: name}
+    unknown = sorted(set(names or []) - found.keys())
+    if unknown:
+        raise UserError(f"no gate config {unknown} in {configs / 'gate'} (available: {', '.join(found)}).")
+    if "none" not in found:  # every table is relative to the baseline
+        raise UserError(f"no baseline config none.yaml in {configs / 'gate'}; see --configs.")
+    chosen = {k: v for k, v in found.items() if names is None or k in names or k == "none"}
+    return {"none": chosen.pop("none"), **chosen}

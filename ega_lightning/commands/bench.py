@@ -1,0 +1,108 @@
+"""`ega bench`: what each gate costs, measured side by side in one process.
+
+For every model size and gate config: the time of one training step (forward, backward,
+AdamW step), interleaved across gates and repeated, reported as median with min and max,
+the ratio to the baseline ``none``, tokens per second and memory; then our baseline against
+a nanoGPT-style model written here; then generation speed with and without the KV cache.
+
+    ega bench                               # cpu and paper sizes, every gate config, this machine
+    ega bench --sizes cpu --repeats 9 --precision bf16-mixed --device cuda
+    ega bench --sizes cpu --gates linear --compile   # also every gate under torch.compile, compile time apart
+    ega bench --generation_only --gates linear --generation_repeats 5   # KV cache against recompute only
+
+The measuring is the library `ega_lightning.bench`; this module parses the command line and writes
+the JSON and the Markdown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from ega_lightning.bench.run import benchmark
+from ega_lightning.bench.settings import gate_settings, size_settings
+from ega_lightning.bench.table import to_markdown
+from ega_lightning.config_files import configs_dir
+from ega_lightning.io import write_atomic
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ega bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", default=["cpu", "paper"], help="model sizes from configs/size/")
+    parser.add_argument("--gates", nargs="+", default=None, help="gate configs from configs/gate/ (default: all)")
+    parser.add_argument(
+        "--configs",
+        type=Path,
+        default=None,
+        help="the configs directory (size/, gate/); default: ./configs if there, else the packaged configs",
+    )
+    parser.add_argument("--repeats", type=int, default=7, help="timed repetitions per contender, >= 3 (default 7)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps before timing (default 2)")
+    parser.add_argument("--batch_size", type=int, default=None, help="override the size's batch size")
+    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true", help="default 32-true")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="default: cuda if there is one, else cpu",
+    )
+    parser.add_argument("--seed", type=int, default=1337, help="seed of every model's weights (default 1337)")
+    parser.add_argument("--generation_sizes", nargs="+", default=["cpu", "paper"], help="sizes for generation")
+    parser.add_argument("--new_tokens", type=int, default=256, help="tokens per generation timing (default 256)")
+    parser.add_argument("--no_generation", action="store_true", help="skip the generation tables")
+    parser.add_argument(
+        "--generation_repeats",
+        type=int,
+        default=1,
+        help="time cached and recomputed generation this many times each, alternating; medians",
+    )
+    parser.add_argument(
+        "--generation_only",
+        action="store_true",
+        help="only the generation tables, in bench-<device>-<precision>-generation.json and .md",
+    )
+    parser.add_argument("--compile", action="store_true", help="also time every gate (and the reference) compiled")
+    parser.add_argument(
+        "--out", type=Path, default=Path("results"), help="where the JSON and Markdown go (default results)"
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _parser()
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(argv)
+    if args.repeats < 3:
+        parser.error("--repeats must be at least 3 for a median with min and max to mean anything")
+    if args.compile and args.warmup < 1:
+        parser.error("--compile needs --warmup >= 1: compilation happens in the first step, which is not timed")
+    if args.generation_repeats < 1:
+        parser.error(f"--generation_repeats must be positive, got {args.generation_repeats}")
+    if args.generation_only and (args.no_generation or args.compile):
+        parser.error("--generation_only times generation alone: it takes neither --no_generation nor --compile")
+    if args.configs is None:
+        args.configs = configs_dir()
+    for size in {*([] if args.generation_only else args.sizes), *([] if args.no_generation else args.generation_sizes)}:
+        size_settings(args.configs, size)  # every size named before any is timed
+    device = torch.device(args.device)
+    gates = gate_settings(args.configs, args.gates)
+    started = datetime.now(UTC)
+    result = benchmark(args, gates, device, " ".join(["ega bench", *argv]), started)
+    markdown = to_markdown(result)
+    print(markdown)
+    args.out.mkdir(parents=True, exist_ok=True)
+    # its own files: a generation-only run does not overwrite the full tables
+    stem = f"bench-{device.type}-{args.precision}" + ("-compile" if args.compile else "")
+    stem += "-generation" if args.generation_only else ""
+    write_atomic(args.out / f"{stem}.json", json.dumps(result, indent=2) + "\n")
+    write_atomic(args.out / f"{stem}.md", markdown)
+    print(f"wrote {args.out / stem}.json and .md ({math.ceil((datetime.now(UTC) - started).total_seconds())} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""A command line's config files: the packaged configs, and each -c value resolved to a file and checked.
+
+`ega fit/validate/test` resolve their -c values here, and `ega bench` reads its sizes and gates from
+the same packaged directory. (Not ``configs.py``: ``ega_lightning/configs/`` is that directory.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from pathlib import Path
+
+import yaml
+
+from ega_lightning.errors import UserError
+
+PACKAGED_CONFIGS = Path(__file__).resolve().parent / "configs"
+# What `ega fit` with no -c runs: the README's main job, EGA-1 on TinyShakespeare at the cpu size, with
+# every callback. Any -c file or flag overrides these, as later files override earlier ones.
+DEFAULT_CONFIGS = ("base.yaml", "size/cpu.yaml", "corpus/tinyshakespeare.yaml", "gate/linear.yaml")
+NON_FINITE = {"nan": ".nan", "inf": ".inf", "+inf": ".inf", "-inf": "-.inf", "infinity": ".inf", "-infinity": "-.inf"}
+
+
+def configs_dir() -> Path:
+    """The configs directory a tool reads sizes and gates from: ./configs in a checkout, else the packaged one."""
+    return Path("configs") if Path("configs/size").is_dir() else PACKAGED_CONFIGS
+
+
+def resolve_config(name: str) -> str:
+    """A -c value: a file that exists as given, else the packaged config of that name.
+
+    ``gate/db4.yaml`` and ``configs/gate/db4.yaml`` both name the packaged file; a local file of the
+    same path wins (so a checkout's configs/, or your own edited copy, is what runs).
+    """
+    if Path(name).is_file():
+        return name
+    if Path(name).is_dir():
+        found = sorted(str(p.relative_to(name)) for p in Path(name).rglob("*.yaml"))[:4]
+        raise UserError(
+            f"-c {name} is a directory; -c takes one config file"
+            + (f", e.g. one of those in it: {', '.join(found)}." if found else ".")
+        )
+    for candidate in (name, name.removeprefix("configs/")):
+        packaged = PACKAGED_CONFIGS / candidate
+        if packaged.is_file():
+            return str(packaged)
+    shipped = sorted(str(p.relative_to(PACKAGED_CONFIGS)) for p in PACKAGED_CONFIGS.rglob("*.yaml"))
+    raise UserError(
+        f"config file {name} not found (relative paths are resolved against {Path.cwd()}). Give a file path, "
+        f"or a packaged config: {', '.join(s for s in shipped if not s.startswith('sweeps/'))}."
+    )
+
+
+def _check_yaml(path: str) -> bool:
+    """Whether a config file sets anything (False: empty, or only comments); a UserError if it is no config."""
+    try:
+        content = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise UserError(
+            f"config file {path} is not valid YAML{where}: {problem}. Fix the file and run again."
+        ) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserError(f"config file {path} cannot be read: {err}.") from None
+    if content is not None and not isinstance(content, dict):
+        raise UserError(
+            f"config file {path} holds a {type(content).__name__}, not a mapping of options: write it as "
+            "`model:`, `data:`, `trainer:` ... sections, as the packaged configs are (e.g. gate/db4.yaml)."
+        )
+    return content is not None
+
+
+def resolve_config_args(argv: list[str], float_flags: Collection[str] = ()) -> list[str]:
+    """The command line with every -c/--config value resolved (packaged names) and checked as YAML, and
+    every non-finite value of a ``float_flags`` flag (``--model.lr inf``) spelled as YAML spells it."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg in ("-c", "--config") and i + 1 < len(argv):
+            path = resolve_config(argv[i + 1])
+            out += [arg, path] if _check_yaml(path) else []  # an empty config sets nothing
+            i += 2
+            continue
+        if arg.startswith("--config="):
+            path = resolve_config(arg.split("=", 1)[1])
+            arg = f"--config={path}" if _check_yaml(path) else ""
+        if arg in float_flags and i + 1 < len(argv):  # --model.lr inf
+            out += [arg, NON_FINITE.get(argv[i + 1].lower(), argv[i + 1])]
+            i += 2
+            continue
+        out += [_yaml_float(arg, float_flags)] if arg else []
+        i += 1
+    return out
+
+
+def _yaml_float(arg: str, float_flags: Collection[str]) -> str:
+    """``--model.tau_init=nan`` as YAML spells it (``.nan``), so that the model's check says what is wrong with
+    it, rather than the parser, which reads ``nan`` as a string."""
+    flag, _, value = arg.partition("=")
+    if flag in float_flags and value.lower() in NON_FINITE:
+        return f"{flag}={NON_FINITE[value.lower()]}"
+    return arg

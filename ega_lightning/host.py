@@ -1,0 +1,60 @@
+"""The machine this process runs on, described once: for a run's record and for `ega bench`'s tables.
+
+No torch here (`ega report` imports it through the records): what torch knows of the machine, the
+vector instructions its CPU kernels dispatch to, is handed in by the caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what `platform` knows of it."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def gpus() -> str | None:
+    """The GPUs' names, comma-separated; None when there are none (or no nvidia-smi to ask)."""
+    # nvidia-smi, not torch.cuda: the sweep's own process must not hold a CUDA context beside its runs
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = [line.split(" (UUID")[0].split(": ", 1)[-1] for line in listed.stdout.splitlines() if line.strip()]
+    return ", ".join(names) or None
+
+
+def version(package: str) -> str | None:
+    """An installed distribution's version; None when it is not installed."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine() -> str:
+    """This machine, as far as a run's numbers depend on it: runs on different machines round
+    differently, and their tokens/s do not compare."""
+    found = gpus()
+    devices = f"{cpu_model()} x{os.cpu_count()}" + (f" + {found}" if found else "")
+    return f"{devices}; {platform.platform()}; torch {version('torch') or '?'}"
+
+
+def cpu_name(capability: str) -> str:
+    """The CPU as a reader of a benchmark can tell machines apart by: its model, the vector instructions
+    torch's kernels dispatch to (``capability``: they set what an extra head channel costs) and its
+    logical cores."""
+    return f"{cpu_model()} ({platform.machine()}, {capability}, {os.cpu_count()} logical cores)"
