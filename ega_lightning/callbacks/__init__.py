@@ -1,3 +1,6 @@
+"""What training logs and keeps beside the loss: the callbacks a run's config names (tau, the gate map,
+the generalization gap, hyper-parameters, checkpoints)."""
+
 from ega_lightning.callbacks.gap import GeneralizationGap
 from ega_lightning.callbacks.gate_map import GateMap
 from ega_lightning.callbacks.hparams import HParamsSummary

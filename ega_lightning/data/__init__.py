@@ -1,3 +1,6 @@
+"""The corpora, the character tokenizer and the LightningDataModule, imported lazily (the vocabulary is
+known before any file is read)."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,3 +1,5 @@
+"""The model in plain PyTorch (no Lightning): GPT and its attention layer with its fast paths."""
+
 from ega_lightning.model.attention import (
     ATTENTION_IMPLS,
     CausalSelfAttention,
