@@ -14,6 +14,25 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def to_markdown(result: dict[str, Any]) -> str:
+    """The benchmark's JSON as Markdown: the header, then per size the gates, the split and the compiled
+    table, our baseline against the reference, and generation."""
+    out = _header(result)
+    for size in result["sizes"]:
+        out += _gates(size)
+    ref_rows = [_reference_row(size) for size in result["sizes"]]
+    for size in result["sizes"]:
+        out += _split(size) if size.get("split") is not None else []
+    for size in result["sizes"]:
+        out += _compiled(size)
+    if ref_rows:
+        out += ["", "## Our baseline against a nanoGPT-style model (same shape, same batch)", ""]
+        out += [_table(["size", "ours (none) ms", "nanoGPT-style ms", "ours / nanoGPT"], ref_rows)]
+    for g in result.get("generation", []):
+        out += _generation(g)
+    return "\n".join(out) + "\n"
+
+
+def _header(result: dict[str, Any]) -> list[str]:
     env = result["environment"]
     out = [
         f"# Benchmark: {env['device_name']}, {result['precision']}",
@@ -31,117 +50,115 @@ def to_markdown(result: dict[str, Any]) -> str:
             "Memory = tensors saved for backward (activations) + training state (parameters, gradients, two AdamW",
             "moments); on CUDA the allocator's peak is listed too.",
         ]
-    for size in result["sizes"]:
-        rows = [
-            [
-                name,
-                f"{r['median_ms']:.1f}",
-                f"{r['min_ms']:.1f}-{r['max_ms']:.1f}",
-                f"{r['time_ratio']:.3f} ({r['time_ratio_q1_q3'][0]:.3f}-{r['time_ratio_q1_q3'][1]:.3f})",
-                f"{r['tokens_per_s']:,.0f}",
-                f"{r['total_mb']:.1f}" + (f" (CUDA peak {r['cuda_peak_mb']:.0f})" if "cuda_peak_mb" in r else ""),
-                f"{r['memory_ratio']:.3f}",
-            ]
-            for name, r in size["rows"].items()
-            if name != "nanogpt_reference"
+    return out
+
+
+def _gates(size: dict[str, Any]) -> list[str]:
+    rows = [
+        [
+            name,
+            f"{r['median_ms']:.1f}",
+            f"{r['min_ms']:.1f}-{r['max_ms']:.1f}",
+            f"{r['time_ratio']:.3f} ({r['time_ratio_q1_q3'][0]:.3f}-{r['time_ratio_q1_q3'][1]:.3f})",
+            f"{r['tokens_per_s']:,.0f}",
+            f"{r['total_mb']:.1f}" + (f" (CUDA peak {r['cuda_peak_mb']:.0f})" if "cuda_peak_mb" in r else ""),
+            f"{r['memory_ratio']:.3f}",
         ]
-        shape = size["shape"]
-        out += [
-            "",
-            f"## Gates at the `{size['size']}` size ({shape['n_layer']}x{shape['n_head']}x{shape['n_embd']}, "
-            f"block {shape['block_size']}, batch {size['batch_size']})",
-            "",
-            _table(["gate", "median ms", "min-max ms", "x none (quartiles)", "tokens/s", "memory MB", "x none"], rows),
-        ]
-    ref_rows = []
-    for size in result["sizes"]:
-        # under --compile the reference is compiled: against our compiled baseline
-        ours, ref = size["rows"].get("none+compile", size["rows"]["none"]), size["rows"]["nanogpt_reference"]
-        ref_rows.append(
-            [
-                size["size"],
-                f"{ours['median_ms']:.1f}",
-                f"{ref['median_ms']:.1f}",
-                f"{ours['median_ms'] / ref['median_ms']:.3f}",
-            ]
+        for name, r in size["rows"].items()
+        if name != "nanogpt_reference"
+    ]
+    shape = size["shape"]
+    return [
+        "",
+        f"## Gates at the `{size['size']}` size ({shape['n_layer']}x{shape['n_head']}x{shape['n_embd']}, "
+        f"block {shape['block_size']}, batch {size['batch_size']})",
+        "",
+        _table(["gate", "median ms", "min-max ms", "x none (quartiles)", "tokens/s", "memory MB", "x none"], rows),
+    ]
+
+
+def _reference_row(size: dict[str, Any]) -> list[str]:
+    # under --compile the reference is compiled: against our compiled baseline
+    ours, ref = size["rows"].get("none+compile", size["rows"]["none"]), size["rows"]["nanogpt_reference"]
+    return [
+        size["size"],
+        f"{ours['median_ms']:.1f}",
+        f"{ref['median_ms']:.1f}",
+        f"{ours['median_ms'] / ref['median_ms']:.3f}",
+    ]
+
+
+def _split(size: dict[str, Any]) -> list[str]:
+    split = size["split"]
+    plain, padded = split["head_sizes"]
+    rows = [
+        [label, f"{split[key]['points']:+.1f}", f"{split[key]['interval'][0]:+.1f} to {split[key]['interval'][1]:+.1f}"]
+        for key, label in (
+            ("total", f"`{SPLIT_GATE}` over `none`"),
+            ("kernel", f"the attention kernel at head size {padded} vs {plain}"),
+            ("matmuls", f"the Q/K/V and c_proj matmuls at head size {padded} vs {plain}"),
+            ("gate", "the gate's z-norm and sigmoid (the model against itself with log g = 0)"),
+            ("rest", "everything else (the write of log g, the padded path's copies and gathers, their Python)"),
         )
-    for size in result["sizes"]:
-        split = size.get("split")
-        if split is None:
-            continue
-        plain, padded = split["head_sizes"]
-        rows = [
-            [
-                label,
-                f"{split[key]['points']:+.1f}",
-                f"{split[key]['interval'][0]:+.1f} to {split[key]['interval'][1]:+.1f}",
-            ]
-            for key, label in (
-                ("total", f"`{SPLIT_GATE}` over `none`"),
-                ("kernel", f"the attention kernel at head size {padded} vs {plain}"),
-                ("matmuls", f"the Q/K/V and c_proj matmuls at head size {padded} vs {plain}"),
-                ("gate", "the gate's z-norm and sigmoid (the model against itself with log g = 0)"),
-                ("rest", "everything else (the write of log g, the padded path's copies and gathers, their Python)"),
-            )
+    ]
+    alone = [
+        f"{what} ({split[key]['ms']['plain']:.2f} ms at head size {plain}, {split[key]['ms']['padded']:.2f} ms "
+        f"at {padded}: {split[key]['ratio']:.3f}x)"
+        for key, what in (
+            ("kernel", "SDPA forward + backward on the model's shapes"),
+            ("matmuls", "the two matmuls forward + backward, padded weights built as training builds them"),
+        )
+    ]
+    gate = split["gate"]["ms"]
+    alone.append(f"the whole step with log g = 0 and as trained ({gate['plain']:.1f} ms, {gate['padded']:.1f} ms)")
+    return [
+        "",
+        f"## Where `{SPLIT_GATE}`'s time goes at the `{size['size']}` size "
+        "(points of the baseline's step: medians of per-repetition values, 95% intervals)",
+        "",
+        _table(["part", "points", "95% interval"], rows),
+        "",
+        f"Kernel and matmuls alone, one layer's call (the points count it {size['shape']['n_layer']} times), and "
+        "the gate's arithmetic in the whole model, per-repetition medians: " + "; ".join(alone) + ".",
+    ]
+
+
+def _compiled(size: dict[str, Any]) -> list[str]:
+    compiled = {name: r for name, r in size["rows"].items() if "eager_ratio" in r}
+    if not compiled:
+        return []
+    rows = [
+        [
+            name.removesuffix("+compile"),
+            f"{size['rows'][name.removesuffix('+compile')]['median_ms']:.1f}",
+            f"{r['median_ms']:.1f}",
+            f"{r['eager_ratio']:.3f}",
+            f"{r['compile_s']:.1f}",
         ]
-        n_layer = size["shape"]["n_layer"]
-        alone = [
-            f"{what} ({split[key]['ms']['plain']:.2f} ms at head size {plain}, {split[key]['ms']['padded']:.2f} ms "
-            f"at {padded}: {split[key]['ratio']:.3f}x)"
-            for key, what in (
-                ("kernel", "SDPA forward + backward on the model's shapes"),
-                ("matmuls", "the two matmuls forward + backward, padded weights built as training builds them"),
-            )
-        ]
-        gate = split["gate"]["ms"]
-        alone.append(f"the whole step with log g = 0 and as trained ({gate['plain']:.1f} ms, {gate['padded']:.1f} ms)")
-        out += [
-            "",
-            f"## Where `{SPLIT_GATE}`'s time goes at the `{size['size']}` size "
-            "(points of the baseline's step: medians of per-repetition values, 95% intervals)",
-            "",
-            _table(["part", "points", "95% interval"], rows),
-            "",
-            f"Kernel and matmuls alone, one layer's call (the points count it {n_layer} times), and the gate's "
-            "arithmetic in the whole model, per-repetition medians: " + "; ".join(alone) + ".",
-        ]
-    for size in result["sizes"]:
-        compiled = {name: r for name, r in size["rows"].items() if "eager_ratio" in r}
-        if not compiled:
-            continue
-        rows = [
-            [
-                name.removesuffix("+compile"),
-                f"{size['rows'][name.removesuffix('+compile')]['median_ms']:.1f}",
-                f"{r['median_ms']:.1f}",
-                f"{r['eager_ratio']:.3f}",
-                f"{r['compile_s']:.1f}",
-            ]
-            for name, r in compiled.items()
-        ]
-        out += [
-            "",
-            f"## torch.compile at the `{size['size']}` size (compile s: the first step's excess, in no ratio)",
-            "",
-            _table(["gate", "eager ms", "compiled ms", "compiled / eager", "compile s"], rows),
-        ]
-    if ref_rows:
-        out += ["", "## Our baseline against a nanoGPT-style model (same shape, same batch)", ""]
-        out += [_table(["size", "ours (none) ms", "nanoGPT-style ms", "ours / nanoGPT"], ref_rows)]
-    for g in result.get("generation", []):
-        rows = [
-            [name, f"{r['cached_tokens_per_s']:.1f}", f"{r['recompute_tokens_per_s']:.1f}", f"{r['speedup']:.1f}x"]
-            for name, r in g["rows"].items()
-        ]
-        repeats = next(iter(g["rows"].values())).get("repeats", 1)
-        timing = "" if repeats == 1 else f" (medians of {repeats} alternating repetitions)"
-        out += [
-            "",
-            f"## Generation, `{g['size']}` size, {g['new_tokens']} new tokens from a 1-token prompt, batch 1{timing}",
-            "",
-            _table(["gate", "KV cache tokens/s", "recompute tokens/s", "speed-up"], rows),
-        ]
-        if g.get("uncached"):
-            names = ", ".join(f"`{n}`" for n in g["uncached"])
-            out += ["", f"Not timed: {names}, whose z-norm reads the whole window, so there is no cached form."]
-    return "\n".join(out) + "\n"
+        for name, r in compiled.items()
+    ]
+    return [
+        "",
+        f"## torch.compile at the `{size['size']}` size (compile s: the first step's excess, in no ratio)",
+        "",
+        _table(["gate", "eager ms", "compiled ms", "compiled / eager", "compile s"], rows),
+    ]
+
+
+def _generation(g: dict[str, Any]) -> list[str]:
+    rows = [
+        [name, f"{r['cached_tokens_per_s']:.1f}", f"{r['recompute_tokens_per_s']:.1f}", f"{r['speedup']:.1f}x"]
+        for name, r in g["rows"].items()
+    ]
+    repeats = next(iter(g["rows"].values())).get("repeats", 1)
+    timing = "" if repeats == 1 else f" (medians of {repeats} alternating repetitions)"
+    out = [
+        "",
+        f"## Generation, `{g['size']}` size, {g['new_tokens']} new tokens from a 1-token prompt, batch 1{timing}",
+        "",
+        _table(["gate", "KV cache tokens/s", "recompute tokens/s", "speed-up"], rows),
+    ]
+    if g.get("uncached"):
+        names = ", ".join(f"`{n}`" for n in g["uncached"])
+        out += ["", f"Not timed: {names}, whose z-norm reads the whole window, so there is no cached form."]
+    return out
