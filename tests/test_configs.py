@@ -69,3 +69,15 @@ def test_sweep_specs_load_and_name_only_shipped_configs(spec, monkeypatch):
     assert sweep.runs
     for run in sweep.runs:
         assert set(run.configs) <= {str(p.relative_to(CONFIGS.parent)) for p in CONFIGS.rglob("*.yaml")}
+
+
+def test_an_entry_named_in_two_specs_is_one_run_in_both(monkeypatch):
+    """More seeds of an entry (seeds45.yaml, peers.yaml) join the entry of the same name elsewhere: same
+    variant, group, report sections, configs and arguments, or the report splits one variant in two."""
+    monkeypatch.chdir(CONFIGS.parent)
+    entries: dict[str, tuple[str, object]] = {}
+    for spec in SWEEPS:
+        for run in load_spec(spec).runs:
+            shape = (run.variant, run.group, run.also_in, run.configs, run.args)
+            first = entries.setdefault(run.entry, (spec.name, shape))
+            assert first[1] == shape, f"{run.entry}: {first[0]} and {spec.name} declare it differently"
