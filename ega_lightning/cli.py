@@ -1,5 +1,5 @@
-"""`python -m ega_lightning.cli`: the documented ``python -m`` entry point of `ega` (the README's torchrun
-line, `ega sweep`'s runs; DDP re-executes it on every rank). It only runs the dispatcher,
+"""`python -m ega_lightning.cli`: the documented ``python -m`` entry point of `ega` (the torchrun line of
+docs/scale-out.md, `ega sweep`'s runs; DDP re-executes it on every rank). It only runs the dispatcher,
 `ega_lightning.commands`: the same as the ``ega`` console script.
 """
 

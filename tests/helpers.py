@@ -11,7 +11,7 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ega_lightning.data.corpora import CORPORA, DATA_DIR_ENV, CorpusError, ensure_corpus
-from ega_lightning.model.attention import has_flex_attention
+from ega_lightning.model.flex import has_flex_attention
 
 # FlexAttention exists from torch 2.5 on; the project supports 2.4
 needs_flex = pytest.mark.skipif(not has_flex_attention(), reason="this torch has no FlexAttention")

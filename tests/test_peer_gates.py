@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from ega_lightning import CharLM
 from ega_lightning.gates import build_gate, gate_class
 from ega_lightning.generation import next_token_logits
-from ega_lightning.model.attention import CausalSelfAttention, has_flex_attention
+from ega_lightning.model.attention import CausalSelfAttention
+from ega_lightning.model.flex import has_flex_attention
 
 from .conftest import TINY_MODEL, TINY_VOCAB
 

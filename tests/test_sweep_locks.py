@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ega_lightning.experiments import rundirs
+from ega_lightning import runs
 
 from .conftest import REPO
 
@@ -15,7 +15,7 @@ def test_the_same_index_in_two_processes_trains_once(tmp_path, capsys, monkeypat
     monkeypatch.chdir(REPO)
     run_dir = tmp_path / "runs" / "ts-none-seed1"
     run_dir.mkdir(parents=True)
-    with open(run_dir / rundirs.LOCK_FILE, "w") as lock:  # the other process, mid-run
+    with open(run_dir / runs.LOCK_FILE, "w") as lock:  # the other process, mid-run
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         args = ["configs/sweeps/short.yaml", "--index", "0", "--runs_dir", str(tmp_path / "runs")]
         assert sweep.main([*args, "--records_dir", str(tmp_path / "rec")]) == 1

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ega_lightning.errors import UserError
-from ega_lightning.gates import SLOTS, gate_class, gate_names
+from ega_lightning.gates import gate_names, resolve_gate
 from ega_lightning.io import read_yaml
 
 
@@ -40,8 +40,7 @@ def gate_settings(configs: Path, names: list[str] | None) -> dict[str, dict[str,
         found[output["output_gate"]] = {"gate": "none", **output}
     for name in names or []:
         if name not in found and ("." in name or name in gate_names()):
-            cls = gate_class(name)  # a GateError (a UserError) says what is wrong with it
-            slot = next(slot for slot, base in SLOTS.items() if issubclass(cls, base))
+            slot = resolve_gate(name).slot  # a GateError (a UserError) says what is wrong with it
             found[name] = {"gate": "none", slot: name}
     unknown = sorted(set(names or []) - found.keys())
     if unknown:

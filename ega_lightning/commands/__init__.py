@@ -98,7 +98,3 @@ def main(args: list[str] | None = None) -> None:
         exit_refused(argv[0], refusal)
     if code:
         raise SystemExit(code)
-
-
-if __name__ == "__main__":
-    main()

@@ -17,15 +17,11 @@ from ega_lightning.errors import UserError
 from ega_lightning.gates.base import Gate
 from ega_lightning.gates.registry import (
     NO_GATE,
-    SLOTS,
-    build_gate,
     entry_point_gates,
-    gate_class,
     gate_names,
-    gate_options,
-    gate_params_per_layer,
     is_builtin,
     registered_gates,
+    resolve_gate,
 )
 
 
@@ -52,19 +48,20 @@ def describe(name: str, n_embd: int, n_head: int) -> GateInfo:
     """One gate at a layer shape; options at their defaults."""
     if name == NO_GATE:
         return GateInfo(NO_GATE, "gate", "built-in", "baseline", "0", "-", "-", "plain causal attention")
-    cls = gate_class(name)
+    gate = resolve_gate(name)  # once: a name may scan the entry points or import a module
+    cls, slot = gate.cls, gate.slot
     assert cls is not None
-    slot = next(slot for slot, base in SLOTS.items() if issubclass(cls, base))
     entry_points = entry_point_gates()
     source = "built-in" if is_builtin(cls) else cls.__module__
     if name in entry_points:
         source = f"entry point of {entry_points[name].package}"
-    options = gate_options(name)
+    options = gate.options()
     defaults = {k: v for k, v in options.items() if v is not inspect.Parameter.empty}
     shown = ", ".join(f"{k}={v!r}" if k in defaults else f"{k} (required)" for k, v in options.items())
     try:
-        params = str(gate_params_per_layer(name, n_embd, n_head, **defaults))
-        built = build_gate(name, n_embd, n_head, slot=slot, **defaults)
+        params = str(gate.params_per_layer(n_embd, n_head, **defaults))
+        gate.check_options(defaults)
+        built = gate.build(n_embd, n_head, **defaults)
         receptive_field = str(getattr(built, "receptive_field", "-"))
     except Exception as err:  # required options, or a gate that needs another shape
         params = receptive_field = f"? ({type(err).__name__})"

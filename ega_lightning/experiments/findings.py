@@ -247,7 +247,7 @@ def pair(a: Variant | str, b: Variant | str) -> str:
 
 def code_of(*variants: Variant | None) -> Code:
     """Which code the sides of a comparison ran: per side, each fingerprint and the seeds that ran it;
-    a run's code is flagged when it is not established as today's (`comparisons.code_status`)."""
+    a run's code is flagged when it is not established as today's (`provenance.code_status`)."""
     sides, flagged = [], []
     for v in variants:
         if v is None or not v.done:  # a side with no finished run ran no code

@@ -53,7 +53,6 @@ RECORD_TAGS = (
     "train/tokens_per_sec",
 )
 FROM_EVENT_FILES = "event files"
-LOCK_FILE = run_dirs.LOCK_FILE  # the one lock of a run directory, owned by `ega fit`
 VERSIONED = ("torch", "lightning", "ega-lightning")
 
 
@@ -199,7 +198,7 @@ def load_run(run: Run, runs_dir: Path, records_dir: Path) -> Loaded:
         return Loaded(run, "incomplete", problem, None, False)
     if not run_dir.is_dir():
         return Loaded(run, "missing", f"never started: no run directory, no record in {records_dir}", None, False)
-    resumable = (run_dir / "checkpoints" / "last.ckpt").is_file()
+    resumable = (run_dir / run_dirs.LAST).is_file()
     reason = "no DONE; " + (
         "has checkpoints/last.ckpt: interrupted or failed, `ega sweep` resumes it"
         if resumable

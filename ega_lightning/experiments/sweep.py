@@ -40,7 +40,6 @@ from ega_lightning.errors import UserError
 from ega_lightning.experiments import spec as spec_module
 from ega_lightning.experiments.records import RecordError, load_record, record_path
 from ega_lightning.experiments.rundirs import (
-    LOCK_FILE,
     provenance,
     read_done,
     record_run,
@@ -125,7 +124,7 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
     run_dir = runs_dir / run.run_name
     with run_lock(run_dir) as lock:
         if lock is None:
-            print(f"{prefix} skipped (running in another process: {run_dir / LOCK_FILE} is locked)", flush=True)
+            print(f"{prefix} skipped (running in another process: {run_dir / runs.LOCK_FILE} is locked)", flush=True)
             return "busy"
         state = run_state(run_dir)
         if state == "done":

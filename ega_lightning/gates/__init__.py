@@ -14,7 +14,6 @@ from ega_lightning.gates.registry import (
     gate_options,
     gate_params_per_layer,
     register_gate,
-    require_slot,
     resolve_gate,
 )
 from ega_lightning.gates.slots import KeyBias, OutputGate, relative_bias
@@ -38,7 +37,6 @@ __all__ = [
     "gate_params_per_layer",
     "register_gate",
     "relative_bias",
-    "require_slot",
     "resolve_gate",
     "window_znorm",
 ]

@@ -251,8 +251,7 @@ def gate_class(gate: GateSpec) -> type[AnyGate] | None:
 def gate_options(gate: GateSpec) -> dict[str, Any]:
     """The options a gate accepts besides the layer shape (n_embd, n_head), with their defaults
     (``inspect.Parameter.empty`` where there is none): its __init__'s, then COMMON_OPTIONS (every gate's)."""
-    cls = gate_class(gate)
-    return {} if cls is None else _options_of(cls)
+    return resolve_gate(gate).options()
 
 
 def _options_of(cls: type[AnyGate]) -> dict[str, Any]:
@@ -265,17 +264,8 @@ def _options_of(cls: type[AnyGate]) -> dict[str, Any]:
     return {**own, **COMMON_OPTIONS} if issubclass(cls, Gate) else own
 
 
-def gate_option_names(gate: GateSpec) -> list[str]:
-    return list(gate_options(gate))
-
-
 def check_gate_options(gate: GateSpec, options: dict[str, Any]) -> None:
     resolve_gate(gate).check_options(options)
-
-
-def require_slot(gate: GateSpec, slot: str) -> type[AnyGate] | None:
-    """The gate's class, checked to fit ``slot`` (``gate`` or ``output_gate``, see SLOTS)."""
-    return resolve_gate(gate, slot).cls
 
 
 @dataclass(frozen=True)
@@ -291,6 +281,17 @@ class ResolvedGate:
     def name(self) -> str:
         """The gate as messages name it: the config's string, or a class's import path."""
         return self.spec if isinstance(self.spec, str) else qualified_name(self.spec)
+
+    @property
+    def slot(self) -> str:
+        """The slot the class fits (see SLOTS); ``gate`` for the baseline."""
+        if self.cls is None:
+            return "gate"
+        return next(slot for slot, base in SLOTS.items() if issubclass(self.cls, base))
+
+    def options(self) -> dict[str, Any]:
+        """The options the gate accepts besides the layer shape, with their defaults (see `gate_options`)."""
+        return {} if self.cls is None else _options_of(self.cls)
 
     def check_options(self, options: dict[str, Any]) -> None:
         cls = self.cls
@@ -324,7 +325,7 @@ def resolve_gate(gate: GateSpec, slot: str | None = None) -> ResolvedGate:
     """The class ``gate`` names (one `gate_class` call), checked to fit ``slot`` when one is given."""
     resolved = ResolvedGate(gate, gate_class(gate))
     if slot is not None and resolved.cls is not None and not issubclass(resolved.cls, SLOTS[slot]):
-        other = next(name for name, base in SLOTS.items() if issubclass(resolved.cls, base))
+        other = resolved.slot
         raise GateError(
             f"{resolved.name!r} is {'an output gate' if other == 'output_gate' else 'a key bias'}: give it as "
             f"model.{other}, not model.{slot} (e.g. --model.{other}={resolved.name})."

@@ -31,7 +31,7 @@ from torch.nn.modules import module as hooks
 from ega_lightning.gates import Gate, KeyBias, OutputGate, relative_bias
 from ega_lightning.model import flex, fused
 from ega_lightning.model.cache import LayerCache, built_once_per_cache
-from ega_lightning.model.flex import flex_biased_attention, flex_gated_attention, has_flex_attention
+from ega_lightning.model.flex import flex_biased_attention, flex_gated_attention
 from ega_lightning.model.fused import (
     GatedQKV,
     key_channel,
@@ -283,14 +283,8 @@ def _identity(t: torch.Tensor) -> torch.Tensor:
 __all__ = [
     "ATTENTION_IMPLS",
     "CausalSelfAttention",
-    "LayerCache",
     "available_attention_impls",
     "biased_attention_reference",
     "gated_attention_reference",
-    "has_flex_attention",
     "has_hooks",
-    "pad_width",
-    "padded_proj_weight",
-    "padded_qkv_weights",
-    "qkv_heads",
 ]
