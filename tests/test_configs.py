@@ -72,7 +72,7 @@ def test_sweep_specs_load_and_name_only_shipped_configs(spec, monkeypatch):
 
 
 def test_an_entry_named_in_two_specs_is_one_run_in_both(monkeypatch):
-    """More seeds of an entry (seeds45.yaml, peers.yaml) join the entry of the same name elsewhere: same
+    """More seeds of an entry (in a spec of their own) join the entry of the same name elsewhere: same
     variant, group, report sections, configs and arguments, or the report splits one variant in two."""
     monkeypatch.chdir(CONFIGS.parent)
     entries: dict[str, tuple[str, object]] = {}

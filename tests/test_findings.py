@@ -279,6 +279,44 @@ def test_seeds_needed_is_the_first_n_at_which_the_rule_decides():
     assert decided(n) and not decided(n - 1)
 
 
+def test_a_verdict_reading_several_intervals_is_projected_at_its_familys_level():
+    """*EGA-1 is the best* reads every gate against EGA-1: the seeds that would decide it are counted at the
+    family's Bonferroni level, like each single comparison's, not at 95%."""
+    base = {1: 1.60, 2: 1.70, 3: 1.65}
+    ega1 = {s: b - 0.10 for s, b in base.items()}
+    diffs = (0.010, -0.002, 0.016)  # EGA-4 a little better than EGA-1: undecided at 3 seeds, even at 95%
+    ega4 = {s: e - d for (s, e), d in zip(ega1.items(), diffs, strict=True)}
+    runs = [
+        *seeded("none", "none", "ablation", {s: {"final_val_loss": x} for s, x in base.items()}),
+        *seeded("linear", "linear", "ablation", {s: {"final_val_loss": x} for s, x in ega1.items()}),
+        *seeded(
+            "ms4",
+            "multiscale",
+            "ablation",
+            {s: {"final_val_loss": x} for s, x in ega4.items()},
+            gate_options={"scales": 4},
+        ),
+        *seeded("db2", "db2", "ablation", {s: {"final_val_loss": x + 0.002 * s} for s, x in base.items()}),
+    ]
+    got = {f.claim: f for fs in found_by_kind(runs).values() for f in fs if f.claim}
+    best = got["ablation:best"]
+    # k = 3: EGA-4 vs EGA-1 (read by its pair and by "best"), DB2 vs baseline, DB2 vs EGA-1 (clearly worse)
+    assert best.verdict is Verdict.TOO_FEW_SEEDS and best.family_k == 3 and len(best.reads) == 2
+    sd = statistics.stdev(diffs)
+
+    def first_deciding(level: float) -> int:  # the t interval at k seeds, same mean and std (scipy)
+        for k in range(4, 60):
+            low, high = scipy.stats.t.interval(level, k - 1, loc=statistics.mean(diffs), scale=sd / math.sqrt(k))
+            if low > 0 or high < 0:
+                return k
+        raise AssertionError("not decided below 60 seeds")
+
+    at_family, at_95 = first_deciding(1 - 0.05 / 3), first_deciding(0.95)
+    assert at_family > at_95  # the two projections differ, so the assertion below tells them apart
+    assert best.seeds_needed == at_family
+    assert got["ablation:EGA-4"].seeds_needed == at_family  # the one interval it rests on, projected alike
+
+
 def test_tau_forgetting_its_initialisation_is_read_per_seed():
     def tau_runs(final: dict[float, list[float]]) -> list[RunData]:
         runs = []

@@ -270,7 +270,7 @@ def seeds_needed(f: Finding) -> int | None:
     None when it cannot be projected (no rule, one seed, an unpaired interval)."""
     if f.verdict is not Verdict.TOO_FEW_SEEDS or f.rule is None or not f.reads:
         return None
-    level = f.corrected.level if f.corrected is not None else LEVEL
+    level = f.family_level if f.family_level is not None else LEVEL  # one interval or many: the family's level
     return seeds_to_decide(f.rule, [d for _, d in f.reads], level)
 
 

@@ -21,7 +21,7 @@ from ega_lightning.experiments import (
 )
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
 from ega_lightning.experiments.spec import collect_runs, load_spec
-from ega_lightning.experiments.studies.cost import cost_finding, read_bench
+from ega_lightning.experiments.studies.cost import benches, cost_finding, read_bench
 from ega_lightning.experiments.studies.leaderboard import leaderboard
 from ega_lightning.io import write_atomic
 
@@ -53,9 +53,9 @@ def write_report(
     variants = build_variants(runs)
     tables = build_tables(variants)
     evaluations = landscapes.load(records_dir.parent / landscapes.DIRNAME)
-    found = studies.findings(tables, variants, evaluations)
+    board = leaderboard(variants, benches(records_dir, out))
+    found = studies.findings(tables, variants, evaluations, board)
     found.append(cost_finding(*read_bench(bench, records_dir, out)))
-    board = leaderboard(variants)
     out.mkdir(parents=True, exist_ok=True)
     drawn, landscape_drawn, board_drawn = report_figures.draw(out, tables, evaluations, board[1])
     scale = sizes.sizes(runs)

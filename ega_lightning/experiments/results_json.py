@@ -74,7 +74,7 @@ def _leaderboard_dict(board: Board) -> dict[str, Any] | None:
                 "seeds_paired": paired_seeds(baseline, e.variant),
                 "diff_final_val_loss": e.diff,
                 "params_added": e.params_added,
-                "step_time_ratio": e.time_ratio,
+                "step_time_ratio": e.timed,
             }
             for e in entries
         ],

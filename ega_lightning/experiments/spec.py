@@ -264,8 +264,8 @@ def shard(runs: Sequence[Run], k: int, n: int) -> list[Run]:
 
 
 def collect_runs(sweeps: Iterable[Sweep]) -> list[Run]:
-    """The runs of all specs. One run listed by two specs (e.g. seeds 4-5 of short.yaml's entries, declared
-    in seeds45.yaml until short.yaml lists them) must be the same run under the same label: it is one run,
+    """The runs of all specs. One run listed by two specs (e.g. more seeds of short.yaml's entries, declared
+    in a spec of their own until short.yaml lists them) must be the same run under the same label: it is one run,
     shown in the sections of both, whichever spec comes first."""
     runs: dict[str, Run] = {}
     for sweep in sweeps:

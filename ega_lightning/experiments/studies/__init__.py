@@ -36,8 +36,14 @@ from ega_lightning.experiments.studies import (
 )
 
 
-def findings(tables: list[Table], variants: list[Variant], evaluations: Sequence[Evaluation] = ()) -> list[Finding]:
+def findings(
+    tables: list[Table],
+    variants: list[Variant],
+    evaluations: Sequence[Evaluation] = (),
+    board: leaderboard.Board | None = None,
+) -> list[Finding]:
     """Every finding, section by section; a comparison shared by sections (``also_in``) is made once.
+    ``board``: the leaderboard of ``variants`` when the caller has built it for its own table.
     ``evaluations``: the checkpoints `ega landscape` evaluated (the leak audit's causal evaluation,
     the heads beside the tail identity, the tau mechanism). Families are corrected (`findings.correct`)
     before the tau mechanism reads the frozen-tau verdicts."""
@@ -53,6 +59,6 @@ def findings(tables: list[Table], variants: list[Variant], evaluations: Sequence
         out += ablation.findings(table, variants) + tau_init.findings(table) + context.findings(table)
         out += frozen_tau.findings(table, variants) + leak.findings(table, variants, evaluations)
         out += reruns.findings(table, variants) + peers.findings(table)
-    out += leaderboard.control_finding(*leaderboard.leaderboard(variants))
+    out += leaderboard.control_finding(*(board if board is not None else leaderboard.leaderboard(variants)))
     out = correct(out + landscape.tail_findings(tables, variants, evaluations))
     return out + landscape.mechanism_finding(out, evaluations, variants)

@@ -36,19 +36,70 @@ class Cost(Finding):
         return f"[{self.source}]({self.source})"
 
 
-def read_bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[str, Any] | None, str]:
-    """The `ega bench` result the cost claim is read from, and its table's path relative to ``out``: ``path``,
-    else the first beside the records that times EGA-1's training step; the full table
-    (bench-<device>-<precision>.json) before the tables of one mode (-compile, -generation)."""
-    found = sorted(records_dir.parent.glob("bench-*.json"), key=lambda p: (p.stem.count("-"), p.name))
-    for candidate in [path] if path else found:
+Bench = tuple[dict[str, Any], str]  # an `ega bench` result and its table's path relative to the report
+
+
+def benches(records_dir: Path, out: Path) -> list[Bench]:
+    """Every `ega bench` result beside the records (bench-*.json, and bench-*/bench-*.json of a bench of its
+    own gates): the full tables (bench-<device>-<precision>.json) before the tables of one mode (-compile,
+    -generation), then by path. Unreadable files are skipped."""
+    top = records_dir.parent
+    found = sorted(
+        [*top.glob("bench-*.json"), *top.glob("bench-*/bench-*.json")],
+        key=lambda p: (p.stem.count("-"), p.relative_to(top).as_posix()),
+    )
+    results = []
+    for candidate in found:
         try:
-            result = json.loads(candidate.read_text())
+            results.append((json.loads(candidate.read_text()), os.path.relpath(candidate.with_suffix(".md"), out)))
         except (OSError, json.JSONDecodeError):
             continue
-        if path or any("linear" in size.get("rows", {}) for size in result.get("sizes", [])):
-            return result, os.path.relpath(candidate.with_suffix(".md"), out)
+    return results
+
+
+def read_bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[str, Any] | None, str]:
+    """The `ega bench` result the cost claim is read from, and its table's path relative to ``out``: ``path``,
+    else the first of `benches` that times EGA-1's training step."""
+    if path is not None:
+        try:
+            return json.loads(path.read_text()), os.path.relpath(path.with_suffix(".md"), out)
+        except (OSError, json.JSONDecodeError):
+            return None, NO_BENCH
+    for result, source in benches(records_dir, out):
+        if any("linear" in size.get("rows", {}) for size in result.get("sizes", [])):
+            return result, source
     return None, NO_BENCH
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A gate's training step time over the baseline's as `ega bench` measured it, on an idle machine: the
+    median of the per-repetition ratios and their quartiles."""
+
+    ratio: float
+    q1: float | None
+    q3: float | None
+    source: str  # the bench's table, relative to the report
+
+    def cell(self) -> str:
+        quartiles = f" ({num(self.q1)}–{num(self.q3)})" if self.q1 is not None and self.q3 is not None else ""
+        return f"×{num(self.ratio)}{quartiles}"
+
+
+def timed_gates(found: list[Bench], shape: dict[str, Any], batch_size: Any) -> dict[str, Timed]:
+    """Each gate's `Timed` from the first bench of ``found`` that timed it at ``shape`` (n_layer, n_head,
+    n_embd, block_size) and ``batch_size``, uncompiled (a `+compile` row times another path)."""
+    timed: dict[str, Timed] = {}
+    for result, source in found:
+        for size in result.get("sizes", []):
+            if size.get("shape") != shape or size.get("batch_size") != batch_size:
+                continue
+            for gate, row in size.get("rows", {}).items():
+                if "+" in gate or gate in timed or row.get("time_ratio") is None:
+                    continue
+                q1, q3 = row.get("time_ratio_q1_q3") or (None, None)
+                timed[gate] = Timed(row["time_ratio"], q1, q3, source)
+    return timed
 
 
 def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:

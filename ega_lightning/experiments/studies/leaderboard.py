@@ -6,14 +6,16 @@ paper's gain here (rules.control_rule), with the smallest difference the protoco
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Variant, difference, find_reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, pair, regime
 from ega_lightning.experiments.rules import control_rule
-from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, mean_interval, pooled_std
+from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std
+from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
 from ega_lightning.experiments.text import fmt_interval, how, interval_cell, num
 
 LEADERBOARD = "leaderboard"  # the report section of the leaderboard and its positive control
@@ -29,7 +31,7 @@ class Entry:
     groups: list[str]  # the sections it comes from
     diff: Difference | None  # baseline − gate, final val loss, paired by seed
     params_added: int | None  # its parameters minus the baseline's, both as their records count them
-    time_ratio: Difference | None  # per shared seed: baseline tokens/s over gate tokens/s (gate step time ×)
+    timed: Timed | None  # its step time over the baseline's, from `ega bench` at the leaderboard's size
 
     @property
     def name(self) -> str:
@@ -52,21 +54,26 @@ def pooled(v: Variant, variants: list[Variant]) -> Variant:
     return Variant("leaderboard", v.corpus, v.label, list(runs.values()))
 
 
-def _time_ratio(baseline: Variant, v: Variant) -> Difference | None:
-    base, own = baseline.by_seed("tokens_per_sec"), v.by_seed("tokens_per_sec")
-    ratios = [base[s] / own[s] for s in sorted(set(base) & set(own)) if own[s]]
-    return mean_interval(ratios) if ratios else None
+def bench_shape(baseline: Variant) -> tuple[dict[str, Any], Any]:
+    """The model shape and batch size of the baseline's runs, as `ega bench` names a size's."""
+    return {k: baseline.hp(k) for k in ("n_layer", "n_head", "n_embd", "block_size")}, baseline.hp("batch_size")
 
 
 def leaderboard(
-    variants: list[Variant], corpus: str = LEADERBOARD_CORPUS, groups: tuple[str, ...] = LEADERBOARD_GROUPS
+    variants: list[Variant],
+    found: Sequence[Bench] = (),
+    corpus: str = LEADERBOARD_CORPUS,
+    groups: tuple[str, ...] = LEADERBOARD_GROUPS,
 ) -> Board:
     """The pooled baseline and one entry per gate configuration of ``groups`` on ``corpus``, largest
     baseline − gate first (gates without a difference last, in spec order). A finished gate trained in
-    another regime than the baseline (model, data, steps) is left out: it measures something else."""
+    another regime than the baseline (model, data, steps) is left out: it measures something else. Step
+    times come from the `ega bench` results ``found`` at the baseline's shape, not from the runs: the sweep's
+    runs share the machine, so their throughput measures the machine's load as much as the gate."""
     listed = [v for v in variants if v.group in groups and v.corpus == corpus and v.gate != "none"]
     reference = next((r for v in listed if (r := find_reference(v, "none", variants)) is not None), None)
     baseline = pooled(reference, variants) if reference is not None else None
+    timed = timed_gates(list(found), *bench_shape(baseline)) if baseline is not None else {}
     entries: dict[str, Entry] = {}
     for v in listed:
         if v.label in entries or (v.done and baseline is not None and v.regime != baseline.regime):
@@ -76,8 +83,7 @@ def leaderboard(
         base_params = baseline.n_params if baseline is not None else None
         added = own.n_params - base_params if own.n_params is not None and base_params is not None else None
         diff = difference(baseline, own, "final_val_loss")
-        ratio = _time_ratio(baseline, own) if baseline is not None else None
-        entries[v.label] = Entry(own, list(dict.fromkeys(from_groups)), diff, added, ratio)
+        entries[v.label] = Entry(own, list(dict.fromkeys(from_groups)), diff, added, timed.get(v.label))
     ranked = sorted(entries.values(), key=lambda e: -e.diff.estimate if e.diff is not None else math.inf)
     return baseline, ranked
 
@@ -172,15 +178,16 @@ def describe(baseline: Variant) -> str:
     return (
         f"Every gate of the sections {', '.join(LEADERBOARD_GROUPS)} on {baseline.corpus} against the baseline "
         f"`{baseline.label}` ({len(baseline.done)} finished seeds), each gate's runs pooled over every section "
-        "that shows its configuration; sorted by baseline − gate, largest first. The step-time ratio is the "
-        "training runs' own throughput (`train/tokens_per_sec`, each run's median), baseline over gate per shared "
-        "seed: a figure measured while the runs shared the machine with others, not `ega bench`."
+        "that shows its configuration; sorted by baseline − gate, largest first. The step time is `ega bench`'s at "
+        "the baseline's model size and batch, on an idle machine (median of the per-repetition ratios to the "
+        "baseline, quartiles in brackets; its table linked): the sweep's runs shared the machine, so their own "
+        "throughput is no measure of a gate's cost. — where no bench timed the gate."
     )
 
 
 TABLE_HEAD = (
     "| rank | gate | from | seeds paired | baseline − gate [95% CI] | half-width | params added | step time × "
-    "(gate / baseline) [95% CI] |\n|---:|---|---|---|---|---:|---:|---|"
+    "(gate / baseline, `ega bench`) |\n|---:|---|---|---|---|---:|---:|---|"
 )
 
 
@@ -196,6 +203,6 @@ def table_line(rank: int, e: Entry, baseline: Variant) -> str:
         interval_cell(d),
         num((d.high - d.low) / 2) if d is not None and d.low is not None and d.high is not None else "—",
         f"{e.params_added:+,}" if e.params_added is not None else "—",
-        fmt_interval(e.time_ratio, signed=False),
+        f"[{e.timed.cell()}]({e.timed.source})" if e.timed is not None else "—",
     ]
     return "| " + " | ".join(cells) + " |"
