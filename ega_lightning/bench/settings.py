@@ -11,6 +11,7 @@ from typing import Any
 from ega_lightning.errors import UserError
 from ega_lightning.gates import gate_names, resolve_gate
 from ega_lightning.io import read_yaml
+from ega_lightning.model.gpt import SIZE_KEYS
 
 
 def load_yaml_model(path: Path) -> dict[str, Any]:
@@ -24,7 +25,7 @@ def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
         available = ", ".join(sorted(p.stem for p in (configs / "size").glob("*.yaml")))
         raise UserError(f"no model size {size!r} in {configs / 'size'} (available: {available}); see --configs.")
     raw = read_yaml(path, missing_ok=False)
-    shape = {k: raw["model"][k] for k in ("n_layer", "n_head", "n_embd", "block_size")}
+    shape = {k: raw["model"][k] for k in SIZE_KEYS}
     return shape, raw["data"]["batch_size"]
 
 

@@ -17,6 +17,7 @@ from ega_lightning.experiments.rules import control_rule
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std
 from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
 from ega_lightning.experiments.text import fmt_interval, how, interval_cell, num
+from ega_lightning.model.gpt import SIZE_KEYS
 
 LEADERBOARD = "leaderboard"  # the report section of the leaderboard and its positive control
 LEADERBOARD_CORPUS = "tinyshakespeare"
@@ -56,7 +57,7 @@ def pooled(v: Variant, variants: list[Variant]) -> Variant:
 
 def bench_shape(baseline: Variant) -> tuple[dict[str, Any], Any]:
     """The model shape and batch size of the baseline's runs, as `ega bench` names a size's."""
-    return {k: baseline.hp(k) for k in ("n_layer", "n_head", "n_embd", "block_size")}, baseline.hp("batch_size")
+    return {k: baseline.hp(k) for k in SIZE_KEYS}, baseline.hp("batch_size")
 
 
 def leaderboard(
