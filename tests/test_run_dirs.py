@@ -160,3 +160,22 @@ def test_a_config_is_named_by_its_packaged_path_from_anywhere(tmp_path, data_dir
     result = run_ega(["fit", "-c", "gate/none.yaml", "-c", "configs/size/cpu.yaml", *TINY, "--print_config"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "gate: none" in result.stdout and "max_steps: 1500" in result.stdout
+
+
+def test_the_python_api_releases_its_run_directory_when_the_command_ends(tmp_path, data_dir, monkeypatch):
+    """EgaCLI without a caller's claim owns its claim: a notebook that fits and then resumes the same run in one
+    process is not told that another process holds the run directory."""
+    from ega_lightning import CharDataModule, CharLM
+    from ega_lightning.commands.lightning_cli import EgaCLI
+
+    from .conftest import SHORT, TINY
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["ega"])
+    common = ["--data.data_dir", str(data_dir), *TINY, *SHORT, "--seed_everything=1", "--run_name=nb"]
+    first = EgaCLI(CharLM, CharDataModule, auto_configure_optimizers=False, args=["fit", *common])
+    assert first.trainer.global_step == 2
+    again = ["fit", *common, "--trainer.max_steps=4", "--ckpt_path=last"]
+    second = EgaCLI(CharLM, CharDataModule, auto_configure_optimizers=False, args=again)
+    assert second.trainer.global_step == 4
+    assert runs.try_lock(tmp_path / "lightning_logs" / "nb") is not None  # and nothing holds it afterwards

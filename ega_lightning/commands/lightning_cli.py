@@ -93,15 +93,20 @@ class EgaCLI(LightningCLI):
     """Lightning's CLI for CharLM and CharDataModule, with `ega`'s run directories, checks and summaries.
 
     ``claim`` is this command's claim on its run directory (the lock, what to undo): the caller keeps it,
-    to undo on a failure; ``command_line`` is the command as the user typed it (fit's summary repeats it).
+    to undo on a failure; without one (the Python API) the CLI makes its own and releases it when the
+    subcommand ends. ``command_line`` is the command as the user typed it (fit's summary repeats it).
     """
 
     def __init__(
         self, *args: Any, claim: runs.RunClaim | None = None, command_line: list[str] | None = None, **kwargs: Any
     ) -> None:
-        self._claim = runs.RunClaim() if claim is None else claim
         self._command_line = list(command_line or [])
-        super().__init__(*args, **kwargs)  # parses, instantiates and runs the subcommand
+        self._claim = runs.RunClaim() if claim is None else claim
+        try:
+            super().__init__(*args, **kwargs)  # parses, instantiates and runs the subcommand
+        finally:
+            if claim is None:  # a notebook fits, then resumes the same run in one process: no lock kept
+                self._claim.release()
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
