@@ -17,6 +17,8 @@ PACKAGED_CONFIGS = Path(__file__).resolve().parent / "configs"
 # What `ega fit` with no -c runs: the README's main job, EGA-1 on TinyShakespeare at the cpu size, with
 # every callback. Any -c file or flag overrides these, as later files override earlier ones.
 DEFAULT_CONFIGS = ("base.yaml", "size/cpu.yaml", "corpus/tinyshakespeare.yaml", "gate/linear.yaml")
+# the dimensions a model size names (configs/size/*.yaml; `ega bench` records them as a size's shape)
+SIZE_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
 NON_FINITE = {"nan": ".nan", "inf": ".inf", "+inf": ".inf", "-inf": "-.inf", "infinity": ".inf", "-infinity": "-.inf"}
 
 

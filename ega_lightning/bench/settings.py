@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ega_lightning.config_files import SIZE_KEYS
 from ega_lightning.errors import UserError
 from ega_lightning.gates import gate_names, resolve_gate
 from ega_lightning.io import read_yaml
-from ega_lightning.model.gpt import SIZE_KEYS
 
 
 def load_yaml_model(path: Path) -> dict[str, Any]:

@@ -14,9 +14,6 @@ from ega_lightning.gates.registry import _describe, is_builtin
 from ega_lightning.model.attention import CausalSelfAttention
 from ega_lightning.model.cache import LayerCache
 
-# the dimensions a model size names (configs/size/*.yaml; `ega bench` records them as a size's shape)
-SIZE_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
-
 
 @dataclass
 class GPTConfig:

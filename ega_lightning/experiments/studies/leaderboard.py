@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ega_lightning.config_files import SIZE_KEYS
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Variant, difference, find_reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, pair, regime
@@ -17,7 +18,6 @@ from ega_lightning.experiments.rules import control_rule
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std
 from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
 from ega_lightning.experiments.text import fmt_interval, how, interval_cell, num
-from ega_lightning.model.gpt import SIZE_KEYS
 
 LEADERBOARD = "leaderboard"  # the report section of the leaderboard and its positive control
 LEADERBOARD_CORPUS = "tinyshakespeare"
