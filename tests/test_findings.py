@@ -233,11 +233,12 @@ def test_a_wide_interval_that_holds_the_papers_level_does_not_reproduce_it():
         assert got["tau"][0].verdict is tau
 
 
-def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decided():
+def ablation_claims(ega4_over_ega1: tuple[float, ...], db2: dict[int, float]) -> dict[str, findings.Finding]:
+    """The ablation's claims from baseline, EGA-1 (0.10 better), EGA-4 (better than EGA-1 by ``ega4_over_ega1``,
+    seed by seed) and DB2 (``db2``), seeds 1-3."""
     base = {1: 1.60, 2: 1.70, 3: 1.65}
     ega1 = {s: b - 0.10 for s, b in base.items()}
-    ega4 = {s: e - d for (s, e), d in zip(ega1.items(), (0.016, 0.024, 0.032), strict=True)}  # better than EGA-1
-    db2 = {s: b + d for (s, b), d in zip(base.items(), (0.001, -0.001, 0.0005), strict=True)}  # about baseline
+    ega4 = {s: e - d for (s, e), d in zip(ega1.items(), ega4_over_ega1, strict=True)}
     runs = [
         *seeded("none", "none", "ablation", {s: {"final_val_loss": x} for s, x in base.items()}),
         *seeded("linear", "linear", "ablation", {s: {"final_val_loss": x} for s, x in ega1.items()}),
@@ -250,14 +251,18 @@ def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decide
         ),
         *seeded("db2", "db2", "ablation", {s: {"final_val_loss": x} for s, x in db2.items()}),
     ]
-    got = {f.claim: f for fs in found_by_kind(runs).values() for f in fs if f.claim}
+    return {f.claim: f for fs in found_by_kind(runs).values() for f in fs if f.claim}
+
+
+def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decided():
+    diffs = (0.016, 0.024, 0.032)  # EGA-4 better than EGA-1
+    got = ablation_claims(diffs, {1: 1.601, 2: 1.699, 3: 1.6505})  # DB2 about baseline
     pair, best = got["ablation:EGA-4"], got["ablation:best"]
     # k = 3: EGA-4 vs EGA-1 (read by the pair and by "best"), DB2 vs baseline, DB2 vs EGA-1
     assert pair.family_k == best.family_k == 3
     assert pair.nominal_verdict is Verdict.DOES_NOT_HOLD and pair.verdict is Verdict.TOO_FEW_SEEDS
     assert best.nominal_verdict is Verdict.DOES_NOT_HOLD and best.verdict is Verdict.TOO_FEW_SEEDS
     assert got["ablation:EGA-DB2"].verdict is Verdict.CONSISTENT  # well inside the margin even at 98.3%
-    diffs = [ega1[s] - ega4[s] for s in (1, 2, 3)]
     mean, sem = sum(diffs) / 3, scipy.stats.sem(diffs)
     low, high = scipy.stats.t.interval(1 - 0.05 / 3, 2, loc=mean, scale=sem)
     assert (pair.corrected.low, pair.corrected.high) == pytest.approx((low, high), abs=1e-9)
@@ -282,23 +287,8 @@ def test_seeds_needed_is_the_first_n_at_which_the_rule_decides():
 def test_a_verdict_reading_several_intervals_is_projected_at_its_familys_level():
     """*EGA-1 is the best* reads every gate against EGA-1: the seeds that would decide it are counted at the
     family's Bonferroni level, like each single comparison's, not at 95%."""
-    base = {1: 1.60, 2: 1.70, 3: 1.65}
-    ega1 = {s: b - 0.10 for s, b in base.items()}
     diffs = (0.010, -0.002, 0.016)  # EGA-4 a little better than EGA-1: undecided at 3 seeds, even at 95%
-    ega4 = {s: e - d for (s, e), d in zip(ega1.items(), diffs, strict=True)}
-    runs = [
-        *seeded("none", "none", "ablation", {s: {"final_val_loss": x} for s, x in base.items()}),
-        *seeded("linear", "linear", "ablation", {s: {"final_val_loss": x} for s, x in ega1.items()}),
-        *seeded(
-            "ms4",
-            "multiscale",
-            "ablation",
-            {s: {"final_val_loss": x} for s, x in ega4.items()},
-            gate_options={"scales": 4},
-        ),
-        *seeded("db2", "db2", "ablation", {s: {"final_val_loss": x + 0.002 * s} for s, x in base.items()}),
-    ]
-    got = {f.claim: f for fs in found_by_kind(runs).values() for f in fs if f.claim}
+    got = ablation_claims(diffs, {1: 1.602, 2: 1.704, 3: 1.656})  # DB2 about baseline, clearly worse than EGA-1
     best = got["ablation:best"]
     # k = 3: EGA-4 vs EGA-1 (read by its pair and by "best"), DB2 vs baseline, DB2 vs EGA-1 (clearly worse)
     assert best.verdict is Verdict.TOO_FEW_SEEDS and best.family_k == 3 and len(best.reads) == 2
