@@ -669,6 +669,27 @@ def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workd
     assert rb1.status == "incomplete" and "unusable record" in rb1.reason and "ran with configs" in rb1.reason
 
 
+def test_a_record_or_run_directory_copied_under_another_seeds_name_is_refused(workdir):
+    path = write_spec(workdir / "spec.yaml", good_spec())
+    runs = {r.run_name: r for r in sweep.load_spec(path).runs}
+    recorded = workdir / "results" / "runs"
+    run_dir = fake_run(workdir / "made", "ra-seed1", "linear", [2.0, 1.5])
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({**config, "seed_everything": 1}))
+    rundirs.record_run(runs["ra-seed1"], run_dir, recorded)
+
+    # seed 1's numbers must not be counted as seed 2's
+    shutil.copy(recorded / "ra-seed1.json", recorded / "ra-seed2.json")
+    ra2 = rundirs.load_run(runs["ra-seed2"], workdir / "no-runs", recorded)
+    assert ra2.status == "incomplete" and "is the record of ra-seed1 (seed 1), not of ra-seed2 (seed 2)" in ra2.reason
+    assert rundirs.load_run(runs["ra-seed1"], workdir / "no-runs", recorded).status == "done"
+
+    copied = shutil.copytree(run_dir, workdir / "runs" / "ra-seed2")
+    with pytest.raises(records.RecordError, match=r"ran with seed 1 \(its config.yaml\), but ra-seed2 is seed 2"):
+        rundirs.make_record(runs["ra-seed2"], copied)
+    assert rundirs.make_record(runs["ra-seed1"], run_dir).seed == 1
+
+
 def test_a_finished_run_is_recorded_as_it_ran_and_refused_once_its_spec_entry_changed(workdir, capsys):
     path = write_spec(workdir / "spec.yaml", good_spec())
     ra1 = sweep.load_spec(path).runs[0]

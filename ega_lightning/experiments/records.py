@@ -222,6 +222,12 @@ def load_record(run: Run, records_dir: Path) -> Record | None:
     if not path.is_file():
         return None
     record = read(path)
+    if (record.run_name, record.seed) != (run.run_name, run.seed):  # a copied or renamed file: another run's numbers
+        raise RecordError(
+            f"{path} is the record of {record.run_name} (seed {record.seed}), not of {run.run_name} (seed "
+            f"{run.seed}): a record keeps its run's name. Restore the file (git checkout), or delete it to rerun "
+            "the run."
+        )
     check_ran_as_specified(run, record.configs or [], record.args or [], path)
     return record
 

@@ -132,6 +132,12 @@ def make_record(run: Run, run_dir: Path) -> Record:
     if not scalars.get("val/loss"):
         raise RecordError(f"{run_dir} is DONE but its event files hold no val/loss: nothing to record.")
     config, hparams = read_yaml(run_dir / "config.yaml"), kept_hparams(read_yaml(run_dir / "hparams.yaml"))
+    ran_seed = config.get("seed_everything")
+    if ran_seed is not None and ran_seed != run.seed:  # a copied or renamed run directory: another run's numbers
+        raise RecordError(
+            f"{run_dir} ran with seed {ran_seed} (its config.yaml), but {run.run_name} is seed {run.seed}: a run "
+            "directory keeps its run's name. Move it back, or delete it to rerun the run."
+        )
     summary_path = run_dir / "gate_summary.json"
     return Record(
         run_name=run.run_name,
