@@ -128,6 +128,7 @@ class CharLM(L.LightningModule):
         for name, value in (("tau_init", tau_init), ("alpha_init", alpha_init)):
             _require(math.isfinite(value), f"model.{name} must be a finite number, got {value}.")
         _require(weight_decay >= 0, f"model.weight_decay must be >= 0, got {weight_decay}.")
+        _require(all(0 <= b < 1 for b in betas), f"model.betas must both be in [0, 1), got {list(betas)}.")
         znorms = (None, *ZNORM_MODES)
         _require(eval_znorm in znorms, f"model.eval_znorm must be one of {znorms}, got {eval_znorm!r}.")
         _require(attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {attention!r}.")

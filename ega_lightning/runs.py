@@ -170,13 +170,15 @@ def run_dir_of(config: Any) -> Path:
 
 
 def check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> None:
-    """Never silently overwrite a run, never silently restart one, never mix two in one directory."""
+    """Never silently overwrite a run, never silently restart one, never mix two in one directory.
+
+    With ``overwrite`` the caller deletes the old run (`clear_outputs`) only once every other argument
+    is known good: a typo beside --overwrite=true must not cost the run."""
     state = fit_state(run_dir)
     last = run_dir / LAST
     if overwrite:
         if ckpt_path:
             raise UserError("--overwrite=true starts the run over, so it cannot go with --ckpt_path; drop one of them.")
-        clear_outputs(run_dir)
         return
     start_over = "start it over with --overwrite=true (deletes what it wrote), or start a separate run with --run_name"
     if ckpt_path == "last":

@@ -178,6 +178,7 @@ def test_unknown_gate_option_lists_accepted_ones():
         ({"lr": 0.0}, "model.lr must be positive"),
         ({"n_layer": 0}, "model.n_layer must be a positive integer"),
         ({"dropout": 1.0}, r"model.dropout must be in \[0, 1\)"),
+        ({"betas": (1.5, 0.99)}, r"model.betas must both be in \[0, 1\), got \[1.5, 0.99\]"),
     ],
 )
 def test_bad_model_arguments_are_named(kwargs, match):

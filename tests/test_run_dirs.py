@@ -130,10 +130,21 @@ def test_a_run_stopped_before_its_first_last_ckpt_is_started_over_by_one_flag(tm
     for args in ([], ["--ckpt_path=last"]):  # both say the same thing: start over with --overwrite
         assert "--overwrite=true" in error_of(fit(tmp_path, data_dir, "--run_name=r", *args))  # runs as given
         assert files(run_dir) == before
+    # a mistake beside --overwrite=true is refused before the old run is deleted
+    typo = fit(tmp_path, data_dir, "--run_name=r", "--overwrite=true", "--model.n_embd=31")
+    assert "must be divisible by model.n_head" in error_of(typo)
+    assert files(run_dir) == before
     result = fit(tmp_path, data_dir, "--run_name=r", "--overwrite=true")
     assert result.returncode == 0, result.stderr[-3000:]
     assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1  # the first attempt's events are gone
     assert torch.load(run_dir / runs.LAST, weights_only=True)["global_step"] == 4
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without the accelerator asked for")
+def test_an_accelerator_the_machine_lacks_is_one_line_and_leaves_no_run(tmp_path, data_dir):
+    result = fit(tmp_path, data_dir, "--run_name=r", "--trainer.accelerator=gpu")
+    assert "No supported gpu backend found" in error_of(result)
+    assert not (tmp_path / "lightning_logs" / "r").exists()
 
 
 @pytest.mark.slow

@@ -19,7 +19,7 @@ import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import TensorBoardLogger
-from lightning.pytorch.utilities.exceptions import SIGTERMException
+from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ega_lightning import runs, summary
@@ -232,6 +232,7 @@ class EgaCLI(LightningCLI):
         self._claim.claim(run_dir, fit=self.subcommand == "fit")  # fit: the lock, held until the command ends
         if self.subcommand == "fit":
             runs.check_fit_target(run_dir, config.ckpt_path, config.overwrite)
+            self._clear_run_dir = bool(config.overwrite)  # once the classes are built: every argument checked
 
     def after_fit(self) -> None:
         if self.trainer.is_global_zero:
@@ -250,14 +251,18 @@ class EgaCLI(LightningCLI):
             print(summary.evaluation_summary(stage, metrics, ckpt_path, run_dir, self.datamodule.corpus.name))
 
     _resume_step: int | None = None  # the global step of the last.ckpt a fit resumes
+    _clear_run_dir = False  # fit --overwrite=true: the old run is deleted once the classes are built
 
     def instantiate_classes(self) -> None:
         try:
             super().instantiate_classes()
         except UserError:
             raise
-        except ValueError as err:  # the constructors' argument checks: a user's mistake, said in one line
+        except (ValueError, MisconfigurationException) as err:  # the constructors' argument checks (the
+            # Trainer's: an accelerator this machine lacks): a user's mistake, said in one line
             raise UserError(str(err)) from err
+        if self._clear_run_dir:
+            runs.clear_outputs(self._run_dir)
         for logger in self.trainer.loggers if self._resume_step is not None else []:
             if isinstance(logger, TensorBoardLogger) and logger._kwargs.get("purge_step") is None:
                 # what the stopped process logged from this step on is logged again: TensorBoard drops the old
