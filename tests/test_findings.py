@@ -558,6 +558,23 @@ def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp
     assert source == "bench-cpu-32-true.md"
     f = cost.cost_finding(bench, source)
     assert f.ours.mean == 1.1 and f.verdict is Verdict.DOES_NOT_HOLD
+    write_atomic(tmp_path / "results" / "bench-list.json", "[]")  # JSON beside them that is no bench's
+    sources = [source for _, source in cost.benches(records_dir, tmp_path / "results")]
+    assert sources == ["bench-cpu-32-true.md", "bench-cpu-32-true-generation.md"]
+    with pytest.raises(UserError, match=r"bench-list\.json cannot be read \(not the JSON object"):
+        cost.read_bench(tmp_path / "results" / "bench-list.json", records_dir, tmp_path / "results")
+
+
+def test_report_refuses_a_bench_it_cannot_read_and_an_out_that_is_a_file_before_any_work(tmp_path, capsys):
+    spec_path = str(tmp_path / "spec.yaml")  # never read: both mistakes are said first
+    out_file = tmp_path / "outfile"
+    out_file.write_text("mine")
+    assert report.main([spec_path, "--out", str(out_file)]) == 2
+    assert "--out" in capsys.readouterr().err and out_file.read_text() == "mine"
+    # a mistyped --bench was read as "no bench": the cost claim lost its evidence without a word
+    assert report.main([spec_path, "--out", str(tmp_path / "o"), "--bench", str(tmp_path / "nosuch.json")]) == 2
+    assert "nosuch.json cannot be read" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_established():

@@ -39,6 +39,9 @@ def write_report(
     :class:`UserError` (and nothing written) when none of them is finished."""
     words = ["ega", "report", *map(str, spec_paths), "--runs_dir", str(runs_dir), "--out", str(out)]
     command = shlex.join(words if records_dir == RECORDS_DIR else [*words, "--records_dir", str(records_dir)])
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; give the report a directory (it is made if missing).")
+    cost = cost_finding(*read_bench(bench, records_dir, out))  # a --bench that cannot be read: said before any work
     runs = rundirs.read_runs(collect_runs(load_spec(p, check_files=False) for p in spec_paths), runs_dir, records_dir)
     if not any(r.status == "done" for r in runs):
         raise UserError(
@@ -55,7 +58,7 @@ def write_report(
     evaluations = landscapes.load(records_dir.parent / landscapes.DIRNAME)
     board = leaderboard(variants, benches(records_dir, out))
     found = studies.findings(tables, variants, evaluations, board)
-    found.append(cost_finding(*read_bench(bench, records_dir, out)))
+    found.append(cost)
     out.mkdir(parents=True, exist_ok=True)
     drawn, landscape_drawn, board_drawn = report_figures.draw(out, tables, evaluations, board[1])
     scale = sizes.sizes(runs)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from ega_lightning.errors import UserError
 from ega_lightning.experiments.findings import Finding
 from ega_lightning.experiments.rules import cost_rule
 from ega_lightning.experiments.stats import Summary
@@ -42,29 +43,38 @@ Bench = tuple[dict[str, Any], str]  # an `ega bench` result and its table's path
 def benches(records_dir: Path, out: Path) -> list[Bench]:
     """Every `ega bench` result beside the records (bench-*.json, and bench-*/bench-*.json of a bench of its
     own gates): the full tables (bench-<device>-<precision>.json) before the tables of one mode (-compile,
-    -generation), then by path. Unreadable files are skipped."""
+    -generation), then by path. Unreadable files, and JSON that is no bench's, are skipped."""
     top = records_dir.parent
     found = sorted(
         [*top.glob("bench-*.json"), *top.glob("bench-*/bench-*.json")],
         key=lambda p: (p.stem.count("-"), p.relative_to(top).as_posix()),
     )
-    results = []
-    for candidate in found:
-        try:
-            results.append((json.loads(candidate.read_text()), os.path.relpath(candidate.with_suffix(".md"), out)))
-        except (OSError, json.JSONDecodeError):
-            continue
-    return results
+    loaded = ((_load(candidate)[0], os.path.relpath(candidate.with_suffix(".md"), out)) for candidate in found)
+    return [(result, source) for result, source in loaded if result is not None]
+
+
+def _load(path: Path) -> tuple[dict[str, Any] | None, str]:
+    """The `ega bench` result in ``path``, or None and why it is not one."""
+    try:
+        result = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return None, str(err)
+    if isinstance(result, dict) and isinstance(result.get("sizes"), list):
+        return result, ""
+    return None, "not the JSON object `ega bench --out` writes"
 
 
 def read_bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[str, Any] | None, str]:
     """The `ega bench` result the cost claim is read from, and its table's path relative to ``out``: ``path``,
     else the first of `benches` that times EGA-1's training step."""
-    if path is not None:
-        try:
-            return json.loads(path.read_text()), os.path.relpath(path.with_suffix(".md"), out)
-        except (OSError, json.JSONDecodeError):
-            return None, NO_BENCH
+    if path is not None:  # asked for by name: a path that cannot be read is a mistake, not "no bench"
+        result, why = _load(path)
+        if result is None:
+            raise UserError(
+                f"--bench {path} cannot be read ({why}). Give a bench-*.json that `ega bench` wrote, or drop "
+                "--bench to read the bench results beside the records."
+            )
+        return result, os.path.relpath(path.with_suffix(".md"), out)
     for result, source in benches(records_dir, out):
         if any("linear" in size.get("rows", {}) for size in result.get("sizes", [])):
             return result, source
