@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import statistics
@@ -203,6 +204,16 @@ def seeded(entry: str, gate: str, group: str, per_seed: dict[int, dict[str, floa
         data = {"final_val_loss": 1.5, "best_val_loss": 1.5, "final_gap": 0.1, **metrics}
         out.append(RunData(run, "done", "", "tinyshakespeare", gate, hparams={**hp, **hparams}, metrics=data))
     return out
+
+
+def test_a_variant_label_shared_by_two_configurations_is_refused_not_pooled():
+    (linear,) = seeded("ts-linear", "linear", "main", {1: {}})
+    (db2,) = seeded("ts-db2", "db2", "main", {2: {}})
+    db2.run = dataclasses.replace(db2.run, variant="ts-linear", configs=("configs/gate/db2.yaml",))
+    with pytest.raises(spec.SpecError, match="holds ts-linear-seed1 and ts-db2-seed2, which run different configs"):
+        build_variants([linear, db2])
+    db2.run = dataclasses.replace(db2.run, configs=())  # one configuration split over two entries still pools
+    assert [[r.run.seed for r in v.runs] for v in build_variants([linear, db2])] == [[1, 2]]
 
 
 def found_by_kind(runs: list[RunData], evaluations=()) -> dict[str, list[findings.Finding]]:

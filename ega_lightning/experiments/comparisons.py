@@ -217,6 +217,13 @@ def build_variants(runs: list[RunData]) -> list[Variant]:
                     f"variant '{key[2]}' (group '{key[0]}', corpus {key[1]}) has two runs with seed {r.run.seed}: "
                     f"{clash[0]} and {r.run.run_name}; give their spec entries distinct `variant:` labels."
                 )
+            other = next((o for o in variant.runs if (o.run.configs, o.run.args) != (r.run.configs, r.run.args)), None)
+            if other is not None:  # pooled, their numbers would read as one configuration's seeds
+                raise SpecError(
+                    f"variant '{key[2]}' (group '{key[0]}', corpus {key[1]}) holds {other.run.run_name} and "
+                    f"{r.run.run_name}, which run different configs or args: one variant is one configuration. "
+                    "Give their spec entries distinct `variant:` labels."
+                )
             variant.runs.append(r)
     return list(variants.values())
 
