@@ -54,7 +54,9 @@ def sample(logits: torch.Tensor, temperature: float, top_k: int | None, generato
     """(B, V) logits -> (B, 1) sampled ids; temperature 0 means greedy."""
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)
-    logits = logits.float() / temperature
+    logits = logits.float()
+    # shifted first: a tiny temperature then sends the others to -inf, not every logit to +-inf (NaN probabilities)
+    logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
     if top_k is not None:
         kth = torch.topk(logits, min(top_k, logits.shape[-1])).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

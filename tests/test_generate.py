@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from ega_lightning import CharLM
+from ega_lightning.commands.generate import main as generate_main
 from ega_lightning.gates import KeyBias, build_gate, causal_znorm, gate_names
 from ega_lightning.gates.base import _znorm_continue, _znorm_next
 from ega_lightning.gates.linear import LinearGate
@@ -73,6 +74,27 @@ def test_top_k_only_samples_the_k_most_likely():
     drawn = sample(logits, temperature=1.0, top_k=2, generator=torch.Generator().manual_seed(0))
     assert set(drawn.flatten().tolist()) == {1, 3}
     assert sample(logits[:1], temperature=0.0, top_k=None, generator=torch.Generator()).item() == 1
+
+
+def test_a_tiny_temperature_samples_the_likeliest_not_nan():
+    logits = torch.tensor([[0.0, 5.0, 1.0, 4.0, -3.0], [2.0, -1.0, 7.0, 7.5, 0.0]])
+    for temperature in (1e-45, 1e-30):  # logits / temperature alone overflow to +-inf: NaN probabilities
+        drawn = sample(logits, temperature, top_k=None, generator=torch.Generator().manual_seed(0))
+        assert drawn.flatten().tolist() == [1, 3]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--temperature", "nan", "--temperature must be >= 0, got nan"),
+        ("--seed", str(10**23), f"argument --seed: {10**23} is not in [0, 2**63)"),
+        ("--seed", "-1", "argument --seed: -1 is not in [0, 2**63)"),
+    ],
+)
+def test_generate_refuses_sampling_values_torch_cannot_use(flag, value, said, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        generate_main(["--ckpt_path", "never-read.ckpt", flag, value])
+    assert exit_.value.code == 2 and said in capsys.readouterr().err
 
 
 def test_znorm_of_one_new_position_is_the_general_continuation_bit_for_bit():

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ega_lightning import attention_paths
+from ega_lightning.commands import seed
 from ega_lightning.model import available_attention_impls
 
 
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="default: on CUDA")
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     device = torch.device(args.device)

@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from ega_lightning.commands import seed
 from ega_lightning.errors import UserError
 from ega_lightning.generation import check_causal, stream
 
@@ -26,13 +27,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max_new_tokens", type=int, default=500, help="characters to sample (default 500)")
     parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
     parser.add_argument("--top_k", type=int, default=None, help="sample among the k likeliest characters only")
-    parser.add_argument("--seed", type=int, default=1337, help="sampling seed (default 1337)")
+    parser.add_argument("--seed", type=seed, default=1337, help="sampling seed (default 1337)")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cuda (default cpu)")
     parser.add_argument("--no_cache", action="store_true", help="recompute the whole window at every step")
     args = parser.parse_args(argv)
     if args.max_new_tokens < 1:
         parser.error(f"--max_new_tokens must be positive, got {args.max_new_tokens}")
-    if args.temperature < 0:
+    if not args.temperature >= 0:  # NaN too
         parser.error(f"--temperature must be >= 0, got {args.temperature}")
     if args.top_k is not None and args.top_k < 1:
         parser.error(f"--top_k must be positive, got {args.top_k}")
