@@ -690,6 +690,46 @@ def test_a_record_or_run_directory_copied_under_another_seeds_name_is_refused(wo
     assert rundirs.make_record(runs["ra-seed1"], run_dir).seed == 1
 
 
+@pytest.mark.parametrize("done", ["[]", '{"command": 5}', '{"command": "ega fit -c"}', '{"command": "ega fit \'x"}'])
+def test_a_garbled_done_makes_a_run_that_does_not_count_not_a_traceback(workdir, done):
+    ra1 = sweep.load_spec(write_spec(workdir / "spec.yaml", good_spec())).runs[0]
+    run_dir = fake_run(workdir / "runs", "ra-seed1", "linear", [2.0, 1.5])
+    (run_dir / "DONE").write_text(done)
+    loaded = rundirs.load_run(ra1, workdir / "runs", workdir / "records")
+    assert loaded.status == "incomplete" and "DONE is not what `ega sweep` writes" in loaded.reason
+
+
+@pytest.mark.parametrize(
+    ("name", "text"), [("gate_summary.json", "{not json"), ("config.yaml", "a: [\n"), ("hparams.yaml", "- a list\n")]
+)
+def test_a_finished_run_directory_with_a_garbled_file_is_refused_not_a_traceback(workdir, name, text):
+    ra1 = sweep.load_spec(write_spec(workdir / "spec.yaml", good_spec())).runs[0]
+    run_dir = fake_run(workdir / "runs", "ra-seed1", "linear", [2.0, 1.5])
+    assert rundirs.make_record(ra1, run_dir).seed == 1
+    (run_dir / name).write_text(text)
+    with pytest.raises(records.RecordError, match="is DONE, but a file the run wrote cannot be read"):
+        rundirs.make_record(ra1, run_dir)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("done", "yes", "done must be an object"),
+        ("scalars", {"val/loss": [[5, "abc"]]}, "scalars['val/loss'] must be a list of [step, value] pairs"),
+        ("seed", "1", "seed an integer"),
+        ("args", "--trainer.max_steps=4", "args must be a list of strings"),
+    ],
+)
+def test_a_record_with_a_field_of_the_wrong_type_is_unusable_not_a_traceback(workdir, field, value, said):
+    ra1 = sweep.load_spec(write_spec(workdir / "spec.yaml", good_spec())).runs[0]
+    recorded = workdir / "records"
+    path = rundirs.record_run(ra1, fake_run(workdir / "made", "ra-seed1", "linear", [2.0, 1.5]), recorded)
+    assert rundirs.load_run(ra1, workdir / "runs", recorded).status == "done"
+    path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
+    loaded = rundirs.load_run(ra1, workdir / "runs", recorded)
+    assert loaded.status == "incomplete" and said in loaded.reason
+
+
 def test_a_finished_run_is_recorded_as_it_ran_and_refused_once_its_spec_entry_changed(workdir, capsys):
     path = write_spec(workdir / "spec.yaml", good_spec())
     ra1 = sweep.load_spec(path).runs[0]

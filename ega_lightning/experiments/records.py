@@ -205,9 +205,32 @@ def read(path: Path) -> Record:
     if not isinstance(data, dict):
         raise RecordError(f"{path} is not a run record: delete it to rerun the run.")
     try:
+        _check_types(data)
         return Record.from_json(data)
     except (RecordError, KeyError, TypeError) as err:
         raise RecordError(f"{path} is not a run record this version reads ({err}): delete it to rerun.") from err
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _check_types(data: dict[str, Any]) -> None:
+    """Raises TypeError naming the first field of a record file that is not of the type a record holds (an
+    edited or garbled file): what the report computes with must not fail, or mean something else, later."""
+    if not isinstance(data.get("run_name"), str) or not isinstance(data.get("seed"), int):
+        raise TypeError("run_name must be a string and seed an integer")
+    for key in ("configs", "args"):
+        if not isinstance(data.get(key) or [], list) or not all(isinstance(x, str) for x in data.get(key) or []):
+            raise TypeError(f"{key} must be a list of strings")
+    for key in ("done", "hparams", "gate_summary", "scalars"):
+        if not isinstance(data.get(key) or {}, dict):
+            raise TypeError(f"{key} must be an object")
+    for tag, points in (data.get("scalars") or {}).items():
+        if not isinstance(points, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(map(_number, p)) for p in points
+        ):
+            raise TypeError(f"scalars[{tag!r}] must be a list of [step, value] pairs of numbers")
 
 
 def read_record(path: Path) -> dict[str, Any]:

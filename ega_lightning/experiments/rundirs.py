@@ -117,7 +117,15 @@ def read_done(run: Run, run_dir: Path) -> dict[str, Any]:
         done = json.loads((run_dir / DONE_FILE).read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise RecordError(f"{run_dir} has no readable {DONE_FILE} ({err}): it is not a finished run.") from err
-    ran = ran_with(done.get("command"))
+    try:
+        if not isinstance(done, dict):
+            raise TypeError("not a JSON object")
+        ran = ran_with(done.get("command"))
+    except (TypeError, ValueError, IndexError) as err:  # written by hand, or garbled
+        raise RecordError(
+            f"{run_dir}/{DONE_FILE} is not what `ega sweep` writes ({err}): delete the run directory to rerun "
+            "the run, or restore the file."
+        ) from err
     if ran is not None:
         check_ran_as_specified(run, *ran, run_dir)
     return done
@@ -131,14 +139,24 @@ def make_record(run: Run, run_dir: Path) -> Record:
     scalars = read_scalars(run_dir)
     if not scalars.get("val/loss"):
         raise RecordError(f"{run_dir} is DONE but its event files hold no val/loss: nothing to record.")
-    config, hparams = read_yaml(run_dir / "config.yaml"), kept_hparams(read_yaml(run_dir / "hparams.yaml"))
+    summary_path = run_dir / "gate_summary.json"
+    try:
+        config, hparams = read_yaml(run_dir / "config.yaml"), read_yaml(run_dir / "hparams.yaml")
+        gate_summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+        if not isinstance(config, dict) or not isinstance(hparams, dict):
+            raise TypeError("config.yaml and hparams.yaml must be mappings")
+    except (OSError, ValueError, TypeError, yaml.YAMLError) as err:  # JSONDecodeError, UnicodeDecodeError: ValueError
+        raise RecordError(
+            f"{run_dir} is DONE, but a file the run wrote cannot be read ({err}): restore it, or delete the run "
+            "directory to rerun the run."
+        ) from err
+    hparams = kept_hparams(hparams)
     ran_seed = config.get("seed_everything")
     if ran_seed is not None and ran_seed != run.seed:  # a copied or renamed run directory: another run's numbers
         raise RecordError(
             f"{run_dir} ran with seed {ran_seed} (its config.yaml), but {run.run_name} is seed {run.seed}: a run "
             "directory keeps its run's name. Move it back, or delete it to rerun the run."
         )
-    summary_path = run_dir / "gate_summary.json"
     return Record(
         run_name=run.run_name,
         configs=configs,
@@ -158,7 +176,7 @@ def make_record(run: Run, run_dir: Path) -> Record:
         max_steps=(config.get("trainer") or {}).get("max_steps"),
         hparams=hparams,
         **parameter_counts(hparams),
-        gate_summary=json.loads(summary_path.read_text()) if summary_path.is_file() else None,
+        gate_summary=gate_summary,
         scalars={tag: [[step, value] for step, value in scalars[tag]] for tag in RECORD_TAGS if tag in scalars},
     )
 
