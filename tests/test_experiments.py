@@ -690,6 +690,12 @@ def test_a_record_or_run_directory_copied_under_another_seeds_name_is_refused(wo
     assert rundirs.make_record(runs["ra-seed1"], run_dir).seed == 1
 
 
+def test_a_spec_that_is_not_utf8_is_said_not_a_traceback(workdir, capsys):
+    (workdir / "latin1.yaml").write_bytes("name: caf\xe9\nruns: []\n".encode("latin-1"))
+    assert sweep.main(["latin1.yaml", "--dry_run"]) == 2
+    assert "latin1.yaml is not valid YAML (UTF-8)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("done", ["[]", '{"command": 5}', '{"command": "ega fit -c"}', '{"command": "ega fit \'x"}'])
 def test_a_garbled_done_makes_a_run_that_does_not_count_not_a_traceback(workdir, done):
     ra1 = sweep.load_spec(write_spec(workdir / "spec.yaml", good_spec())).runs[0]

@@ -15,6 +15,7 @@ from ega_lightning.errors import UserError
 from ega_lightning.experiments import comparisons, findings, landscapes, report, rules, spec, stats, studies
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
 from ega_lightning.experiments.provenance import code_status
+from ega_lightning.experiments.provenance import load as provenance_load
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies import ablation, cost, landscape
@@ -586,6 +587,14 @@ def test_report_refuses_a_bench_it_cannot_read_and_an_out_that_is_a_file_before_
     assert report.main([spec_path, "--out", str(tmp_path / "o"), "--bench", str(tmp_path / "nosuch.json")]) == 2
     assert "nosuch.json cannot be read" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("text", ['{"x": 1}', "[]", '{"commits": [], "head": 7}'])
+def test_a_provenance_file_that_is_not_the_scripts_is_said_not_a_traceback(tmp_path, text):
+    (tmp_path / "provenance.json").write_text(text)
+    with pytest.raises(UserError, match=r"is not what `scripts/provenance.py` writes \(no head"):
+        provenance_load(tmp_path / "provenance.json")
+    assert provenance_load(tmp_path / "absent.json") is None  # never run: the report says so
 
 
 def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_established():

@@ -14,14 +14,25 @@ from ega_lightning.experiments.comparisons import RunData
 FILE = "provenance.json"  # beside the records directory: written by scripts/provenance.py
 
 
+# what scripts/provenance.py writes: every key the report reads, with its type
+SHAPE = {"head": str, "start": str, "training_path": list, "model_keys": list, "commits": list, "configurations": list}
+
+
 def load(path: Path) -> dict[str, Any] | None:
     """What `scripts/provenance.py` established about the records' code; None when it has not been run."""
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except (OSError, json.JSONDecodeError) as err:
+    except (OSError, ValueError) as err:  # JSONDecodeError, UnicodeDecodeError
         raise UserError(f"{path} cannot be read ({err}): run `python scripts/provenance.py` again.") from None
+    missing = [key for key, kind in SHAPE.items() if not isinstance(data, dict) or not isinstance(data.get(key), kind)]
+    if missing:
+        raise UserError(
+            f"{path} is not what `scripts/provenance.py` writes (no {', '.join(missing)}): run "
+            "`python scripts/provenance.py` again, or restore the file."
+        )
+    return data
 
 
 def code_status(run: RunData, provenance: dict[str, Any] | None) -> dict[str, Any]:

@@ -179,8 +179,8 @@ def _read_mapping(path: Path) -> dict[str, Any]:
         raise SpecError(f"sweep spec {path} not found.")
     try:
         data = read_yaml(path, missing_ok=False)
-    except yaml.YAMLError as err:
-        raise SpecError(f"{path} is not valid YAML: {err}") from err
+    except (yaml.YAMLError, UnicodeDecodeError) as err:
+        raise SpecError(f"{path} is not valid YAML (UTF-8): {err}") from err
     if not isinstance(data, dict):
         raise SpecError(
             f"{path}: a sweep spec is a mapping with keys {', '.join(SPEC_KEYS)}; got {type(data).__name__}."
