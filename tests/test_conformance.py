@@ -145,6 +145,12 @@ def test_a_gate_configuration_is_checked_with_its_options():
     assert report.passed and report["params_per_layer"].detail.startswith("documented = counted: 196 at 32x2")
     with pytest.raises(UserError, match="scales must be an integer >= 1"):
         check_gate("multiscale", {"scales": 0})
+    # a value the gate cannot train with is said as such, not failed as three properties of a wrong gate
+    for options in ({"tau_init": float("nan")}, {"alpha_init": float("inf")}):
+        with pytest.raises(UserError, match=f"gate option {next(iter(options))} must be a finite number"):
+            check_gate("linear", options)
+    wide = check_gate("multiscale", {"scales": 100}, properties=["causal"])  # 2**99 tokens: all of a short window
+    assert wide.passed
 
 
 def test_check_gate_leaves_the_callers_random_state_alone():

@@ -136,7 +136,7 @@ def test_gate_options_reach_the_gates_from_charlm():
 # --- multi-scale ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("window", [1, 2, 4, 8])
+@pytest.mark.parametrize("window", [1, 2, 4, 8, 2**70])
 def test_moving_average_equals_loop(window):
     x = torch.randn(2, 3, 6, dtype=torch.float64)  # window 8 > T: every position averages what it has
     torch.testing.assert_close(causal_moving_average(x, window), loop_moving_average(x, window))

@@ -8,6 +8,7 @@ per-head energy e is estimated.
 
 from __future__ import annotations
 
+import math
 from abc import abstractmethod
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -120,6 +121,9 @@ class Gate(KeyBias):
 
     def __init__(self, n_embd: int, n_head: int, tau_init: float = 0.0, alpha_init: float = 1.0) -> None:
         super().__init__(n_embd, n_head)
+        for name, value in (("tau_init", tau_init), ("alpha_init", alpha_init)):
+            if not math.isfinite(value):  # a NaN gate would fail every check as if the gate were wrong
+                raise ValueError(f"gate option {name} must be a finite number, got {value!r}.")
         self.tau = nn.Parameter(torch.full((n_head,), float(tau_init)))
         self.alpha = nn.Parameter(torch.full((n_head,), float(alpha_init)))
 

@@ -21,6 +21,7 @@ def causal_moving_average(x: torch.Tensor, window: int) -> torch.Tensor:
     if window == 1:
         return x  # exactly, not up to the rounding of a cumsum difference: K = 1 is then bit-identical to EGA-1
     T = x.shape[-1]
+    window = min(window, T)  # the same average (every start clamps to 0), and 2**k stays an int64 for any k
     csum = torch.cat([torch.zeros_like(x[..., :1]), x.cumsum(-1)], dim=-1)  # (..., T + 1), csum[i] = x_1 + .. + x_i
     end = torch.arange(1, T + 1, device=x.device)  # window (start, end] in csum indices
     start = (end - window).clamp_min(0)
