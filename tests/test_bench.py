@@ -2,15 +2,19 @@
 
 import json
 import os
+import re
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
 from ega_lightning import CharLM
 from ega_lightning.bench.harness import VOCAB, cold_compiler_caches
 from ega_lightning.bench.reference import NanoGPTReference
+from ega_lightning.bench.settings import gate_settings, size_settings
 from ega_lightning.commands.bench import main
+from ega_lightning.errors import UserError
 
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
 
@@ -112,3 +116,27 @@ def test_bench_compiles_into_empty_compiler_caches_and_restores_the_environment(
     with cold_compiler_caches():
         pass
     assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "said"),
+    [
+        ("size/tiny.yaml", "model: {n_layer: 1, n_head: 2, n_embd: 8, block_size: 8}\n", "must set model.n_layer"),
+        ("size/tiny.yaml", "model: [\n", "size/tiny.yaml cannot be read (while parsing"),
+        ("gate/broken.yaml", "- a list\n", "gate/broken.yaml is not a YAML mapping (it holds a list)"),
+    ],
+)
+def test_a_broken_configs_directory_is_named_before_anything_is_timed(tmp_path, path, text, said):
+    configs = tmp_path / "configs"
+    good = {
+        "size/tiny.yaml": "model: {n_layer: 1, n_head: 2, n_embd: 8, block_size: 8}\ndata: {batch_size: 2}\n",
+        "gate/none.yaml": "model: {gate: none}\n",
+    }
+    for sub, body in good.items():
+        (configs / sub).parent.mkdir(parents=True, exist_ok=True)
+        (configs / sub).write_text(body)
+    assert size_settings(configs, "tiny") == ({"n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 8}, 2)
+    (configs / path).write_text(text)
+    with pytest.raises(UserError, match=re.escape(said)):
+        size_settings(configs, "tiny")
+        gate_settings(configs, None)

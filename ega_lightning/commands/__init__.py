@@ -8,7 +8,6 @@ module is imported, so ``ega --help`` and the tools' ``--help`` start without Li
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
@@ -20,18 +19,6 @@ from ega_lightning.errors import (
     machine_refusal,
     print_user_error,
 )
-
-
-def seed(text: str) -> int:
-    """argparse type of the tools' --seed: an integer torch.manual_seed takes, said as a usage error if not."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"{value} is not in [0, 2**63)")
-    return value
-
 
 # name: (module with a main(argv), one line for `ega --help`); fit/validate/test are Lightning's
 COMMANDS = {

@@ -28,8 +28,9 @@ import torch
 from ega_lightning.bench.run import benchmark
 from ega_lightning.bench.settings import gate_settings, size_settings
 from ega_lightning.bench.table import to_markdown
-from ega_lightning.commands import seed
+from ega_lightning.commands.args import seed, usable_device
 from ega_lightning.config_files import configs_dir
+from ega_lightning.errors import UserError
 from ega_lightning.io import write_atomic
 
 
@@ -86,11 +87,13 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--generation_repeats must be positive, got {args.generation_repeats}")
     if args.generation_only and (args.no_generation or args.compile):
         parser.error("--generation_only times generation alone: it takes neither --no_generation nor --compile")
+    if args.out.exists() and not args.out.is_dir():  # said before the benchmark, not after it
+        raise UserError(f"--out {args.out} is a file; give the tables a directory (it is made if missing).")
     if args.configs is None:
         args.configs = configs_dir()
     for size in {*([] if args.generation_only else args.sizes), *([] if args.no_generation else args.generation_sizes)}:
         size_settings(args.configs, size)  # every size named before any is timed
-    device = torch.device(args.device)
+    device = usable_device(args.device)
     gates = gate_settings(args.configs, args.gates)
     started = datetime.now(UTC)
     result = benchmark(args, gates, device, " ".join(["ega bench", *argv]), started)

@@ -14,7 +14,7 @@ import sys
 
 import yaml
 
-from ega_lightning.commands import seed
+from ega_lightning.commands.args import seed
 from ega_lightning.conformance import PROPERTIES, Shape, check_gate
 from ega_lightning.errors import UserError
 

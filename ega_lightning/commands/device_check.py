@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from ega_lightning import attention_paths
-from ega_lightning.commands import seed
+from ega_lightning.commands.args import seed, usable_device
+from ega_lightning.errors import UserError
 from ega_lightning.model import available_attention_impls
 
 
@@ -34,7 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=seed, default=0)
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
+    try:
+        device = usable_device(args.device)
+    except UserError as err:  # run as `python -m`, not through `ega`: said here
+        parser.error(str(err))
     bf16 = device.type == "cuda" if args.bf16 is None else args.bf16
     rows = [row for gate in args.gates for row in attention_paths.check_gate(gate, device, bf16, args.batch, args.seed)]
     print(f"{'gate':<20}{'path':<11}{'dtype':<10}{'values':>22}{'gradients':>22}  verdict")

@@ -13,10 +13,7 @@ import signal
 import sys
 import time
 
-import torch
-
-from ega_lightning.commands import seed
-from ega_lightning.errors import UserError
+from ega_lightning.commands.args import seed, usable_device
 from ega_lightning.generation import check_causal, stream
 
 
@@ -38,13 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.top_k is not None and args.top_k < 1:
         parser.error(f"--top_k must be positive, got {args.top_k}")
 
-    try:
-        torch.empty(0, device=args.device)  # a device this machine lacks fails here, not deep in loading
-    except (RuntimeError, AssertionError) as err:  # torch without CUDA asserts
-        raise UserError(
-            f"--device {args.device} cannot be used on this machine ({str(err).splitlines()[0]}). "
-            f"Use --device cpu{', or cuda' if torch.cuda.is_available() else ''}."
-        ) from None
+    usable_device(args.device)
 
     # Lightning is slow to import: only once the arguments are valid
     from ega_lightning.checkpoint_io import load_checkpoint
