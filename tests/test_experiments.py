@@ -94,6 +94,9 @@ def good_spec() -> dict:
         (lambda s: s["runs"][0].update(seeds=[1, 1]), ["run name 'ra-seed1' already comes from runs[0]"]),
         (lambda s: s["runs"][0].update(args=["--run_name=x"]), ["args may not contain --run_name"]),
         (lambda s: s["runs"][0].update(seeds=["1"]), ["'seeds' must be a non-empty list of integers"]),
+        (lambda s: s["runs"][0].update(seeds=[-1]), ["'seeds' must be a non-empty list of integers in [0, 2**32)"]),
+        (lambda s: s["runs"][0].update(seeds=[2**32]), ["in [0, 2**32) (Lightning's seeds)"]),
+        (lambda s: s["runs"][1].update(args=["--seed_everything 5"]), ["as --key=value, one item per flag"]),
     ],
 )
 def test_invalid_spec_names_the_problem_and_runs_nothing(workdir, capsys, mutate, expected):

@@ -114,7 +114,9 @@ def _check_args(args: list[str], where: str) -> list[str]:
     problems = []
     for arg in args:
         flag = arg.split("=", 1)[0]
-        if flag in RESERVED_ARGS:
+        if flag.split() != [flag]:  # one list item is one word of the command line: `--flag value` is not a flag
+            problems.append(f"{where}: write each of 'args:' as --key=value, one item per flag; got {arg!r}.")
+        elif flag in RESERVED_ARGS:
             problems.append(
                 f"{where}: args may not contain {flag}: the sweep sets it for every run "
                 "(seeds go under 'seeds:', the run name is <name>-seed<seed>, use --runs_dir of `ega sweep`)."
@@ -209,8 +211,11 @@ def _entry_runs(
     if check_files:
         problems += _check_configs(run_configs, where)
     seeds = entry.get("seeds")
-    if not isinstance(seeds, list) or not seeds or not all(type(s) is int for s in seeds):
-        problems.append(f"{where}: 'seeds' must be a non-empty list of integers, e.g. [1, 2, 3]; got {seeds!r}.")
+    if not isinstance(seeds, list) or not seeds or not all(type(s) is int and 0 <= s < 2**32 for s in seeds):
+        problems.append(
+            f"{where}: 'seeds' must be a non-empty list of integers in [0, 2**32) (Lightning's seeds), e.g. "
+            f"[1, 2, 3]; got {seeds!r}."
+        )
         seeds = []
     group = _label(entry, "group", default_group, where, problems)
     also_in = tuple(_strings(entry, "also_in", where, problems))
