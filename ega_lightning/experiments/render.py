@@ -252,8 +252,9 @@ def markdown(
     lines = [
         "# EGA experiment report",
         "",
-        f"`{command}`, from {', '.join(f'`{s}`' for s in specs)}: **{len(done)} of {len(runs)} runs finished** "
-        "(the others are listed at the end and are in no number). Every number is also in `results.json`.",
+        f"`{command}`, from {', '.join(f'`{s}`' for s in specs)}: **{len(done)} of {len(runs)} runs finished**"
+        + (" (the others are listed at the end and are in no number)." if missing else ".")
+        + " Every number is also in `results.json`.",
         "",
         *sizes.paragraph(scale),
         "## Claims",
