@@ -28,10 +28,11 @@ import torch
 from ega_lightning.bench.run import benchmark
 from ega_lightning.bench.settings import gate_settings, size_settings
 from ega_lightning.bench.table import to_markdown
-from ega_lightning.commands.args import seed, usable_device
 from ega_lightning.config_files import configs_dir
+from ega_lightning.devices import usable_device
 from ega_lightning.errors import UserError
 from ega_lightning.io import write_atomic
+from ega_lightning.seeding import seed_argument
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -53,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
         default="cuda" if torch.cuda.is_available() else "cpu",
         help="default: cuda if there is one, else cpu",
     )
-    parser.add_argument("--seed", type=seed, default=1337, help="seed of every model's weights (default 1337)")
+    parser.add_argument("--seed", type=seed_argument, default=1337, help="seed of every model's weights (default 1337)")
     parser.add_argument("--generation_sizes", nargs="+", default=["cpu", "paper"], help="sizes for generation")
     parser.add_argument("--new_tokens", type=int, default=256, help="tokens per generation timing (default 256)")
     parser.add_argument("--no_generation", action="store_true", help="skip the generation tables")

@@ -14,9 +14,9 @@ import sys
 
 import yaml
 
-from ega_lightning.commands.args import seed
 from ega_lightning.conformance import PROPERTIES, Shape, check_gate
 from ega_lightning.errors import UserError
+from ega_lightning.seeding import seed_argument
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--block_size", type=int, default=Shape.block_size, help=f"window, >= 8 (default {Shape.block_size})"
     )
-    parser.add_argument("--seed", type=seed, default=0, help="seed of the weights and tokens (default 0)")
+    parser.add_argument("--seed", type=seed_argument, default=0, help="seed of the weights and tokens (default 0)")
     parser.add_argument("--only", nargs="+", default=None, metavar="PROPERTY", help=", ".join(PROPERTIES))
     args = parser.parse_args(argv)
     try:

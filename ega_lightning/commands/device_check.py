@@ -16,9 +16,10 @@ from pathlib import Path
 import torch
 
 from ega_lightning import attention_paths
-from ega_lightning.commands.args import seed, usable_device
+from ega_lightning.devices import usable_device
 from ega_lightning.errors import UserError
 from ega_lightning.model import available_attention_impls
+from ega_lightning.seeding import seed_argument
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=None, help="default: on CUDA")
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--seed", type=seed, default=0)
+    parser.add_argument("--seed", type=seed_argument, default=0)
     parser.add_argument("--out", type=Path, default=None, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     try:

@@ -13,8 +13,9 @@ import signal
 import sys
 import time
 
-from ega_lightning.commands.args import seed, usable_device
+from ega_lightning.devices import usable_device
 from ega_lightning.generation import check_causal, stream
+from ega_lightning.seeding import seed_argument
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max_new_tokens", type=int, default=500, help="characters to sample (default 500)")
     parser.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
     parser.add_argument("--top_k", type=int, default=None, help="sample among the k likeliest characters only")
-    parser.add_argument("--seed", type=seed, default=1337, help="sampling seed (default 1337)")
+    parser.add_argument("--seed", type=seed_argument, default=1337, help="sampling seed (default 1337)")
     parser.add_argument("--device", default="cpu", help="torch device, e.g. cuda (default cpu)")
     parser.add_argument("--no_cache", action="store_true", help="recompute the whole window at every step")
     args = parser.parse_args(argv)
