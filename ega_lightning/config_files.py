@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -52,8 +53,9 @@ def resolve_config(name: str) -> str:
     )
 
 
-def _check_yaml(path: str) -> bool:
-    """Whether a config file sets anything (False: empty, or only comments); a UserError if it is no config."""
+def read_config(path: str | Path) -> dict[str, Any] | None:
+    """A config file's mapping, None when it sets nothing (empty, or only comments); a UserError naming the
+    file when it is no config (not YAML, not readable, not a mapping)."""
     try:
         content = yaml.safe_load(Path(path).read_text())
     except yaml.YAMLError as err:
@@ -70,7 +72,7 @@ def _check_yaml(path: str) -> bool:
             f"config file {path} holds a {type(content).__name__}, not a mapping of options: write it as "
             "`model:`, `data:`, `trainer:` ... sections, as the packaged configs are (e.g. gate/db4.yaml)."
         )
-    return content is not None
+    return content
 
 
 def resolve_config_args(argv: list[str], float_flags: Collection[str] = ()) -> list[str]:
@@ -82,12 +84,12 @@ def resolve_config_args(argv: list[str], float_flags: Collection[str] = ()) -> l
         arg = argv[i]
         if arg in ("-c", "--config") and i + 1 < len(argv):
             path = resolve_config(argv[i + 1])
-            out += [arg, path] if _check_yaml(path) else []  # an empty config sets nothing
+            out += [arg, path] if read_config(path) is not None else []  # an empty config sets nothing
             i += 2
             continue
         if arg.startswith("--config="):
             path = resolve_config(arg.split("=", 1)[1])
-            arg = f"--config={path}" if _check_yaml(path) else ""
+            arg = f"--config={path}" if read_config(path) is not None else ""
         if arg in float_flags and i + 1 < len(argv):  # --model.lr inf
             out += [arg, NON_FINITE.get(argv[i + 1].lower(), argv[i + 1])]
             i += 2

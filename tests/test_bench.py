@@ -122,8 +122,8 @@ def test_bench_compiles_into_empty_compiler_caches_and_restores_the_environment(
     ("path", "text", "said"),
     [
         ("size/tiny.yaml", "model: {n_layer: 1, n_head: 2, n_embd: 8, block_size: 8}\n", "must set model.n_layer"),
-        ("size/tiny.yaml", "model: [\n", "size/tiny.yaml cannot be read (while parsing"),
-        ("gate/broken.yaml", "- a list\n", "gate/broken.yaml is not a YAML mapping (it holds a list)"),
+        ("size/tiny.yaml", "model: [\n", "size/tiny.yaml is not valid YAML (line 2, column 1)"),
+        ("gate/broken.yaml", "- a list\n", "gate/broken.yaml holds a list, not a mapping of options"),
     ],
 )
 def test_a_broken_configs_directory_is_named_before_anything_is_timed(tmp_path, path, text, said):

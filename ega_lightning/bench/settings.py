@@ -8,28 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ega_lightning.config_files import SIZE_KEYS
+from ega_lightning.config_files import SIZE_KEYS, read_config
 from ega_lightning.errors import UserError
 from ega_lightning.gates import gate_names, resolve_gate
-from ega_lightning.io import read_yaml
-
-
-def _read(path: Path) -> dict[str, Any]:
-    """A config file of the configs directory, as a mapping; a UserError naming it when it is none."""
-    try:
-        data = read_yaml(path, missing_ok=False)
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        why = str(err).splitlines()[0]
-        raise UserError(f"config file {path} cannot be read ({why}); fix it, or see --configs.") from None
-    if not isinstance(data, dict):
-        raise UserError(f"config file {path} is not a YAML mapping (it holds a {type(data).__name__}); see --configs.")
-    return data
 
 
 def load_yaml_model(path: Path) -> dict[str, Any]:
-    return _read(path).get("model", {}) or {}
+    return (read_config(path) or {}).get("model", {}) or {}
 
 
 def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
@@ -38,7 +23,7 @@ def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
     if not path.is_file():
         available = ", ".join(sorted(p.stem for p in (configs / "size").glob("*.yaml")))
         raise UserError(f"no model size {size!r} in {configs / 'size'} (available: {available}); see --configs.")
-    raw = _read(path)
+    raw = read_config(path) or {}
     try:
         return {k: raw["model"][k] for k in SIZE_KEYS}, raw["data"]["batch_size"]
     except (KeyError, TypeError):
