@@ -205,6 +205,8 @@ def test_sweep_runs_in_order_records_done_reports_failures_and_resumes(workdir, 
     monkeypatch.setattr(sweep, "fit_command", fake_fit)
     (runs / "rb-seed1" / "checkpoints").mkdir(parents=True)
     (runs / "rb-seed1" / "checkpoints" / "last.ckpt").write_bytes(b"")
+    first_attempt = "2026-11-01T00:00:00+00:00"  # rb-seed1 was started by an earlier sweep, then stopped
+    (runs / "rb-seed1" / "sweep.log").write_text(f"\n===== {first_attempt} ega sweep spec.yaml: fresh\n")
 
     assert sweep.main([str(path), "--runs_dir", "runs"]) == 1  # one run failed
     out = capsys.readouterr().out.splitlines()
@@ -217,7 +219,9 @@ def test_sweep_runs_in_order_records_done_reports_failures_and_resumes(workdir, 
     assert not (runs / "ra-seed1" / "DONE").exists()
     done = json.loads((runs / "ra-seed2" / "DONE").read_text())
     assert done["returncode"] == 0 and done["wall_seconds"] >= 0 and not done["resumed"]
-    assert json.loads((runs / "rb-seed1" / "DONE").read_text())["resumed"] is True
+    assert first_attempt < done["started_at"] <= done["finished_at"]  # its own (only) attempt
+    resumed = json.loads((runs / "rb-seed1" / "DONE").read_text())
+    assert resumed["resumed"] is True and resumed["started_at"] == first_attempt  # the first attempt's start
     assert "boom: bad config" in (runs / "ra-seed1" / "sweep.log").read_text()
 
     # again: the finished runs are skipped, the failed one is retried; a locked run is left alone

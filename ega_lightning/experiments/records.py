@@ -46,9 +46,10 @@ class Done:
     """How a run ended, as its ``DONE`` says (None: not noted)."""
 
     returncode: int | None = None
-    wall_seconds: float | None = None
+    wall_seconds: float | None = None  # of the last attempt (a resumed run: since its resume)
     finished_at: str | None = None
     resumed: bool | None = None
+    started_at: str | None = None  # the first attempt's start (records before it: finished_at - wall_seconds)
 
     @classmethod
     def of(cls, done: dict[str, Any] | None) -> Done:
@@ -92,8 +93,15 @@ class Record:
         names = {f.name for f in fields(cls)} - {"done"}
         return cls(**{k: v for k, v in data.items() if k in names}, done=Done.of(data.get("done")))
 
+    def as_data(self) -> dict[str, Any]:
+        """The record as its file holds it."""
+        data = asdict(self)
+        if data["done"]["started_at"] is None:  # records before it keep their bytes
+            del data["done"]["started_at"]
+        return data
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1) + "\n"
+        return json.dumps(self.as_data(), indent=1) + "\n"
 
 
 def kept_hparams(hparams: dict[str, Any]) -> dict[str, Any]:
@@ -235,7 +243,7 @@ def _check_types(data: dict[str, Any]) -> None:
 
 def read_record(path: Path) -> dict[str, Any]:
     """A record file as plain data (:func:`read`, then as the file would hold it), for scripts."""
-    return asdict(read(path))
+    return read(path).as_data()
 
 
 def load_record(run: Run, records_dir: Path) -> Record | None:

@@ -48,6 +48,7 @@ RUN_KEYS = ("name", "configs", "seeds", "args", "group", "also_in", "variant")
 # the sweep sets these itself, per run; a spec that set them would break resuming and naming
 RESERVED_ARGS = ("--seed_everything", "--run_name", "--runs_dir", "--ckpt_path", "--overwrite")
 DONE_FILE, LOG_FILE = "DONE", "sweep.log"
+LOG_HEADER = "====="  # opens each attempt's part of sweep.log: "===== <start time> ega sweep <spec>: <state>"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")  # one directory name, nothing a shell mangles
 
 
@@ -349,11 +350,18 @@ def ran_with(command: str | Sequence[str] | None) -> tuple[list[str], list[str]]
 
 
 def done_marker(
-    run: Run, returncode: int, wall_seconds: float, finished_at: str, resumed: bool, provenance: dict[str, Any]
+    run: Run,
+    returncode: int,
+    wall_seconds: float,
+    finished_at: str,
+    resumed: bool,
+    provenance: dict[str, Any],
+    started_at: str | None = None,
 ) -> dict[str, Any]:
     """The content of a finished run's ``DONE``: what ran (as a user would type it) and where.
 
-    ``provenance`` (machine, git commit, library versions) is taken when the run starts.
+    ``provenance`` (machine, git commit, library versions) is taken when the run starts; ``started_at``: when
+    its first attempt started (a resumed run's is its first, not its resume).
     """
     return {
         "command": user_command(run),
@@ -361,6 +369,7 @@ def done_marker(
         "wall_seconds": round(wall_seconds, 3),
         "finished_at": finished_at,
         "resumed": resumed,
+        "started_at": started_at,
         **provenance,
     }
 

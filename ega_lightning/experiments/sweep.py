@@ -50,6 +50,7 @@ from ega_lightning.experiments.rundirs import (
 from ega_lightning.experiments.spec import (
     DONE_FILE,
     LOG_FILE,
+    LOG_HEADER,
     Run,
     SpecError,
     done_marker,
@@ -138,7 +139,7 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
         with open(log_path, "ab") as log:
             offset = log.tell()
             now = datetime.now(UTC).isoformat(timespec="seconds")
-            log.write(f"\n===== {now} ega sweep {run.spec}: {state}\n$ {shlex.join(cmd)}\n".encode())
+            log.write(f"\n{LOG_HEADER} {now} ega sweep {run.spec}: {state}\n$ {shlex.join(cmd)}\n".encode())
             log.flush()
             print(f"{prefix} {({'resume': 'resumed', 'stale': 'started over'}).get(state, 'started')}", flush=True)
             start = time.monotonic()
@@ -157,11 +158,25 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
         finished_at = datetime.now(UTC).isoformat(timespec="seconds")
         # the code path the run trained, as this checkout computes it (the run started from it)
         where["fingerprint"] = run_fingerprint(run_dir)
-        done = done_marker(run, returncode, wall, finished_at, state == "resume", where)
+        started = _first_start(log_path) or finished_at
+        done = done_marker(run, returncode, wall, finished_at, state == "resume", where, started)
         write_atomic(run_dir / DONE_FILE, json.dumps(done, indent=2) + "\n")
         print(f"{prefix} done in {wall:.0f} s", flush=True)
         _record(run, run_dir, records_dir, prefix)
         return "done"
+
+
+def _first_start(log_path: Path) -> str | None:
+    """When the run's first attempt started: the time of the first header the sweep wrote into its log (a
+    run stopped and resumed has one per attempt; the registered protocol reads the first)."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as log:
+            for line in log:
+                if line.startswith(LOG_HEADER + " "):
+                    return line.split()[1]
+    except OSError:
+        return None
+    return None
 
 
 def run_sweep(runs: list[Run], runs_dir: Path, records_dir: Path, dry_run: bool = False) -> int:

@@ -1,0 +1,303 @@
+"""The registered protocol (``configs/protocol.yaml``) as data: the margins, families, rules and planned seeds
+every verdict of the report is read against, and when each entry was fixed.
+
+The protocol is committed before the runs it governs. :func:`load` reads and checks it; :func:`entry_dates`
+gives the date each verdict's rule was fixed (the newest commit of the lines of its entry, of its family and
+of its margins, from ``git blame``), or the date the file states where git history cannot be read.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ega_lightning.config_files import PACKAGED_CONFIGS
+from ega_lightning.errors import UserError
+
+PATH = PACKAGED_CONFIGS / "protocol.yaml"
+RULE_NAMES = ("effect", "level", "best", "worse", "equivalent", "tail", "forgets", "frozen", "grows")
+RULE_NAMES += ("lower", "control", "cost", "mechanism")
+TESTABLE = ("baseline_gap_covers_reduction",)  # the conditions a verdict may be read under (`testable:`)
+
+
+class ProtocolError(UserError):
+    """A protocol file that cannot be read as one; the message says where."""
+
+
+@dataclass(frozen=True)
+class Margin:
+    value: float
+    unit: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    reads: str
+    planned_seeds: dict[str, int]  # spec entry -> the seeds planned for it
+    plan: str = ""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The rule of one kind of finding (results.json's ``kind``)."""
+
+    kind: str
+    family: str | None
+    confirmatory: bool
+    rule: str | None = None
+    by_claim: dict[str, str] = field(default_factory=dict)  # claim key -> rule, where the rule follows the claim
+    margins: tuple[str, ...] = ()
+    testable: str | None = None
+    min_repetitions: int | None = None
+    why: str = ""
+    lines: tuple[int, int] = (0, 0)  # its lines in the file (1-based, inclusive), for git blame
+
+    def rule_for(self, claim: str | None) -> str:
+        if self.by_claim:
+            if claim not in self.by_claim:
+                raise ProtocolError(f"the protocol's `{self.kind}` names no rule for claim {claim!r}.")
+            return self.by_claim[claim]
+        assert self.rule is not None
+        return self.rule
+
+
+@dataclass(frozen=True)
+class Protocol:
+    path: Path
+    registered: str
+    level: float
+    study_wide_level: float
+    power: float
+    max_seeds: int
+    stopping: str
+    decisions: str
+    margins: dict[str, Margin]
+    families: dict[str, Family]
+    verdicts: dict[str, Entry]
+    lines: dict[str, tuple[int, int]]  # "margins.<name>" / "families.<name>" -> its lines
+
+    def margin(self, name: str) -> float:
+        return self.margins[name].value
+
+    def entry(self, kind: str) -> Entry | None:
+        return self.verdicts.get(kind)
+
+    def planned(self) -> dict[str, int]:
+        """Every spec entry the protocol plans seeds for, with its count (one count per entry, checked)."""
+        out: dict[str, int] = {}
+        for family in self.families.values():
+            out.update(family.planned_seeds)
+        return out
+
+
+def _spans(node: yaml.Node) -> dict[str, tuple[int, int]]:
+    """Each key of a mapping node with its lines (1-based, inclusive): from the key to the line before the next."""
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    keys = [k for k, _ in node.value]
+    last = node.value[-1][1].end_mark if node.value else node.end_mark
+    stop = last.line if last.column == 0 else last.line + 1
+    starts = [k.start_mark.line + 1 for k in keys]
+    return {k.value: (a, b - 1) for k, a, b in zip(keys, starts, [*starts[1:], stop + 1], strict=True)}
+
+
+def _children(node: yaml.Node) -> dict[str, yaml.Node]:
+    return {k.value: v for k, v in node.value} if isinstance(node, yaml.MappingNode) else {}
+
+
+def load(path: Path = PATH) -> Protocol:
+    """The protocol at ``path``, checked: every family, rule and margin an entry names exists, and a spec
+    entry's planned seeds agree across families. A :class:`ProtocolError` says what is wrong."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ProtocolError(f"the protocol {path} cannot be read: {err}") from None
+    if not isinstance(data, dict) or data.get("format") != 1:
+        raise ProtocolError(f"the protocol {path} is not a mapping of format 1.")
+    nodes = _children(root)
+    try:
+        margins = {k: Margin(float(v["value"]), str(v["unit"]), str(v["reason"])) for k, v in data["margins"].items()}
+        families = {
+            k: Family(
+                k, str(v["reads"]), {e: int(n) for e, n in (v.get("planned_seeds") or {}).items()}, v.get("plan") or ""
+            )
+            for k, v in data["families"].items()
+        }
+        verdict_lines = _spans(nodes["verdicts"])
+        verdicts = {
+            kind: Entry(
+                kind,
+                v.get("family"),
+                bool(v["confirmatory"]),
+                v.get("rule"),
+                dict(v.get("by_claim") or {}),
+                tuple(v.get("margins") or ()),
+                v.get("testable"),
+                v.get("min_repetitions"),
+                str(v.get("why") or ""),
+                verdict_lines[kind],
+            )
+            for kind, v in data["verdicts"].items()
+        }
+        lines = {f"margins.{k}": span for k, span in _spans(nodes["margins"]).items()}
+        lines.update({f"families.{k}": span for k, span in _spans(nodes["families"]).items()})
+        protocol = Protocol(
+            path,
+            str(data["registered"]),
+            float(data["level"]),
+            float(data["study_wide"]["level"]),
+            float(data["power"]),
+            int(data["max_seeds"]),
+            str(data["stopping"]),
+            str(data["decisions"]),
+            margins,
+            families,
+            verdicts,
+            lines,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise ProtocolError(f"the protocol {path} lacks or garbles {err}.") from None
+    _check(protocol)
+    return protocol
+
+
+def _check(p: Protocol) -> None:
+    problems = []
+    for e in p.verdicts.values():
+        for rule in [e.rule] if e.rule else list(e.by_claim.values()):
+            if rule not in RULE_NAMES:
+                problems.append(f"`{e.kind}` names the rule {rule!r}, not one of {', '.join(RULE_NAMES)}")
+        if e.rule is None and not e.by_claim:
+            problems.append(f"`{e.kind}` names no rule")
+        if e.family is not None and e.family not in p.families:
+            problems.append(f"`{e.kind}` names the family {e.family!r}, which the protocol does not define")
+        if e.confirmatory and e.family is None:
+            problems.append(f"`{e.kind}` is confirmatory without a family")
+        problems += [f"`{e.kind}` names the margin {m!r}, not defined" for m in e.margins if m not in p.margins]
+        if e.testable is not None and e.testable not in TESTABLE:
+            problems.append(f"`{e.kind}` is testable under {e.testable!r}, not one of {', '.join(TESTABLE)}")
+    counts: dict[str, set[int]] = {}
+    for family in p.families.values():
+        for entry, n in family.planned_seeds.items():
+            counts.setdefault(entry, set()).add(n)
+    problems += [
+        f"the spec entry {e} is planned at {sorted(n)} seeds by different families"
+        for e, n in counts.items()
+        if len(n) > 1
+    ]
+    if problems:
+        raise ProtocolError(f"the protocol {p.path}: " + "; ".join(problems) + ".")
+
+
+# ----------------------------------------------------------------------------- when each entry was fixed
+
+
+@dataclass(frozen=True)
+class Dates:
+    """When each verdict kind's rule was fixed; ``source``: "git" (blame of its lines, with the commit the file
+    was last changed in) or "stated" (the file's own date, where git history cannot be read, and why)."""
+
+    by_kind: dict[str, datetime]
+    source: str
+    commit: str | None
+    committed: datetime | None
+    why: str = ""
+
+
+def _git(cwd: Path, *args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def _blame(path: Path) -> tuple[dict[int, datetime], str | None] | str:
+    """Per line (1-based) the committer date of the commit that last changed it (a line not committed: now),
+    and the newest commit of the file; or why git cannot say."""
+    cwd = path.resolve().parent
+    if _git(cwd, "rev-parse", "--is-inside-work-tree") is None:
+        return "not in a git checkout"
+    if (_git(cwd, "rev-parse", "--is-shallow-repository") or "").strip() == "true":
+        return "a shallow clone (its oldest commit stands for every older one)"
+    out = _git(cwd, "blame", "--porcelain", "--", path.resolve().name)
+    if out is None:
+        return "the file is not committed"
+    commit_of: dict[int, str] = {}
+    when: dict[str, datetime] = {}
+    current = None
+    for line in out.splitlines():
+        head = line.split()
+        if len(head) >= 3 and len(head[0]) == 40 and not line.startswith("\t"):
+            current = head[0]
+            commit_of[int(head[2])] = current
+        elif line.startswith("committer-time ") and current is not None:
+            when[current] = datetime.fromtimestamp(int(head[1]), UTC)
+    uncommitted = "0" * 40
+    now = datetime.now(UTC)
+    lines = {n: now if c == uncommitted else when[c] for n, c in commit_of.items()}
+    committed = [c for c in when if c != uncommitted]
+    if not committed:
+        return "the file is not committed"
+    return lines, max(committed, key=lambda c: when[c])
+
+
+def entry_dates(p: Protocol) -> Dates:
+    """When each verdict kind's rule was fixed: the newest commit among the lines of its entry, its family's
+    and its margins'; a line not yet committed counts as now (the rule is not registered)."""
+    blamed = _blame(p.path)
+    if isinstance(blamed, str):
+        stated = datetime.fromisoformat(p.registered)
+        stated = stated if stated.tzinfo else stated.replace(tzinfo=UTC)
+        return Dates({k: stated for k in p.verdicts}, "stated", None, None, blamed)
+    lines, newest = blamed
+    now = datetime.now(UTC)
+
+    def newest_of(span: tuple[int, int]) -> datetime:
+        return max(lines.get(n, now) for n in range(span[0], span[1] + 1))
+
+    by_kind = {}
+    for kind, e in p.verdicts.items():
+        spans = [e.lines, *(p.lines[f"margins.{m}"] for m in e.margins)]
+        if e.family is not None:
+            spans.append(p.lines[f"families.{e.family}"])
+        by_kind[kind] = max(newest_of(s) for s in spans)
+    return Dates(by_kind, "git", newest, max(lines.values()))
+
+
+def registration(fixed: datetime, starts: Mapping[str, datetime | None]) -> tuple[str, int, int]:
+    """How a verdict stands to its rule: ("registered" | "partly registered" | "exploratory", runs after the
+    rule, runs read). A run whose start is not known counts as before the rule."""
+    n = len(starts)
+    after = sum(1 for s in starts.values() if s is not None and s > fixed)
+    if n and after == n:
+        return "registered", after, n
+    return ("partly registered" if after else "exploratory"), after, n
+
+
+def as_dict(p: Protocol, dates: Dates) -> dict[str, Any]:
+    """The protocol as results.json states it: where it is, its dates, its margins and families."""
+    return {
+        "path": "configs/protocol.yaml",
+        "dates": dates.source,
+        "commit": dates.commit,
+        "committed": dates.committed.isoformat() if dates.committed else None,
+        "why_stated": dates.why or None,
+        "registered": p.registered,
+        "level": p.level,
+        "study_wide": {"method": "holm", "level": p.study_wide_level},
+        "power": p.power,
+        "margins": {k: {"value": m.value, "unit": m.unit, "reason": m.reason} for k, m in p.margins.items()},
+        "families": {k: {"reads": f.reads, "planned_seeds": f.planned_seeds} for k, f in p.families.items()},
+        "fixed": {k: d.isoformat() for k, d in dates.by_kind.items()},
+    }
