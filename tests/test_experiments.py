@@ -384,10 +384,11 @@ def test_report_findings_compare_with_the_paper(fabricated):
     d = improvement["ours"]
     assert d["method"] == "paired" and d["n"] == 3
     assert (round(d["estimate"], 3), round(d["low"], 3), round(d["high"], 3)) == (0.093, 0.065, 0.122)
-    assert improvement["verdict"] == "reproduced"  # the fabricated interval holds the paper's +0.103
+    assert improvement["verdict"] == "holds"  # the direction: the fabricated interval lies above 0
+    assert improvement["magnitude"]["reading"] == "reproduced"  # and it holds the paper's +0.103
     (gap,) = findings_of(out, "gap")
     assert gap["ours"]["estimate"] == pytest.approx(0.13 / 3, abs=1e-6) and gap["paper_regime"] is True
-    assert gap["verdict"] == "reproduced"  # [+0.0x, ...] holds +0.042 and not 0
+    assert gap["verdict"] == "holds" and gap["magnitude"]["reading"] == "reproduced"  # holds +0.042 and not 0
     assert not findings_of(out, "best_val_loss")  # every run ends at its best
     (tau,) = findings_of(out, "tau")
     assert {k: tau[k] for k in ("settled", "tracked")} == {"settled": 2, "tracked": 3}
@@ -507,7 +508,7 @@ def test_report_gives_the_best_val_loss_beside_the_final_once_runs_overfit(tmp_p
     assert report_into(path, runs, tmp_path / "out") == 0
     (final,) = findings_of(tmp_path / "out", "improvement")
     assert final["ours"]["estimate"] == pytest.approx(0.05) and final["ours"]["high"] == pytest.approx(0.05)
-    assert final["verdict"] == "not reproduced"
+    assert final["verdict"] == "holds" and final["magnitude"]["reading"] == "not reproduced"  # half the +0.103
     (best,) = findings_of(tmp_path / "out", "best_val_loss")
     assert best["ours"]["estimate"] == pytest.approx(-0.02) and best["verdict"] is None
 
@@ -553,7 +554,7 @@ def test_frozen_tau_and_the_leak_audit_are_set_against_learned_tau_and_the_causa
     runs, out = tmp_path / "runs", tmp_path / "out"
     base = {1: 1.50, 2: 1.60, 3: 1.55}
     learned = {1: 1.49, 2: 1.59, 3: 1.54}  # causal EGA-1: +0.010
-    frozen = {1: 1.492, 2: 1.588, 3: 1.541}  # learned - frozen: -0.002, +0.002, -0.001
+    frozen = {1: 1.4905, 2: 1.5895, 3: 1.5403}  # learned - frozen: -0.0005, +0.0005, -0.0003
     window = {1: 1.30, 2: 1.42, 3: 1.36}  # the leak, as trained: +0.190
     causal_eval = {1: 1.70, 2: 1.81, 3: 1.74}  # the same checkpoints evaluated causally: -0.200
     for seed in (1, 2, 3):
@@ -596,7 +597,8 @@ def test_frozen_tau_and_the_leak_audit_are_set_against_learned_tau_and_the_causa
     (leak,) = findings_of(out, "leak")
     assert leak["ours"]["estimate"] == pytest.approx(mean_diff(base, window), abs=1e-6)
     assert leak["causal"]["estimate"] == pytest.approx(mean_diff(base, learned), abs=1e-6)
-    assert leak["verdict"] == "not reproduced"  # +0.190 with a tight interval: above the paper's +0.103
+    # +0.190 with a tight interval: the direction holds, the size lies above the paper's +0.103
+    assert leak["verdict"] == "holds" and leak["magnitude"]["reading"] == "not reproduced"
     (increment,) = findings_of(out, "leak_increment")  # the leak's own share: causal EGA-1 − leak, by seed
     assert increment["ours"]["estimate"] == pytest.approx(mean_diff(learned, window), abs=1e-6)
     assert increment["family"] == "leak" and leak["family"] == "leak" and leak["family_k"] == 2

@@ -3,17 +3,22 @@ each entry comes from git, so that a verdict's registration follows the commit o
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import scipy.stats
+import yaml
 
-from ega_lightning.experiments import protocol
+from ega_lightning.experiments import findings, protocol, rules
 from ega_lightning.experiments.spec import load_spec
+from ega_lightning.experiments.stats import Difference
+from ega_lightning.experiments.studies import ablation, peers
 
-from .conftest import CONFIGS
+from .conftest import CONFIGS, REPO
 
 
 def test_the_protocol_plans_the_seeds_each_spec_declares():
@@ -78,3 +83,182 @@ def test_an_entrys_date_is_the_newest_commit_of_its_lines_its_familys_and_its_ma
     outside.write_text(path.read_text())
     stated = protocol.entry_dates(protocol.load(outside))
     assert stated.source == "stated" and stated.by_kind["tail"] == datetime(2026, 12, 2, tzinfo=UTC)
+
+
+# ----------------------------------------------------------------------------- every label, recomputed
+
+
+def _family_interval(d: dict, level: float) -> tuple[float, float] | None:
+    """A nominal interval of results.json at another level: the half-width scaled by the t quantiles (scipy)."""
+    if d is None or d["low"] is None or d["df"] is None:
+        return None
+    t = scipy.stats.t.ppf(0.5 + level / 2, d["df"]) / scipy.stats.t.ppf(0.5 + d["level"] / 2, d["df"])
+    half = (d["high"] - d["low"]) / 2 * t
+    return d["estimate"] - half, d["estimate"] + half
+
+
+def _label(rule: str, ends: list[tuple[float, float] | None], f: dict, margins: dict, paper: dict) -> str:
+    """The protocol's rules written out again, from configs/protocol.yaml's words, on plain (low, high) pairs."""
+    loss, tail, keep = margins["loss"]["value"], margins["tail"]["value"], margins["tau_keep"]["value"]
+    if any(e is None for e in ends):
+        return "too few seeds to tell"
+    lo, hi = ends[0]
+    if rule in ("effect", "lower"):
+        return "holds" if lo > 0 else "does not hold" if hi < 0 else "too few seeds to tell"
+    if rule == "worse":
+        return "holds" if hi < 0 else "does not hold" if lo > 0 else "too few seeds to tell"
+    if rule in ("equivalent", "frozen", "tail"):
+        m = tail if rule == "tail" else loss
+        inside, outside = (-m <= lo and hi <= m), (lo > m or hi < -m)
+        yes, no = ("holds", "does not hold") if rule == "tail" else ("consistent", "not consistent")
+        return yes if inside else no if outside else "too few seeds to tell"
+    if rule == "forgets":
+        return (
+            "holds"
+            if -keep <= lo and hi <= keep
+            else "does not hold"
+            if lo > keep or hi < -keep
+            else "too few seeds to tell"
+        )
+    if rule == "grows":
+        return "holds" if lo > 0 else "does not hold" if hi < loss else "too few seeds to tell"
+    if rule == "level":
+        figure, width = (
+            (paper["tau"], margins["tau_level"]["value"])
+            if f["kind"] == "tau"
+            else (
+                paper["frac_above_tau"],
+                margins["frac_level"]["value"],
+            )
+        )
+        if not lo <= figure <= hi:
+            return "not reproduced"
+        return "reproduced" if (hi - lo) / 2 <= width else "too few seeds to tell"
+    if rule == "best":  # every other gate − EGA-1 above 0 / any below 0
+        if any(h < 0 for _, h in ends):
+            return "does not hold"
+        return "holds" if all(lo_ > 0 for lo_, _ in ends) else "too few seeds to tell"
+    if rule == "control":
+        threshold = paper["positive_control"]
+        if any(lo_ > threshold for lo_, _ in ends):
+            return "holds"
+        return "does not hold" if all(h < threshold for _, h in ends) else "too few seeds to tell"
+    raise AssertionError(f"no rule {rule} in the protocol's words")
+
+
+def test_every_label_of_the_committed_report_recomputes_from_results_json_under_the_protocol():
+    """results.json alone (json, yaml and scipy, none of the report's code): each confirmatory verdict from its
+    intervals at its family's level 1 - 0.05/k under the protocol's rule, an effect's size from the same
+    interval, and the Holm step-down from the verdicts' p values at the protocol's study-wide level."""
+    results = json.loads((REPO / "results" / "results.json").read_text())
+    registered = yaml.safe_load(protocol.PATH.read_text())
+    margins = registered["margins"]
+    checked = 0
+    for f in results["findings"]:
+        entry = registered["verdicts"].get(f["kind"])
+        if entry is None or f["verdict"] is None or f["kind"] in ("cost", "tau_mechanism"):
+            continue
+        rule = entry.get("rule") or entry["by_claim"][f["claim"]]
+        assert f["rule_name"] == rule, f["kind"]
+        if f["verdict"] == "not testable here":
+            assert f["not_testable"] and not f["reads"]
+            continue
+        assert f["family"] == entry["family"], f["kind"]
+        k, level = f["family_k"], 1 - (1 - registered["level"]) / f["family_k"]
+        assert f["family_level"] == pytest.approx(level)
+        ends = [_family_interval(d, level) for _, d in f["reads"]]
+        assert _label(rule, ends, f, margins, results["paper"]) == f["verdict"], (f["kind"], f["subject"], k)
+        if rule == "effect" and ends[0] is not None:
+            lo, hi = ends[0]
+            fig = f["paper"]
+            size = ("undecided" if lo <= 0 <= hi else "reproduced") if lo <= fig <= hi else "not reproduced"
+            assert f["magnitude"]["reading"] == size and f["magnitude"]["fraction"] == pytest.approx(
+                f["ours"]["estimate"] / fig
+            )
+        checked += 1
+    assert checked >= 35
+    # Holm: every tested hypothesis's p, sorted; each survives while every p so far is under 0.05 / (m - i)
+    alpha = 1 - registered["study_wide"]["level"]
+    tested = [
+        f
+        for f in results["findings"]
+        if f["confirmatory"] and f["verdict"] not in (None, "no finished runs", "not testable here")
+    ]
+    hypotheses = [(f["p"], f["holm"]) for f in tested]
+    hypotheses += [(f["p_size"], f["holm_size"]) for f in tested if f["rule_name"] == "effect" and f["reads"]]
+    m, going = len(hypotheses), True
+    for i, (p, survives) in enumerate(sorted(hypotheses, key=lambda h: (h[0] is None, h[0] or 0.0))):
+        going = going and p is not None and p <= alpha / (m - i)
+        assert survives is (going if p is not None else None)
+    assert any(s for _, s in hypotheses) and not all(s for _, s in hypotheses)
+
+
+@pytest.mark.parametrize("rule", ["lower", "equivalent", "tail"])
+def test_a_single_interval_verdicts_p_is_the_t_test_against_the_boundary_it_clears(rule):
+    """The p the Holm step-down reads, written out: the two-sided t test of the estimate against the boundary
+    the decisive end of the interval clears (both boundaries for an equivalence: the larger p)."""
+    d = Difference(0.001, -0.0008, 0.0028, 6, 5.0, "paired")
+    se = (d.high - d.low) / 2 / scipy.stats.t.ppf(0.975, 5)
+    if rule == "lower":
+        d = Difference(0.02, 0.012, 0.028, 6, 5.0, "paired")
+        se = 0.008 / scipy.stats.t.ppf(0.975, 5)
+        expected = 2 * scipy.stats.t.sf(d.estimate / se, 5)
+        verdict = rules.Verdict.HOLDS
+    else:
+        m = rules.MARGIN if rule == "equivalent" else rules.TAIL_MARGIN
+        expected = max(2 * scipy.stats.t.sf((d.estimate + m) / se, 5), 2 * scipy.stats.t.sf((m - d.estimate) / se, 5))
+        verdict = rules.Verdict.CONSISTENT if rule == "equivalent" else rules.Verdict.HOLDS
+    assert rules.decision_p(rules.BY_NAME[rule], [d], verdict) == pytest.approx(expected, rel=1e-6)
+
+
+def test_a_study_that_judges_a_claim_by_another_rule_than_the_protocols_is_refused():
+    """The rule a claim names is the rule applied: an ablation pair the protocol reads as "worse" judged by the
+    equivalence rule stops the report, naming both."""
+    d = Difference(0.01, 0.005, 0.015, 5, 4.0, "paired")
+    where = findings.Where("ablation", "tinyshakespeare", "r", "EGA-2 `ms2`", "EGA-1 `linear`")
+    right = findings.judged(ablation.Pair, where, [("a", d)], rules.worse_rule, claim="ablation:EGA-2")
+    assert findings.correct([right])[0].rule_name == "worse"
+    wrong = findings.judged(ablation.Pair, where, [("a", d)], rules.equivalence_rule, claim="ablation:EGA-2")
+    with pytest.raises(protocol.ProtocolError, match=r"equivalence_rule.*'worse'"):
+        findings.correct([wrong])
+
+
+def test_moving_the_protocols_commit_after_the_runs_turns_a_registered_verdict_exploratory(tmp_path):
+    """One verdict, three runs started on 5 Dec: with its protocol entry committed on 1 Dec it reads
+    "registered"; committed again on 6 Dec (the same rule, later), "exploratory"; on 5 Dec between the runs'
+    starts, "partly registered (2 of 3 runs after the rule)"."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    path = repo / "protocol.yaml"
+    path.write_text(protocol.PATH.read_text())
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    starts = {f"r{i}": datetime(2026, 12, 5, 9 + i, tzinfo=UTC) for i in range(3)}  # 09:00, 10:00, 11:00
+    d = Difference(0.02, 0.012, 0.028, 3, 2.0, "paired")
+    code = findings.Code([], None, [], list(starts))
+    where = findings.Where("peers", "tinyshakespeare", "r", "FoX `fox`", "baseline `none`")
+    f = findings.judged(peers.Peer, where, [("fox", d)], rules.lower_rule, claim="peer:fox", code=code, source="s")
+
+    spellings = [
+        "peer: {rule: lower, family: peers, confirmatory: true}",
+        "peer: {family: peers, rule: lower, confirmatory: true}",
+    ]
+    assert spellings[0] in path.read_text()
+
+    def mark() -> str:
+        dates = protocol.entry_dates(protocol.load(path))
+        (out,) = findings.conclude(findings.correct([f]), starts, dates)
+        return out.registration.text()
+
+    def recommit(date: str) -> None:  # the same rule, its line committed again on ``date``
+        text = path.read_text()
+        now, other = (0, 1) if spellings[0] in text else (1, 0)
+        path.write_text(text.replace(spellings[now], spellings[other]))
+        _git(repo, "commit", "-qam", "again", date=date)
+
+    _git(repo, "commit", "-qm", "protocol", date="2026-12-01T10:00:00+00:00")
+    assert mark() == "registered"
+    recommit("2026-12-06T10:00:00+00:00")
+    assert mark() == "exploratory"
+    recommit("2026-12-05T09:30:00+00:00")
+    assert mark() == "partly registered (2 of 3 runs after the rule)"

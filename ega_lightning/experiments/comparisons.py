@@ -13,6 +13,7 @@ import json
 import math
 import statistics
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from ega_lightning.experiments.paper import paper_name
@@ -63,6 +64,7 @@ class RunData:
     fingerprint: str | None = None  # of the code path it trained, as its record keeps it (None: not kept)
     # which code it ran, as far as the record and results/provenance.json establish it (`code_status`)
     code: dict[str, Any] = field(default_factory=lambda: {"fingerprint": None, "status": "unknown", "how": ""})
+    started: datetime | None = None  # its first attempt's start (the protocol's registration reads it)
 
 
 def _finite(value: float | None) -> float | None:
@@ -126,7 +128,22 @@ def from_record(run: Run, record: Record, source: str) -> RunData:
         n_params=record.n_params,
         git_commit=record.git_commit,
         fingerprint=record.fingerprint,
+        started=started(record),
     )
+
+
+def started(record: Record) -> datetime | None:
+    """When a run's first attempt started: its record's ``started_at``, else (records before it) its
+    ``finished_at`` minus its wall seconds; None when neither is known."""
+    done = record.done
+    try:
+        if done.started_at:
+            return datetime.fromisoformat(done.started_at)
+        if done.finished_at and done.wall_seconds is not None:
+            return datetime.fromisoformat(done.finished_at) - timedelta(seconds=done.wall_seconds)
+    except (TypeError, ValueError):
+        return None
+    return None
 
 
 def gate_name(gate: str, output_gate: str = "none") -> str:

@@ -10,13 +10,24 @@ claims table that do not depend on what was measured.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
+from functools import partial
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
-from ega_lightning.experiments import paper
+from ega_lightning.experiments import paper, protocol
 from ega_lightning.experiments.comparisons import RunData, Variant, device
-from ega_lightning.experiments.rules import MAX_SEEDS, Rule, Verdict, seeds_to_decide
+from ega_lightning.experiments.rules import (
+    BY_NAME,
+    MAX_SEEDS,
+    PROTOCOL,
+    Rule,
+    Verdict,
+    decision_p,
+    seeds_for_power,
+    size_reading,
+)
 from ega_lightning.experiments.stats import LEVEL, Difference, Summary, bonferroni_level, widen
 from ega_lightning.experiments.text import anchor, fmt_interval, how
 
@@ -50,6 +61,34 @@ class Code:
     sides: list[Side]
     flag: str | None
     runs: list[str]  # the runs flagged
+    read: list[str] = field(default_factory=list)  # every run its sides read
+    pending: list[str] = field(default_factory=list)  # runs its sides' specs plan that are not finished
+
+
+@dataclass(frozen=True)
+class Magnitude:
+    """The size of an effect against the paper's figure: its fraction of the figure, with the family-level
+    interval's ends as fractions too, and its reading (`rules.size_reading`)."""
+
+    fraction: float
+    low: float | None
+    high: float | None
+    reading: str | None
+
+
+@dataclass(frozen=True)
+class Registration:
+    """When a verdict's rule was fixed against the runs it reads (`protocol.registration`)."""
+
+    mark: str  # registered | partly registered | exploratory
+    after: int  # runs started after the rule
+    runs: int  # runs it reads
+    fixed: str  # the date its protocol entry was committed (or stated)
+
+    def text(self) -> str:
+        if self.mark == "partly registered":
+            return f"partly registered ({self.after} of {self.runs} runs after the rule)"
+        return self.mark
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,10 +120,21 @@ class Finding:
     family_k: int | None = None  # the family's distinct comparisons (set by `correct`)
     family_level: float | None = None  # the level of each of its intervals
     nominal_verdict: Verdict | None = None  # the verdict at 95%, before the correction
-    seeds_nominal: int | None = None  # seeds_needed at 95%
+    seeds_range: tuple[int, int] | None = None  # seeds_needed with the stds at the ends of their 95% intervals
     code: Code | None = None  # which code its sides ran
+    rule_name: str | None = None  # the protocol's name of the rule that gave the verdict
+    confirmatory: bool | None = None  # registered in the protocol as a confirmatory verdict
+    magnitude: Magnitude | None = None  # an effect's size against the paper's figure (rule "effect")
+    not_testable: str | None = None  # why the regime cannot test the claim (verdict "not testable here")
+    p: float | None = None  # the verdict's own p (`rules.decision_p`), for the study-wide Holm step-down
+    holm: bool | None = None  # survives the study-wide Holm step-down (None: not a decided confirmatory verdict)
+    holm_threshold: float | None = None  # the α its step of the Holm step-down compared p against
+    p_size: float | None = None  # an effect's size "not reproduced": its own p (`rules.decision_p`)
+    holm_size: bool | None = None  # that size reading survives the study-wide Holm step-down
+    holm_size_threshold: float | None = None
+    registration: Registration | None = None
     rule: Rule | None = field(default=None, compare=False, repr=False, metadata=NOT_IN_RESULTS)
-    reads: tuple[tuple[str, Difference | None], ...] = field(default=(), metadata=NOT_IN_RESULTS)
+    reads: tuple[tuple[str, Difference | None], ...] = ()  # the intervals its verdict reads, each named
 
     # ------------------------------------------------------------------------- its sentence
 
@@ -94,7 +144,23 @@ class Finding:
 
     @property
     def verdict_text(self) -> str:
-        return f" — **{self.verdict.value}**" if self.verdict is not None else ""
+        return f" — {self.label_text()}" if self.verdict is not None else ""
+
+    def label_text(self) -> str:
+        """The verdict in bold; an effect's two readings (direction, size); why a claim is not testable."""
+        if self.verdict is None:
+            return ""
+        if self.not_testable:
+            return f"**{self.verdict.value}** ({self.not_testable})"
+        if self.rule_name != "effect" or self.verdict in (Verdict.NO_DATA,):
+            return f"**{self.verdict.value}**"
+        m = self.magnitude
+        if m is None or m.reading is None:
+            return f"direction **{self.verdict.value}**"
+        ends = f" [{100 * m.low:.0f}%, {100 * m.high:.0f}%]" if m.low is not None and m.high is not None else ""
+        return (
+            f"direction **{self.verdict.value}**, size **{m.reading}** ({100 * m.fraction:.0f}%{ends} of the paper's)"
+        )
 
     def measured(self) -> str:
         """What was measured and its verdict, as its section says it."""
@@ -150,9 +216,12 @@ class Finding:
 
         if self.seeds_needed is None:
             return ""
-        nominal = self.seeds_nominal
-        at_nominal = f" ({count(nominal)} at nominal 95%)" if nominal and nominal != self.seeds_needed else ""
-        return f"{count(self.seeds_needed)} paired seeds would decide it{at_nominal}"
+        spread = ""
+        if self.seeds_range is not None and self.seeds_range != (self.seeds_needed, self.seeds_needed):
+            low, high = self.seeds_range
+            spread = f"; {count(low)} to {count(high)} with the std at the ends of its 95% interval"
+        power = f"{100 * PROTOCOL.power:.0f}%"
+        return f"{count(self.seeds_needed)} paired seeds would decide it with {power} probability{spread}"
 
     # ------------------------------------------------------------------------- its row of the claims table
 
@@ -176,7 +245,30 @@ class Finding:
 
     def verdict_cell(self) -> str:
         seeds = self.seeds_text()
-        return f"**{self.verdict.value if self.verdict else None}**" + (f" ({seeds})" if seeds else "")
+        return (self.label_text() or "**None**") + (f" ({seeds})" if seeds else "")
+
+    def holm_cell(self) -> str:
+        if self.confirmatory is False:
+            return "exploratory"
+
+        def reading(survives: bool | None, p: float | None, threshold: float | None) -> str:
+            if survives is None:
+                return "—"
+            sign = "≤" if survives else ">"
+            return f"{'survives' if survives else 'does not survive'} (p {_p(p)} {sign} {_p(threshold)})"
+
+        own = reading(self.holm, self.p, self.holm_threshold)
+        if self.rule_name != "effect" or self.holm_size is None:
+            return own
+        return f"direction: {own}; size: {reading(self.holm_size, self.p_size, self.holm_size_threshold)}"
+
+    def registration_cell(self) -> str:
+        text = self.registration.text() if self.registration is not None else "—"
+        pending = self.code.pending if self.code is not None else []
+        if pending and self.verdict is not None:
+            done = len(self.code.read) if self.code is not None else 0
+            text += f"; interim: {done} of {done + len(pending)} planned runs finished (the protocol reads it at all)"
+        return text
 
     def code_cell(self) -> str:
         if self.code is None or not self.code.sides:
@@ -259,45 +351,138 @@ def code_of(*variants: Variant | None) -> Code:
                 flagged.append((r.run.run_name, r.code["status"]))
         sides.append(Side(name(v), by_fingerprint))
     flag = "different" if any(s == "differs" for _, s in flagged) else ("unknown" if flagged else None)
-    return Code(sides, flag, [run for run, _ in flagged])
+    read = list(dict.fromkeys(r.run.run_name for v in variants if v is not None for r in v.done))
+    pending = list(
+        dict.fromkeys(r.run.run_name for v in variants if v is not None for r in v.runs if r.status != "done")
+    )
+    return Code(sides, flag, [run for run, _ in flagged], read, pending)
 
 
 # ----------------------------------------------------------------------------- families and seeds
 
 
-def seeds_needed(f: Finding) -> int | None:
-    """For an undecided verdict: the paired seeds at which its rule would decide (`rules.seeds_to_decide`),
-    None when it cannot be projected (no rule, one seed, an unpaired interval)."""
+def _p(p: float | None) -> str:
+    return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
+
+
+def seeds_needed(f: Finding) -> tuple[int, int, int] | None:
+    """For an undecided verdict: the paired seeds at which its rule decides with the protocol's power, and
+    that count's range over the stds' own uncertainty (`rules.seeds_for_power`); None when it cannot be
+    projected (no rule, one seed, an unpaired interval)."""
     if f.verdict is not Verdict.TOO_FEW_SEEDS or f.rule is None or not f.reads:
         return None
     level = f.family_level if f.family_level is not None else LEVEL  # one interval or many: the family's level
-    return seeds_to_decide(f.rule, [d for _, d in f.reads], level)
+    return seeds_for_power(f.rule, [d for _, d in f.reads], level)
+
+
+def family_of(f: Finding) -> str | None:
+    """A finding's family: the protocol's for its kind where the protocol has it, else the study's."""
+    entry = PROTOCOL.entry(f.kind)
+    return entry.family if entry is not None and f.rule is not None else f.family
+
+
+def _registered_rule(f: Finding) -> Finding:
+    """``f`` with the protocol's rule name and confirmatory mark for its kind (a verdict the protocol lacks:
+    unchanged). The rule its study applied must be the one the protocol names: a :class:`protocol.ProtocolError`
+    otherwise, so that no claim reads one rule and states another."""
+    entry = PROTOCOL.entry(f.kind)
+    if entry is None or f.verdict is None or f.rule_name is not None:
+        return f
+    name = entry.rule_for(f.claim)
+    applied = f.rule.func if isinstance(f.rule, partial) else f.rule
+    if applied is not None and applied is not BY_NAME[name]:
+        raise protocol.ProtocolError(
+            f"the {f.kind} finding {f.label()!r} ({f.claim}) was judged by {getattr(applied, '__name__', applied)}, "
+            f"but the protocol registers the rule {name!r} for it."
+        )
+    return replace(f, rule_name=name, confirmatory=entry.confirmatory)
 
 
 def correct(found: list[Finding]) -> list[Finding]:
     """Every finding of a family at the family's Bonferroni level: its intervals widened to 1 − 0.05 / k,
-    k the distinct comparisons the family reads (in one section and corpus), its verdict re-read from
-    them; the nominal verdict is kept beside it. Then each undecided verdict's seeds_needed."""
-    families: dict[tuple[str, str, str], set[str]] = {}
+    k the distinct comparisons the family reads over the whole report (one family per comparison), its
+    verdict re-read from them; the nominal verdict is kept beside it. Each verdict takes the protocol's rule
+    name and confirmatory mark, an effect its size against the paper's figure, an undecided one its seeds."""
+    families: dict[str, set[tuple[str, str, str]]] = {}
     for f in found:
-        if f.family is not None:
-            families.setdefault((f.family, f.section, f.corpus), set()).update(key for key, _ in f.reads)
+        if (family := family_of(f)) is not None:
+            families.setdefault(family, set()).update((f.section, f.corpus, key) for key, _ in f.reads)
     out = []
     for f in found:
-        if f.family is not None:
-            k = len(families[(f.family, f.section, f.corpus)])
-            level = bonferroni_level(k)
+        f = _registered_rule(f)
+        family = family_of(f)
+        if family is not None:
+            k = len(families[family])
+            level = bonferroni_level(k, PROTOCOL.level)
             wide = [widen(d, level) for _, d in f.reads]
-            f = replace(
-                f,
-                verdict=f.rule(*wide) if f.rule is not None else None,
-                corrected=wide[0] if len(wide) == 1 else None,
-                family_k=k,
-                family_level=level,
-                nominal_verdict=f.verdict,
-                seeds_nominal=seeds_needed(f),  # f is still the nominal finding here
-            )
-        out.append(replace(f, seeds_needed=seeds_needed(f)))
+            f = replace(f, family=family, family_k=k, family_level=level, corrected=wide[0] if len(wide) == 1 else None)
+            if f.rule is not None:
+                f = replace(f, verdict=f.rule(*wide), nominal_verdict=f.verdict)
+        if f.rule_name == "effect" and f.paper and f.interval is not None:
+            d = f.corrected or f.interval
+            ends = (d.low / f.paper, d.high / f.paper) if d.low is not None and d.high is not None else (None, None)
+            f = replace(f, magnitude=Magnitude(d.estimate / f.paper, *ends, size_reading(d, f.paper)))
+        projected = seeds_needed(f)
+        if projected is not None:
+            f = replace(f, seeds_needed=projected[0], seeds_range=projected[1:])
+        out.append(f)
+    return out
+
+
+def _size_p(f: Finding) -> float | None:
+    """The p of an effect's size "not reproduced": the smallest α at which its interval still excludes the
+    paper's figure (None when its size is not "not reproduced")."""
+    figure = f.paper
+    if figure is None or not f.reads:
+        return None
+
+    def excluded(d: Difference | None) -> Verdict:
+        return Verdict.HOLDS if size_reading(d, figure) == "not reproduced" else Verdict.TOO_FEW_SEEDS
+
+    return decision_p(excluded, [f.reads[0][1]], Verdict.HOLDS)
+
+
+def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates: protocol.Dates) -> list[Finding]:
+    """The study-wide reading of every confirmatory verdict: its own p (`rules.decision_p`, unless its study
+    gave one), the Holm step-down over all of them at the protocol's level (m: every confirmatory verdict
+    read, decided or not), and each verdict's registration: the date its protocol entry was fixed against
+    the start of every run it reads (``starts``: run name -> start)."""
+    found = [_registered_rule(f) for f in found]
+    found = [
+        replace(f, p=decision_p(f.rule, [d for _, d in f.reads], f.verdict))
+        if f.confirmatory and f.rule is not None and f.verdict is not None and f.p is None
+        else f
+        for f in found
+    ]
+    # the hypotheses: every confirmatory verdict read, and an effect's size against the paper's figure
+    tested: list[tuple[int, str, float | None]] = []
+    for i, f in enumerate(found):
+        if not f.confirmatory or f.verdict in (None, Verdict.NO_DATA, Verdict.NOT_TESTABLE):
+            continue
+        tested.append((i, "verdict", f.p))
+        if f.rule_name == "effect" and f.paper is not None and f.reads:
+            tested.append((i, "size", _size_p(f)))
+    m = len(tested)
+    alpha = 1.0 - PROTOCOL.study_wide_level
+    holm: dict[tuple[int, str], tuple[bool, float]] = {}
+    going = True
+    for step, (i, which, p) in enumerate(sorted(tested, key=lambda t: (t[2] is None, t[2] or 0.0))):
+        threshold = alpha / (m - step)
+        going = going and p is not None and p <= threshold
+        if p is not None:
+            holm[(i, which)] = (going, threshold)
+    out = []
+    for i, f in enumerate(found):
+        if (i, "verdict") in holm:
+            f = replace(f, holm=holm[(i, "verdict")][0], holm_threshold=holm[(i, "verdict")][1])
+        if (i, "size") in holm:
+            survives, threshold = holm[(i, "size")]
+            f = replace(f, p_size=_size_p(f), holm_size=survives, holm_size_threshold=threshold)
+        fixed = dates.by_kind.get(f.kind)
+        if fixed is not None and f.code is not None and f.code.read:
+            mark, after, n = protocol.registration(fixed, {r: starts.get(r) for r in f.code.read})
+            f = replace(f, registration=Registration(mark, after, n, fixed.isoformat(timespec="minutes")))
+        out.append(f)
     return out
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ega_lightning.experiments import paper, provenance, sizes
+from ega_lightning.experiments import paper, protocol, provenance, sizes
 from ega_lightning.experiments.comparisons import Row, RunData, Table
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
 from ega_lightning.experiments.landscapes import Evaluation
-from ega_lightning.experiments.rules import FAMILIES, RULES
+from ega_lightning.experiments.rules import PROTOCOL, RULES, Verdict
 from ega_lightning.experiments.studies import landscape, leaderboard
 from ega_lightning.experiments.text import fmt_summary, interval_cell, num
 
@@ -24,18 +24,73 @@ from ega_lightning.experiments.text import fmt_summary, interval_cell, num
 def claims_table(found: list[Finding]) -> list[str]:
     lines = [
         "| claim of the paper | paper | ours (95% CI, seeds) | family-wise (Bonferroni) | measured in | verdict "
-        "| code | evidence |",
-        "|---|---|---|---|---|---|---|---|",
+        "| study-wide (Holm) | registered | code | evidence |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for claim, f in claims(found):
         if f is None:
-            lines.append(f"| {claim.text} | {claim.figure} | — | — | — | not measured by these runs | — | — |")
+            lines.append(f"| {claim.text} | {claim.figure} | — | — | — | not measured by these runs | — | — | — | — |")
             continue
         subject = f" ({f.claim_subject()})" if f.claim_subject() else ""
         lines.append(
             f"| {claim.text}{subject} | {claim.figure} | {f.ours_cell()} | {f.family_cell()} | {f.regime} "
-            f"| {f.verdict_cell()} | {f.code_cell()} | {f.evidence()} |"
+            f"| {f.verdict_cell()} | {f.holm_cell()} | {f.registration_cell()} | {f.code_cell()} | {f.evidence()} |"
         )
+    return lines
+
+
+def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[str]:
+    """What the verdicts are read against: the registered protocol, its commit and date, the registration marks
+    and the study-wide Holm reading with the verdicts that survive it."""
+    p = PROTOCOL
+    if dates is None:
+        where = "configs/protocol.yaml"
+    elif dates.source == "git":
+        when = dates.committed.strftime("%Y-%m-%d %H:%M UTC") if dates.committed else "?"
+        where = f"configs/protocol.yaml (last changed in commit {(dates.commit or '?')[:10]}, {when})"
+    else:
+        where = (
+            f"configs/protocol.yaml (git history cannot be read here: {dates.why}; the dates are the file's own, "
+            f"{p.registered})"
+        )
+    read_verdicts = [
+        f for f in found if f.confirmatory and f.verdict not in (None, Verdict.NO_DATA, Verdict.NOT_TESTABLE)
+    ]
+    read = len(read_verdicts)
+    sizes = sum(1 for f in read_verdicts if f.rule_name == "effect" and f.paper is not None and f.reads)
+    tested = [(f, "") for f in found if f.holm is not None] + [(f, "size") for f in found if f.holm_size is not None]
+    survive = [
+        f"{f.label()} ({f.claim}{', its size' if which else ''})"
+        for f, which in tested
+        if (f.holm_size if which else f.holm)
+    ]
+    marks: dict[str, int] = {}
+    for f in found:
+        if f.registration is not None and f.verdict is not None:
+            marks[f.registration.mark] = marks.get(f.registration.mark, 0) + 1
+    lines = [
+        f"The verdicts are read against the registered protocol, {where}: for every kind of verdict its rule, its "
+        "margin (a smallest effect of interest, with its reason), its family, its level, the seeds planned for its "
+        f"runs and the stopping rule ({p.stopping}). {p.decisions}",
+        "",
+        "- margins: " + "; ".join(f"{name} {m.value:g} {m.unit} ({m.reason})" for name, m in p.margins.items()),
+        "- registration: each verdict is marked by when its protocol entry (its lines, its family's, its margins') "
+        "was committed against the start of every run it reads (a record without a start: its finished_at minus "
+        "its wall seconds): **registered** (the rule before every run), **partly registered** (k of n runs after "
+        "the rule), **exploratory** (the rule after every run). Here: "
+        + (", ".join(f"{n} {mark}" for mark, n in sorted(marks.items())) or "none")
+        + ".",
+        f"- study-wide: every confirmatory verdict is also read at one Holm step-down at "
+        f"{100 * p.study_wide_level:.0f}% over all {read} confirmatory verdicts and the {sizes} sizes of the effects "
+        "among them (each one's p: the smallest α at which its rule still gives it from its intervals each at "
+        "1 − α/r, r the intervals it reads; a bench's cost: the sign test of its repetitions). "
+        + (
+            f"{len(survive)} of the {len(tested)} decided ones survive it: " + "; ".join(survive) + "."
+            if tested
+            else "No verdict is decided."
+        ),
+        "",
+    ]
     return lines
 
 
@@ -43,31 +98,31 @@ def method_note(found: list[Finding]) -> list[str]:
     lines = [
         "Final = the last evaluation of a run, best = its lowest val loss; mean ± sample std over seeds. "
         "Δ = baseline − variant on the final val loss (positive: the variant is better, like the paper's "
-        f"{paper.IMPROVEMENT['tinyshakespeare']:+.3f}). Every interval is a 95% Student-t interval (scipy.stats): "
+        f"{paper.IMPROVEMENT['tinyshakespeare']:+.3f}). Every interval is a Student-t interval (scipy.stats): "
         "of the per-seed differences over the seeds both sides ran (same seed: identical shared initial weights "
-        "and batches), Welch's only where the two sides share no seed. Paper figures: "
-        f"{paper.SOURCE}. Each verdict carries the scale it was measured at (parameters, steps and device, "
-        "from the records). Decision rules, each applied once to every claim it governs:",
+        "and batches), Welch's only where the two sides share no seed; 95% where no family says otherwise. Paper "
+        f"figures: {paper.SOURCE}. Each verdict carries the scale it was measured at (parameters, steps and "
+        "device, from the records). Decision rules, each applied once to every claim it governs:",
         "",
         *(f"- {key}: {text}" for key, text in RULES.items()),
     ]
-    families: dict[tuple[str, str, str], list[Finding]] = {}
+    families: dict[str, list[Finding]] = {}
     for f in found:
         if f.family is not None:
-            families.setdefault((f.family, f.section, f.corpus), []).append(f)
+            families.setdefault(f.family, []).append(f)
     if families:
         lines.append(
             "- multiple comparisons, in the table itself: the comparisons of one family are corrected together "
             "(Bonferroni): each of its k intervals is taken at 1 − 0.05/k, so that all of them hold together at "
-            "95%, and its verdicts follow those intervals; the nominal 95% interval stays beside them. Families:"
+            "95%, and its verdicts follow those intervals; the nominal 95% interval stays beside them. Each "
+            "comparison belongs to one family. Families:"
         )
         lines += [_family_line(key, members) for key, members in families.items()]
     return lines
 
 
-def _family_line(key: tuple[str, str, str], members: list[Finding]) -> str:
-    family, section, corpus = key
-    changed = [f for f in members if f.verdict is not None and f.nominal_verdict is not f.verdict]
+def _family_line(family: str, members: list[Finding]) -> str:
+    changed = [f for f in members if f.verdict is not None and f.nominal_verdict not in (None, f.verdict)]
     change = (
         "; at nominal 95% "
         + ", ".join(
@@ -77,9 +132,12 @@ def _family_line(key: tuple[str, str, str], members: list[Finding]) -> str:
         else "; no verdict differs from its nominal 95% one"
     )
     first = members[0]
+    planned = PROTOCOL.families[family].planned_seeds if family in PROTOCOL.families else {}
+    seeds = "; seeds planned: " + ", ".join(f"{e} {n}" for e, n in planned.items()) if planned else ""
+    reads = PROTOCOL.families[family].reads if family in PROTOCOL.families else family
     return (
-        f"  - {family} ({section} / {corpus}): {FAMILIES[family]}: k = {first.family_k}, each interval at "
-        f"{100 * (first.family_level or 0.0):.2f}%{change}."
+        f"  - {family}: {reads}: k = {first.family_k}, each interval at "
+        f"{100 * (first.family_level or 0.0):.2f}%{change}{seeds}."
     )
 
 
@@ -245,6 +303,7 @@ def markdown(
     scale: dict[str, Any] | None = None,
     provenance_data: dict[str, Any] | None = None,
     board: tuple[leaderboard.Board, list[tuple[str, str]]] | None = None,
+    dates: protocol.Dates | None = None,
 ) -> str:
     done = [r for r in runs if r.status == "done"]
     missing = [r for r in runs if r.status != "done"]
@@ -263,6 +322,7 @@ def markdown(
         "",
         "## Method",
         "",
+        *protocol_note(found, dates),
         *method_note(found),
         "",
         *(leaderboard_section(board[0], found, board[1]) if board else []),

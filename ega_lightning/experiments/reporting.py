@@ -11,6 +11,7 @@ from pathlib import Path
 from ega_lightning.errors import UserError
 from ega_lightning.experiments import (
     landscapes,
+    protocol,
     provenance,
     render,
     report_figures,
@@ -20,8 +21,10 @@ from ega_lightning.experiments import (
     studies,
 )
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
+from ega_lightning.experiments.findings import conclude
+from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.spec import collect_runs, load_spec
-from ega_lightning.experiments.studies.cost import benches, cost_finding, read_bench
+from ega_lightning.experiments.studies.cost import BENCH_RUN, bench_date, benches, cost_finding, read_bench
 from ega_lightning.experiments.studies.leaderboard import leaderboard
 from ega_lightning.io import write_atomic
 
@@ -41,7 +44,8 @@ def write_report(
     command = shlex.join(words if records_dir == RECORDS_DIR else [*words, "--records_dir", str(records_dir)])
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give the report a directory (it is made if missing).")
-    cost = cost_finding(*read_bench(bench, records_dir, out))  # a --bench that cannot be read: said before any work
+    timed = read_bench(bench, records_dir, out)  # a --bench that cannot be read: said before any work
+    cost = cost_finding(*timed)
     runs = rundirs.read_runs(collect_runs(load_spec(p, check_files=False) for p in spec_paths), runs_dir, records_dir)
     if not any(r.status == "done" for r in runs):
         raise UserError(
@@ -59,6 +63,9 @@ def write_report(
     board = leaderboard(variants, benches(records_dir, out))
     found = studies.findings(tables, variants, evaluations, board)
     found.append(cost)
+    starts = {r.run.run_name: r.started for r in runs} | {BENCH_RUN: bench_date(timed[0])}
+    dates = protocol.entry_dates(PROTOCOL)
+    found = conclude(found, starts, dates)
     out.mkdir(parents=True, exist_ok=True)
     drawn, landscape_drawn, board_drawn = report_figures.draw(out, tables, evaluations, board[1])
     scale = sizes.sizes(runs)
@@ -74,8 +81,9 @@ def write_report(
         scale,
         known,
         (board, board_drawn),
+        dates,
     )
     write_atomic(out / "REPORT.md", text)
-    payload = results_json.results(tables, runs, found, command, evaluations, scale, board)
+    payload = results_json.results(tables, runs, found, command, evaluations, scale, board, dates)
     write_atomic(out / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
     return runs, out / "REPORT.md"

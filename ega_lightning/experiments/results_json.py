@@ -8,11 +8,11 @@ import enum
 import math
 from typing import Any
 
-from ega_lightning.experiments import paper
+from ega_lightning.experiments import paper, protocol
 from ega_lightning.experiments.comparisons import METRICS, Row, RunData, Table
 from ega_lightning.experiments.findings import Finding, claims
 from ega_lightning.experiments.landscapes import Evaluation
-from ega_lightning.experiments.rules import FAMILIES, MARGIN, RULES
+from ega_lightning.experiments.rules import MARGIN, PROTOCOL, RULES
 from ega_lightning.experiments.studies.leaderboard import Board, paired_seeds
 
 
@@ -75,6 +75,7 @@ def _leaderboard_dict(board: Board) -> dict[str, Any] | None:
                 "diff_final_val_loss": e.diff,
                 "params_added": e.params_added,
                 "step_time_ratio": e.timed,
+                "band": e.band,
             }
             for e in entries
         ],
@@ -128,10 +129,12 @@ def results(
     evaluations: list[Evaluation] | None = None,
     scale: dict[str, Any] | None = None,
     board: Board | None = None,
+    dates: protocol.Dates | None = None,
 ) -> dict[str, Any]:
     return jsonable(
         {
             "command": command,
+            "protocol": protocol.as_dict(PROTOCOL, dates) if dates is not None else None,
             "paper": paper.as_dict(),
             "conventions": {
                 "diff": "baseline - variant (positive: variant better)",
@@ -140,11 +143,16 @@ def results(
                 "std": "sample standard deviation over seeds (ddof=1)",
                 "equivalence_margin": MARGIN,
                 "rules": RULES,
-                "families": FAMILIES,
+                "families": {k: f.reads for k, f in PROTOCOL.families.items()},
             },
             "sizes": scale,
             "claims": [
-                {"claim": c.key, "verdict": f.verdict if f else None, "section": f.section if f else None}
+                {
+                    "claim": c.key,
+                    "verdict": f.verdict if f else None,
+                    "section": f.section if f else None,
+                    "rule": f.rule_name if f else None,
+                }
                 for c, f in claims(found)
             ],
             "findings": [finding_dict(f) for f in found],

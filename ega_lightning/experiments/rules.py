@@ -1,11 +1,13 @@
 """The decision rules: the verdicts, every rule that gives one, and each rule's prose beside it.
 
 Every verdict of the report comes from one function here, applied by the study that makes the claim
-(`ega_lightning.experiments.studies`); the report's method note states the same rules in the words
-written above each function (:data:`RULES`, in the order they are defined). All intervals are 95%
-Student-t intervals of differences paired by seed over the seeds both sides share (see
-`stats.compare`); a finding of a family (:data:`FAMILIES`) takes its verdict from its interval at the
-family's Bonferroni level (`findings.correct`), the nominal interval kept beside it.
+(`ega_lightning.experiments.studies`); which rule a kind of finding gets, its margins, its family and its
+level are registered in configs/protocol.yaml (`protocol`), and :data:`BY_NAME` maps the protocol's rule
+names to these functions. The report's method note states the same rules in the words written above each
+function (:data:`RULES`, in the order they are defined). All intervals are Student-t intervals of
+differences paired by seed over the seeds both sides share (see `stats.compare`); a finding of a family
+takes its verdict from its intervals at the family's Bonferroni level (`findings.correct`), the nominal
+interval kept beside it. "Leaves" a margin means wholly outside it, "within" wholly inside.
 """
 
 from __future__ import annotations
@@ -14,20 +16,21 @@ import enum
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from ega_lightning.experiments import paper
-from ega_lightning.experiments.stats import Difference, std_of, widen, with_n
+from ega_lightning.experiments import paper, protocol
+from ega_lightning.experiments.stats import Difference, decides_with_power, widen
 
-MARGIN = 0.02  # nats/char: differences whose whole interval lies within ±MARGIN count as "about equal"
-# nats/char: a checkpoint's loss is deterministic (the whole validation split), so a much finer line
-# than the seed margin tells a flat landscape from a minimum
-FLAT = MARGIN / 4
-TAIL_MARGIN = 0.03  # fraction of keys: "above tau" within 3 points of 1 - Phi(tau) counts as the normal tail
+# every margin, level and count below is the registered protocol's (configs/protocol.yaml, with its reasons)
+PROTOCOL = protocol.load()
+MARGIN = PROTOCOL.margin("loss")  # nats/char: the smallest difference in final val loss that matters
+FLAT = PROTOCOL.margin("flat")  # nats/char: a checkpoint's loss (deterministic) that does not move
+TAIL_MARGIN = PROTOCOL.margin("tail")  # fraction of keys: the normal tail 1 - Phi(tau), to within this
 TAU_STEP = 0.5  # the tau shift at which the landscape is read (both signs)
-# a level is told from its neighbours when its interval's half-width is at most this: tau's 0.35 from the
-# ~0.1 measured here, 36% of keys from the 20-30% measured here
-LEVEL_WIDTH = {"tau": 0.05, "frac_above_tau": 0.05}
-TAU_KEEP = 0.2  # slope of final tau on tau_init: within ±TAU_KEEP, tau forgets where it started
-MAX_SEEDS = 50  # the most seeds an undecided verdict is projected to (seeds_to_decide)
+LEVEL_WIDTH = {"tau": PROTOCOL.margin("tau_level"), "frac_above_tau": PROTOCOL.margin("frac_level")}
+TAU_KEEP = PROTOCOL.margin("tau_keep")  # slope of final tau on tau_init: within ±TAU_KEEP, tau forgets
+COST_MARGIN = PROTOCOL.margin("cost")  # step-time ratio EGA-1 / baseline: at most this is no cost
+MIN_REPETITIONS = PROTOCOL.verdicts["cost"].min_repetitions or 0  # of the bench the cost verdict reads
+MAX_SEEDS = PROTOCOL.max_seeds  # the most seeds an undecided verdict is projected to (seeds_for_power)
+POWER = PROTOCOL.power
 
 
 class Verdict(enum.Enum):
@@ -39,6 +42,7 @@ class Verdict(enum.Enum):
     HOLDS = "holds"
     DOES_NOT_HOLD = "does not hold"
     NO_DATA = "no finished runs"
+    NOT_TESTABLE = "not testable here"
     WEAK_GRADIENT = "(a) weak gradient"
     CO_ADAPTATION = "(b) co-adaptation"
     NEITHER = "neither"
@@ -60,21 +64,34 @@ def stated(name: str, text: str) -> Callable[[_F], _F]:
 
 
 @stated(
-    "figure",
-    "a paper figure for a difference is **reproduced** when our 95% interval holds it, **not reproduced** "
-    "when it lies outside; **too few seeds to tell** with one seed, or when the interval holds both the "
-    "paper's figure and 0.",
+    "effect",
+    "an effect the paper gives a figure for is read twice. Its direction **holds** when the interval of the "
+    "difference (family level) lies wholly above 0, **does not hold** when wholly below 0, else **too few seeds "
+    "to tell**. Its size is **reproduced** when the interval holds the paper's figure and excludes 0, **not "
+    "reproduced** when it lies wholly on one side of the figure, else undecided; it is given as the fraction of "
+    "the paper's figure with its interval. A claim the regime cannot test (the generalization gap, where the "
+    "baseline's own gap is smaller than the reduction the paper reports) reads **not testable here**.",
 )
-def figure_rule(d: Difference | None, figure: float) -> Verdict:
-    """``d``: a difference (0: no effect) against the paper's figure for it."""
+def effect_rule(d: Difference | None) -> Verdict:
+    """The direction of an effect: ``d`` a difference whose positive sign is the paper's claim."""
     if d is None:
         return Verdict.NO_DATA
     if d.low is None or d.high is None:
         return Verdict.TOO_FEW_SEEDS
-    inside = d.low <= figure <= d.high
-    if inside and d.low <= 0.0 <= d.high:
-        return Verdict.TOO_FEW_SEEDS
-    return Verdict.REPRODUCED if inside else Verdict.NOT_REPRODUCED
+    if d.low > 0:
+        return Verdict.HOLDS
+    if d.high < 0:
+        return Verdict.DOES_NOT_HOLD
+    return Verdict.TOO_FEW_SEEDS
+
+
+def size_reading(d: Difference | None, figure: float) -> str | None:
+    """The size of an effect against the paper's ``figure``: reproduced / not reproduced / undecided."""
+    if d is None or d.low is None or d.high is None:
+        return None
+    if d.low <= figure <= d.high:
+        return "undecided" if d.low <= 0.0 <= d.high else "reproduced"
+    return "not reproduced"
 
 
 @stated(
@@ -117,8 +134,8 @@ def worse_rule(d: Difference | None) -> Verdict:
 @stated(
     "equivalent",
     f"a gate is about the baseline (**consistent**) when the whole interval of baseline − gate lies within "
-    f"±{MARGIN} nats/char (an equivalence margin of about twice the seed-to-seed std of the short runs); "
-    "**not consistent** when the interval excludes 0 and leaves the margin; else **too few seeds to tell**.",
+    f"±{MARGIN} nats/char (the registered smallest effect of interest, below EGA-1's own effect here); "
+    "**not consistent** when it lies wholly outside the margin; else **too few seeds to tell**.",
 )
 def equivalence_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
     """``d`` = baseline − gate (final val loss)."""
@@ -128,7 +145,7 @@ def equivalence_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
         return Verdict.TOO_FEW_SEEDS
     if -margin <= d.low and d.high <= margin:
         return Verdict.CONSISTENT
-    if d.excludes_zero:
+    if d.low > margin or d.high < -margin:
         return Verdict.NOT_CONSISTENT
     return Verdict.TOO_FEW_SEEDS
 
@@ -139,7 +156,7 @@ def equivalence_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
     "lies above 0; **does not hold** when any lies below 0 (that gate is measurably better); "
     "else **too few seeds to tell**.",
 )
-def best_rule(diffs: list[Difference | None]) -> Verdict:
+def best_rule(*diffs: Difference | None) -> Verdict:
     """``diffs``: gate − EGA-1 for every other gate of the paper's ablation."""
     known = [d for d in diffs if d is not None]
     if not known:
@@ -174,7 +191,7 @@ def growth_rule(contrast: Difference | None, margin: float = MARGIN) -> Verdict:
     "frozen",
     "freezing tau at its initial value changes nothing (**consistent**) when the whole interval of "
     f"learned − frozen (same tau_init, paired by seed) lies within ±{MARGIN}; **not consistent** when it "
-    "excludes 0 and leaves the margin; else **too few seeds to tell**.",
+    "lies wholly outside the margin; else **too few seeds to tell**.",
 )
 def frozen_rule(d: Difference | None) -> Verdict:
     """``d`` = learned − frozen tau (final val loss): the equivalence rule."""
@@ -185,7 +202,7 @@ def frozen_rule(d: Difference | None) -> Verdict:
     "tail",
     "the fraction of keys above tau is what a standard normal z gives (**holds**) when the 95% interval, "
     "over seeds, of measured − (1 − Φ(tau)) lies within "
-    f"±{100 * TAIL_MARGIN:.0f} points; **does not hold** when it excludes 0 and leaves that margin; "
+    f"±{100 * TAIL_MARGIN:.0f} points; **does not hold** when it lies wholly outside that margin; "
     "else **too few seeds to tell**. One value per seed, from the gate summary its run recorded during "
     "training (TauTracker at the run's last validation): the share of keys above tau minus the mean over "
     "heads of 1 − Φ(tau_head). The heads of one model are not independent samples: the per-head spread "
@@ -281,52 +298,84 @@ def lower_rule(d: Difference | None) -> Verdict:
 
 @stated(
     "cost",
-    "no measurable cost (**holds**) when the interquartile range of `ega bench`'s per-repetition step-time "
-    "ratio EGA-1 / baseline holds 1, **does not hold** when it lies above 1.",
+    f"no measurable cost (**holds**) when the distribution-free 95% interval of the median of `ega bench`'s "
+    f"per-repetition step-time ratio EGA-1 / baseline lies wholly at or below ×{COST_MARGIN} (the registered "
+    f"smallest cost of interest), **does not hold** when it lies wholly above ×{COST_MARGIN}, else **too few "
+    f"seeds to tell**; read from one bench run of at least {MIN_REPETITIONS} repetitions (fewer: too few), "
+    "with the kernel floor of the design beside it (the same fused kernel at head size + 1, the padded channel "
+    "the gate's log g rides, against head size, on the same shapes).",
 )
-def cost_rule(q1: float | None, q3: float | None) -> Verdict:
-    if q1 is None or q3 is None:
+def cost_rule(low: float | None, high: float | None, repetitions: int = MIN_REPETITIONS) -> Verdict:
+    """``low``, ``high``: the interval of the median step-time ratio over ``repetitions`` repetitions."""
+    if low is None or high is None:
         return Verdict.NO_DATA
-    return Verdict.HOLDS if q1 <= 1.0 <= q3 else Verdict.DOES_NOT_HOLD
+    if repetitions < MIN_REPETITIONS:
+        return Verdict.TOO_FEW_SEEDS
+    if high <= COST_MARGIN:
+        return Verdict.HOLDS
+    if low > COST_MARGIN:
+        return Verdict.DOES_NOT_HOLD
+    return Verdict.TOO_FEW_SEEDS
 
 
 @stated(
     "seeds",
-    "an undecided verdict gives the paired seeds n that would decide it if the mean and the std s of its "
-    "per-seed values stayed as observed: the smallest n for which mean ± t(1 − α/2, n − 1)·s/√n decides "
-    "its rule, at the verdict's level (1 − α: 95%, or its family's Bonferroni level); "
-    f"'> {MAX_SEEDS}' when no n up to {MAX_SEEDS} does.",
+    f"an undecided verdict gives the paired seeds n at which its rule decides with {100 * POWER:.0f}% "
+    "probability, at the verdict's level, if the mean and std of each of its intervals' per-seed values are the "
+    "true ones (each interval's mean and std drawn as a sample of n from them: the normal mean and the "
+    "chi-square std, 4,000 draws, the intervals drawn independently), and the range of n when the stds are "
+    f"instead at the ends of their own 95% intervals; '> {MAX_SEEDS}' when no n up to {MAX_SEEDS} does.",
 )
-def seeds_to_decide(rule: Rule, intervals: Sequence[Difference | None], level: float) -> int | None:
-    """The smallest number of paired seeds at which ``rule`` of ``intervals`` (each at ``level``) decides, the
-    mean and std of each held as observed; MAX_SEEDS + 1 when none up to MAX_SEEDS does, None when they
-    cannot be projected (one seed, an unpaired interval)."""
-    wide = [widen(d, level) for d in intervals]
-    if any(d is None or std_of(d) is None for d in wide):
+def seeds_for_power(rule: Rule, intervals: Sequence[Difference | None], level: float) -> tuple[int, int, int] | None:
+    """The paired seeds at which ``rule`` of ``intervals`` (each at ``level``) decides with probability POWER,
+    and the same at the low and high ends of the stds' 95% intervals (MAX_SEEDS + 1: none up to MAX_SEEDS);
+    None when they cannot be projected (one seed, an unpaired interval)."""
+
+    def decided(*ds: Difference | None) -> bool:
+        return rule(*ds) not in (Verdict.TOO_FEW_SEEDS, Verdict.NO_DATA)
+
+    found = [decides_with_power(decided, intervals, level, POWER, MAX_SEEDS, std_end) for std_end in (0, -1, 1)]
+    if any(n is None for n in found):
         return None
-    known = [d for d in wide if d is not None]
-    for n in range(max(d.n for d in known) + 1, MAX_SEEDS + 1):
-        if rule(*(with_n(d, n) for d in known)) is not Verdict.TOO_FEW_SEEDS:
-            return n
-    return MAX_SEEDS + 1
+    n, low, high = (x if x is not None else MAX_SEEDS + 1 for x in found)
+    return n, min(low, high), max(low, high)
 
 
-# Bonferroni families: each of a family's k intervals is taken at 1 - 0.05 / k, so that all of them hold
-# together at 95%; the verdict follows that interval. A new family (e.g. the peers of "EGA meets its
-# peers") is a key here and `family=` on its findings, with `reads` naming the intervals it reads.
-FAMILIES = {
-    "ablation": (
-        "each paper gate against the row the paper sets it against, and for *EGA-1 is the best* every other "
-        "paper gate against EGA-1 (a comparison read by both counts once)"
-    ),
-    "tail": "the tail identity of every gate it is read for",
-    "tau_init": "the slope of final tau on tau_init",
-    "frozen": "each frozen tau against learned tau",
-    "leak": "the leak audit as trained against the paper's figure, and the leak's own increment over causal EGA-1",
-    "context": "the growth of Δ from the shortest to the longest block",
-    "peers": "each peer of EGA against the baseline, on one corpus (its own claim: a lower loss)",
-    "control": (
-        "every gate of the leaderboard against the baseline: the positive control holds when *some* of them "
-        "clears the threshold, so each is read at the family's level"
-    ),
+BY_NAME: dict[str, Rule] = {
+    "effect": effect_rule,
+    "level": level_rule,
+    "best": best_rule,
+    "worse": worse_rule,
+    "equivalent": equivalence_rule,
+    "tail": tail_rule,
+    "forgets": forgets_rule,
+    "frozen": frozen_rule,
+    "grows": growth_rule,
+    "lower": lower_rule,
+    "control": control_rule,
+    "cost": cost_rule,
+    "mechanism": mechanism_rule,
 }
+
+
+def decision_p(rule: Rule, intervals: Sequence[Difference | None], verdict: Verdict) -> float | None:
+    """The smallest α at which ``rule`` still gives ``verdict`` from ``intervals`` each taken at 1 − α / r (r:
+    the intervals it reads, a Bonferroni inside one verdict): the verdict's own p for the study-wide Holm
+    step-down. None for a verdict that rejects nothing (too few seeds, no data, not testable, a level
+    reproduced: an interval narrow enough around the paper's figure is an estimate, not a test)."""
+    if verdict in (Verdict.TOO_FEW_SEEDS, Verdict.NO_DATA, Verdict.NOT_TESTABLE, Verdict.REPRODUCED) or not intervals:
+        return None
+    r = len(intervals)
+
+    def same(alpha: float) -> bool:
+        return rule(*(widen(d, 1.0 - alpha / r) for d in intervals)) is verdict
+
+    if same(1e-12):
+        return 1e-12
+    if not same(0.9999):  # not even the loosest intervals give it: no p
+        return None
+    low, high = 1e-12, 0.9999  # same(high), not same(low)
+    for _ in range(60):
+        mid = (low * high) ** 0.5
+        low, high = (low, mid) if same(mid) else (mid, high)
+    return high

@@ -10,7 +10,7 @@ differences; only sides with no seed in common are compared by Welch's t.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -153,6 +153,59 @@ def with_n(d: Difference, n: int) -> Difference:
         raise ValueError(f"with_n needs a paired or mean interval, got {d.method}.")
     half = _quantile(d.level, n - 1) * sd / math.sqrt(n)
     return Difference(d.estimate, d.estimate - half, d.estimate + half, n, float(n - 1), d.method, d.level)
+
+
+def decides_with_power(
+    decided: Callable[..., bool],
+    intervals: Sequence[Difference | None],
+    level: float,
+    power: float,
+    max_n: int,
+    std_end: int = 0,
+    draws: int = 4000,
+) -> int | None:
+    """The smallest n above every interval's own n at which ``decided`` (of the intervals, each at ``level``)
+    is true in at least ``power`` of ``draws`` simulated studies of n paired seeds, each interval's per-seed
+    values normal with its observed mean and std (``std_end`` -1 / +1: the std at the low / high end of its
+    own 95% chi-square interval instead); ``max_n`` + 1 when none up to ``max_n`` is; None when an interval
+    has no std to project. Draws are seeded by n (deterministic); n is found by bisection (power grows with n)."""
+    import numpy as np
+    from scipy import stats
+
+    known = [d for d in intervals if d is not None]
+    sds = [std_of(d) for d in known]
+    if len(known) != len(intervals) or any(sd is None for sd in sds) or not known:
+        return None
+    if std_end:
+        q = 0.975 if std_end < 0 else 0.025
+        sds = [sd * math.sqrt((d.n - 1) / float(stats.chi2.ppf(q, d.n - 1))) for d, sd in zip(known, sds, strict=True)]
+    mu = np.array([d.estimate for d in known])
+    sd = np.array(sds, dtype=float)
+
+    def enough(n: int) -> bool:
+        rng = np.random.default_rng(n)
+        means = rng.normal(mu, sd / math.sqrt(n), (draws, len(known)))
+        half = (
+            _quantile(level, n - 1) * sd * np.sqrt(rng.chisquare(n - 1, (draws, len(known))) / (n - 1)) / math.sqrt(n)
+        )
+        hits = sum(
+            decided(
+                *(
+                    Difference(float(m), float(m - h), float(m + h), n, float(n - 1), d.method, level)
+                    for m, h, d in zip(ms, hs, known, strict=True)
+                )
+            )
+            for ms, hs in zip(means, half, strict=True)
+        )
+        return hits >= power * draws
+
+    low, high = max(d.n for d in known) + 1, max_n
+    if low > high or not enough(high):
+        return max_n + 1
+    while low < high:  # enough(high) holds
+        mid = (low + high) // 2
+        low, high = (low, mid) if enough(mid) else (mid + 1, high)
+    return high
 
 
 def half_width(std: float, n: int, level: float = LEVEL) -> float:

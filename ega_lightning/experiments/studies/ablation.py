@@ -10,8 +10,7 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference, find_reference, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, pair, regime
-from ega_lightning.experiments.rules import Verdict, best_rule, equivalence_rule, worse_rule
-from ega_lightning.experiments.stats import Difference
+from ega_lightning.experiments.rules import best_rule, equivalence_rule, worse_rule
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -59,11 +58,6 @@ class Pair(Finding):
         return f"{self.subject} vs {self.against}"
 
 
-def best_of(*diffs: Difference | None) -> Verdict:
-    """rules.best_rule over the intervals a `Best` reads."""
-    return best_rule(list(diffs))
-
-
 def findings(table: Table, variants: list[Variant]) -> list[Finding]:
     """The ranking, EGA-1 best, and each paper row's own claim, for a section that holds paper rows."""
     done = [r.variant for r in table.rows if r.variant.done and rerun_of(r.variant, variants) is None]
@@ -84,7 +78,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
         in_paper = [v for v in ranked if v.paper_name]
         rank = {"rank": in_paper.index(ega1) + 1, "paper_rows": len(in_paper), "code": code_of(*in_paper)}
         best = where._replace(subject=name(ega1))
-        out.append(judged(Best, best, reads, best_of, claim="ablation:best", family="ablation", **rank))
+        out.append(judged(Best, best, reads, best_rule, claim="ablation:best", family="ablation", **rank))
     return out + [_pair(table, v, variants) for v in ranked if v.paper_name in paper.ABLATION]
 
 

@@ -4,15 +4,17 @@ runs are timed on a shared machine; the bench times EGA-1 and the baseline side 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments.findings import Finding
-from ega_lightning.experiments.rules import cost_rule
-from ega_lightning.experiments.stats import Summary
+from ega_lightning.experiments.findings import Code, Finding
+from ega_lightning.experiments.rules import COST_MARGIN, MIN_REPETITIONS, Verdict, cost_rule
+from ega_lightning.experiments.stats import Summary, median_interval
 from ega_lightning.experiments.text import num
 
 NO_BENCH = "docs/cost.md"  # the evidence where no `ega bench` result was found
@@ -25,13 +27,29 @@ class Cost(Finding):
     kind: ClassVar[str] = "cost"
     q1: float | None
     q3: float | None
+    median_ci: tuple[float, float] | None  # the distribution-free 95% interval of the median ratio
+    repetitions: int
+    kernel_floor: float | None  # the fused kernel at head size + 1 over head size, same shapes (the design's floor)
     size: str | None  # the size it was timed at
     source: str  # the bench's table, relative to the report
 
     def ours_cell(self) -> str:
         if not isinstance(self.ours, Summary):
             return "no `ega bench` result"
-        return f"step time ×{num(self.ours.mean)} (quartiles {num(self.q1)}–{num(self.q3)})"
+        ci = f", median's 95% CI {num(self.median_ci[0])}–{num(self.median_ci[1])}" if self.median_ci else ""
+        floor = f"; kernel floor ×{num(self.kernel_floor)}" if self.kernel_floor is not None else ""
+        return (
+            f"step time ×{num(self.ours.mean)} (quartiles {num(self.q1)}–{num(self.q3)}{ci}), {self.repetitions} "
+            f"repetitions{floor}"
+        )
+
+    def label_text(self) -> str:
+        text = super().label_text()
+        if self.verdict is Verdict.TOO_FEW_SEEDS and self.repetitions < MIN_REPETITIONS:
+            return (
+                f"{text} ({self.repetitions} repetitions; the protocol reads one bench of at least {MIN_REPETITIONS})"
+            )
+        return text
 
     def evidence(self) -> str:
         return f"[{self.source}]({self.source})"
@@ -112,8 +130,19 @@ def timed_gates(found: list[Bench], shape: dict[str, Any], batch_size: Any) -> d
     return timed
 
 
+def sign_test_p(ratios: list[float], line: float) -> float:
+    """Two-sided sign test of the median of ``ratios`` against ``line`` (ties dropped): the cost verdict's p."""
+    above = sum(r > line for r in ratios)
+    n = above + sum(r < line for r in ratios)
+    if n == 0:
+        return 1.0
+    tail = min(above, n - above)
+    return min(1.0, 2 * math.fsum(math.comb(n, k) for k in range(tail + 1)) / 2**n)
+
+
 def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
-    """The paper's cost claim against `ega bench`'s first size that times EGA-1 (rules.cost_rule)."""
+    """The paper's cost claim against `ega bench`'s first size that times EGA-1 (rules.cost_rule): the median of
+    the per-repetition ratios EGA-1 / baseline and its distribution-free interval, from one bench run."""
     row = None
     size = None
     for entry in (bench or {}).get("sizes", []):
@@ -121,7 +150,14 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
             row, size = entry["rows"]["linear"], entry.get("size")
             break
     q1, q3 = (row or {}).get("time_ratio_q1_q3") or (None, None)
-    ours = None if row is None else Summary(row.get("time_ratio"), None, int(row.get("repeats") or 0))
+    repetitions = int((row or {}).get("repeats") or 0)
+    ratios = [float(r) for r in (row or {}).get("time_ratios") or []]
+    ci = median_interval(ratios) if len(ratios) >= 2 else None
+    verdict = cost_rule(*(ci or (None, None)), repetitions) if row is not None else Verdict.NO_DATA
+    if row is not None and ci is None:
+        verdict = Verdict.TOO_FEW_SEEDS  # a bench that kept no per-repetition ratios gives no interval
+    decided = verdict in (Verdict.HOLDS, Verdict.DOES_NOT_HOLD)
+    ours = None if row is None else Summary(row.get("time_ratio"), None, repetitions)
     return Cost(
         section="cost",
         corpus="",
@@ -129,10 +165,26 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
         subject="EGA-1",
         against="baseline",
         ours=ours,
-        verdict=cost_rule(q1, q3),
+        verdict=verdict,
         claim="cost",
         q1=q1,
         q3=q3,
+        median_ci=ci,
+        repetitions=repetitions,
+        kernel_floor=(row or {}).get("kernel_floor"),
         size=size,
         source=source,
+        p=sign_test_p(ratios, COST_MARGIN) if decided else None,
+        code=Code([], None, [], [BENCH_RUN]) if bench is not None else None,
     )
+
+
+BENCH_RUN = "ega bench"  # the name the cost verdict's registration reads the bench's date under
+
+
+def bench_date(bench: dict[str, Any] | None) -> datetime | None:
+    """When an `ega bench` result was made (its ``date``, "YYYY-MM-DD HH:MM UTC"); None when not known."""
+    try:
+        return datetime.strptime(str((bench or {})["date"]), "%Y-%m-%d %H:%M UTC").replace(tzinfo=UTC)
+    except (KeyError, ValueError):
+        return None

@@ -15,7 +15,7 @@ from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Variant, difference, find_reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, pair, regime
 from ega_lightning.experiments.rules import control_rule
-from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std
+from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
 from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
 from ega_lightning.experiments.text import fmt_interval, how, interval_cell, num
 
@@ -33,6 +33,7 @@ class Entry:
     diff: Difference | None  # baseline − gate, final val loss, paired by seed
     params_added: int | None  # its parameters minus the baseline's, both as their records count them
     timed: Timed | None  # its step time over the baseline's, from `ega bench` at the leaderboard's size
+    band: int | None = None  # its rank band (`rank_bands`); None: no difference to rank by
 
     @property
     def name(self) -> str:
@@ -86,7 +87,25 @@ def leaderboard(
         diff = difference(baseline, own, "final_val_loss")
         entries[v.label] = Entry(own, list(dict.fromkeys(from_groups)), diff, added, timed.get(v.label))
     ranked = sorted(entries.values(), key=lambda e: -e.diff.estimate if e.diff is not None else math.inf)
+    rank_bands(ranked)
     return baseline, ranked
+
+
+def rank_bands(ranked: list[Entry]) -> None:
+    """Sets each ranked entry's band: walking down from the best, a gate joins the current band while its paired
+    difference to the band's first gate includes 0 at the control family's level (k: the gates ranked), else it
+    opens the next band. Gates without a difference get none."""
+    known = [e for e in ranked if e.diff is not None]
+    level = bonferroni_level(len(known))
+    band, first = 0, None
+    for e in known:
+        if first is not None:
+            d = widen(difference(e.variant, first.variant, "final_val_loss"), level)  # gate − first: > 0, first better
+            if d is None or d.low is None or d.high is None or d.low > 0 or d.high < 0:
+                first = None
+        if first is None:
+            band, first = band + 1, e
+        e.band = band
 
 
 def paired_seeds(baseline: Variant, v: Variant) -> list[int]:
@@ -182,13 +201,16 @@ def describe(baseline: Variant) -> str:
         "that shows its configuration; sorted by baseline − gate, largest first. The step time is `ega bench`'s at "
         "the baseline's model size and batch, on an idle machine (median of the per-repetition ratios to the "
         "baseline, quartiles in brackets; its table linked): the sweep's runs shared the machine, so their own "
-        "throughput is no measure of a gate's cost. — where no bench timed the gate."
+        "throughput is no measure of a gate's cost. — where no bench timed the gate. Rank bands: walking down "
+        "from the best, a gate joins the current band while its paired difference to the band's first gate "
+        "includes 0 at the control family's level (each interval at 1 − 0.05/k, k the gates ranked), else it opens "
+        "the next band; gates of one band are not told apart by these seeds."
     )
 
 
 TABLE_HEAD = (
-    "| rank | gate | from | seeds paired | baseline − gate [95% CI] | half-width | params added | step time × "
-    "(gate / baseline, `ega bench`) |\n|---:|---|---|---|---|---:|---:|---|"
+    "| rank | band | gate | from | seeds paired | baseline − gate [95% CI] | half-width | params added | step time × "
+    "(gate / baseline, `ega bench`) |\n|---:|---:|---|---|---|---|---:|---:|---|"
 )
 
 
@@ -198,6 +220,7 @@ def table_line(rank: int, e: Entry, baseline: Variant) -> str:
     seeds = paired_seeds(baseline, e.variant)
     cells = [
         str(rank) if d is not None else "—",
+        str(e.band) if e.band is not None else "—",
         e.name,
         ", ".join(e.groups),
         f"{len(seeds)} ({', '.join(map(str, seeds))})" if seeds else f"0 of {len(e.variant.runs)} finished",

@@ -7,14 +7,13 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import ClassVar
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Row, Table, Variant, difference, learned_reference
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, Where, code_of, judged, name, pair, regime
 from ega_lightning.experiments.landscapes import Evaluation
-from ega_lightning.experiments.rules import figure_rule
+from ega_lightning.experiments.rules import effect_rule
 from ega_lightning.experiments.stats import Difference, compare
 from ega_lightning.experiments.text import fmt_interval, how, num
 
@@ -122,9 +121,8 @@ def _as_trained(table: Table, row: Row, where: Where, causal: Variant | None) ->
     figure = paper.IMPROVEMENT.get(table.corpus)
     if figure is None:
         return Leak(**where._asdict(), ours=d, **measured)
-    rule = partial(figure_rule, figure=figure)
     claim = f"improvement:{table.corpus}"
-    return judged(Leak, where, [(pair(v, base), d)], rule, paper=figure, claim=claim, family="leak", **measured)
+    return judged(Leak, where, [(pair(v, base), d)], effect_rule, paper=figure, claim=claim, family="leak", **measured)
 
 
 def _causal_evaluation(where: Where, v: Variant, base: Variant, evaluations: Sequence[Evaluation]) -> Finding:

@@ -11,7 +11,7 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Row, Table, Variant
 from ega_lightning.experiments.findings import Code, Finding, Where, code_of, judged, name, pair, regime
-from ega_lightning.experiments.rules import LEVEL_WIDTH, figure_rule, level_rule
+from ega_lightning.experiments.rules import LEVEL_WIDTH, Verdict, effect_rule, level_rule
 from ega_lightning.experiments.stats import mean_interval
 from ega_lightning.experiments.studies import long
 from ega_lightning.experiments.text import fmt_interval, how, num
@@ -118,10 +118,9 @@ def findings(table: Table, row: Row) -> list[Finding]:
     figure = paper.IMPROVEMENT.get(table.corpus)
     means = {"loss": v.summary("final_val_loss").mean, "baseline_loss": base.summary("final_val_loss").mean}
     if figure is not None:
-        rule = partial(figure_rule, figure=figure)
         claim = f"improvement:{table.corpus}"
         out: list[Finding] = [
-            judged(Improvement, where, [(pair(v, base), d)], rule, paper=figure, claim=claim, code=code, **means)
+            judged(Improvement, where, [(pair(v, base), d)], effect_rule, paper=figure, claim=claim, code=code, **means)
         ]
     else:
         out = [Improvement(**where._asdict(), ours=d, code=code, **means)]
@@ -135,10 +134,16 @@ def _gap(where: Where, row: Row, code: Code) -> list[Finding]:
         return []
     base_gap = base.summary("final_gap").mean
     overfits = None if base_gap is None else base_gap >= paper.OVERFIT_GAP
-    rule = partial(figure_rule, figure=paper.GAP_REDUCTION)
-    reads = [(f"gap: {pair(v, base)}", gap)]
     measured = {"baseline_gap": base_gap, "gap": v.summary("final_gap").mean, "paper_regime": overfits}
-    return [judged(Gap, where, reads, rule, paper=paper.GAP_REDUCTION, claim="gap", code=code, **measured)]
+    if base_gap is not None and base_gap < paper.GAP_REDUCTION:
+        why = (
+            f"the baseline's own gap {num(base_gap)} is smaller than the paper's reduction "
+            f"{paper.GAP_REDUCTION:+.3f}: no gate can narrow it by that much"
+        )
+        common = {"paper": paper.GAP_REDUCTION, "claim": "gap", "code": code, **measured}
+        return [Gap(**where._asdict(), ours=gap, verdict=Verdict.NOT_TESTABLE, not_testable=why, **common)]
+    reads = [(f"gap: {pair(v, base)}", gap)]
+    return [judged(Gap, where, reads, effect_rule, paper=paper.GAP_REDUCTION, claim="gap", code=code, **measured)]
 
 
 def _levels(where: Where, v: Variant) -> list[Finding]:
