@@ -1,12 +1,14 @@
-"""`CharLM`, the LightningModule (thin glue around `GPT`: loss, metrics, optimiser), and the one check that a
-checkpoint holds the model asked for."""
+"""`CharLM`, the LightningModule (thin glue around `GPT`: loss, metrics, optimiser), the checks of its arguments
+(`check_arguments`), and the one check that a checkpoint holds the model asked for."""
 
 from __future__ import annotations
 
 import math
 import time
 from collections.abc import Collection, Mapping
+from dataclasses import fields
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import lightning as L
@@ -17,7 +19,7 @@ from torchmetrics import MeanMetric
 from ega_lightning.data.datamodule import Batch
 from ega_lightning.data.tokenizer import CharTokenizer
 from ega_lightning.errors import UserError
-from ega_lightning.gates import NO_GATE, ZNORM_MODES, Gate, resolve_gate
+from ega_lightning.gates import NO_GATE, ZNORM_MODES, Gate, ResolvedGate, resolve_gate
 from ega_lightning.gates.registry import is_builtin
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, has_hooks, require_flex_attention
 from ega_lightning.seeding import derive_seed
@@ -62,6 +64,45 @@ class NonFiniteLossError(RuntimeError):
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
+
+
+def check_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, ResolvedGate]]:
+    """Every check of CharLM's arguments ``args`` (each by its name in the signature) before the model is built:
+    a ValueError naming the argument, in the order a user meets them. Returns the key gate's options (an energy
+    gate's tau_init and alpha_init merged in) and each slot's gate, resolved once for every layer."""
+    a = SimpleNamespace(**args)
+    for name in ("n_layer", "n_head", "n_embd", "block_size"):
+        _require(args[name] >= 1, f"model.{name} must be a positive integer, got {args[name]}.")
+    _require(a.n_embd % a.n_head == 0, f"model.n_embd ({a.n_embd}) must be divisible by model.n_head ({a.n_head}).")
+    _require(0.0 <= a.dropout < 1.0, f"model.dropout must be in [0, 1), got {a.dropout}.")
+    _require(math.isfinite(a.lr), f"model.lr must be a finite number, got {a.lr}.")
+    _require(a.lr > 0, f"model.lr must be positive, got {a.lr}.")
+    _require(0 <= a.min_lr <= a.lr, f"model.min_lr must be in [0, lr={a.lr}], got {a.min_lr}.")
+    _require(a.warmup_steps >= 0, f"model.warmup_steps must be >= 0, got {a.warmup_steps}.")
+    for name in ("tau_init", "alpha_init"):
+        _require(math.isfinite(args[name]), f"model.{name} must be a finite number, got {args[name]}.")
+    _require(a.weight_decay >= 0, f"model.weight_decay must be >= 0, got {a.weight_decay}.")
+    _require(all(0 <= b < 1 for b in a.betas), f"model.betas must both be in [0, 1), got {list(a.betas)}.")
+    znorms = (None, *ZNORM_MODES)
+    _require(a.eval_znorm in znorms, f"model.eval_znorm must be one of {znorms}, got {a.eval_znorm!r}.")
+    _require(a.attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {a.attention!r}.")
+    if a.attention == "flex":
+        require_flex_attention()
+        _require(
+            torch.cuda.is_available(),
+            "model.attention=flex needs a CUDA device: torch's FlexAttention cannot train on CPU. "
+            "Use model.attention=fused (the default), the same attention on the SDPA kernel.",
+        )
+        _require(a.dropout == 0, "model.attention=flex has no attention dropout; use model.attention=fused.")
+    options = dict(a.gate_options or {})
+    # each slot's gate resolved once, for every layer; an unknown name is refused listing the registered ones
+    gates = {slot: resolve_gate(args[slot], slot) for slot in ("gate", "output_gate")}
+    if gates["gate"].cls is not None and issubclass(gates["gate"].cls, Gate):
+        clash = {"tau_init", "alpha_init"} & options.keys()
+        _require(not clash, f"Set {', '.join(sorted(clash))} as model.* arguments, not in model.gate_options.")
+        options.update(tau_init=a.tau_init, alpha_init=a.alpha_init)
+    gates["gate"].check_options(options)
+    return options, gates
 
 
 class CharLM(L.LightningModule):
@@ -117,55 +158,13 @@ class CharLM(L.LightningModule):
         output_gate: str = NO_GATE,
     ) -> None:
         super().__init__()
-        for name, value in (("n_layer", n_layer), ("n_head", n_head), ("n_embd", n_embd), ("block_size", block_size)):
-            _require(value >= 1, f"model.{name} must be a positive integer, got {value}.")
-        _require(n_embd % n_head == 0, f"model.n_embd ({n_embd}) must be divisible by model.n_head ({n_head}).")
-        _require(0.0 <= dropout < 1.0, f"model.dropout must be in [0, 1), got {dropout}.")
-        _require(math.isfinite(lr), f"model.lr must be a finite number, got {lr}.")
-        _require(lr > 0, f"model.lr must be positive, got {lr}.")
-        _require(0 <= min_lr <= lr, f"model.min_lr must be in [0, lr={lr}], got {min_lr}.")
-        _require(warmup_steps >= 0, f"model.warmup_steps must be >= 0, got {warmup_steps}.")
-        for name, value in (("tau_init", tau_init), ("alpha_init", alpha_init)):
-            _require(math.isfinite(value), f"model.{name} must be a finite number, got {value}.")
-        _require(weight_decay >= 0, f"model.weight_decay must be >= 0, got {weight_decay}.")
-        _require(all(0 <= b < 1 for b in betas), f"model.betas must both be in [0, 1), got {list(betas)}.")
-        znorms = (None, *ZNORM_MODES)
-        _require(eval_znorm in znorms, f"model.eval_znorm must be one of {znorms}, got {eval_znorm!r}.")
-        _require(attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {attention!r}.")
-        if attention == "flex":
-            require_flex_attention()
-            _require(
-                torch.cuda.is_available(),
-                "model.attention=flex needs a CUDA device: torch's FlexAttention cannot train on CPU. "
-                "Use model.attention=fused (the default), the same attention on the SDPA kernel.",
-            )
-            _require(dropout == 0, "model.attention=flex has no attention dropout; use model.attention=fused.")
-        options = dict(gate_options or {})
-        # each slot's gate resolved once, for every layer; an unknown name is refused listing the registered ones
-        gates = {"gate": resolve_gate(gate, "gate"), "output_gate": resolve_gate(output_gate, "output_gate")}
-        if gates["gate"].cls is not None and issubclass(gates["gate"].cls, Gate):
-            clash = {"tau_init", "alpha_init"} & options.keys()
-            _require(not clash, f"Set {', '.join(sorted(clash))} as model.* arguments, not in model.gate_options.")
-            options.update(tau_init=tau_init, alpha_init=alpha_init)
-        gates["gate"].check_options(options)
+        arguments = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # by their names
+        options, gates = check_arguments(arguments)
         self.save_hyperparameters()
         self.tokenizer = CharTokenizer(vocab)
-        self.model = GPT(
-            GPTConfig(
-                vocab_size=len(vocab),
-                block_size=block_size,
-                n_layer=n_layer,
-                n_head=n_head,
-                n_embd=n_embd,
-                dropout=dropout,
-                bias=bias,
-                gate=gate,
-                gate_options=options,
-                attention=attention,
-                output_gate=output_gate,
-            ),
-            gates,
-        )
+        # the GPT's config: the arguments of the same names, with the key gate's options merged
+        shared = {f.name: arguments[f.name] for f in fields(GPTConfig) if f.name in arguments}
+        self.model = GPT(GPTConfig(**{**shared, "vocab_size": len(vocab), "gate_options": options}), gates)
         _require(
             block_size >= 2 or not any(isinstance(g, Gate) for g in self.model.gates),
             f"model.block_size 1 with the gate {gate}: an energy gate z-normalises its energy over the positions "

@@ -154,19 +154,21 @@ def undo_new(run_dir: Path, before: set[Path], missing: list[Path]) -> None:
 
 def default_run_name(config: Any) -> str:
     """e.g. ``tinyshakespeare-multiscale_scales2-4x4x128-T128-seed1337``, ``ptb-fox+output_headwise-...``
-    (``config``: a command's parsed config, with ``model`` and ``data`` sections)."""
-    m = config.model
-    gate = "_".join([m.gate, *(f"{k}{v}" for k, v in sorted((m.gate_options or {}).items()))])
+    (``config``: a command's parsed config, or the same as plain dicts, with ``model`` and ``data`` sections)."""
+    m, data = config["model"], config["data"]
+    gate = "_".join([m["gate"], *(f"{k}{v}" for k, v in sorted((m.get("gate_options") or {}).items()))])
     if m.get("output_gate", "none") != "none":
-        gate += f"+{m.output_gate}"
-    return f"{config.data.corpus}-{gate}-{m.n_layer}x{m.n_head}x{m.n_embd}-T{m.block_size}-seed{config.data.seed}"
+        gate += f"+{m['output_gate']}"
+    shape = f"{m['n_layer']}x{m['n_head']}x{m['n_embd']}-T{m['block_size']}"
+    return f"{data['corpus']}-{gate}-{shape}-seed{data['seed']}"
 
 
 def run_dir_of(config: Any) -> Path:
     """``--runs_dir/--run_name``, the name derived from the config when none is given."""
-    if config.run_name:  # empty or None: the default name
-        check_run_name(config.run_name)
-    return Path(config.runs_dir) / (config.run_name or default_run_name(config))
+    name = config.get("run_name")
+    if name:  # empty or None: the default name
+        check_run_name(name)
+    return Path(config["runs_dir"]) / (name or default_run_name(config))
 
 
 def check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> None:

@@ -1,5 +1,6 @@
 """The model against the spec: causality, the alpha = 0 identity, the explicit formula, parameter counts."""
 
+import inspect
 import math
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 from ega_lightning import CharLM
 from ega_lightning.gates import Gate, KeyBias, build_gate, causal_znorm, gate_class, gate_names
 from ega_lightning.model.attention import CausalSelfAttention, gated_attention_reference
+from ega_lightning.module import check_arguments
 
 from .conftest import TINY_MODEL, TINY_VOCAB
 
@@ -184,6 +186,25 @@ def test_unknown_gate_option_lists_accepted_ones():
 def test_bad_model_arguments_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
         CharLM(TINY_VOCAB, **kwargs)
+
+
+def defaults(**changes) -> dict:
+    """CharLM's arguments at their defaults, by name, with ``changes``."""
+    params = inspect.signature(CharLM.__init__).parameters.values()
+    return {"vocab": TINY_VOCAB, **{p.name: p.default for p in params if p.default is not p.empty}, **changes}
+
+
+def test_the_arguments_are_checked_and_the_gate_options_merged_before_any_model_is_built():
+    options, gates = check_arguments(defaults(gate="multiscale", gate_options={"scales": 2}, tau_init=0.5))
+    assert options == {"scales": 2, "tau_init": 0.5, "alpha_init": 1.0}  # an energy gate's own two options
+    assert gates["gate"].cls is gate_class("multiscale") and gates["output_gate"].cls is None
+    options, gates = check_arguments(defaults(gate="alibi", tau_init=0.5))
+    assert options == {} and gates["gate"].cls is gate_class("alibi")  # a key bias has no tau
+    with pytest.raises(ValueError, match=r"Set tau_init as model.\* arguments, not in model.gate_options"):
+        check_arguments(defaults(gate_options={"tau_init": 1.0}))
+    built = CharLM(**defaults(gate="multiscale", gate_options={"scales": 2}, tau_init=0.5, n_layer=1, n_embd=32))
+    assert built.model.cfg.gate_options == {"scales": 2, "tau_init": 0.5, "alpha_init": 1.0}
+    assert built.hparams.gate_options == {"scales": 2}  # the hyper-parameters keep what was given
 
 
 @pytest.mark.parametrize("gate", GATED)

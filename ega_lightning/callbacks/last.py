@@ -8,12 +8,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Checkpoint
 
-
-def validation_follows(trainer: L.Trainer) -> bool:
-    """Whether the training step that just ended is followed by a validation (asked at on_train_batch_end)."""
-    loop = trainer.fit_loop.epoch_loop
-    fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
-    return bool(trainer.enable_validation and fetcher is not None and loop._should_check_val_fx(fetcher))
+from ega_lightning.lightning_private import validation_follows
 
 
 class LastCheckpoint(Checkpoint):

@@ -1,0 +1,71 @@
+"""Every use of Lightning's private API in ega_lightning, in one place, each with why no public hook serves.
+
+Checked against lightning ``LIGHTNING_CHECKED``. tests/test_lightning_private.py holds each row of
+``PRIVATE_USES`` to the installed Lightning (the name is there, with the signature and the call order
+this package relies on), so an upgrade that changes one is a failing test, never a silent change of
+behaviour. A new private use gets a row here and a test there; a row no code uses any more is deleted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lightning.pytorch.loggers import TensorBoardLogger
+
+LIGHTNING_CHECKED = "2.6.6"
+
+
+@dataclass(frozen=True)
+class PrivateUse:
+    name: str  # the private name, as its module and attributes spell it in Lightning
+    used_by: str  # where ega_lightning uses it
+    why: str  # why no public hook does it
+
+
+PRIVATE_USES = (
+    PrivateUse(
+        "lightning.pytorch.cli.LightningCLI._parse_ckpt_path",
+        "commands/lightning_cli.py: EgaCLI._parse_ckpt_path (an override)",
+        "Lightning merges the hyper-parameters of every --ckpt_path into the model's config, between "
+        "parse_arguments and before_instantiate_classes, with no switch: EgaCLI runs that merge only where "
+        "the run plan says (not for `last`, which Lightning would read as a file of that name).",
+    ),
+    PrivateUse(
+        "lightning.fabric.loggers.tensorboard.TensorBoardLogger._kwargs",
+        "purge_from (EgaCLI.instantiate_classes, on resume)",
+        "the SummaryWriter's keyword arguments, purge_step among them, are only given at construction, and "
+        "the logger is built from the config that config.yaml records: setting it there would record it.",
+    ),
+    PrivateUse(
+        "lightning.pytorch.loops.fit_loop._FitLoop._data_fetcher",
+        "validation_follows (callbacks/last.py: LastCheckpoint)",
+        "the training loop's data fetcher, which _should_check_val_fx takes.",
+    ),
+    PrivateUse(
+        "lightning.pytorch.loops.training_epoch_loop._TrainingEpochLoop._should_check_val_fx",
+        "validation_follows (callbacks/last.py: LastCheckpoint)",
+        "whether the step that just ended is followed by a validation: no public hook says it before the "
+        "validation starts, and copying the rule would drift from Lightning's.",
+    ),
+    PrivateUse(
+        "lightning.pytorch.utilities._pytree",
+        "summary.quiet_lightning (the module pattern of a warnings filter)",
+        "torch's LeafSpec deprecation is raised inside this module; the filter names it so that the same "
+        "warning from anywhere else still shows.",
+    ),
+)
+
+
+def purge_from(logger: Any, step: int) -> None:
+    """A TensorBoard logger's events from ``step`` on are dropped when it opens its event file (SummaryWriter's
+    ``purge_step``), unless its config sets a purge step; any other logger is left as it is."""
+    if isinstance(logger, TensorBoardLogger) and logger._kwargs.get("purge_step") is None:
+        logger._kwargs["purge_step"] = step
+
+
+def validation_follows(trainer: Any) -> bool:
+    """Whether the training step that just ended is followed by a validation (asked at on_train_batch_end)."""
+    loop = trainer.fit_loop.epoch_loop
+    fetcher = trainer.fit_loop._data_fetcher
+    return bool(trainer.enable_validation and fetcher is not None and loop._should_check_val_fx(fetcher))

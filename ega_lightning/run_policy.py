@@ -1,0 +1,252 @@
+"""What `ega fit`, `validate` and `test` do with a run directory, decided once, from plain data: the run plan.
+
+`read_request` reads what the decision needs: the command's parsed config (before a checkpoint's
+hyper-parameters are merged into it), the keys the user set (flags and -c files), and what the
+checkpoint that --ckpt_path names holds. `plan_run` decides from that data alone: the run directory,
+what the checkpoint decides (the model, the corpus) and what the command keeps (how the model runs),
+the resume point, the lock, whether the old run is deleted; or it refuses, with the first of
+``REFUSALS`` that applies, as one paragraph saying what is wrong and the way out. `EgaCLI`
+(commands/lightning_cli.py) applies the plan in its hooks; nothing is built or written before it.
+
+A refusal is one function ``(request, plan) -> message or None`` in ``REFUSALS``, asked in order: a
+new rule is one more function there, and `refusals` lists every one that applies. They read only the
+request and the plan, so every process of a run (each DDP rank) decides the same. The run directory's
+state (fresh, resumable, stale: `runs.check_fit_target`) is the one decision taken later, by
+`claim_run_dir`, under the directory's lock: read without it, a run that another process is training
+would look stale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ega_lightning import runs
+from ega_lightning.checkpoint_io import load_checkpoint
+from ega_lightning.errors import UserError
+from ega_lightning.module import RUNTIME_KEYS, SHAPE_KEYS, check_model_matches
+
+
+@dataclass(frozen=True)
+class CheckpointFacts:
+    """What the plan reads of a checkpoint (its tensors are Lightning's to restore)."""
+
+    path: Path
+    hparams: Mapping[str, Any]  # the model's: CharLM's arguments as the run was configured
+    global_step: int | None
+    corpus: str | None  # the datamodule's, where the checkpoint records it
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What a plan is decided from, as plain data."""
+
+    command: str | None  # fit, validate, test; None: the Python API without a subcommand (run=False)
+    config: Mapping[str, Any]  # the command's parsed config (model, data, trainer, run_name, ckpt_path, ...)
+    typed: frozenset[str]  # the keys the user set, by a flag or in a -c file: model.n_embd, trainer.max_steps, ...
+    checkpoint: CheckpointFacts | None  # what --ckpt_path holds (fit's `last` found); None: none, or no last.ckpt
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What the command does with its run directory; `EgaCLI`'s hooks apply it."""
+
+    command: str | None
+    run_dir: Path  # where the run's files go (the Trainer's root, the loggers', the checkpoints')
+    ckpt_path: str | None  # as given: a checkpoint file, or `last`
+    merge_checkpoint_model: bool  # the checkpoint's hyper-parameters replace the model's config (Lightning's merge)
+    kept_model: Mapping[str, Any]  # the model values the command keeps over its checkpoint's (how the model runs)
+    corpus: str | None  # the checkpoint's corpus, which replaces the config's; None: the config's
+    lock: bool  # the run directory's lock, held until the command ends (fit)
+    overwrite: bool  # fit --overwrite=true: start the run over
+    clear_old_run: bool  # delete what the old run wrote, once every class is built (a typo must not cost the run)
+    resume_step: int | None  # fit --ckpt_path last: the step it resumes at (TensorBoard drops what was logged after)
+    last_every: int  # checkpoints/last.ckpt every N optimizer steps and at the end (0: never)
+
+
+def read_request(command: str | None, config: Any, argv: Sequence[str]) -> RunRequest:
+    """The request of ``command`` with its parsed ``config`` (a jsonargparse Namespace, before the checkpoint's
+    hyper-parameters) on the command line ``argv`` (its -c files resolved to paths).
+
+    Raises the checkpoint's UserError (no such file, not a checkpoint), and `runs.check_run_name`'s for a fit
+    that resumes ``last`` of a run name that is a path.
+    """
+    plain = config.as_dict()
+    ckpt_path = plain.get("ckpt_path")
+    path = None
+    if ckpt_path == "last" and command == "fit":
+        last = runs.run_dir_of(plain) / runs.LAST
+        path = last if last.is_file() else None  # none to resume: the directory's state says what to do
+    elif ckpt_path and ckpt_path != "last":  # `last` of another command is refused (REFUSALS), never read
+        path = Path(ckpt_path)
+    return RunRequest(command, plain, typed_keys(argv), None if path is None else read_checkpoint(path))
+
+
+def read_checkpoint(path: Path) -> CheckpointFacts:
+    ckpt = load_checkpoint(path)
+    corpus = ckpt.get("datamodule_hyper_parameters", {}).get("corpus")
+    return CheckpointFacts(path, ckpt["hyper_parameters"], ckpt.get("global_step"), corpus)
+
+
+def typed_keys(argv: Sequence[str]) -> frozenset[str]:
+    """The keys a command line sets, two levels deep (``model.n_embd``, ``trainer.max_steps``, ``run_name``):
+    its ``--key`` flags and the keys of its -c files (already resolved to paths, see
+    `config_files.resolve_config_args`). The merged config cannot tell a key set to its default from one not set."""
+    typed: set[str] = set()
+    for i, arg in enumerate(argv):
+        config = argv[i + 1] if arg in ("-c", "--config") and i + 1 < len(argv) else None
+        if arg.startswith("--config="):
+            config = arg.split("=", 1)[1]
+        if config is not None:
+            # a file, or (from Python) the YAML text itself, as jsonargparse takes either
+            content = yaml.safe_load(Path(config).read_text() if Path(config).is_file() else config)
+            for section, values in (content if isinstance(content, dict) else {}).items():
+                typed |= {f"{section}.{key}" for key in values} if isinstance(values, dict) else {section}
+        elif arg.startswith("--"):
+            typed.add(".".join(arg.removeprefix("--").split("=", 1)[0].split(".")[:2]))
+    return frozenset(typed)
+
+
+def plan_run(request: RunRequest) -> RunPlan:
+    """The plan of ``request``; a UserError with the first of ``REFUSALS`` that refuses it."""
+    plan = decide(request)
+    problems = refusals(request, plan)
+    if problems:
+        raise UserError(problems[0])
+    return plan
+
+
+def refusals(request: RunRequest, plan: RunPlan) -> list[str]:
+    """Every refusal of ``REFUSALS`` that applies, in order (empty: the plan stands)."""
+    return [message for refusal in REFUSALS if (message := refusal(request, plan)) is not None]
+
+
+def decide(request: RunRequest) -> RunPlan:
+    """What the command does, before any check: the checkpoint decides the model and its corpus, the command how
+    the model runs (``RUNTIME_KEYS``); the run directory is named after the model and corpus the command runs."""
+    config, ckpt, command = request.config, request.checkpoint, request.command
+    ckpt_path = config.get("ckpt_path")
+    # a run resumed from its own last.ckpt already has the right config
+    merge = ckpt is not None and ckpt_path != "last"
+    model = {**config["model"], **({k: v for k, v in ckpt.hparams.items() if not k.startswith("_")} if merge else {})}
+    kept = {k: config["model"][k] for k in RUNTIME_KEYS if k in config["model"]} if ckpt is not None else {}
+    corpus = None if ckpt is None else ckpt.corpus
+    data = {**config["data"], **({} if corpus is None else {"corpus": corpus})}
+    run_name = config.get("run_name")
+    run_dir = Path(config["runs_dir"]) / (run_name or runs.default_run_name({"model": model, "data": data}))
+    if command in ("validate", "test") and run_name is None and ckpt_path:
+        ckpt_dir = Path(ckpt_path).parent
+        if ckpt_dir.name == "checkpoints":  # evaluate into the run the checkpoint belongs to
+            run_dir = ckpt_dir.parent
+    fit, overwrite = command == "fit", bool(config.get("overwrite"))
+    return RunPlan(
+        command=command,
+        run_dir=run_dir,
+        ckpt_path=ckpt_path,
+        merge_checkpoint_model=merge,
+        kept_model=kept,
+        corpus=corpus,
+        lock=fit,
+        overwrite=overwrite,
+        clear_old_run=fit and overwrite,
+        resume_step=ckpt.global_step if ckpt is not None and ckpt_path == "last" else None,
+        last_every=config["checkpoint_every_n_steps"] if command in ("fit", None) else 0,
+    )
+
+
+def claim_run_dir(plan: RunPlan, claim: runs.RunClaim) -> None:
+    """Takes the run directory for the command (fit: its lock, `runs.RunBusy` when another process holds it),
+    then, under the lock, refuses a fit that the directory's state forbids (`runs.check_fit_target`)."""
+    claim.claim(plan.run_dir, fit=plan.lock)
+    if plan.command == "fit":
+        runs.check_fit_target(plan.run_dir, plan.ckpt_path, plan.overwrite)
+
+
+# The refusals, in the order they are asked: each says what is wrong and the way out, or None.
+Refusal = Callable[[RunRequest, RunPlan], str | None]
+
+
+def last_resumes_only_fit(request: RunRequest, plan: RunPlan) -> str | None:
+    if plan.ckpt_path != "last" or request.command == "fit":
+        return None
+    return (
+        f"--ckpt_path last resumes `ega fit`; give `ega {request.command}` a checkpoint file, "
+        "e.g. --ckpt_path lightning_logs/<run>/checkpoints/best.ckpt."
+    )
+
+
+def checkpoint_holds_the_model(request: RunRequest, plan: RunPlan) -> str | None:
+    """The model-defining arguments (``SHAPE_KEYS``) the command sets unlike its checkpoint: for fit every one (a
+    resumed or continued run trains the model its config describes), for validate/test those the user typed,
+    whatever their value."""
+    ckpt = request.checkpoint
+    if ckpt is None:
+        return None
+    keys = SHAPE_KEYS if request.command == "fit" else [k for k in SHAPE_KEYS if f"model.{k}" in request.typed]
+    try:
+        check_model_matches(ckpt.hparams, request.config["model"], keys, source=str(ckpt.path), asker="this command")
+    except UserError as err:
+        return str(err)
+    return None
+
+
+def max_steps_positive(request: RunRequest, plan: RunPlan) -> str | None:
+    if request.command != "fit":
+        return None
+    steps = request.config["trainer"]["max_steps"]
+    if steps is not None and steps >= 1:
+        return None
+    return (
+        f"trainer.max_steps is {steps}; set a positive number of optimizer steps "
+        "(--trainer.max_steps=N): the learning-rate schedule and the data are step-based."
+    )
+
+
+def val_check_interval_positive(request: RunRequest, plan: RunPlan) -> str | None:
+    interval = request.config["trainer"]["val_check_interval"]
+    if not isinstance(interval, int | float) or interval > 0:
+        return None
+    return (
+        f"trainer.val_check_interval is {interval}; set a positive number of optimizer steps between "
+        "evaluations (--trainer.val_check_interval=N)."
+    )
+
+
+def checkpoint_every_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
+    every = request.config["checkpoint_every_n_steps"]
+    return None if every >= 0 else f"checkpoint_every_n_steps must be >= 0 (0: never), got {every}."
+
+
+def run_name_is_a_name(request: RunRequest, plan: RunPlan) -> str | None:
+    try:
+        if request.config.get("run_name"):
+            runs.check_run_name(request.config["run_name"])
+    except UserError as err:
+        return str(err)
+    return None
+
+
+def run_dir_can_be_made(request: RunRequest, plan: RunPlan) -> str | None:
+    run_dir = plan.run_dir
+    not_a_dir = next((d for d in (run_dir, *run_dir.parents) if d.exists() and not d.is_dir()), None)
+    if not_a_dir is None:
+        return None
+    return (
+        f"{not_a_dir} is a file, so the run directory {run_dir} cannot be made there. Give --runs_dir "
+        "(and --run_name) a directory, or a path that does not exist yet."
+    )
+
+
+REFUSALS: tuple[Refusal, ...] = (
+    last_resumes_only_fit,
+    checkpoint_holds_the_model,
+    max_steps_positive,
+    val_check_interval_positive,
+    checkpoint_every_not_negative,
+    run_name_is_a_name,
+    run_dir_can_be_made,
+)

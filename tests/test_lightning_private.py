@@ -1,0 +1,178 @@
+"""Lightning's private API that ega_lightning uses, held to the installed Lightning: each row of
+`lightning_private.PRIVATE_USES` is there, with the signature and the call order relied on, and no other
+private name of Lightning is used in the package."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ega_lightning import lightning_private
+from ega_lightning.lightning_private import PRIVATE_USES, purge_from
+
+from .conftest import REPO
+from .helpers import logged_steps, scalars
+
+PACKAGE = REPO / "ega_lightning"
+
+
+def resolve(dotted: str) -> object:
+    """The object a dotted name names: the longest importable module, then attributes."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ModuleNotFoundError(dotted)
+
+
+def use(name: str) -> lightning_private.PrivateUse:
+    (row,) = [row for row in PRIVATE_USES if row.name.endswith(name)]
+    return row
+
+
+def test_every_row_names_something_lightning_has():
+    for row in PRIVATE_USES:
+        if row.name.endswith(("._kwargs", "._data_fetcher")):  # instance attributes: held by the tests below
+            continue
+        assert resolve(row.name) is not None, row.name
+
+
+def test_parse_ckpt_path_takes_nothing_and_runs_between_parsing_and_the_hooks():
+    from lightning.pytorch.cli import LightningCLI
+
+    method = resolve(use("._parse_ckpt_path").name)
+    assert list(inspect.signature(method).parameters) == ["self"]
+    # EgaCLI's plan is made in parse_arguments and applied from before_instantiate_classes on: Lightning's merge of
+    # the checkpoint's hyper-parameters must come after the first and before the second
+    source = inspect.getsource(LightningCLI.__init__)
+    order = [
+        source.index(call) for call in ("self.parse_arguments(", "self._parse_ckpt_path()", "self.before_instantiate")
+    ]
+    assert order == sorted(order), order
+
+
+def test_the_data_fetcher_is_what_should_check_val_takes():
+    from lightning.pytorch import Trainer
+
+    trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    assert trainer.fit_loop._data_fetcher is None  # an attribute from the start: set once fit runs
+    check = resolve(use("._should_check_val_fx").name)
+    assert list(inspect.signature(check).parameters) == ["self", "data_fetcher"]
+    assert not lightning_private.validation_follows(trainer)  # no fit running: no validation follows
+
+
+def test_the_pytree_module_of_the_warnings_filter_exists():
+    assert importlib.util.find_spec(use("._pytree").name) is not None
+
+
+def test_a_purge_step_set_on_a_built_logger_drops_what_was_logged_from_that_step(tmp_path):
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+
+    first = TensorBoardLogger(tmp_path, name="run", version="")
+    for step in range(6):
+        first.log_metrics({"loss": float(step)}, step=step)
+    first.finalize("success")
+    resumed = TensorBoardLogger(tmp_path, name="run", version="")
+    purge_from(resumed, 3)  # a run stopped after step 5, resumed from its step-3 checkpoint
+    for step in range(3, 6):
+        resumed.log_metrics({"loss": 10.0 + step}, step=step)
+    resumed.finalize("success")
+    assert logged_steps(tmp_path / "run", "loss") == [0, 1, 2, 3, 4, 5]  # without the purge: 3, 4 and 5 twice
+    assert scalars(tmp_path / "run", "loss") == {0: 0.0, 1: 1.0, 2: 2.0, 3: 13.0, 4: 14.0, 5: 15.0}
+    chosen = TensorBoardLogger(tmp_path, name="other", purge_step=1)
+    purge_from(chosen, 3)  # a purge step the config sets is kept
+    assert chosen._kwargs["purge_step"] == 1
+    purge_from(CSVLogger(tmp_path), 3)  # another logger: left alone (no error)
+
+
+def _lightning_modules() -> dict[str, ast.Module]:
+    """The package's modules that import Lightning, parsed."""
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        if _lightning_imports(tree):
+            out[str(path.relative_to(REPO))] = tree
+    return out
+
+
+def _lightning_imports(tree: ast.Module) -> dict[str, str]:
+    """Local name -> the dotted Lightning name it stands for (``L`` -> ``lightning``)."""
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.asname or a.name: a.name for a in node.names if a.name.split(".")[0] == "lightning"}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "lightning":
+            out |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def private_names_used(tree: ast.Module) -> set[str]:
+    """The ``_name``s a module reads on other objects than its own (``self``, ``cls``; ``super()`` counts), and
+    the private methods its classes override (``def _name`` where a Lightning base class has that name)."""
+    imported, used = _lightning_imports(tree), set()
+    for node in ast.walk(tree):
+        private = isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+        if private and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            used.add(node.attr)
+        if isinstance(node, ast.ClassDef):
+            bases = [base for base in (_lightning_class(b, imported) for b in node.bases) if base is not None]
+            for fn in node.body:
+                own = isinstance(fn, ast.FunctionDef) and fn.name.startswith("_") and not fn.name.startswith("__")
+                if own and any(hasattr(base, fn.name) for base in bases):
+                    used.add(fn.name)
+    return used
+
+
+def _lightning_class(node: ast.expr, imported: dict[str, str]) -> object | None:
+    """The Lightning class a base-class expression names (``LightningCLI``, ``L.Callback``); None for another."""
+    dotted = []
+    while isinstance(node, ast.Attribute):
+        dotted.insert(0, node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name) or node.id not in imported:
+        return None
+    return resolve(".".join([imported[node.id], *dotted]))
+
+
+def test_no_private_lightning_name_is_used_outside_the_table():
+    listed = {row.name.rsplit(".", 1)[1] for row in PRIVATE_USES}
+    modules = _lightning_modules()
+    assert {"ega_lightning/commands/lightning_cli.py", "ega_lightning/callbacks/last.py"} <= set(modules)
+    for where, tree in modules.items():
+        unlisted = private_names_used(tree) - listed
+        assert not unlisted, f"{where} uses {sorted(unlisted)}: name each in lightning_private.PRIVATE_USES"
+    # the check sees each kind of use: a private attribute read, and an override of a private method
+    planted = ast.parse(
+        "import lightning as L\nfrom lightning.pytorch.cli import LightningCLI\n"
+        "x = trainer.fit_loop._results\n"
+        "class C(LightningCLI):\n    def _run_subcommand(self, s): ...\n    def _mine(self): ...\n"
+        "class M(L.LightningModule):\n    def _apply(self, fn): ...\n"
+    )
+    assert private_names_used(planted) == {"_results", "_run_subcommand", "_apply"}
+
+
+@pytest.mark.parametrize("command", ["fit", "validate", "test"])
+def test_validate_and_test_print_the_headline_unless_asked_for_every_metric(command, capsys, monkeypatch, tmp_path):
+    # Lightning adds each subcommand's arguments through the parser's add_method_arguments, which sets the default
+    from ega_lightning import CharDataModule, CharLM
+    from ega_lightning.commands.lightning_cli import EgaArgumentParser, EgaCLI
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["ega"])
+    args = [command, "--print_config"]
+    with pytest.raises(SystemExit) as done:
+        EgaCLI(CharLM, CharDataModule, parser_class=EgaArgumentParser, auto_configure_optimizers=False, args=args)
+    assert done.value.code == 0
+    printed = yaml.safe_load(capsys.readouterr().out)
+    assert printed.get("verbose", "absent") == ("absent" if command == "fit" else False)
+    assert list(Path(tmp_path).iterdir()) == []

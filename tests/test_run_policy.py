@@ -1,0 +1,215 @@
+"""The run plan of `ega fit/validate/test`, decided from plain data: the run directory, what the checkpoint
+decides and what the command keeps, the resume point, the lock, and each refusal in its order."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from jsonargparse import Namespace
+
+from ega_lightning import run_policy, runs
+from ega_lightning.errors import UserError
+from ega_lightning.run_policy import CheckpointFacts, RunRequest, plan_run
+
+from .conftest import TINY_MODEL
+
+# a command's parsed config as `read_request` hands it over: the parts the plan reads
+CONFIG = {
+    "model": {
+        **TINY_MODEL,
+        "bias": True,
+        "gate": "linear",
+        "gate_options": None,
+        "output_gate": "none",
+        "vocab": "ab",
+        "attention": "fused",
+        "eval_znorm": None,
+        "compile": False,
+        "lr": 1e-3,
+    },
+    "data": {"corpus": "tinyshakespeare", "seed": 7},
+    "trainer": {"max_steps": 10, "val_check_interval": 5},
+    "runs_dir": "runs",
+    "run_name": None,
+    "ckpt_path": None,
+    "overwrite": False,
+    "checkpoint_every_n_steps": 100,
+}
+
+
+def config(**changes: object) -> dict:
+    """CONFIG with ``changes`` by dotted key: ``config(**{"trainer.max_steps": 0})``."""
+    out = copy.deepcopy(CONFIG)
+    for dotted, value in changes.items():
+        *sections, key = dotted.split(".")
+        target = out
+        for section in sections:
+            target = target[section]
+        target[key] = value
+    return out
+
+
+def checkpoint(path: str = "other/model.ckpt", step: int = 40, corpus: str | None = "ptb", **model) -> CheckpointFacts:
+    return CheckpointFacts(Path(path), {**CONFIG["model"], **model}, step, corpus)
+
+
+def request(command: str | None = "fit", typed=(), ckpt: CheckpointFacts | None = None, **changes) -> RunRequest:
+    return RunRequest(command, config(**changes), frozenset(typed), ckpt)
+
+
+def test_a_fresh_fit_is_planned_into_the_directory_its_config_names():
+    plan = plan_run(request())
+    assert plan.run_dir == Path("runs") / runs.default_run_name(CONFIG)
+    assert (plan.lock, plan.overwrite, plan.clear_old_run, plan.resume_step) == (True, False, False, None)
+    assert (plan.merge_checkpoint_model, plan.kept_model, plan.corpus, plan.last_every) == (False, {}, None, 100)
+    assert plan_run(request(run_name="mine")).run_dir == Path("runs/mine")
+    started_over = plan_run(request(overwrite=True))
+    assert started_over.overwrite and started_over.clear_old_run  # once every class is built
+
+
+@pytest.mark.parametrize("command", ["validate", "test"])
+def test_an_evaluation_takes_no_lock_deletes_nothing_and_writes_no_last_ckpt(command):
+    plan = plan_run(request(command, overwrite=True, checkpoint_every_n_steps=5))
+    assert (plan.lock, plan.clear_old_run, plan.last_every) == (False, False, 0)
+    assert plan_run(request(None, checkpoint_every_n_steps=5)).last_every == 5  # the Python API builds a fit's
+
+
+def test_resuming_last_keeps_the_command_s_config_and_resumes_at_the_checkpoint_s_step():
+    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", step=40, corpus="ptb", attention="reference", lr=0.5)
+    plan = plan_run(request(ckpt=ckpt, ckpt_path="last", run_name="r"))
+    assert plan.resume_step == 40
+    assert not plan.merge_checkpoint_model  # the config of a resumed run is its own, lr included
+    assert plan.kept_model == {"attention": "fused", "eval_znorm": None, "compile": False}  # how the model runs
+    assert plan.corpus == "ptb"  # the checkpoint's corpus
+    derived = plan_run(request(ckpt=ckpt, ckpt_path="last"))
+    assert derived.run_dir.name.startswith("ptb-linear-")  # named after the corpus the run trains
+
+
+def test_a_checkpoint_file_decides_the_model_and_the_run_directory_is_named_after_it():
+    ckpt = checkpoint(n_embd=64, gate="fox", corpus="ptb")
+    plan = plan_run(request("validate", ckpt=ckpt, ckpt_path=str(ckpt.path)))
+    assert plan.merge_checkpoint_model and plan.resume_step is None
+    expected = runs.default_run_name({"model": ckpt.hparams, "data": {**CONFIG["data"], "corpus": "ptb"}})
+    assert plan.run_dir == Path("runs") / expected and "fox" in expected and "x64-" in expected
+    # a checkpoint of a run evaluates into that run, unless a run name is given
+    own = checkpoint("runs/r/checkpoints/best.ckpt")
+    assert plan_run(request("test", ckpt=own, ckpt_path=str(own.path))).run_dir == Path("runs/r")
+    assert plan_run(request("test", ckpt=own, ckpt_path=str(own.path), run_name="e")).run_dir == Path("runs/e")
+
+
+def test_an_evaluation_refuses_only_the_model_arguments_the_user_typed():
+    ckpt = checkpoint(n_embd=64)
+    evaluate = {"ckpt": ckpt, "ckpt_path": str(ckpt.path)}
+    assert plan_run(request("validate", **evaluate)).merge_checkpoint_model  # the config's 32: not typed
+    with pytest.raises(UserError, match=r"holds a different model \(n_embd: checkpoint 64, this command 32\)"):
+        plan_run(request("validate", typed={"model.n_embd"}, **evaluate))
+    # a fit trains the model its config describes: every model-defining argument must match, typed or not
+    with pytest.raises(UserError, match=r"n_embd: checkpoint 64, this command 32"):
+        plan_run(request("fit", **evaluate))
+
+
+@pytest.mark.parametrize(
+    ("command", "changes", "message"),
+    [
+        ("validate", {"ckpt_path": "last"}, "--ckpt_path last resumes `ega fit`; give `ega validate` a checkpoint"),
+        ("fit", {"trainer.max_steps": 0}, "trainer.max_steps is 0; set a positive number of optimizer steps"),
+        ("fit", {"trainer.max_steps": None}, "trainer.max_steps is None; set a positive"),
+        ("fit", {"trainer.val_check_interval": 0.0}, "trainer.val_check_interval is 0.0; set a positive number"),
+        ("test", {"trainer.val_check_interval": -2}, "trainer.val_check_interval is -2"),
+        ("fit", {"checkpoint_every_n_steps": -1}, "checkpoint_every_n_steps must be >= 0 (0: never), got -1."),
+        ("fit", {"run_name": "a/b"}, "--run_name 'a/b' is not a run name"),
+        ("validate", {"run_name": ".."}, "--run_name '..' is not a run name"),
+    ],
+)
+def test_each_refusal_says_what_is_wrong(command, changes, message):
+    with pytest.raises(UserError) as refused:
+        plan_run(request(command, **changes))
+    assert str(refused.value).startswith(message)
+
+
+@pytest.mark.parametrize("changes", [{"trainer.max_steps": 0}, {"trainer.max_steps": None}])
+def test_max_steps_is_fit_s_alone(changes):
+    assert plan_run(request("validate", **changes)).lock is False
+
+
+def test_a_run_directory_under_a_file_is_refused(tmp_path):
+    (tmp_path / "runs").write_text("not a directory")
+    with pytest.raises(UserError, match=r"runs is a file, so the run directory .*runs/r cannot be made there"):
+        plan_run(request(runs_dir=str(tmp_path / "runs"), run_name="r"))
+
+
+def test_refusals_are_asked_in_order_and_listed_together():
+    wrong = request("validate", ckpt_path="last", run_name="a/b", **{"trainer.val_check_interval": 0})
+    problems = run_policy.refusals(wrong, run_policy.decide(wrong))
+    assert [p.split(" ", 1)[0] for p in problems] == ["--ckpt_path", "trainer.val_check_interval", "--run_name"]
+    with pytest.raises(UserError) as refused:
+        plan_run(wrong)
+    assert str(refused.value) == problems[0]
+    assert run_policy.REFUSALS[0] is run_policy.last_resumes_only_fit
+
+
+def test_typed_keys_are_the_flags_and_the_keys_of_the_config_files(tmp_path):
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text(yaml.safe_dump({"model": {"gate": "none", "n_embd": 64}, "seed_everything": 3}))
+    second.write_text(yaml.safe_dump({"trainer": {"max_steps": 5}}))
+    argv = ["fit", "-c", str(first), "--model.n_layer=2", "--trainer.val_check_interval", "5"]
+    argv += ["--model.gate_options.scales=2", f"--config={second}", "--run_name=r", "--ckpt_path", "last"]
+    assert run_policy.typed_keys(argv) == {
+        "model.gate",
+        "model.n_embd",
+        "seed_everything",
+        "model.n_layer",
+        "trainer.val_check_interval",
+        "model.gate_options",
+        "trainer.max_steps",
+        "run_name",
+        "ckpt_path",
+    }
+    assert run_policy.typed_keys(["fit", "--config", "{model: {bias: false}}"]) == {"model.bias"}  # YAML text
+
+
+def test_read_request_reads_the_checkpoint_the_command_would_read(tmp_path):
+    run_dir = tmp_path / "runs" / "r"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    hparams = {**CONFIG["model"], "n_embd": 48}
+    saved = {"state_dict": {}, "hyper_parameters": hparams, "global_step": 12}
+    torch.save({**saved, "datamodule_hyper_parameters": {"corpus": "ptb"}}, run_dir / runs.LAST)
+
+    def read(command: str, ckpt_path: str | None) -> RunRequest:
+        parsed = Namespace(config(runs_dir=str(tmp_path / "runs"), run_name="r", ckpt_path=ckpt_path))
+        return run_policy.read_request(command, parsed, [command, "--model.n_embd=32"])
+
+    resumed = read("fit", "last")
+    assert resumed.checkpoint == CheckpointFacts(run_dir / runs.LAST, hparams, 12, "ptb")
+    assert resumed.typed == {"model.n_embd"} and resumed.config["model"]["n_embd"] == 32
+    assert read("validate", "last").checkpoint is None  # refused by the plan, never read
+    assert read("validate", str(run_dir / runs.LAST)).checkpoint.global_step == 12
+    (run_dir / runs.LAST).unlink()
+    assert read("fit", "last").checkpoint is None  # nothing to resume: the directory's state says so
+    with pytest.raises(UserError, match="no such file"):
+        read("test", str(run_dir / runs.LAST))
+
+
+def test_the_directory_s_state_is_read_under_its_lock(tmp_path):
+    run_dir = tmp_path / "r"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / runs.LAST).write_bytes(b"a run")
+    plan = plan_run(request(runs_dir=str(tmp_path), run_name="r"))
+    with runs.RunClaim() as claim:
+        with pytest.raises(UserError, match="already holds a run"):
+            run_policy.claim_run_dir(plan, claim)
+        assert runs.try_lock(run_dir) is None  # taken before the state was read
+    held = runs.try_lock(run_dir)  # another process trains the run: busy, whatever its state
+    with runs.RunClaim() as claim, pytest.raises(runs.RunBusy, match="in use by another process"):
+        run_policy.claim_run_dir(plan, claim)
+    held.close()
+    evaluation = plan_run(request("validate", runs_dir=str(tmp_path), run_name="r"))
+    with runs.RunClaim() as claim:
+        run_policy.claim_run_dir(evaluation, claim)  # no lock, no state check
+        free = runs.try_lock(run_dir)
+        assert claim.run_dir == run_dir and free is not None
+        free.close()
