@@ -28,28 +28,47 @@ def configs_dir() -> Path:
     return Path("configs") if Path("configs/size").is_dir() else PACKAGED_CONFIGS
 
 
+def find_config(name: str) -> str | None:
+    """The file a -c value names: the path as given when that is a file, else the packaged file of that name
+    (``gate/db4.yaml`` or ``configs/gate/db4.yaml``); None when there is neither. Sweep specs, and the
+    configs they list, are found the same way (`ega sweep configs/sweeps/paper.yaml` works in any directory).
+    """
+    if Path(name).is_file():
+        return name
+    for candidate in (name, name.removeprefix("configs/")):
+        packaged = PACKAGED_CONFIGS / candidate
+        if packaged.is_file():
+            return str(packaged)
+    return None
+
+
+def packaged_names(folder: str | None = None) -> list[str]:
+    """The packaged configs' names (``gate/db4.yaml``), those under ``folder`` only when given, else all but
+    the sweep specs."""
+    names = sorted(str(p.relative_to(PACKAGED_CONFIGS)) for p in PACKAGED_CONFIGS.rglob("*.yaml"))
+    if folder is not None:
+        return [n for n in names if n.startswith(folder + "/")]
+    return [n for n in names if not n.startswith("sweeps/")]
+
+
 def resolve_config(name: str) -> str:
     """A -c value: a file that exists as given, else the packaged config of that name.
 
     ``gate/db4.yaml`` and ``configs/gate/db4.yaml`` both name the packaged file; a local file of the
     same path wins (so a checkout's configs/, or your own edited copy, is what runs).
     """
-    if Path(name).is_file():
-        return name
-    if Path(name).is_dir():
+    if not Path(name).is_file() and Path(name).is_dir():
         found = sorted(str(p.relative_to(name)) for p in Path(name).rglob("*.yaml"))[:4]
         raise UserError(
             f"-c {name} is a directory; -c takes one config file"
             + (f", e.g. one of those in it: {', '.join(found)}." if found else ".")
         )
-    for candidate in (name, name.removeprefix("configs/")):
-        packaged = PACKAGED_CONFIGS / candidate
-        if packaged.is_file():
-            return str(packaged)
-    shipped = sorted(str(p.relative_to(PACKAGED_CONFIGS)) for p in PACKAGED_CONFIGS.rglob("*.yaml"))
+    path = find_config(name)
+    if path is not None:
+        return path
     raise UserError(
         f"config file {name} not found (relative paths are resolved against {Path.cwd()}). Give a file path, "
-        f"or a packaged config: {', '.join(s for s in shipped if not s.startswith('sweeps/'))}."
+        f"or a packaged config: {', '.join(packaged_names())}."
     )
 
 

@@ -13,6 +13,9 @@ DEBUG_ENV = "EGA_DEBUG"
 # permission): sysexits' EX_IOERR, apart from 2 (the user's mistake) and 1 (a bug, or a run that failed).
 MACHINE_REFUSED = 74
 REFUSALS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+# Set in docker/Dockerfile's image: a refused folder is then most likely a bind mount of another owner's
+# folder, and the way out is a docker flag (a named volume, or --user with that owner).
+CONTAINER_ENV = "EGA_CONTAINER"
 
 
 class UserError(ValueError):
@@ -53,8 +56,34 @@ def describe_refusal(err: OSError) -> str:
     elsewhere = "or write elsewhere (e.g. another --runs_dir)."
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         return f"the machine refused to write{where}: {err.strerror}. Free space, {elsewhere}"
-    what = "to write" if err.errno == errno.EROFS else "access to"
-    return f"the machine refused {what}{where}: {err.strerror}. Make it writable, {elsewhere}"
+    if err.errno == errno.EROFS:
+        return f"the machine refused to write{where}: {err.strerror}. Make it writable, {elsewhere}"
+    refused = f"the machine refused access to{where}: {err.strerror}."
+    return f"{refused} {_permission_fix(err.filename, elsewhere)}" if err.filename else f"{refused} {elsewhere}"
+
+
+def _permission_fix(filename: str | bytes | os.PathLike, elsewhere: str) -> str:
+    """Whose folder it is and how to write there: as this user, or, in the image, as a container is started."""
+    folder = os.path.abspath(os.fsdecode(filename))
+    while not os.path.lexists(folder) and os.path.dirname(folder) != folder:
+        folder = os.path.dirname(folder)  # the folder the write was refused in: the deepest one that exists
+    try:
+        owner = os.stat(folder)
+    except OSError:
+        return f"Make it writable, {elsewhere}"
+    me = os.geteuid()
+    if owner.st_uid == me:
+        mode = f"{owner.st_mode & 0o777:o}"
+        return f"{folder} (mode {mode}) does not let its owner, uid {me}, write: chmod u+w it, {elsewhere}"
+    whose = f"{folder} belongs to uid {owner.st_uid} (gid {owner.st_gid}) and ega runs as uid {me}"
+    if os.environ.get(CONTAINER_ENV):
+        # a bind-mounted host folder keeps its host owner, whom the image's user (uid 1000) need not be
+        return (
+            f"{whose}: a folder mounted from the host keeps its host owner. Mount a named volume there instead "
+            f"(docker run -v ega-runs:{folder} ...), or run the container as the folder's owner "
+            f"(docker run --user {owner.st_uid}:{owner.st_gid} ...)."
+        )
+    return f"{whose}: make it writable for uid {me} (chown or chmod), {elsewhere}"
 
 
 def exit_refused(command: str, err: OSError, outcome: str = "") -> NoReturn:

@@ -16,7 +16,9 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ega_lightning.cli import main as ega_main
+from ega_lightning.config_files import PACKAGED_CONFIGS
 from ega_lightning.experiments import comparisons, records, report, rundirs, stats, sweep
+from ega_lightning.experiments.spec import static_value
 from ega_lightning.fingerprint import fingerprint
 
 from .conftest import CONFIGS, TINY_MODEL, TINY_VOCAB, run_ega
@@ -119,15 +121,50 @@ def test_spec_errors_are_all_listed_at_once(workdir):
     with pytest.raises(sweep.SpecError) as err:
         sweep.load_spec(write_spec(workdir / "spec.yaml", spec))
     assert "unknown key 'seed'" in str(err.value) and "missing.yaml not found" in str(err.value)
-    assert "resolved against the current directory" in str(err.value)  # says how to fix a relative path
+    assert "relative to the current directory" in str(err.value)  # says how to fix a relative path
 
 
 def test_relative_configs_resolve_against_the_current_directory(workdir, tmp_path_factory, monkeypatch):
     path = write_spec(workdir / "spec.yaml", good_spec())
     assert len(sweep.load_spec(path).runs) == 4
     monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
-    with pytest.raises(sweep.SpecError, match=r"base\.yaml not found"):
+    with pytest.raises(sweep.SpecError, match=r"size\.yaml not found") as err:
         sweep.load_spec(path)
+    assert "base.yaml" not in str(err.value)  # as `-c base.yaml` does, the packaged file of that name
+
+
+def test_a_packaged_spec_and_the_configs_it_names_resolve_from_any_directory(tmp_path, monkeypatch, capsys):
+    # issue 42: outside a checkout (the image's /workspace, any install) `ega sweep configs/sweeps/paper.yaml` was
+    # "not found", and with the packaged file's full path each configs/... in it was "not found" as well
+    monkeypatch.chdir(tmp_path)
+    by_name = [sweep.load_spec(name) for name in ("configs/sweeps/paper.yaml", "sweeps/paper.yaml")]
+    assert by_name[0].path == by_name[1].path == PACKAGED_CONFIGS / "sweeps/paper.yaml"
+    assert by_name[0].runs == by_name[1].runs and len(by_name[0].runs) == 12
+    run = by_name[0].runs[0]
+    assert run.configs[:2] == ("configs/base.yaml", "configs/size/paper.yaml")  # as written: records compare these
+    paper = yaml.safe_load((PACKAGED_CONFIGS / "size/paper.yaml").read_text())
+    assert static_value(run, "model.n_embd") == paper["model"]["n_embd"]  # read from the packaged file
+    assert sweep.main(["configs/sweeps/paper.yaml", "--dry_run", "--runs_dir", "runs"]) == 0
+    commands = [command for _, command in parse_dry_run(capsys.readouterr().out).values()]
+    assert len(commands) == 12 and all(c[c.index("fit") + 4] == "configs/size/paper.yaml" for c in commands)
+    assert sorted(tmp_path.iterdir()) == []  # a dry run writes nothing
+
+
+def test_a_local_spec_or_config_wins_over_the_packaged_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "configs/size").mkdir(parents=True)
+    (tmp_path / "configs/size/paper.yaml").write_text("model: {n_embd: 8}\n")  # your edited copy
+    run = sweep.load_spec("configs/sweeps/paper.yaml").runs[0]  # no local spec: the packaged one
+    assert static_value(run, "model.n_embd") == 8
+    (tmp_path / "configs/sweeps").mkdir()
+    write_spec(tmp_path / "configs/sweeps/paper.yaml", {**good_spec(), "configs": ["configs/size/paper.yaml"]})
+    (tmp_path / "a.yaml").write_text("model: {}\n")
+    (tmp_path / "b.yaml").write_text("model: {}\n")
+    local = sweep.load_spec("configs/sweeps/paper.yaml")
+    assert local.path == Path("configs/sweeps/paper.yaml") and local.name == "t"
+    with pytest.raises(sweep.SpecError) as err:
+        sweep.load_spec("sweeps/absent.yaml")
+    assert "not found" in str(err.value) and "configs/sweeps/paper.yaml" in str(err.value)  # lists the shipped ones
 
 
 def parse_dry_run(out: str) -> dict[str, tuple[str, list[str] | None]]:
@@ -789,6 +826,27 @@ def test_a_diverged_run_is_recorded_and_reported(tmp_path):
 
 
 # ----------------------------------------------------------------------------- the real thing
+
+
+@pytest.mark.slow
+def test_a_sweep_of_packaged_config_names_trains_from_any_directory(tmp_path, data_dir):
+    # the configs a spec names reach `ega fit -c` as written, and fit finds them as the spec check did
+    tiny = "--model.n_layer=1 --model.n_head=2 --model.n_embd=16 --model.block_size=16 --data.batch_size=4"
+    tiny += " --data.max_eval_windows=4 --trainer.max_steps=2 --trainer.val_check_interval=2"
+    spec = {
+        "name": "packaged",
+        "configs": ["configs/base.yaml", "size/cpu.yaml"],
+        "args": [*tiny.split(), "--trainer.enable_progress_bar=false"],
+        "runs": [{"name": "ts-db4", "configs": ["configs/corpus/tinyshakespeare.yaml", "gate/db4.yaml"], "seeds": [1]}],
+    }
+    write_spec(tmp_path / "spec.yaml", spec)
+    result = run_ega(["sweep", "spec.yaml", "--runs_dir", "runs"], cwd=tmp_path, env={"EGA_DATA_DIR": str(data_dir)})
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    config = yaml.safe_load((tmp_path / "runs/ts-db4-seed1/config.yaml").read_text())
+    db4 = yaml.safe_load((PACKAGED_CONFIGS / "gate/db4.yaml").read_text())
+    assert config["model"]["gate"] == db4["model"]["gate"] and config["data"]["corpus"] == "tinyshakespeare"
+    record = json.loads((tmp_path / "results/runs/ts-db4-seed1.json").read_text())
+    assert record["command"].startswith("ega fit -c configs/base.yaml -c size/cpu.yaml ")  # as the spec wrote them
 
 
 @pytest.mark.slow

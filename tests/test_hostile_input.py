@@ -75,6 +75,28 @@ def test_a_refused_write_is_one_paragraph_with_its_own_status_and_blocks_nothing
     assert sorted(p.name for p in checkpoints.iterdir()) == ["best.ckpt", "last.ckpt"]
 
 
+@pytest.mark.parametrize("container", [False, True], ids=["host", "container"])
+def test_a_runs_folder_of_another_owner_is_one_paragraph_naming_the_owner_and_the_fix(container, tmp_path, data_dir):
+    # issue 42: a bind-mounted runs folder not owned by the image's uid 1000 said only "Permission denied"
+    if os.geteuid() != 0:
+        pytest.skip("giving the runs folder to another owner takes root")
+    runs = tmp_path / "lightning_logs"
+    runs.mkdir()
+    os.chown(runs, 4242, 4242)
+    env = env_for(data_dir, f"EACCES:{runs}/*")  # what uid 4242's folder refuses anyone else; root is not refused
+    env["EGA_CONTAINER"] = "1" if container else ""  # as docker/Dockerfile sets it
+    result = run_ega(["fit", *TINY, *SHORT, "--run_name=r"], tmp_path, env=env)
+    assert result.returncode == MACHINE_REFUSED, result.stderr[-3000:]
+    line = error_line(result, "fit")
+    assert f"{runs} belongs to uid 4242 (gid 4242) and ega runs as uid 0" in line
+    if container:
+        assert f"Mount a named volume there instead (docker run -v ega-runs:{runs} ...)" in line
+        assert "or run the container as the folder's owner (docker run --user 4242:4242 ...)" in line
+    else:
+        assert "make it writable for uid 0 (chown or chmod), or write elsewhere" in line and "docker" not in line
+    assert list(runs.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["lightning_logs"]
+
+
 def test_ctrl_c_during_fit_exits_130_with_the_resume_hint(tmp_path, data_dir):
     slow = ["--trainer.callbacks+=tests.helpers.SleepEachStep", "--checkpoint_every_n_steps=1"]
     cmd = [sys.executable, "-m", "ega_lightning.cli", "fit", *TINY, "--trainer.max_steps=500", *slow, "--run_name=r"]

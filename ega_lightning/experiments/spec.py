@@ -14,8 +14,10 @@ A spec (YAML)::
         also_in: [ablation]        # optional: further report sections that show these runs too
         variant: linear            # optional: the report's label (default: the run name prefix)
 
-Relative config paths are resolved against the current working directory (where `ega sweep`
-runs), as `ega fit -c` resolves them; run sweeps from the repository root.
+The spec, and every config it lists, is found as `ega fit -c` finds a config: the path as given
+(relative to the directory `ega sweep` runs in) when that is a file, else the packaged file of that
+name. So `ega sweep configs/sweeps/paper.yaml` (or `sweeps/paper.yaml`) runs the shipped spec from
+any directory and in any install, and in a checkout, or beside your own copies, the local files win.
 
 The spec's runs, in order (entries in spec order, each entry's seeds in order), are numbered
 from 0: `ega sweep SPEC --index I` runs run I, and `--shard K/N` the share of shard K (0..N-1),
@@ -40,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from ega_lightning.config_files import find_config, packaged_names
 from ega_lightning.errors import UserError
 from ega_lightning.io import read_yaml
 
@@ -129,20 +132,23 @@ def _check_args(args: list[str], where: str) -> list[str]:
 
 def _check_configs(configs: list[str], where: str) -> list[str]:
     return [
-        f"{where}: config file {c} not found (relative paths are resolved against the current directory "
-        f"{Path.cwd()}): fix the path, or run `ega sweep` from the directory the spec's paths are relative to."
+        f"{where}: config file {c} not found, neither relative to the current directory {Path.cwd()} nor "
+        "among the packaged configs (`ega fit -c` looks in the same two places): fix the path, or run "
+        "`ega sweep` from the directory the spec's paths are relative to."
         for c in configs
-        if not Path(c).is_file()
+        if find_config(c) is None
     ]
 
 
 def load_spec(path: Path | str, check_files: bool = True) -> Sweep:
     """Parses and validates a sweep spec; raises :class:`SpecError` listing every problem.
 
+    ``path``: a file, else the name of a packaged spec (``configs/sweeps/paper.yaml``, ``sweeps/paper.yaml``).
+
     Args:
         check_files: require the config files to exist (the report does not need them).
     """
-    path = Path(path)
+    path = Path(find_config(str(path)) or path)
     data = _read_mapping(path)
     problems = _unknown_keys(data, SPEC_KEYS, str(path))
     name = data.get("name")
@@ -179,7 +185,11 @@ def load_spec(path: Path | str, check_files: bool = True) -> Sweep:
 
 def _read_mapping(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise SpecError(f"sweep spec {path} not found.")
+        shipped = ", ".join(f"configs/{name}" for name in packaged_names("sweeps"))
+        raise SpecError(
+            f"sweep spec {path} not found, neither relative to the current directory {Path.cwd()} nor among "
+            f"the packaged specs: {shipped}."
+        )
     try:
         data = read_yaml(path, missing_ok=False)
     except (yaml.YAMLError, UnicodeDecodeError) as err:
@@ -382,7 +392,7 @@ def static_value(run: Run, dotted: str) -> Any:
     value: Any = None
     for config in run.configs:
         try:
-            found: Any = read_yaml(config)
+            found: Any = read_yaml(find_config(config) or config)
         except (OSError, yaml.YAMLError):
             continue
         for part in dotted.split("."):
