@@ -197,7 +197,7 @@ class CharLM(L.LightningModule):
             self.log("train/tokens_per_sec", tokens / (now - self._last_step_start))
         self._last_step_start = now
         loss = self.loss(batch)
-        self.log("train/loss", loss, prog_bar=True)
+        self.log("train/loss", self._batch_loss(loss), prog_bar=True)
         self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"])
         gates = [*self.model.gates, *self.model.output_gates]
         penalties = [p for gate in gates if (p := gate.penalty()) is not None]
@@ -206,6 +206,15 @@ class CharLM(L.LightningModule):
             self.log("train/gate_penalty", penalty)
             loss = loss + penalty
         return loss
+
+    def _batch_loss(self, loss: torch.Tensor) -> torch.Tensor:
+        """The loss over the whole batch, at the steps it is logged: under DDP each rank holds its share, so the
+        mean over ranks (one all-reduce per logged step; whether a step logs depends on the step alone, the
+        same on every rank); elsewhere, and between logged steps, this rank's loss."""
+        trainer = self.trainer
+        if trainer.world_size == 1 or (trainer.global_step + 1) % max(trainer.log_every_n_steps, 1) != 0:
+            return loss.detach()
+        return trainer.strategy.reduce(loss.detach(), reduce_op="mean")
 
     def on_train_epoch_start(self) -> None:
         self._last_step_start = None

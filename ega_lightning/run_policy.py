@@ -66,6 +66,11 @@ class RunPlan:
     clear_old_run: bool  # delete what the old run wrote, once every class is built (a typo must not cost the run)
     resume_step: int | None  # fit --ckpt_path last: the step it resumes at (TensorBoard drops what was logged after)
     last_every: int  # checkpoints/last.ckpt every N optimizer steps and at the end (0: never)
+    # validate/test: the evaluation's own run directory beside the training run's (``<run>/validate``), which it
+    # replaces, and the step its metrics are stamped at: where the training run logged the same checkpoint's
+    # validation (one below its optimizer step), so that no training curve is ever written by an evaluation
+    evaluation: str | None = None
+    eval_step: int | None = None
 
 
 def read_request(command: str | None, config: Any, argv: Sequence[str]) -> RunRequest:
@@ -155,6 +160,8 @@ def decide(request: RunRequest) -> RunPlan:
         clear_old_run=fit and overwrite,
         resume_step=ckpt.global_step if ckpt is not None and ckpt_path == "last" else None,
         last_every=config["checkpoint_every_n_steps"] if command in ("fit", None) else 0,
+        evaluation=command if command in ("validate", "test") else None,
+        eval_step=max((ckpt.global_step or 0) - 1, 0) if command in ("validate", "test") and ckpt is not None else None,
     )
 
 

@@ -33,8 +33,11 @@ from ega_lightning.io import TEMPORARY_GLOB
 LOCK_FILE = ".lock"
 LOCK_FD_ENV = "EGA_RUN_LOCK_FD"  # a locked file of this run inherited from `ega sweep`
 LAST = Path("checkpoints") / "last.ckpt"
-# what `ega fit` writes into a run directory; --overwrite deletes exactly these
-OUTPUT_GLOBS = ("checkpoints", "events.out.tfevents.*", "config.yaml", "config_*.yaml", "hparams.yaml", "*.json")
+# what `ega fit` writes into a run directory, and the evaluations of it (`ega validate` / `ega test`, each a
+# TensorBoard run of its own beside it); --overwrite deletes exactly these
+TRAINING_GLOBS = ("checkpoints", "events.out.tfevents.*", "config.yaml", "config_*.yaml", "hparams.yaml", "*.json")
+EVALUATIONS = ("validate", "test")
+OUTPUT_GLOBS = (*TRAINING_GLOBS, *EVALUATIONS)
 
 
 class FitState(enum.Enum):
@@ -57,17 +60,25 @@ def check_run_name(name: str) -> None:
         )
 
 
-def outputs(run_dir: Path) -> list[Path]:
-    """The files and directories a run has written into ``run_dir`` (sorted)."""
+def outputs(run_dir: Path, globs: tuple[str, ...] = OUTPUT_GLOBS) -> list[Path]:
+    """The files and directories a run (and its evaluations) has written into ``run_dir`` (sorted)."""
     if not run_dir.is_dir():
         return []
-    return sorted({p for pattern in OUTPUT_GLOBS for p in run_dir.glob(pattern)})
+    return sorted({p for pattern in globs for p in run_dir.glob(pattern)})
 
 
 def fit_state(run_dir: Path) -> FitState:
+    """What a fit finds: a run to resume, a stale one (trained, no last.ckpt), or none. An evaluation alone (of
+    an untrained model) is no run: it does not make the directory stale."""
     if (run_dir / LAST).is_file():
         return FitState.RESUME
-    return FitState.STALE if outputs(run_dir) else FitState.FRESH
+    return FitState.STALE if outputs(run_dir, TRAINING_GLOBS) else FitState.FRESH
+
+
+def clear_evaluation(run_dir: Path, name: str) -> None:
+    """Deletes the evaluation ``name`` (validate, test) of a run: the next one replaces it."""
+    if name in EVALUATIONS and (run_dir / name).is_dir():
+        shutil.rmtree(run_dir / name)
 
 
 def clear_outputs(run_dir: Path) -> None:

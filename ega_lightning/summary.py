@@ -91,7 +91,8 @@ def evaluation_summary(
     what = f"{ckpt_path} (step {checkpoint_step(ckpt_path)})" if ckpt_path else "the untrained model (no --ckpt_path)"
     keys = [k.format(split=split) for k in HEADLINE]
     headline = [f"{key} {float(metrics[key]):.4f}" for key in keys if key in metrics]
-    where = f"tensorboard --logdir {run_dir}, or " if run_dir else ""  # None: no logger
+    # None: no logger; a step that never trained (no checkpoint) logs at 0
+    where = f"in TensorBoard as the run {run_dir} (tensorboard --logdir {run_dir.parent}), or " if run_dir else ""
     return "\n".join(
         [
             f"ega {stage}: {what} on {corpus or 'the corpus'}'s {split} split",

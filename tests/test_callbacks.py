@@ -6,11 +6,12 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ega_lightning import CharLM
-from ega_lightning.callbacks import GateMap, GeneralizationGap, TauTracker
-from ega_lightning.callbacks.gate_map import gate_map_figure
-from ega_lightning.callbacks.probe import GateProbe
+from ega_lightning.callbacks import GateMap, GeneralizationGap, RunLogger, TauTracker, board
+from ega_lightning.callbacks.gate_map import WIDTH_IN, gate_map_figure
+from ega_lightning.callbacks.probe import GateProbe, SlotProbe
 from ega_lightning.data.datamodule import SequentialWindows
 
 from .conftest import TINY_MODEL, TINY_VOCAB
@@ -126,9 +127,72 @@ def test_bf16_model_gate_values_stay_close_to_fp32():
         assert (a - b).abs().max() < 0.1 and (a - b).abs().mean() < 0.02
 
 
-def test_gate_map_figure_has_one_row_per_layer():
-    fig = gate_map_figure("to be\nor not", torch.rand(3, 12))
+def test_gate_map_figure_has_one_row_per_head_and_its_colour_bar_inside():
+    fig = gate_map_figure("to be\nor not", torch.rand(3, 12), layer=1)
     ax = fig.axes[0]
     assert ax.images[0].get_array().shape == (3, 12)
-    assert [t.get_text() for t in ax.texts[:12]] == list("to·be⏎or·not".replace("·", "·"))
-    assert len(ax.texts) == 3 * 12
+    assert [t.get_text() for t in ax.texts[:12]] == list("to·be⏎or·not")
+    assert len(ax.texts) == 3 * 12 and [t.get_text() for t in ax.get_yticklabels()] == ["head 0", "head 1", "head 2"]
+    assert len(fig.axes) == 2 and fig.get_size_inches()[0] == WIDTH_IN  # the bar is the figure's, the width bounded
+
+
+def test_gate_maps_are_drawn_first_on_schedule_and_at_the_last_validation():
+    """Validations every 250 steps of a 1,500-step run, maps every 1,000: the first (250), the first past 1,000
+    (1,000) and the last (1,500); resumed at 750, the first validation after the resume draws again."""
+    gate_map = GateMap(every_n_steps=1000)
+    assert [s for s in range(250, 1501, 250) if gate_map.due(s, 1500)] == [250, 1000, 1500]
+    resumed = GateMap(every_n_steps=1000)
+    assert [s for s in range(750, 1501, 250) if resumed.due(s, 1500)] == [750, 1000, 1500]
+
+
+def test_slot_diagnostics_are_foxs_forget_gate_written_out():
+    """FoX's mean forget gate per layer and head from the probe against sigmoid(w_h . x + b_h) over the layer's
+    LayerNorm-ed input, captured independently; its memory is 1 / (1 - that mean)."""
+    model = trained_tiny(gate="fox")
+    idx = torch.randint(0, len(TINY_VOCAB), (3, TINY_MODEL["block_size"]))
+    inputs = []
+    handles = [b.ln_1.register_forward_hook(lambda m, i, o: inputs.append(o)) for b in model.model.blocks]
+    with torch.no_grad(), SlotProbe(model) as probe:
+        model(idx)
+    for h in handles:
+        h.remove()
+    means = probe.means(probe.totals(torch.device("cpu")))
+    for layer, (block, x) in enumerate(zip(model.model.blocks, inputs, strict=True)):
+        f = torch.sigmoid(x @ block.attn.gate.proj.weight.T + block.attn.gate.proj.bias)  # (B, T, nh)
+        torch.testing.assert_close(means["forget"][layer], f.mean(dim=(0, 1)))
+        torch.testing.assert_close(means["memory"][layer], 1 / (1 - f.mean(dim=(0, 1))))
+    assert probe.titles().keys() == {"forget", "memory"} and not SlotProbe(trained_tiny()).active  # EGA-1: none
+
+
+def test_tau_never_converges_frozen_or_during_the_warm_up():
+    taus = [0.0, 0.0, 0.0, 0.0, 0.0]
+    frozen = TauTracker(window=3, tolerance=0.01)
+    for i, tau in enumerate(taus):
+        frozen._update_convergence(100 * (i + 1), {"gate/tau_mean": tau}, torch.tensor([[tau]]), after=None)
+    assert frozen.converged is None  # a frozen tau is quiet, and says nothing
+    warming = TauTracker(window=3, tolerance=0.01)
+    for i, tau in enumerate(taus):
+        warming._update_convergence(100 * (i + 1), {"gate/tau_mean": tau}, torch.tensor([[tau]]), after=250)
+    assert warming.converged == {"step": 500, "tau_mean": 0.0}  # 300, 400, 500: the first window after step 250
+
+
+def test_hparams_columns_are_one_set_and_a_run_states_only_its_gates_options():
+    columns = [name for name, _ in board.columns()]
+    assert columns[:3] == ["gate", "output_gate", "corpus"] and columns[-1] == "seed"
+    assert "gate.tau_init" in columns and "gate.learn_tau" in columns
+    base = {"data": {"corpus": "tinyshakespeare", "batch_size": 32}, "trainer": {"max_steps": 1500}, "seed": 1}
+    model = {"gate": "linear", "tau_init": 0.35, "alpha_init": 1.0, "n_layer": 4, "lr": 1e-3}
+    ega = board.run_columns({**base, "model": {**model, "gate_options": {"learn_tau": False}}})
+    assert ega["gate"] == "linear" and ega["gate.tau_init"] == 0.35 and ega["gate.learn_tau"] is False
+    assert ega["n_layer"] == 4 and ega["seed"] == 1 and ega["output_gate"] == "none"
+    fox = board.run_columns({**base, "model": {**model, "gate": "fox"}})
+    assert not any(c.startswith("gate.") for c in fox)  # no tau for a gate without one
+
+
+def test_the_run_logger_drops_epoch_and_stamps_an_evaluation_at_its_checkpoints_step(tmp_path):
+    logger = RunLogger(save_dir=str(tmp_path), name="run", version="", sub_dir="validate", eval_step=1499)
+    logger.log_metrics({"val/loss": 1.7, "epoch": 0.0}, step=0)
+    logger.finalize("success")
+    events = EventAccumulator(str(tmp_path / "run" / "validate"))
+    events.Reload()
+    assert events.Tags()["scalars"] == ["val/loss"] and [e.step for e in events.Scalars("val/loss")] == [1499]

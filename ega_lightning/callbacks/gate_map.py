@@ -1,4 +1,4 @@
-"""A picture of which characters the gates keep: a text snippet coloured by gate value."""
+"""A picture of which characters the gates keep: a text snippet coloured by gate value, per layer and head."""
 
 from __future__ import annotations
 
@@ -11,47 +11,59 @@ from matplotlib.figure import Figure  # the object API: no pyplot state, no disp
 from ega_lightning.callbacks.probe import GateProbe
 
 _SHOWN = {"\n": "⏎", " ": "·"}
+WIDTH_IN = 8.0  # inches at 100 dpi: about TensorBoard's card width, whatever the snippet's length
 
 
-def gate_map_figure(text: str, gates: torch.Tensor) -> Figure:
-    """text of T characters; gates (n_layer, T) in [0, 1] -> one row of coloured characters per layer."""
-    n_layer, T = gates.shape
-    fig = Figure(figsize=(max(6.0, 0.16 * T), 0.45 * n_layer + 0.9))
+def gate_map_figure(text: str, gates: torch.Tensor, layer: int) -> Figure:
+    """text of T characters; gates (nh, T) in [0, 1] of one layer -> one row of coloured characters per head,
+    the colour bar inside the picture."""
+    n_head, T = gates.shape
+    fig = Figure(figsize=(WIDTH_IN, 0.42 * n_head + 0.8), dpi=100)
     ax = fig.subplots()
     image = ax.imshow(gates.cpu().numpy(), cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto")
-    for layer in range(n_layer):
+    size = max(5.0, min(9.0, 560.0 / max(T, 1)))  # characters stay legible as the snippet grows
+    for head in range(n_head):
         for j, ch in enumerate(text):
-            colour = "black" if gates[layer, j] > 0.6 else "white"
-            ax.text(j, layer, _SHOWN.get(ch, ch), ha="center", va="center", fontsize=7, color=colour)
-    ax.set_yticks(range(n_layer), [f"layer {i}" for i in range(n_layer)])
+            colour = "black" if gates[head, j] > 0.6 else "white"
+            ax.text(j, head, _SHOWN.get(ch, ch), ha="center", va="center", fontsize=size, color=colour)
+    ax.set_yticks(range(n_head), [f"head {h}" for h in range(n_head)])
     ax.set_xticks([])
-    fig.colorbar(image, ax=ax, fraction=0.02, pad=0.01, label="gate g (mean over heads)")
+    ax.set_title(f"layer {layer}: gate g of each key", fontsize=9, loc="left")
+    fig.colorbar(image, ax=ax, fraction=0.025, pad=0.01)
     fig.tight_layout()
     return fig
 
 
 class GateMap(L.Callback):
-    """Every ``every_n_steps`` (at a validation), logs ``gate/map``: a fixed snippet of the validation
-    split, each character coloured by its gate value as a key, one row per layer (mean over heads).
+    """At validations, logs ``gate/map/layer_L``: a fixed snippet of the validation split, each character
+    coloured by its gate value as a key, one row per head; drawn at the first validation of a process (a
+    fresh run's first, or the first after a resume, which redraws what TensorBoard dropped), at the first
+    validation past each multiple of ``every_n_steps``, and at the last validation (the model the run ends
+    with); stamped at the step of that validation's scalars.
 
     Args:
-        every_n_steps: minimum number of optimizer steps between two pictures.
+        every_n_steps: the schedule between the first and the last picture, in optimizer steps.
         num_chars: snippet length (at most the model's block_size).
         offset: where in the validation split the snippet starts.
     """
 
-    def __init__(self, every_n_steps: int = 1000, num_chars: int = 96, offset: int = 0) -> None:
+    def __init__(self, every_n_steps: int = 1000, num_chars: int = 64, offset: int = 0) -> None:
+        if every_n_steps < 1:
+            raise ValueError(f"GateMap every_n_steps must be >= 1, got {every_n_steps}.")
         self.every_n_steps, self.num_chars, self.offset = every_n_steps, num_chars, offset
-        self._last_step: int | None = None
+        self._last_validation: int | None = None  # this process's: a resume draws again
+
+    def due(self, step: int, max_steps: int | None) -> bool:
+        """Whether the validation at optimizer step ``step`` draws (see the class)."""
+        last, self._last_validation = self._last_validation, step
+        final = max_steps is not None and max_steps > 0 and step >= max_steps
+        return last is None or final or step // self.every_n_steps > last // self.every_n_steps
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking or trainer.state.fn != "fit":
             return
-        step = trainer.global_step
-        if self._last_step is not None and step - self._last_step < self.every_n_steps:
-            return
-        self._last_step = step
-        self._log_map(trainer, pl_module)
+        if self.due(trainer.global_step, trainer.max_steps):
+            self._log_map(trainer, pl_module)
 
     @rank_zero_only  # one forward of the plain module, no collective inside
     def _log_map(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -64,13 +76,10 @@ class GateMap(L.Callback):
         ids = dm.splits["val"][self.offset : self.offset + n].long()[None].to(pl_module.device)  # (1, n)
         with torch.no_grad(), trainer.precision_plugin.forward_context(), probe:
             pl_module(ids)
-        gates = torch.stack([g[0].float().mean(dim=0) for g in probe.last])  # (n_layer, n)
-        fig = gate_map_figure(dm.tokenizer.decode(ids[0]), gates)
-        for logger in loggers:
-            logger.experiment.add_figure("gate/map", fig, global_step=trainer.global_step)
-
-    def state_dict(self) -> dict[str, int | None]:
-        return {"last_step": self._last_step}
-
-    def load_state_dict(self, state_dict: dict[str, int | None]) -> None:
-        self._last_step = state_dict["last_step"]
+        text = dm.tokenizer.decode(ids[0])
+        # Lightning stamps a validation's scalars one below the optimizer step it ran after
+        step = max(trainer.global_step - 1, 0)
+        for layer, g in enumerate(probe.last):
+            fig = gate_map_figure(text, g[0].float(), layer)  # (nh, n)
+            for logger in loggers:
+                logger.experiment.add_figure(f"gate/map/layer_{layer}", fig, global_step=step)

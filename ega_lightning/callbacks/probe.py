@@ -8,6 +8,8 @@ import torch
 from torch import nn
 
 from ega_lightning.gates import Gate
+from ega_lightning.gates.slots import SlotGate
+from ega_lightning.model.attention import CausalSelfAttention
 
 
 class GateProbe:
@@ -72,3 +74,70 @@ class GateProbe:
         above = totals[:n].view(len(self.gates), -1) / keys
         mean_gate = totals[n : 2 * n].view(len(self.gates), -1) / keys
         return above, mean_gate
+
+
+def _reports(gate: object) -> bool:
+    """A gate with diagnostics of its own (an energy gate's statistics are GateProbe's)."""
+    return isinstance(gate, SlotGate) and bool(gate.diagnostic_titles) and not isinstance(gate, Gate)
+
+
+class SlotProbe:
+    """While active, accumulates per layer the `SlotGate.diagnostics` of every gate that reports some (FoX's
+    forget gate, the output gates, a user's gate; an energy gate's statistics are `GateProbe`'s), from each
+    attention layer's LayerNorm-ed input."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+        self.slots: list[list[SlotGate]] = [[g for g in (m.gate, m.output_gate) if _reports(g)] for m in self.layers]
+        self._handles: list[torch.utils.hooks.RemovableHandle] = []
+        self.sums: list[dict[str, torch.Tensor]] = [{} for _ in self.layers]
+        self.positions = torch.zeros(())
+
+    @property
+    def active(self) -> bool:
+        return any(self.slots)
+
+    def titles(self) -> dict[str, str]:
+        """Every reported name with its chart title, in the order the gates declare them."""
+        return {name: title for gates in self.slots for g in gates for name, title in g.diagnostic_titles.items()}
+
+    def _hook(self, layer: int):
+        def record(attn: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            x = inputs[0]  # (B, T, C)
+            with torch.no_grad():
+                for gate in self.slots[layer]:
+                    for name, total in gate.diagnostics(x).items():
+                        kept = self.sums[layer].get(name)
+                        self.sums[layer][name] = total.float() if kept is None else kept + total.float()
+                if layer == 0:
+                    self.positions = self.positions.to(x.device) + x.shape[0] * x.shape[1]
+
+        return record
+
+    def __enter__(self) -> SlotProbe:
+        self._handles = [m.register_forward_hook(self._hook(i)) for i, m in enumerate(self.layers) if self.slots[i]]
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def names(self) -> list[str]:
+        return sorted({name for sums in self.sums for name in sums})
+
+    def totals(self, device: torch.device) -> torch.Tensor:
+        """(n_layer * n_names * nh + 1,) flat sums, ready for one all-reduce (names sorted, positions last)."""
+        parts = [self.sums[layer][name].to(device) for layer in range(len(self.layers)) for name in self.names()]
+        return torch.cat([*parts, self.positions.to(device)[None].float()])
+
+    def means(self, totals: torch.Tensor) -> dict[str, torch.Tensor]:
+        """From (reduced) totals: name -> (n_layer, nh) means over the positions, and each gate class's derived."""
+        names, n_layer = self.names(), len(self.layers)
+        if not names:
+            return {}
+        per = totals[:-1].view(n_layer, len(names), -1) / totals[-1].clamp_min(1)
+        means = {name: per[:, i] for i, name in enumerate(names)}
+        for cls in {type(g) for gates in self.slots for g in gates}:
+            means.update(cls.derived({k: v for k, v in means.items() if k in cls.diagnostic_titles}))
+        return means

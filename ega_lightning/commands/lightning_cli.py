@@ -42,7 +42,7 @@ FLOAT_FLAGS = tuple(f"--model.{name}" for name, hint in typing.get_type_hints(Ch
 
 # The default logger, also when no config file names one; the CLI points it at the run directory.
 TENSORBOARD_LOGGER = {
-    "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+    "class_path": "ega_lightning.callbacks.RunLogger",
     "init_args": {"save_dir": "lightning_logs", "default_hp_metric": False},
 }
 
@@ -174,7 +174,8 @@ class EgaCLI(LightningCLI):
     def _print_evaluation(self, stage: str) -> None:
         if self.trainer.is_global_zero:
             metrics, ckpt_path = self.trainer.callback_metrics, self.run_plan.ckpt_path
-            run_dir = self.run_plan.run_dir if self.trainer.logger is not None else None
+            plan = self.run_plan
+            run_dir = plan.run_dir / (plan.evaluation or "") if self.trainer.logger is not None else None
             print(summary.evaluation_summary(stage, metrics, ckpt_path, run_dir, self.datamodule.corpus.name))
 
     def instantiate_classes(self) -> None:
@@ -188,6 +189,8 @@ class EgaCLI(LightningCLI):
         plan = self.run_plan
         if plan.clear_old_run and rank_zero_only.rank == 0:  # every argument is known good now
             runs.clear_outputs(plan.run_dir)
+        if plan.evaluation and rank_zero_only.rank == 0:  # an evaluation replaces the previous one of its kind
+            runs.clear_evaluation(plan.run_dir, plan.evaluation)
         for logger in self.trainer.loggers if plan.resume_step is not None else []:
             # what the stopped process logged from this step on is logged again: TensorBoard drops the old
             # events (SummaryWriter's purge_step), so no step shows twice
@@ -226,8 +229,10 @@ def point_config_at_run(config: Namespace, plan: run_policy.RunPlan) -> None:
     for logger in _as_list(config.trainer.logger):
         if isinstance(logger, Namespace) and "init_args" in logger:
             args = logger.init_args
-            # one fixed directory per run: no version_N, so `--ckpt_path last` finds the run's checkpoints
-            for key, value in (("save_dir", str(run_dir.parent)), ("name", run_dir.name), ("version", "")):
+            # one fixed directory per run: no version_N, so `--ckpt_path last` finds the run's checkpoints;
+            # an evaluation logs into a run of its own beside it, at its checkpoint's step
+            at = (("sub_dir", plan.evaluation), ("eval_step", plan.eval_step)) if plan.evaluation else ()
+            for key, value in (("save_dir", str(run_dir.parent)), ("name", run_dir.name), ("version", ""), *at):
                 if key in args:
                     args[key] = value
     for callback in _as_list(config.trainer.callbacks):

@@ -40,6 +40,9 @@ class ALiBi(KeyBias):
         start = state or 0  # the state is the number of positions seen
         return self._bias(start, x.shape[1]), start + x.shape[1]
 
+    def describe(self) -> str:
+        return "ALiBi slopes m_h per head: " + ", ".join(f"{m:.4g}" for m in self.slopes.tolist())
+
     def set_identity(self) -> bool:
         self.slopes.zero_()
         return True

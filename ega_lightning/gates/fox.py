@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +22,11 @@ class ForgetGate(KeyBias):
     bf16 value is off by up to 0.5. Parameters: n_head (n_embd + 1) per layer. A forget bias of +inf
     (f = 1) is plain attention.
     """
+
+    diagnostic_titles: ClassVar[dict[str, str]] = {
+        "forget": "forget gate f (mean over the validation's positions)",
+        "memory": "effective memory 1 / (1 − mean f), in positions",
+    }
 
     def __init__(self, n_embd: int, n_head: int) -> None:
         super().__init__(n_embd, n_head)
@@ -44,6 +49,14 @@ class ForgetGate(KeyBias):
         if state is not None:  # the state is C of the last position seen, (B, nh, 1)
             c = state + c
         return -c, c[..., -1:]
+
+    def diagnostics(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"forget": self.log_forget(x).exp().sum(dim=(0, 2))}  # (nh,)
+
+    @classmethod
+    def derived(cls, means: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        # a key's weight decays by f per position: about 1 / (1 - f) positions are remembered
+        return {"memory": 1.0 / (1.0 - means["forget"]).clamp_min(1e-6)}
 
     def set_identity(self) -> bool:
         with torch.no_grad():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -11,8 +11,17 @@ from ega_lightning.gates.registry import register_gate
 from ega_lightning.gates.slots import OutputGate
 
 
+class _Diagnosed(OutputGate):
+    """An output gate's mean factor per head, for TensorBoard."""
+
+    diagnostic_titles: ClassVar[dict[str, str]] = {"output_gate": "output gate factor (mean over positions)"}
+
+    def diagnostics(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {"output_gate": self(x).float().mean(dim=-1).sum(dim=(0, 2))}  # (B, nh, T, 1 or hs) -> (nh,)
+
+
 @register_gate("output_headwise")
-class HeadwiseOutputGate(OutputGate):
+class HeadwiseOutputGate(_Diagnosed):
     """Output gate, headwise: y_h,i * sigmoid(x_i . w_h), one factor per head and position.
 
     x is the layer's LayerNorm-ed input; W in R^{C x nh}, no bias: n_embd n_head parameters per layer.
@@ -31,7 +40,7 @@ class HeadwiseOutputGate(OutputGate):
 
 
 @register_gate("output_elementwise")
-class ElementwiseOutputGate(OutputGate):
+class ElementwiseOutputGate(_Diagnosed):
     """Output gate, elementwise: y_i * sigmoid(x_i W), one factor per channel and position.
 
     x is the layer's LayerNorm-ed input; W in R^{C x C}, no bias: n_embd^2 parameters per layer.

@@ -19,7 +19,7 @@ A model may have one of each. Each gate carries only its own parameters and gene
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
@@ -39,6 +39,25 @@ class SlotGate(nn.Module, ABC):
 
     def penalty(self) -> torch.Tensor | None:
         """An extra training loss term (e.g. a constraint on learned filters), or None."""
+        return None
+
+    # What TensorBoard shows of the gate, logged at every validation by the `TauTracker` callback as
+    # ``gate/<name>/layer_L/head_H`` and drawn per layer in the run's Custom Scalars layout: name -> chart title.
+    # A gate of your own adds its names here and returns them from `diagnostics` (and `derived`).
+    diagnostic_titles: ClassVar[dict[str, str]] = {}
+
+    def diagnostics(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Per head (nh,) sums over the B * T positions of the layer's LayerNorm-ed input x (B, T, C) of each
+        quantity the gate reports; the callback divides them by the positions seen over the validation."""
+        return {}
+
+    @classmethod
+    def derived(cls, means: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Quantities computed from the validation means of `diagnostics` (each (n_layer, nh)), e.g. FoX's memory."""
+        return {}
+
+    def describe(self) -> str | None:
+        """What the gate fixes once (ALiBi's slopes), logged as text at the start of fit; None: nothing."""
         return None
 
 
