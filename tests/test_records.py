@@ -9,6 +9,8 @@ import shutil
 
 import pytest
 
+from ega_lightning import CharLM
+from ega_lightning.data.corpora import CORPORA
 from ega_lightning.experiments import records
 from ega_lightning.io import write_atomic
 
@@ -26,7 +28,11 @@ def test_migration_rewrites_a_format_1_record_without_machine_paths(tmp_path):
     assert migrated["command"] == v2["command"] and migrated["command"].startswith("ega fit -c configs/base.yaml")
     assert migrated["git_commit"] is None and migrated["versions"] is None  # never known: not invented
     assert migrated["fingerprint"] is None
-    assert migrated["n_params"] == 820128 and migrated["gate_params"] == 2080
+    # counted again, from the hyper-parameters the record keeps: the model itself, and EGA-1's formula (docs/gates.md)
+    h = v2["hparams"]
+    model = CharLM(CORPORA[h["corpus"]].vocab, **{k: h[k] for k in ("n_layer", "n_head", "n_embd", "block_size")})
+    assert migrated["n_params"] == sum(p.numel() for p in model.parameters())
+    assert migrated["gate_params"] == h["n_layer"] * h["n_head"] * (h["n_embd"] + 2)
     assert "/somewhere" not in json.dumps(migrated) and "/opt/venv" not in json.dumps(migrated)
     assert records.migrate(tmp_path) == []  # once is enough
 
