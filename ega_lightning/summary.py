@@ -32,7 +32,7 @@ def quiet_lightning() -> None:
     warnings.filterwarnings(
         "ignore",
         message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-        module=r"lightning\.pytorch\.utilities\._pytree",
+        module=r"lightning\.pytorch\.utilities\._pytree",  # a private module: see lightning_private.PRIVATE_USES
     )
 
 

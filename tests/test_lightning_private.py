@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -116,20 +117,30 @@ def _lightning_imports(tree: ast.Module) -> dict[str, str]:
     return out
 
 
+def _private(name: object) -> bool:
+    return isinstance(name, str) and name.startswith("_") and not name.startswith("__")
+
+
 def private_names_used(tree: ast.Module) -> set[str]:
-    """The ``_name``s a module reads on other objects than its own (``self``, ``cls``; ``super()`` counts), and
-    the private methods its classes override (``def _name`` where a Lightning base class has that name)."""
+    """The ``_name``s a module reads on other objects than its own (``super()`` counts, and a name given to
+    getattr/hasattr/setattr), and in a class on a Lightning base, the base's private names it overrides
+    (``def _name``) or reads (``self._name``)."""
     imported, used = _lightning_imports(tree), set()
     for node in ast.walk(tree):
-        private = isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-        if private and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
-            used.add(node.attr)
-        if isinstance(node, ast.ClassDef):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            if not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                used.add(node.attr)
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr", "setattr"):
+            used |= {a.value for a in node.args[1:2] if isinstance(a, ast.Constant) and _private(a.value)}
+        elif isinstance(node, ast.ClassDef):
             bases = [base for base in (_lightning_class(b, imported) for b in node.bases) if base is not None]
-            for fn in node.body:
-                own = isinstance(fn, ast.FunctionDef) and fn.name.startswith("_") and not fn.name.startswith("__")
-                if own and any(hasattr(base, fn.name) for base in bases):
-                    used.add(fn.name)
+            defined = {fn.name for fn in node.body if isinstance(fn, ast.FunctionDef) and _private(fn.name)}
+            read = {
+                n.attr
+                for n in ast.walk(node)
+                if isinstance(n, ast.Attribute) and _private(n.attr) and getattr(n.value, "id", None) == "self"
+            }
+            used |= {name for name in defined | read if any(hasattr(base, name) for base in bases)}
     return used
 
 
@@ -151,14 +162,21 @@ def test_no_private_lightning_name_is_used_outside_the_table():
     for where, tree in modules.items():
         unlisted = private_names_used(tree) - listed
         assert not unlisted, f"{where} uses {sorted(unlisted)}: name each in lightning_private.PRIVATE_USES"
+    # and every row is a use: read by the code, or (a module) named in a pattern
+    used = set().union(*map(private_names_used, modules.values()))
+    source = "".join(path.read_text() for path in PACKAGE.rglob("*.py"))
+    for row in PRIVATE_USES:
+        assert row.name.rsplit(".", 1)[1] in used or re.escape(row.name) in source, f"{row.name}: delete its row"
     # the check sees each kind of use: a private attribute read, and an override of a private method
     planted = ast.parse(
         "import lightning as L\nfrom lightning.pytorch.cli import LightningCLI\n"
-        "x = trainer.fit_loop._results\n"
-        "class C(LightningCLI):\n    def _run_subcommand(self, s): ...\n    def _mine(self): ...\n"
+        "x = trainer.fit_loop._results\ny = getattr(trainer, '_accelerator_connector', None)\n"
+        "class C(LightningCLI):\n    def _run_subcommand(self, s): ...\n    def _mine(self): self._mine2 = 1\n"
+        "    def f(self): return self._get(self.config, 'k')\n"
         "class M(L.LightningModule):\n    def _apply(self, fn): ...\n"
     )
-    assert private_names_used(planted) == {"_results", "_run_subcommand", "_apply"}
+    expected = {"_results", "_accelerator_connector", "_run_subcommand", "_get", "_apply"}
+    assert private_names_used(planted) == expected
 
 
 @pytest.mark.parametrize("command", ["fit", "validate", "test"])
