@@ -3,6 +3,7 @@
 import json
 import os
 import re
+import statistics
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from ega_lightning.bench.harness import VOCAB, cold_compiler_caches
 from ega_lightning.bench.reference import NanoGPTReference
 from ega_lightning.bench.settings import gate_settings, size_settings
 from ega_lightning.commands.bench import main
+from ega_lightning.config_files import PACKAGED_CONFIGS
 from ega_lightning.errors import UserError
 
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
@@ -140,3 +142,30 @@ def test_a_broken_configs_directory_is_named_before_anything_is_timed(tmp_path, 
     with pytest.raises(UserError, match=re.escape(said)):
         size_settings(configs, "tiny")
         gate_settings(configs, None)
+
+
+@pytest.mark.slow
+def test_pipeline_row_pairs_each_ega_fit_step_with_a_bare_step_of_the_same_model(tmp_path, data_dir, monkeypatch):
+    """The machinery, not the timing: `ega fit` ran (every callback of the default configs, its logger) with a
+    bare step between its steps, as many of each as repetitions, and the row's ratios are those of the pairs."""
+    write_configs(tmp_path / "configs")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EGA_DATA_DIR", str(data_dir))
+    args = ["--configs", "configs", "--sizes", "tiny", "--gates", "none", "fox", "--repeats", "3", "--warmup", "1"]
+    main([*args, "--no_generation", "--pipeline", "--device", "cpu", "--out", "out"])
+    result = json.loads((tmp_path / "out/bench-cpu-32-true.json").read_text())
+    assert [(r["size"], r["gate"]) for r in result["pipeline"]] == [("tiny", "none"), ("tiny", "fox")]
+    base = yaml.safe_load((PACKAGED_CONFIGS / "base.yaml").read_text())["trainer"]
+    configured = {c["class_path"].rsplit(".", 1)[1] for c in base["callbacks"]}
+    for row in result["pipeline"]:
+        fit, bare = row["fit_s"], row["bare_s"]
+        assert len(fit) == len(bare) == row["repeats"] == 3 and min(fit + bare) > 0
+        assert row["steps"] == 1 + 3 + 1  # warm-up, timed, and the step that closes the last interval
+        assert row["batch_shape"] == [2, SHAPE["block_size"]]  # the size's batch, Lightning's own batches
+        assert configured | {"LastCheckpoint"} <= set(row["callbacks"])
+        assert row["loggers"] == ["TensorBoardLogger"] and row["gradient_clip_val"] == base["gradient_clip_val"]
+        assert row["time_ratio"] == statistics.median(sorted(f / b for f, b in zip(fit, bare, strict=True)))
+        assert row["total_ratio"] == pytest.approx(sum(fit) / sum(bare))
+    assert not (tmp_path / "lightning_logs").exists()  # the fits' run directories went with their temporary folder
+    markdown = (tmp_path / "out/bench-cpu-32-true.md").read_text()
+    assert "## The pipeline's own cost" in markdown and "| tiny | fox |" in markdown

@@ -21,6 +21,8 @@ from .conftest import TINY_MODEL, TINY_VOCAB
 from .helpers import needs_flex, validate_tiny
 
 GATED = [name for name in gate_names(Gate) if name != "none"]
+# every shipped gate whose bias rides the padded channel in fp32 (`fused.rides_channel`): the energy gates and FoX
+CHANNEL_GATES = [*GATED, "fox"]
 
 
 def tiny(gate: str = "linear", **kwargs) -> CharLM:
@@ -61,7 +63,7 @@ def set_pad_width(model: CharLM, width: int) -> None:
 # --- the CUDA layout: 8 extra channels per head, run on CPU
 
 
-@pytest.mark.parametrize("gate", GATED)
+@pytest.mark.parametrize("gate", CHANNEL_GATES)
 def test_cuda_padding_layout_equals_reference_in_values_and_gradients(gate):
     """Stated tolerance (fp32): 1e-5 absolute and relative, as the fused path against the reference."""
     padded = tiny(gate)
@@ -92,14 +94,17 @@ def test_cuda_padding_layout_caches_as_it_recomputes():
 
 
 @pytest.mark.parametrize("width", [1, 8])
-@pytest.mark.parametrize("gate", GATED)
-@pytest.mark.parametrize("mode", ["fp32", "bf16-mixed", "frozen tau"])
+@pytest.mark.parametrize(
+    ("gate", "mode"), [*((g, m) for g in GATED for m in ("fp32", "bf16-mixed", "frozen tau")), ("fox", "fp32")]
+)
 def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width, mode, monkeypatch):
+    """FoX only in fp32: under bf16 its bias takes the relative mask, not the channel."""
     data, learn_tau = batch(), mode != "frozen tau"
+    options = {} if gate == "fox" else {"gate_options": {"learn_tau": learn_tau}}
     runs = {}
     for copy_free in (True, False):
         monkeypatch.setattr(fused, "COPY_FREE_WRITE", copy_free)
-        model = tiny(gate, gate_options={"learn_tau": learn_tau})
+        model = tiny(gate, **options)
         set_pad_width(model, width)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16-mixed"):
             loss = model.loss(data)

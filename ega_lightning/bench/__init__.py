@@ -4,6 +4,7 @@
 - `settings`: the sizes and gates to measure, from a configs directory.
 - `split`: where EGA-1's overhead goes (the attention kernel, the padded matmuls, the gate's arithmetic).
 - `reference`: a nanoGPT-style model, timed beside our baseline.
+- `pipeline`, `bare_step`: a step inside `ega fit` against the bare step of the same model, paired.
 - `run`: one run of all of them, and generation with and without the KV cache, as the JSON.
 - `table`: that JSON as Markdown.
 

@@ -138,13 +138,17 @@ def cold_compiler_caches() -> Iterator[None]:
                 os.environ["TORCHINDUCTOR_CACHE_DIR"] = before
 
 
+# the model options a gate's settings may hold (`settings.gate_settings`); its config's other keys are not the gate's
+MODEL_OPTIONS = ("gate", "gate_options", "tau_init", "alpha_init", "output_gate")
+
+
 def build(
     shape: dict[str, Any], gate: dict[str, Any], device: torch.device, seed: int, compile: bool = False
 ) -> CharLM:
     from ega_lightning.module import CharLM  # Lightning: imported where a model is built, not for --help
 
     torch.manual_seed(seed)  # same seed: every gated model shares the baseline's weights
-    options = {k: v for k, v in gate.items() if k in ("gate", "gate_options", "tau_init", "alpha_init", "output_gate")}
+    options = {k: v for k, v in gate.items() if k in MODEL_OPTIONS}
     return CharLM(VOCAB, **shape, **options, compile=compile).to(device)
 
 
@@ -159,3 +163,9 @@ def paired_ratios(times: list[float], base: list[float]) -> list[float]:
     """Per-repetition ratios, sorted: each repetition times every contender back to back, so the ratio
     within one cancels the machine's drift."""
     return sorted(t / b for t, b in zip(times, base, strict=True))
+
+
+def paired_summary(times: list[float], base: list[float]) -> tuple[float, tuple[float, float]]:
+    """The median of the per-repetition ratios (`paired_ratios`) and their quartiles: the cost estimate."""
+    paired = paired_ratios(times, base)
+    return statistics.median(paired), (paired[len(paired) // 4], paired[(3 * len(paired)) // 4])

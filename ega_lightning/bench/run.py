@@ -1,6 +1,7 @@
 """One `ega bench` run: for each size, the training step of every gate (and of the nanoGPT-style reference,
 and EGA-1's overhead split) timed side by side; for each generation size, generation with and without
-the KV cache; and the machine they ran on. The result is the JSON the command writes.
+the KV cache; with --pipeline, each gate's step inside `ega fit` against its bare step; and the machine
+they ran on. The result is the JSON the command writes.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from ega_lightning.bench.harness import (
     cold_compiler_caches,
     fixed_batch,
     paired_ratios,
+    paired_summary,
     run_interleaved,
     sync,
 )
+from ega_lightning.bench.pipeline import pipeline_overhead
 from ega_lightning.bench.reference import NanoGPTReference
 from ega_lightning.bench.settings import size_settings
 from ega_lightning.bench.split import SPLIT_GATE, KernelTiming, MatmulTiming, overhead_split, without_gate_arithmetic
@@ -87,9 +90,7 @@ def bench_size(
     for c in contenders:
         row = rows[c.name]
         # the median of per-repetition ratios is the cost estimate; the ratio of medians is kept beside it
-        paired = paired_ratios(c.times, base_times)
-        row["time_ratio"] = statistics.median(paired)
-        row["time_ratio_q1_q3"] = (paired[len(paired) // 4], paired[(3 * len(paired)) // 4])
+        row["time_ratio"], row["time_ratio_q1_q3"] = paired_summary(c.times, base_times)
         row["median_ratio"] = row["median_ms"] / base["median_ms"]
         row["memory_ratio"] = row["total_mb"] / base["total_mb"]
         eager = c.name.removesuffix("+compile")
@@ -164,5 +165,11 @@ def benchmark(
     if not args.no_generation:
         result["generation"] = [
             bench_generation(size, args.configs, gates, device, args) for size in args.generation_sizes
+        ]
+    if args.pipeline:  # after the in-process tables: the fits run one at a time, this process waiting
+        result["pipeline"] = [
+            pipeline_overhead(size, args.configs, name, gate, device, args)
+            for size in args.sizes
+            for name, gate in gates.items()
         ]
     return result

@@ -1,5 +1,5 @@
 """`ega bench`'s result as Markdown: one table per size and per question (the gates, the overhead split,
-torch.compile, our baseline against the nanoGPT-style model, generation)."""
+torch.compile, our baseline against the nanoGPT-style model, generation, the pipeline's own cost)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         out += [_table(["size", "ours (none) ms", "nanoGPT-style ms", "ours / nanoGPT"], ref_rows)]
     for g in result.get("generation", []):
         out += _generation(g)
+    if result.get("pipeline"):
+        out += _pipeline(result["pipeline"])
     return "\n".join(out) + "\n"
 
 
@@ -162,3 +164,35 @@ def _generation(g: dict[str, Any]) -> list[str]:
         names = ", ".join(f"`{n}`" for n in g["uncached"])
         out += ["", f"Not timed: {names}, whose z-norm reads the whole window, so there is no cached form."]
     return out
+
+
+def _pipeline(rows: list[dict[str, Any]]) -> list[str]:
+    first = rows[0]
+    lines = [
+        [
+            r["size"],
+            r["gate"],
+            f"{r['bare_median_ms']:.1f}",
+            f"{r['fit_median_ms']:.1f}",
+            f"{r['time_ratio']:.3f} ({r['time_ratio_q1_q3'][0]:.3f}-{r['time_ratio_q1_q3'][1]:.3f})",
+            f"{r['total_ratio']:.3f}",
+        ]
+        for r in rows
+    ]
+    return [
+        "",
+        "## The pipeline's own cost: a training step inside `ega fit` against the bare step of the same model",
+        "",
+        _table(["size", "gate", "bare step ms", "`ega fit` step ms", "x bare (quartiles)", "x bare, totals"], lines),
+        "",
+        "`ega fit` runs with the default configs (every callback: "
+        + ", ".join(first["callbacks"])
+        + f"; logger {', '.join(first['loggers']) or 'none'}; gradient clipping at {first['gradient_clip_val']}; "
+        "the learning-rate schedule; the data loader), a copy of its model taking one bare step (forward + "
+        "backward + AdamW step, as in the gate tables, nanoGPT's loop) on the batch Lightning trains on next, "
+        f"between Lightning's steps: {first['repeats']} pairs in the fit's own process after "
+        "the warm-up steps. A fit step is one loop iteration (the step with every hook, the logging, fetching "
+        "the next batch); `x bare` is the median of the per-step ratios, `totals` the ratio of the sums, "
+        "which counts the steps that write the logs. Validation, checkpoints and the sanity check fall outside "
+        "the timed steps.",
+    ]

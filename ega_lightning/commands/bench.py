@@ -3,12 +3,14 @@
 For every model size and gate config: the time of one training step (forward, backward,
 AdamW step), interleaved across gates and repeated, reported as median with min and max,
 the ratio to the baseline ``none``, tokens per second and memory; then our baseline against
-a nanoGPT-style model written here; then generation speed with and without the KV cache.
+a nanoGPT-style model written here; then generation speed with and without the KV cache; with
+--pipeline, what `ega fit` costs over the bare training step (Lightning, callbacks, logging, data).
 
     ega bench                               # cpu and paper sizes, every gate config, this machine
     ega bench --sizes cpu --repeats 9 --precision bf16-mixed --device cuda
     ega bench --sizes cpu --gates linear --compile   # also every gate under torch.compile, compile time apart
     ega bench --generation_only --gates linear --generation_repeats 5   # KV cache against recompute only
+    ega bench --gates none linear --no_generation --pipeline   # also each step inside `ega fit` against it bare
 
 The measuring is the library `ega_lightning.bench`; this module parses the command line and writes
 the JSON and the Markdown.
@@ -71,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--compile", action="store_true", help="also time every gate (and the reference) compiled")
     parser.add_argument(
+        "--pipeline",
+        action="store_true",
+        help="also time each gate's step inside `ega fit` (Lightning, every callback of the default configs; "
+        "reads the corpus) against its bare forward + backward + AdamW step, paired in the fit's process",
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path("results"), help="where the JSON and Markdown go (default results)"
     )
     return parser
@@ -86,8 +94,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--compile needs --warmup >= 1: compilation happens in the first step, which is not timed")
     if args.generation_repeats < 1:
         parser.error(f"--generation_repeats must be positive, got {args.generation_repeats}")
-    if args.generation_only and (args.no_generation or args.compile):
-        parser.error("--generation_only times generation alone: it takes neither --no_generation nor --compile")
+    if args.generation_only and (args.no_generation or args.compile or args.pipeline):
+        parser.error(
+            "--generation_only times generation alone: it takes neither --no_generation, --compile nor --pipeline"
+        )
     if args.out.exists() and not args.out.is_dir():  # said before the benchmark, not after it
         raise UserError(f"--out {args.out} is a file; give the tables a directory (it is made if missing).")
     if args.configs is None:

@@ -5,11 +5,13 @@
 
       s_ij + b_j - b_i
 
-  Within one query's softmax b_i is a constant, so this is exactly "add b_j"; subtracting it keeps the
-  added term relative and small near the diagonal, where it matters, whatever the size of b itself
-  (FoX's b_j grows like 0.69 j). ALiBi and FoX's forget gate are key biases. The energy gates of the
-  EGA family (`ega_lightning.gates.Gate`) are key biases too, with b = log g <= 0 added as it is: they
-  take their own fused paths in the attention layer and keep tau, alpha and the z-norm.
+  Within one query's softmax b_i is a constant, so this is exactly "add b_j"; subtracting it keeps the added
+  term relative and small near the diagonal, where it matters, whatever the size of b itself (FoX's b_j
+  grows like 0.69 j). The attention layer adds b_j as it is, in its padded query/key channel, where b is
+  learnable and that channel is fp32 (which keeps it), and b_j - b_i otherwise
+  (`ega_lightning.model.fused.rides_channel`, the one rule). ALiBi and FoX's forget gate are key biases. The
+  energy gates of the EGA family (`ega_lightning.gates.Gate`) are key biases too, with b = log g <= 0 added
+  as it is: they take their own fused paths in the attention layer and keep tau, alpha and the z-norm.
 - An **output gate** (`OutputGate`, ``model.output_gate``) multiplies the attention's output per head,
   before the output projection: y'_i = y_i * sigmoid(x_i W) (Qiu et al. 2025, position G1).
 
@@ -63,6 +65,9 @@ class SlotGate(nn.Module, ABC):
 
 class KeyBias(SlotGate):
     """A per-key bias b (B or 1, nh, T) on the attention logits, applied relatively: s_ij + b_j - b_i.
+
+    A bias with parameters to learn is added as b_j in an fp32 layer (see the module docstring), so its
+    rounding there is fp32's at |b_j|: 6e-5 at 590, FoX's -C_j at T = 256 with f = 0.1.
 
     ``step`` is the incremental form of ``forward`` for cached generation, ``state`` whatever the gate
     carries between steps (None before the first).

@@ -4,8 +4,8 @@ A layer may have a key gate (``gate``) and an output gate (``output_gate``), see
 
 - an energy gate (EGA_SPEC.md section 2) multiplies each key's attention weight by its gate g_j in
   (0, 1] and renormalises: a'_ij = a_ij g_j / sum_k<=i a_ik g_k;
-- a key bias that is not an energy gate (ALiBi, FoX) adds b_j - b_i to the logits, in fp32: exact in
-  bf16 too, where a padded channel holding FoX's b_j ~ 88 would lose up to 0.5 of it;
+- a key bias that is not an energy gate (ALiBi, FoX) adds b_j - b_i to the logits, in fp32 (the same
+  softmax as adding b_j);
 - an output gate multiplies each head's output before c_proj.
 
 ``attention=reference`` computes exactly that, written out below (`CausalSelfAttention.forward`): the
@@ -17,6 +17,11 @@ tested against the reference (tests/test_model.py, test_runtime_paths.py, test_p
   torch.compile (`_gated_compiled`);
 - ``flex``: the gate as a FlexAttention ``score_mod`` (`model.flex`);
 - cached generation: the keys and values of earlier positions kept in a `LayerCache` (`model.cache`).
+
+Every path takes a key bias in one of two forms, by one rule (`fused.rides_channel`): as b_j in the
+padded channel, like log g (a learnable bias, FoX, where the channel is fp32), or as the relative (t, T)
+mask b_j - b_i (a fixed bias, ALiBi, and any key bias under bf16/fp16, where the channel would round
+FoX's b_j ~ 90-590 by 0.5-4).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from ega_lightning.model import flex, fused
 from ega_lightning.model.cache import LayerCache, built_once_per_cache
 from ega_lightning.model.flex import flex_biased_attention, flex_gated_attention
 from ega_lightning.model.fused import (
+    LOG_GATE_FLOOR,
     GatedQKV,
     key_channel,
     key_channel_of,
@@ -133,15 +139,17 @@ class CausalSelfAttention(nn.Module):
 
     def _fast(self, x: torch.Tensor, cache: LayerCache | None, dropout_p: float) -> torch.Tensor:
         """What `forward` computes before the residual dropout (B, T, C), by the path for this gate,
-        implementation and cache."""
-        if self.gate is not None and not isinstance(self.gate, Gate):
-            return self._project(self._key_biased(x, cache, dropout_p), x)
+        implementation and cache: a key gate's bias in the padded channel or as the relative mask, as
+        `fused.rides_channel` says (the one rule), then FlexAttention, the compiled layout or the padded
+        matmul."""
         if self.gate is None:
             q, k, v = self._heads(x)  # (B, nh, T, hs)
             return self._project(self._attend(q, k, v, cache, dropout_p), x)
+        if not fused.rides_channel(self.gate, x):
+            return self._project(self._key_biased(x, cache, dropout_p), x)
         if self.impl == "flex" and cache is None:
             q, k, v = self._heads(x)  # (B, nh, T, hs)
-            return self._project(flex_gated_attention(q, k, v, self.gate(x), dropout_p), x)
+            return self._project(flex_gated_attention(q, k, v, self._bias(x), dropout_p, self._floor), x)
         if cache is None and torch.compiler.is_compiling():
             return self._gated_compiled(x, dropout_p)
         q, k, v = self._gated_qkv(x, cache)  # 3 x (B, nh, T, hs + width)
@@ -150,8 +158,21 @@ class CausalSelfAttention(nn.Module):
             return self._project(y[..., : self.n_embd // self.n_head], x)
         return self._project_padded(y, cache)
 
+    @property
+    def _floor(self) -> float | None:
+        """The least value of the padded channel: an energy gate's log g is clamped (`fused.LOG_GATE_FLOOR`),
+        another key bias's b goes in as it is."""
+        return LOG_GATE_FLOOR if isinstance(self.gate, Gate) else None
+
+    def _bias(self, x: torch.Tensor) -> torch.Tensor:
+        """The key gate's per-key bias (B, nh, T) in fp32, for the padded channel: log g, or a key bias's b
+        (which may be (1, nh, T)) expanded to the batch."""
+        b = self.gate(x)
+        return b if isinstance(self.gate, Gate) else b.expand(x.shape[0], -1, -1)
+
     def _key_biased(self, x: torch.Tensor, cache: LayerCache | None, dropout_p: float) -> torch.Tensor:
-        """Attention (B, nh, T, hs) with a key bias's relative term b_j - b_i (see `gates.slots`) in fp32.
+        """Attention (B, nh, T, hs) with a key bias's relative term b_j - b_i (see `gates.slots`) in fp32,
+        where `fused.rides_channel` keeps it out of the padded channel.
 
         SDPA takes the (t, T) term as its additive mask, in the kernel's dtype: relative, the term is
         0 on the diagonal and small near it, so bf16 keeps what matters of it.
@@ -160,7 +181,7 @@ class CausalSelfAttention(nn.Module):
         if cache is None:
             b = self.gate(x)  # (B or 1, nh, T), fp32
             if self.impl == "flex":
-                return flex_biased_attention(q, k, v, b)
+                return flex_biased_attention(q, k, v, b, dropout_p)
             keys = b
         else:
             b, cache.gate = self.gate.step(x, cache.gate)  # b of the new positions only
@@ -184,7 +205,7 @@ class CausalSelfAttention(nn.Module):
         nh, hs = self.n_head, C // self.n_head
         width = self.pad_width or pad_width(x.device)
         q, k, v = self._heads(x)  # (B, nh, T, hs)
-        channel = key_channel(self.gate(x), hs, q.dtype).transpose(1, 2)[..., None]  # (B, nh, T, 1)
+        channel = key_channel(self._bias(x), hs, q.dtype, self._floor).transpose(1, 2)[..., None]  # (B, nh, T, 1)
         zeros = channel.new_zeros(B, nh, T, width - 1)
         q = torch.cat([q, torch.ones_like(channel), zeros], dim=-1)  # (B, nh, T, hs + width)
         k = torch.cat([k, channel, zeros], dim=-1)
@@ -193,7 +214,8 @@ class CausalSelfAttention(nn.Module):
         return self._project(y, x)
 
     def _gated_qkv(self, x: torch.Tensor, cache: LayerCache | None) -> tuple[torch.Tensor, ...]:
-        """q' = [q, 1], k' = [k, log g sqrt(hs)], v' = [v, 0], each (B, nh, T, hs + width), from one matmul.
+        """q' = [q, 1], k' = [k, b sqrt(hs)], v' = [v, 0], each (B, nh, T, hs + width), from one matmul; b is
+        the key gate's bias (an energy gate's log g).
 
         The Q/K/V weight gets `width` extra output rows per head (zero weights; bias 1 for q's,
         0 for k's and v's), so the padded buffer comes straight out of the matmul, with no copy
@@ -211,26 +233,31 @@ class CausalSelfAttention(nn.Module):
             if projection is not None:  # the gate reads its projection from the channel that its log g overwrites
                 log_gate, source = self.gate.log_gate_from_projection, None
             else:
-                log_gate, source = _identity, self.gate(x)
-            weight, bias = self.c_attn.weight, self.c_attn.bias
+                log_gate, source = _identity, self._bias(x)
+            weight, bias, floor = self.c_attn.weight, self.c_attn.bias, self._floor
             params = self.gate.parameters()
-            return GatedQKV.apply(x.reshape(B * T, C), weight, bias, projection, layout, log_gate, source, *params)
+            x = x.reshape(B * T, C)
+            return GatedQKV.apply(x, weight, bias, projection, layout, floor, log_gate, source, *params)
         weight, bias = built_once_per_cache(
             cache, "qkv", lambda: padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout)
         )
         qkv = F.linear(x, weight, bias)  # (B, T, 3 nh d)
         channel = key_channel_of(qkv, layout)  # (B, T, nh): the energy projection if folded
         folded = channel.clone() if projection is not None else None  # copied: log g overwrites the channel below
-        if cache is not None:  # only the new keys' gates, from the gate's incremental state
+        if not isinstance(self.gate, Gate) and cache is None:  # a key bias's b
+            log_g = self._bias(x)
+        elif not isinstance(self.gate, Gate):  # with a cache, the b of the new keys only
+            log_g, cache.gate = self.gate.step(x, cache.gate)
+        elif cache is not None:  # only the new keys' gates, from the gate's incremental state
             log_g, cache.gate = self.gate.step(x, cache.gate, folded)
         else:
             log_g = self.gate(x, folded)  # (B, nh, T), fp32
-        channel.copy_(key_channel(log_g, hs, qkv.dtype))
+        channel.copy_(key_channel(log_g, hs, qkv.dtype, self._floor))
         return tuple(qkv_heads(qkv, layout).unbind(0))
 
     def _folded_projection(self, x: torch.Tensor) -> torch.Tensor | None:
-        """The gate's energy projection weight (nh, C) if the Q/K/V matmul computes it (folds it), else None."""
-        projection = self.gate.input_projection()
+        """An energy gate's projection weight (nh, C) if the Q/K/V matmul computes it (folds it), else None."""
+        projection = self.gate.input_projection() if isinstance(self.gate, Gate) else None
         # under autocast the gate keeps its own fp32 projection, so its energy stays exact
         if projection is None or projection.out_features != self.n_head or torch.is_autocast_enabled(x.device.type):
             return None

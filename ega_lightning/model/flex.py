@@ -1,9 +1,10 @@
 """FlexAttention paths of the attention layer: the gate as a ``score_mod``, no padded channel.
 
-The same attention as `attention.gated_attention_reference` (an energy gate: softmax_j(q_i.k_j / sqrt(hs)
-+ log g_j)) and `attention.biased_attention_reference` (a key bias: + b_j - b_i), over a causal block
-mask. For CUDA, where it is compiled; on CPU torch's FlexAttention has no backward, so there it only
-evaluates (under no_grad). FlexAttention came with torch 2.5: the project also runs on 2.4, without it.
+The same attention as `attention.gated_attention_reference` (an energy gate: softmax_j(q_i.k_j / sqrt(hs) +
+log g_j)) and `attention.biased_attention_reference` (a key bias: + b_j - b_i), over a causal block mask; a
+key bias adds b_j or b_j - b_i as `fused.rides_channel` says, as the fused path does. For CUDA, where it is
+compiled; on CPU torch's FlexAttention has no backward, so there it only evaluates (under no_grad).
+FlexAttention came with torch 2.5: the project also runs on 2.4, without it.
 """
 
 from __future__ import annotations
@@ -52,23 +53,38 @@ def _causal_block_mask(T: int, device: torch.device) -> Any:
     return _flex(device.type)[1](_causal, None, None, T, T, device=device)
 
 
-def flex_gated_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, log_g: torch.Tensor, dropout_p: float = 0.0
-) -> torch.Tensor:
-    """q, k, v (B, nh, T, hs); log_g (B, nh, T) -> (B, nh, T, hs): softmax_j(q_i.k_j / sqrt(hs) + log g_j), j <= i."""
+def _refuse_what_flex_cannot(q: torch.Tensor, bias: torch.Tensor, dropout_p: float, *rest: torch.Tensor) -> None:
+    """Attention dropout and CPU training, which torch's FlexAttention has not: each said with the way out."""
     if dropout_p > 0:
         raise ValueError(
             "model.attention=flex has no attention dropout (FlexAttention takes none); "
             "train with model.attention=fused, or with model.dropout=0."
         )
-    if not q.is_cuda and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, log_g)):
+    if not q.is_cuda and torch.is_grad_enabled() and any(t.requires_grad for t in (q, bias, *rest)):
         raise ValueError(
             "model.attention=flex trains only on CUDA: torch's FlexAttention has no backward on CPU. "
             "Use model.attention=fused (the default), the same attention on the SDPA kernel."
         )
+
+
+def flex_gated_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    log_g: torch.Tensor,
+    dropout_p: float = 0.0,
+    floor: float | None = LOG_GATE_FLOOR,
+) -> torch.Tensor:
+    """q, k, v (B, nh, T, hs); log_g (B or 1, nh, T) -> (B, nh, T, hs): softmax_j(q_i.k_j / sqrt(hs) + log g_j), j <= i.
+
+    ``log_g`` is a per-key bias added as it is: an energy gate's log g, clamped at `floor` as the fused
+    path's channel clamps it, or (``floor`` None) a key bias's b where `fused.rides_channel` says so."""
+    _refuse_what_flex_cannot(q, log_g, dropout_p, k, v)
     T, hs = q.shape[-2], q.shape[-1]
     flex_attention = _flex(q.device.type)[0]
-    log_g = log_g.clamp_min(LOG_GATE_FLOOR)  # as the fused path, so the two agree on gated-out keys
+    if floor is not None:
+        log_g = log_g.clamp_min(floor)  # as the fused path, so the two agree on gated-out keys
+    log_g = log_g.expand(q.shape[0], -1, -1)
 
     def add_log_gate(score: torch.Tensor, b: torch.Tensor, h: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor):
         return score + log_g[b, h, kv_idx]
@@ -77,8 +93,11 @@ def flex_gated_attention(
     return flex_attention(q, k, v, score_mod=add_log_gate, block_mask=block_mask, scale=1.0 / math.sqrt(hs))
 
 
-def flex_biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def flex_biased_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, b: torch.Tensor, dropout_p: float = 0.0
+) -> torch.Tensor:
     """q, k, v (B, nh, T, hs); b (B or 1, nh, T) a key bias -> softmax_j(q_i.k_j / sqrt(hs) + b_j - b_i), j <= i."""
+    _refuse_what_flex_cannot(q, b, dropout_p, k, v)
     T, hs = q.shape[-2], q.shape[-1]
     flex_attention = _flex(q.device.type)[0]
     b = b.expand(q.shape[0], -1, -1)

@@ -1,4 +1,4 @@
-"""The padded ("fused") layout: an energy gate's log g in one extra query/key channel, on the fused kernel.
+"""The padded ("fused") layout: a per-key bias in one extra query/key channel, on the fused kernel.
 
 The identity a'_ij = softmax_j(q_i.k_j / sqrt(hs) + log g_j) (EGA_SPEC.md section 2) lets the gate ride
 in the Q/K/V themselves: q' = [q, 1], k' = [k, log g sqrt(hs)], v' = [v, 0], padded to a head size the
@@ -6,6 +6,9 @@ kernel likes (`pad_width`), so attention stays on the fused causal SDPA kernel. 
 out of the Q/K/V matmul itself (`padded_qkv_weights`; in training `GatedQKV`, which saves the copies
 autograd's graph would make); c_proj takes y' = [y, 0] through zero columns (`padded_proj_weight`).
 `attention.CausalSelfAttention._gated_qkv` runs it; the tests hold it to the reference formula.
+
+Any key bias b_j can ride the channel the same way (softmax_j(s_ij + b_j) = softmax_j(s_ij + b_j - b_i)),
+where the channel's dtype keeps b_j: `rides_channel` is the one rule of which bias does.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from ega_lightning.gates import Gate, KeyBias
 from ega_lightning.gates.base import recompute_grads
 
 # exp(-30) ~ 1e-13: a key gated that far down is already gone, and bf16 keeps the
@@ -36,10 +40,48 @@ def pad_width(device: torch.device) -> int:
     return 8 if device.type == "cuda" else 1
 
 
-def key_channel(log_g: torch.Tensor, hs: int, dtype: torch.dtype) -> torch.Tensor:
-    """What k's extra channel holds: log g sqrt(hs) (B, T, nh) from log g (B, nh, T), so that q's 1 times it,
-    scaled by 1 / sqrt(hs) like every logit, adds log g."""
-    return (log_g.clamp_min(LOG_GATE_FLOOR) * math.sqrt(hs)).transpose(1, 2).to(dtype)
+# The channel's dtypes that keep a key bias of the size a window reaches: FoX's b_j = -C_j grows like 0.69 j
+# at initialisation and to ~590 at T = 256 with forget gates at f = 0.1, where fp32's spacing is 6e-5 and
+# bf16's 4 (0.5 already at 64-128).
+EXACT_CHANNEL_DTYPES = (torch.float32, torch.float64)
+
+
+def channel_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype of the Q/K/V buffer (and so of the padded channel) that the layer's input x makes:
+    autocast's where it is on for x's device (it runs the Q/K/V matmul), x's own otherwise."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+
+
+def rides_channel(gate: KeyBias, x: torch.Tensor) -> bool:
+    """The one rule of how a key gate's per-key bias reaches the attention kernel, for every path of the
+    layer (training, evaluation, the compiled model, cached generation, FlexAttention's ``score_mod``):
+    in the padded query/key channel, added as b_j (True), or as the relative (t, T) mask b_j - b_i (False).
+
+    - An energy gate (`Gate`): the channel, always. Its log g lies in [LOG_GATE_FLOOR, 0], which bf16
+      keeps to its relative precision.
+    - Another key bias with parameters to learn (FoX): the channel where its dtype is fp32 or wider
+      (`EXACT_CHANNEL_DTYPES`: an fp32 model outside bf16/fp16 autocast), in evaluation and generation as
+      in training, so that all of them round alike. A mask that needs a gradient sends SDPA off its fused
+      kernel (on CPU 2.2x the kernel's time, with the (T, T) scores kept for backward). Under bf16/fp16,
+      whose spacing reaches 0.5-4 at the b_j of a window, the relative form: 0 on the diagonal, small
+      near it, and computed in fp32.
+    - A key bias without parameters to learn (ALiBi's fixed slopes, a frozen gate): the mask, which then
+      needs no gradient, so SDPA keeps its fused kernel at head size hs.
+    """
+    if isinstance(gate, Gate):
+        return True
+    learnable = any(p.requires_grad for p in gate.parameters())
+    return learnable and channel_dtype(x) in EXACT_CHANNEL_DTYPES
+
+
+def key_channel(bias: torch.Tensor, hs: int, dtype: torch.dtype, floor: float | None = LOG_GATE_FLOOR) -> torch.Tensor:
+    """What k's extra channel holds: b sqrt(hs) (B, T, nh) from a per-key bias b (B, nh, T), an energy gate's
+    log g clamped at `floor` (None: a key bias, as it is), so that q's 1 times it, scaled by 1 / sqrt(hs)
+    like every logit, adds b."""
+    if floor is not None:
+        bias = bias.clamp_min(floor)
+    return (bias * math.sqrt(hs)).transpose(1, 2).to(dtype)
 
 
 def qkv_heads(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor:
@@ -97,9 +139,10 @@ class GatedQKV(torch.autograd.Function):
     projection when folded) outside autograd, and backward gathers the q, k, v gradients into one buffer
     (one copy), replaces the channel's gradient, runs the matmul's backward on it and hands each parameter
     its rows. log g = `log_gate(source)`, with `source` the channel's projection (None: read it here) or a
-    log g computed outside; backward recomputes log g from `source`, so its intermediates are not kept
-    either (see `Recomputed`). Under autocast the matmul runs in autocast's dtype, as autocast would run
-    it, and the gradients come back in the inputs' dtypes.
+    log g computed outside (or a key bias's b, with `floor` None: see `key_channel`); backward recomputes
+    log g from `source`, so its intermediates are not kept either (see `Recomputed`). Under autocast the
+    matmul runs in autocast's dtype, as autocast would run it, and the gradients come back in the inputs'
+    dtypes.
     """
 
     @staticmethod
@@ -110,6 +153,7 @@ class GatedQKV(torch.autograd.Function):
         bias: torch.Tensor | None,
         projection: torch.Tensor | None,
         layout: tuple[int, int, int, int],
+        floor: float | None,
         log_gate: Callable[[torch.Tensor], torch.Tensor],
         source: torch.Tensor | None,
         *params: nn.Parameter,
@@ -126,22 +170,28 @@ class GatedQKV(torch.autograd.Function):
             ctx.folded = source is None
             if ctx.folded:
                 source = channel.clone()  # the energy projection, before log g overwrites it
-            channel.copy_(key_channel(log_gate(source), layout[2], qkv.dtype))
-        ctx.layout, ctx.log_gate, ctx.params = layout, log_gate, params
-        ctx.save_for_backward(x, padded, source)
+            channel.copy_(key_channel(log_gate(source), layout[2], qkv.dtype, floor))
+        ctx.layout, ctx.floor, ctx.log_gate, ctx.params = layout, floor, log_gate, params
+        # a key bias's b given as it is (no floor, log_gate the identity) makes a channel linear in b: its
+        # gradient needs b's shape, not b, so b is not kept (autograd's graph keeps nothing of it either)
+        linear = not ctx.folded and floor is None
+        ctx.source_like = (source.shape, source.dtype) if linear else None
+        ctx.save_for_backward(x, padded, None if linear else source)
         return tuple(qkv_heads(qkv, layout).unbind(0))  # 3 x (B, nh, T, d)
 
     @staticmethod
     @once_differentiable
     def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, padded, source = ctx.saved_tensors
+        if ctx.source_like is not None:  # any b of that shape: the channel is linear in it
+            source = x.new_zeros(ctx.source_like[0], dtype=ctx.source_like[1])
         _, nh, hs, d = ctx.layout
         grad = x.new_empty(x.shape[0], padded.shape[0])  # (B T, 3 nh d): the buffer's gradient
         for part, g in zip(qkv_heads(grad, ctx.layout), grads, strict=True):
             part.copy_(g)
         channel = key_channel_of(grad, ctx.layout)  # (B, T, nh)
         source_grad, param_grads = recompute_grads(
-            lambda s: key_channel(ctx.log_gate(s), hs, grad.dtype), source, ctx.params, channel
+            lambda s: key_channel(ctx.log_gate(s), hs, grad.dtype, ctx.floor), source, ctx.params, channel
         )
         if ctx.folded:  # the write made the channel's own gradient 0; the read gives it the projection's
             channel.copy_(source_grad)
@@ -158,4 +208,4 @@ class GatedQKV(torch.autograd.Function):
         if ctx.needs_input_grad[2]:
             bias_grad = grad.sum(0).view(3, nh, d)[..., :hs].flatten()
         matmul = zip((x_grad, weight_grad, bias_grad, projection_grad), ctx.dtypes, strict=True)
-        return *(g if g is None else g.to(t) for g, t in matmul), None, None, source_grad, *param_grads
+        return *(g if g is None else g.to(t) for g, t in matmul), None, None, None, source_grad, *param_grads
