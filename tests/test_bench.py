@@ -63,6 +63,10 @@ def test_bench_writes_tables_with_ratios_memory_and_generation(tmp_path):
     # the baseline first; an output gate (configs/output_gate/) by its gate name, on the baseline
     assert list(rows) == ["none", "db2", "fox", "linear", "linear_window", "output_headwise", "nanogpt_reference"]
     assert rows["none"]["time_ratio"] == 1.0 and all(r["repeats"] == 3 for r in rows.values())
+    # the cost verdict reads the per-repetition ratios (their median is the ratio) and the kernel floor beside them
+    ratios = rows["linear"]["time_ratios"]
+    assert len(ratios) == 3 and statistics.median(ratios) == rows["linear"]["time_ratio"]
+    assert rows["linear"]["kernel_floor"] > 0 and size["split"]["head_sizes"][1] > size["split"]["head_sizes"][0]
     assert rows["linear"]["params"] - rows["none"]["params"] == SHAPE["n_layer"] * SHAPE["n_head"] * (16 + 2)
     assert rows["fox"]["params"] - rows["none"]["params"] == SHAPE["n_layer"] * SHAPE["n_head"] * (16 + 1)
     assert rows["output_headwise"]["params"] - rows["none"]["params"] == SHAPE["n_layer"] * 16 * SHAPE["n_head"]

@@ -91,6 +91,7 @@ def bench_size(
         row = rows[c.name]
         # the median of per-repetition ratios is the cost estimate; the ratio of medians is kept beside it
         row["time_ratio"], row["time_ratio_q1_q3"] = paired_summary(c.times, base_times)
+        row["time_ratios"] = paired_ratios(c.times, base_times)  # per repetition: the cost verdict's interval
         row["median_ratio"] = row["median_ms"] / base["median_ms"]
         row["memory_ratio"] = row["total_mb"] / base["total_mb"]
         eager = c.name.removesuffix("+compile")
@@ -102,6 +103,9 @@ def bench_size(
         timings = {name: (plain.times, padded.times, count) for name, ((plain, padded), count) in parts.items()}
         result["split"] = overhead_split(times[SPLIT_GATE], base_times, timings)
         result["split"]["head_sizes"] = [shape["n_embd"] // shape["n_head"] + w for w in (0, pad_width(device))]
+        # the design's floor: the same SDPA kernel on the padded head size against the plain one, these shapes
+        (plain, padded), _ = parts["kernel"]
+        rows[SPLIT_GATE]["kernel_floor"] = statistics.median(paired_ratios(padded.times, plain.times))
     return result
 
 
