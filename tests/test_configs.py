@@ -81,3 +81,16 @@ def test_an_entry_named_in_two_specs_is_one_run_in_both(monkeypatch):
             shape = (run.variant, run.group, run.also_in, run.configs, run.args)
             first = entries.setdefault(run.entry, (spec.name, shape))
             assert first[1] == shape, f"{run.entry}: {first[0]} and {spec.name} declare it differently"
+
+
+def test_the_gates_sweep_runs_every_registered_gate_of_both_slots_on_both_corpora():
+    """configs/sweeps/gates.yaml says it runs every gate of the registry: each built-in gate name, either slot,
+    is a variant of it on TinyShakespeare and on PTB."""
+    from ega_lightning.experiments.spec import load_spec
+    from ega_lightning.gates.registry import registered_gates
+
+    runs = load_spec(CONFIGS / "sweeps" / "gates.yaml", check_files=False).runs
+    for corpus in ("tinyshakespeare", "ptb"):
+        # multiscale2 and multiscale4 are the gate multiscale with 2 and 4 scales
+        variants = {r.variant.rstrip("0123456789") for r in runs if f"configs/corpus/{corpus}.yaml" in r.configs}
+        assert {"none", *registered_gates()} <= variants, corpus

@@ -33,3 +33,12 @@ def test_the_readme_is_a_front_door():
     assert len(text.encode()) <= 15_000, f"README.md is {len(text.encode())} bytes: move a section to docs/"
     head = text.splitlines()[:60]
     assert any(line.startswith("#") and "Quickstart" in line for line in head), "no Quickstart heading in 60 lines"
+
+
+def test_the_documented_counts_of_a_specs_runs_are_the_specs():
+    """The SLURM array of docs/reproducing.md and its run count of short.yaml follow the spec as it is now."""
+    from ega_lightning.experiments.spec import load_spec
+
+    n = len(load_spec(REPO / "configs" / "sweeps" / "short.yaml", check_files=False).runs)
+    text = (REPO / "docs" / "reproducing.md").read_text()
+    assert f"--array=0-{n - 1} " in text and f"configs/sweeps/short.yaml      # {n} runs" in text

@@ -18,7 +18,7 @@ def load_yaml_model(path: Path) -> dict[str, Any]:
 
 
 def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
-    """Model shape and batch size from configs/base.yaml + configs/size/<size>.yaml."""
+    """Model shape and batch size from configs/size/<size>.yaml (the size file sets both)."""
     path = configs / "size" / f"{size}.yaml"
     if not path.is_file():
         available = ", ".join(sorted(p.stem for p in (configs / "size").glob("*.yaml")))
