@@ -136,9 +136,11 @@ def test_evaluation_reads_corpus_and_size_from_checkpoint_and_prints_its_headlin
     assert first.startswith(f"ega {stage}: {run_dir / 'checkpoints/last.ckpt'} (step 6) on tinyshakespeare")
     values = dict(zip(shown.split()[::2], map(float, shown.split()[1::2]), strict=True))
     assert list(values) == headline
-    assert all(values[tag] == pytest.approx(latest(run_dir, tag), abs=1e-4) for tag in headline)
+    # logged into a run of its own beside the training run (<run>/validate, <run>/test), never into its curves
+    assert all(values[tag] == pytest.approx(latest(run_dir / stage, tag), abs=1e-4) for tag in headline)
     assert "/head_" not in result.stdout and f"tensorboard --logdir {run_dir}" in pointer
-    assert (run_dir / f"config_{stage}.yaml").is_file()  # evaluated into the checkpoint's own run directory
+    assert f"the run {run_dir / stage} " in pointer
+    assert (run_dir / stage / f"config_{stage}.yaml").is_file() and not (run_dir / f"config_{stage}.yaml").exists()
 
 
 def test_refuses_to_overwrite_a_run_and_to_resume_nothing(trained_run, data_dir):

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from ega_lightning import runs
+from ega_lightning.callbacks.board import HPARAMS_SUFFIX
 from ega_lightning.experiments import rundirs, spec
 
 from .conftest import REPO, TINY_MODEL, run_ega
@@ -27,6 +28,13 @@ def fit(cwd: Path, data_dir: Path, *args: str) -> subprocess.CompletedProcess:
 
 def files(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def event_files(run_dir: Path) -> tuple[int, int]:
+    """(training event files, HPARAMS event files) directly in ``run_dir``."""
+    names = [p.name for p in run_dir.glob("events.out.tfevents.*")]
+    hparams = sum(name.endswith(HPARAMS_SUFFIX) for name in names)
+    return len(names) - hparams, hparams
 
 
 def error_of(result: subprocess.CompletedProcess) -> str:
@@ -90,7 +98,7 @@ def test_two_fits_of_one_run_cannot_both_write_it(tmp_path, data_dir):
     go.touch()
     assert first.wait(timeout=300) == 0, first.stderr.read()[-3000:]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]
-    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1
+    assert event_files(run_dir) == (1, 1)  # the second fit wrote no events of its own
     assert list(scalars(run_dir, "val/loss")) == [1, 3]  # each validation once
 
 
@@ -136,7 +144,7 @@ def test_a_run_stopped_before_its_first_last_ckpt_is_started_over_by_one_flag(tm
     assert files(run_dir) == before
     result = fit(tmp_path, data_dir, "--run_name=r", "--overwrite=true")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1  # the first attempt's events are gone
+    assert event_files(run_dir) == (1, 1)  # the first attempt's events are gone
     assert torch.load(run_dir / runs.LAST, weights_only=True)["global_step"] == 4
 
 
@@ -163,7 +171,7 @@ def test_bare_ega_fit_is_the_full_recommended_run(tmp_path, data_dir):
     events.Reload()
     tags = events.Tags()
     assert {"gate/tau_mean", "gate/frac_above_tau", "gap", "train_eval/loss", "val/loss"} <= set(tags["scalars"])
-    assert "gate/map" in tags["images"]
+    assert "gate/map/layer_0" in tags["images"]  # one image per layer, its heads side by side
 
 
 @pytest.mark.slow

@@ -195,7 +195,7 @@ def test_validate_takes_the_runtime_attention_from_the_command_not_the_checkpoin
         run = ["validate", f"--ckpt_path={checkpoint}", f"--model.attention={attention}", f"--run_name={attention}"]
         result = run_ega([*run, "--data.max_eval_windows=4"], tmp_path, env=env)
         assert result.returncode == 0, result.stderr[-3000:]
-        run_dir = tmp_path / f"lightning_logs/{attention}"
+        run_dir = tmp_path / f"lightning_logs/{attention}/validate"  # the evaluation's own run, beside --run_name's
         assert f"attention: {attention}" in (run_dir / "config_validate.yaml").read_text()
         (losses[attention],) = scalars(run_dir, "val/loss").values()
     assert losses["fused"] == pytest.approx(losses["reference"], abs=1e-4)
