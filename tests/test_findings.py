@@ -592,6 +592,19 @@ def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp
         cost.read_bench(tmp_path / "results" / "bench-list.json", records_dir, tmp_path / "results")
 
 
+def test_the_cost_claim_reads_the_bench_of_the_most_repetitions(tmp_path):
+    """A bench of 21 repetitions in a folder of its own is read before a top-level table of 7: the protocol's
+    cost verdict reads one bench of at least 21, which a shorter table first in path order would shadow."""
+    results = tmp_path / "results"
+    (results / "bench-peers").mkdir(parents=True)
+    for path, n in ((results / "bench-cpu-32-true.json", 7), (results / "bench-peers" / "bench-cpu-32-true.json", 21)):
+        row = {"time_ratio": 1.05, "repeats": n, "time_ratios": [1.05] * n}
+        write_atomic(path, json.dumps({"sizes": [{"size": "cpu", "rows": {"none": row, "linear": row}}]}))
+    bench, source = cost.read_bench(None, results / "runs", results)
+    assert source == "bench-peers/bench-cpu-32-true.md" and cost.repetitions(bench) == 21
+    assert cost.cost_finding(bench, source).repetitions == 21
+
+
 def test_report_refuses_a_bench_it_cannot_read_and_an_out_that_is_a_file_before_any_work(tmp_path, capsys):
     spec_path = str(tmp_path / "spec.yaml")  # never read: both mistakes are said first
     out_file = tmp_path / "outfile"

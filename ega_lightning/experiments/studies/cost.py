@@ -60,15 +60,24 @@ Bench = tuple[dict[str, Any], str]  # an `ega bench` result and its table's path
 
 def benches(records_dir: Path, out: Path) -> list[Bench]:
     """Every `ega bench` result beside the records (bench-*.json, and bench-*/bench-*.json of a bench of its
-    own gates): the full tables (bench-<device>-<precision>.json) before the tables of one mode (-compile,
-    -generation), then by path. Unreadable files, and JSON that is no bench's, are skipped."""
+    own gates): the benches of the most repetitions first (the protocol reads one bench of at least
+    `MIN_REPETITIONS`, so a longer bench is never shadowed by a shorter one), then the full tables
+    (bench-<device>-<precision>.json) before the tables of one mode (-compile, -generation), then by path.
+    Unreadable files, and JSON that is no bench's, are skipped."""
     top = records_dir.parent
-    found = sorted(
-        [*top.glob("bench-*.json"), *top.glob("bench-*/bench-*.json")],
-        key=lambda p: (p.stem.count("-"), p.relative_to(top).as_posix()),
+    found = [*top.glob("bench-*.json"), *top.glob("bench-*/bench-*.json")]
+    loaded = [(_load(p)[0], p) for p in found]
+    ordered = sorted(
+        ((result, p) for result, p in loaded if result is not None),
+        key=lambda item: (-repetitions(item[0]), item[1].stem.count("-"), item[1].relative_to(top).as_posix()),
     )
-    loaded = ((_load(candidate)[0], os.path.relpath(candidate.with_suffix(".md"), out)) for candidate in found)
-    return [(result, source) for result, source in loaded if result is not None]
+    return [(result, os.path.relpath(p.with_suffix(".md"), out)) for result, p in ordered]
+
+
+def repetitions(result: dict[str, Any]) -> int:
+    """The most repetitions any training-step row of an `ega bench` result was timed over (0: none)."""
+    rows = (row for size in result.get("sizes", []) for row in (size.get("rows") or {}).values())
+    return max((int(row.get("repeats") or 0) for row in rows if isinstance(row, dict)), default=0)
 
 
 def _load(path: Path) -> tuple[dict[str, Any] | None, str]:
