@@ -33,7 +33,8 @@ for command in validate test; do
 done
 
 port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-tensorboard --logdir "$work/lightning_logs" --host 127.0.0.1 --port "$port" >/dev/null 2>&1 &
+# from inside the scratch directory, so the pictures show the logdir a user types (lightning_logs), not a /tmp path
+(cd "$work" && exec tensorboard --logdir lightning_logs --host 127.0.0.1 --port "$port" >/dev/null 2>&1) &
 tb_pid=$!
 for _ in $(seq 60); do
   curl -sf "http://127.0.0.1:$port/data/runs" >/dev/null && break
@@ -41,14 +42,14 @@ for _ in $(seq 60); do
 done
 sleep 5  # the loader reads the event files in the background
 
-shot() {  # dashboard, file, extra URL fragment
+shot() {  # dashboard, file, window width
   timeout 120 chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
     --disable-background-networking --disable-component-update --disable-sync --hide-scrollbars \
-    --user-data-dir="$work/chromium" --window-size=1400,1000 --virtual-time-budget=20000 \
-    --screenshot="$out/$2" "http://127.0.0.1:$port/#$1$3" >/dev/null 2>&1
+    --user-data-dir="$work/chromium" --window-size="$3",1000 --virtual-time-budget=20000 \
+    --screenshot="$out/$2" "http://127.0.0.1:$port/#$1" >/dev/null 2>&1
   echo "$out/$2"
 }
-shot custom_scalars custom_scalars.png ""
-shot hparams hparams.png ""
-shot images images.png ""
-shot text text.png ""
+shot custom_scalars custom_scalars.png 1400
+shot hparams hparams.png 2400  # wide enough for the metric columns after the hyper-parameters
+shot images images.png 1400
+shot text text.png 1400
