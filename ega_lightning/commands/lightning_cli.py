@@ -17,6 +17,7 @@ import typing
 from typing import Any, NoReturn
 
 from jsonargparse import Namespace
+from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -197,6 +198,13 @@ class EgaCLI(LightningCLI):
             purge_from(logger, plan.resume_step)
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
+        init = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        plugins = _as_list(init.trainer.get("plugins"))
+        if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
+            # Lightning's SLURM requeue writes hpc_ckpt_N.ckpt into the run directory on SIGUSR1 and restores it
+            # by itself, outside `--ckpt_path last`: off, so a run resumes from last.ckpt only (`main` takes
+            # SIGUSR1 as SIGTERM)
+            kwargs["plugins"] = [*plugins, SLURMEnvironment(auto_requeue=False)]
         every = self.run_plan.last_every
         if every == 0:
             return super().instantiate_trainer(**kwargs)
@@ -257,14 +265,25 @@ def main(args: list[str] | None = None, descriptions: dict[str, str] | None = No
 
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the caller ignores Ctrl-C
         signal.signal(signal.SIGINT, on_sigint)
+    stopped_by: list[str] = []
+
+    def on_sigusr1(signum: int, frame: Any) -> None:
+        # SLURM's requeue signal (sbatch --signal=USR1@T, as Lightning's docs suggest) stops the run as SIGTERM
+        # does, at the next step with its last.ckpt kept, instead of killing the process (SIGUSR1's default)
+        stopped_by.append("SIGUSR1")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+        signal.signal(signal.SIGUSR1, on_sigusr1)
     with runs.RunClaim() as claim:  # the run directory's lock, held until the command ends
         try:
             _run_cli(argv, args is None, descriptions or {}, claim)
         except SIGTERMException:
             # Lightning stops on SIGTERM (preemption, a job's time limit, `kill`) with exit status 0, so a
             # caller (`ega sweep`, a job script) would take the cut-short run for a finished one.
+            how = "SIGTERM" if not stopped_by else "SIGUSR1 (taken as SIGTERM)"
             print(
-                "ega: stopped by SIGTERM before the end; resume the run from its newest checkpoint with "
+                f"ega: stopped by {how} before the end; resume the run from its newest checkpoint with "
                 "`--ckpt_path last` (same command and --run_name).",
                 file=sys.stderr,
             )
