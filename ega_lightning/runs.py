@@ -58,7 +58,7 @@ class FitState(enum.Enum):
 
 
 class RunBusy(UserError):
-    """Another process holds the run directory's lock."""
+    """Another process holds the run directory's lock: `ega fit` exits `errors.RUN_BUSY`, not 2."""
 
 
 def check_run_name(name: str) -> None:

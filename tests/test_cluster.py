@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from .conftest import REPO, SHORT, TINY, run_ega
 from .helpers import scalars
@@ -78,3 +79,100 @@ def test_slurms_requeue_signal_stops_the_run_like_sigterm_and_writes_no_requeue_
     assert "stopped by SIGUSR1" in err and "--ckpt_path last" in err
     assert not list(run_dir.glob("hpc_ckpt_*"))
     assert checkpoint_step(last) < 40
+
+
+# ----------------------------------------------------------------------------- exit codes a job script reads
+
+
+def held(run_dir: Path):
+    """The run directory's lock, held as another process training the run holds it (close to release)."""
+    import fcntl
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(run_dir / ".lock", "w")  # noqa: SIM115  (the caller closes it: that releases the lock)
+    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return lock
+
+
+def test_a_run_another_process_trains_is_busy_75_for_fit_and_sweep(tmp_path, data_dir):
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    lock = held(tmp_path / "lightning_logs/taken")
+    try:
+        fit = run_ega(["fit", *TINY, *SHORT, "--run_name=taken"], tmp_path, env=env)
+        sweep_args = ["sweep", str(REPO / "configs/sweeps/short.yaml"), "--index", "0", "--runs_dir", "runs"]
+        (tmp_path / "runs/ts-none-seed1").mkdir(parents=True)
+        with held(tmp_path / "runs/ts-none-seed1"):
+            sweep = run_ega([*sweep_args, "--records_dir", "rec"], tmp_path, env=env)
+    finally:
+        lock.close()
+    assert fit.returncode == 75 and "Traceback" not in fit.stderr, fit.stderr[-3000:]
+    (line,) = fit.stderr.strip().splitlines()
+    assert line.startswith("ega fit: error: the run directory") and "in use by another process" in line
+    assert sorted(p.name for p in (tmp_path / "lightning_logs/taken").iterdir()) == [".lock"]
+    assert sweep.returncode == 75, sweep.stdout[-3000:] + sweep.stderr[-3000:]
+    assert "skipped (running in another process" in sweep.stdout
+    assert not (tmp_path / "runs/ts-none-seed1/sweep.log").exists()
+
+
+def fit_child(pid: int) -> int:
+    """The `ega fit` that the process ``pid`` started."""
+    found = {}
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        try:
+            found[int(child)] = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone meanwhile
+            continue
+    fits = [child for child, cmdline in found.items() if b"fit" in cmdline]
+    assert len(fits) == 1, found
+    return fits[0]
+
+
+def wait_for_step(proc: subprocess.Popen, last: Path, step: int) -> None:
+    deadline = time.time() + 240
+    while not (last.is_file() and checkpoint_step(last) >= step):
+        assert proc.poll() is None and time.time() < deadline, "the sweep ended before it could be stopped"
+        time.sleep(0.1)
+
+
+def test_a_sweep_stopped_by_sigterm_exits_143_whether_the_run_or_the_sweep_got_it(tmp_path, data_dir):
+    slow = ["--trainer.max_steps=40", "--trainer.val_check_interval=20", "--checkpoint_every_n_steps=2"]
+    slow += ["--trainer.callbacks+=tests.helpers.SleepEachStep", "--trainer.enable_progress_bar=false"]
+    configs = ["base.yaml", "size/cpu.yaml", "corpus/tinyshakespeare.yaml", "gate/linear.yaml"]
+    spec = {"name": "term", "configs": configs, "args": [*TINY, *slow], "runs": [{"name": "a", "seeds": [1, 2]}]}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    env = {**os.environ, "EGA_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "ega_lightning.cli", "sweep", "spec.yaml"]
+    cmd += ["--runs_dir", "runs", "--records_dir", "rec"]
+    last = tmp_path / "runs/a-seed1/checkpoints/last.ckpt"
+
+    def sweep_stopped(by_the_sweep: bool, after_step: int) -> tuple[subprocess.Popen, str]:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        child = None
+        try:
+            wait_for_step(proc, last, after_step)
+            child = fit_child(proc.pid)
+            os.kill(proc.pid if by_the_sweep else child, signal.SIGTERM)
+            out, _ = proc.communicate(timeout=180)
+            orphan = Path(f"/proc/{child}").exists()  # the sweep waited for its run: reaped, gone
+        finally:
+            proc.kill()
+            if child is not None and Path(f"/proc/{child}").exists():
+                os.kill(child, signal.SIGKILL)  # a run the sweep left behind training
+        assert not orphan
+        return proc, out
+
+    # the time limit reached the run only (SIGTERM to `ega fit`): the sweep says so, starts nothing more
+    proc, out = sweep_stopped(by_the_sweep=False, after_step=2)
+    assert proc.returncode == 143, out[-3000:]
+    assert "[1/2] a-seed1: stopped by SIGTERM (143)" in out and "a-seed2" in out.splitlines()[-1]
+    assert not (tmp_path / "runs/a-seed2").exists()
+    stopped_at = checkpoint_step(last)
+    assert stopped_at < 40
+
+    # the next sweep resumes it; the time limit reaches the sweep only: it passes SIGTERM on to its run
+    proc, out = sweep_stopped(by_the_sweep=True, after_step=stopped_at + 2)
+    assert proc.returncode == 143, out[-3000:]
+    assert "[1/2] a-seed1: resumed" in out and "[1/2] a-seed1: stopped by SIGTERM (143)" in out
+    assert not (tmp_path / "runs/a-seed2").exists()
+    assert stopped_at + 2 <= checkpoint_step(last) < 40
+    assert (tmp_path / "runs/a-seed1/sweep.log").read_text().count("stopped by SIGTERM before the end") == 2

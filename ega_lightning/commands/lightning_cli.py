@@ -28,6 +28,8 @@ from ega_lightning.config_files import DEFAULT_CONFIGS, PACKAGED_CONFIGS, resolv
 from ega_lightning.data import CharDataModule
 from ega_lightning.errors import (
     DEBUG_ENV,
+    RUN_BUSY,
+    STOPPED,
     UserError,
     exit_refused,
     machine_refusal,
@@ -287,7 +289,10 @@ def main(args: list[str] | None = None, descriptions: dict[str, str] | None = No
                 "`--ckpt_path last` (same command and --run_name).",
                 file=sys.stderr,
             )
-            raise SystemExit(128 + signal.SIGTERM) from None
+            raise SystemExit(STOPPED) from None
+        except runs.RunBusy as err:  # another process trains this run: nothing of it is this command's to undo
+            print_user_error(command, err)
+            raise SystemExit(RUN_BUSY) from None
         except UserError as err:
             claim.undo()
             print_user_error(command, err)
