@@ -176,3 +176,29 @@ def test_a_sweep_stopped_by_sigterm_exits_143_whether_the_run_or_the_sweep_got_i
     assert not (tmp_path / "runs/a-seed2").exists()
     assert stopped_at + 2 <= checkpoint_step(last) < 40
     assert (tmp_path / "runs/a-seed1/sweep.log").read_text().count("stopped by SIGTERM before the end") == 2
+
+
+# ----------------------------------------------------------------------------- the world size of a resumed run
+
+
+def test_a_checkpoint_from_before_the_world_size_record_reads_its_runs_config(tmp_path, data_dir):
+    """A last.ckpt without ega's world size (written before it was recorded) has its run's: config.yaml's."""
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    first = run_ega(["fit", *TINY, *SHORT, "--run_name=old"], tmp_path, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = tmp_path / "lightning_logs/old"
+    last = run_dir / "checkpoints/last.ckpt"
+    ckpt = torch.load(last, map_location="cpu", weights_only=False)
+    ckpt.pop("ega_world", None)
+    torch.save(ckpt, last)
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config["trainer"]["devices"], config["trainer"]["num_nodes"] = 2, 2  # as if it ran on 2 nodes x 2 devices
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+    resumed = run_ega(["fit", *TINY, *SHORT, "--run_name=old", "--ckpt_path=last"], tmp_path, env=env)
+    assert resumed.returncode == 2 and "Traceback" not in resumed.stderr, resumed.stderr[-3000:]
+    (line,) = [line for line in resumed.stderr.splitlines() if line.startswith("ega fit: error: ")]
+    assert "4 processes (--trainer.num_nodes=2 --trainer.devices=2)" in line and "this command runs 1" in line
+    assert "--allow_world_size_change=true" in line
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before  # nothing rewritten

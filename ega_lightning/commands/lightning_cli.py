@@ -142,6 +142,13 @@ class EgaCLI(LightningCLI):
             default=False,
             help="fit: delete what an earlier run wrote into the run directory and start it over.",
         )
+        parser.add_argument(
+            "--allow_world_size_change",
+            type=bool,
+            default=False,
+            help="fit --ckpt_path last: resume with another number of processes (num_nodes x devices) than the "
+            "checkpoint's; the run then differs from one trained in a single world.",
+        )
         parser.link_arguments("model.block_size", "data.block_size")
         parser.link_arguments("seed_everything", "data.seed", compute_fn=_seed_for_data)
         parser.link_arguments("data.vocab", "model.vocab", apply_on="instantiate")
