@@ -17,7 +17,9 @@ else 1 when a run failed, else 75 when a run is being trained by another process
 
 Across machines: ``--index I`` runs run I of the spec's numbered list (``--dry_run`` prints the
 numbering), ``--shard K/N`` shard K of N (all runs of a seed on one shard, since rounding
-differs between machines and the report pairs runs by seed): one job-array task each.
+differs between machines and the report pairs runs by seed): one job-array task each. ``--index``
+keeps no pair on one machine by itself: pin its job array to one node, or use ``--shard``; the report
+flags a comparison whose pairs ran on two machines.
 
 A finished run also leaves its record, ``<records dir>/<run name>.json`` (see
 `ega_lightning.experiments.records`): commit it, and a fresh clone's sweep skips the run and its
@@ -309,7 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         "--dry_run", action="store_true", help="print the numbering, each run's state and command; run nothing"
     )
     parser.add_argument("--only", action="append", metavar="GLOB", help="only run names matching GLOB (repeatable)")
-    parser.add_argument("--index", type=int, metavar="I", help="run only run I (0-based) of the spec's numbered list")
+    parser.add_argument(
+        "--index",
+        type=int,
+        metavar="I",
+        help="run only run I (0-based) of the spec's numbered list; the runs the report pairs must share a machine: "
+        "pin the tasks to one node, or use --shard",
+    )
     parser.add_argument("--shard", metavar="K/N", help="run only shard K (0..N-1) of N; each seed on one shard")
     parser.add_argument("--runs_dir", type=Path, default=Path("lightning_logs"), help="where the runs are written")
     parser.add_argument(
