@@ -12,6 +12,12 @@ DEBUG_ENV = "EGA_DEBUG"
 # The exit status when the machine refused a write (disk full, quota, read-only filesystem, no
 # permission): sysexits' EX_IOERR, apart from 2 (the user's mistake) and 1 (a bug, or a run that failed).
 MACHINE_REFUSED = 74
+# The exit status when the run is being trained by another process (its directory's lock is held): sysexits'
+# EX_TEMPFAIL. Not a failure and not the user's mistake: nothing to do here (a job array's other task has it).
+# Every exit status of `ega` is in one table, docs/resuming.md#exit-codes.
+RUN_BUSY = 75
+# A run stopped by SIGTERM (preemption, a job's time limit) before its end: resume it with --ckpt_path last.
+STOPPED = 143
 REFUSALS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 # Set in docker/Dockerfile's image: a refused folder is then most likely a bind mount of another owner's
 # folder, and the way out is a docker flag (a named volume, or --user with that owner).

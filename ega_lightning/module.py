@@ -28,6 +28,9 @@ SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate
 # Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
 # checkpoint's value (every other hyper-parameter comes from the checkpoint).
 RUNTIME_KEYS = ("attention", "eval_znorm", "compile")
+# The world a checkpoint was saved in: {"num_nodes": N, "devices": D}, N x D processes. `ega fit --ckpt_path last`
+# refuses another (run_policy.world_size_unchanged): the global batch and each rank's data depend on it.
+WORLD_KEY = "ega_world"
 
 
 def check_model_matches(
@@ -259,6 +262,9 @@ class CharLM(L.LightningModule):
             f"became NaN or infinite). Likely causes: {'; '.join(causes)}. {kept_sentence} Start a new run "
             "(--run_name) once the cause is fixed, e.g. with a lower --model.lr or more --model.warmup_steps."
         )
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint[WORLD_KEY] = {"num_nodes": self.trainer.num_nodes, "devices": self.trainer.num_devices}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_model_matches(checkpoint.get("hyper_parameters", {}), self.hparams)

@@ -28,7 +28,8 @@ import yaml
 from ega_lightning import runs
 from ega_lightning.checkpoint_io import load_checkpoint
 from ega_lightning.errors import UserError
-from ega_lightning.module import RUNTIME_KEYS, SHAPE_KEYS, check_model_matches
+from ega_lightning.io import read_yaml
+from ega_lightning.module import RUNTIME_KEYS, SHAPE_KEYS, WORLD_KEY, check_model_matches
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,9 @@ class CheckpointFacts:
     hparams: Mapping[str, Any]  # the model's: CharLM's arguments as the run was configured
     global_step: int | None
     corpus: str | None  # the datamodule's, where the checkpoint records it
+    # (num_nodes, devices) it was saved with: recorded in it (module.WORLD_KEY), else, for a checkpoint from before
+    # that record, its run's config.yaml; None: neither tells
+    world: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,35 @@ def read_request(command: str | None, config: Any, argv: Sequence[str]) -> RunRe
 def read_checkpoint(path: Path) -> CheckpointFacts:
     ckpt = load_checkpoint(path)
     corpus = ckpt.get("datamodule_hyper_parameters", {}).get("corpus")
-    return CheckpointFacts(path, ckpt["hyper_parameters"], ckpt.get("global_step"), corpus)
+    recorded = ckpt.get(WORLD_KEY)
+    world = world_of(recorded) if isinstance(recorded, Mapping) else None
+    if recorded is None and path.parent.name == "checkpoints":  # saved before ega recorded it: its run's word
+        config_path = path.parent.parent / "config.yaml"
+        try:
+            config = read_yaml(config_path) if config_path.is_file() else None
+        except (OSError, ValueError, yaml.YAMLError):
+            config = None
+        world = world_of(config.get("trainer") or {}) if isinstance(config, dict) else None
+    return CheckpointFacts(path, ckpt["hyper_parameters"], ckpt.get("global_step"), corpus, world)
+
+
+def world_of(trainer: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(num_nodes, devices) of a trainer config (or a checkpoint's record of them); None where the config alone
+    cannot tell: ``devices: auto`` or ``-1`` (Lightning counts the machine's devices)."""
+    nodes, devices = trainer.get("num_nodes", 1), trainer.get("devices", "auto")
+    if isinstance(devices, list | tuple):
+        count = len(devices)
+    elif isinstance(devices, str) and "," in devices:  # Lightning's "0,1": device ids
+        count = len([d for d in devices.split(",") if d.strip()])
+    elif isinstance(devices, str) and devices.strip().isdigit():
+        count = int(devices)
+    elif isinstance(devices, int) and not isinstance(devices, bool) and devices > 0:
+        count = devices
+    else:
+        return None
+    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
+        return None
+    return nodes, count
 
 
 def typed_keys(argv: Sequence[str]) -> frozenset[str]:
@@ -237,6 +269,29 @@ def run_name_is_a_name(request: RunRequest, plan: RunPlan) -> str | None:
     return None
 
 
+def world_size_unchanged(request: RunRequest, plan: RunPlan) -> str | None:
+    """A run resumes in the world it was trained in: with other processes its global batch (batch_size x devices
+    x num_nodes) and every rank's windows change, so it would end elsewhere than the run it continues. Asked
+    from the config and the checkpoint, before the Trainer is built and any process group forms."""
+    ckpt = request.checkpoint
+    if request.command != "fit" or plan.ckpt_path != "last" or ckpt is None or ckpt.world is None:
+        return None
+    asked = world_of(request.config["trainer"])
+    if asked is None or asked[0] * asked[1] == ckpt.world[0] * ckpt.world[1]:
+        return None
+    if request.config.get("allow_world_size_change"):
+        return None
+    (nodes, devices), size = ckpt.world, ckpt.world[0] * ckpt.world[1]
+    was = f"--trainer.num_nodes={nodes} --trainer.devices={devices}"
+    return (
+        f"the run in {plan.run_dir} was trained by {size} processes ({was}) and this command runs "
+        f"{asked[0] * asked[1]} (--trainer.num_nodes={asked[0]} --trainer.devices={asked[1]}): resumed in another "
+        "world, its global batch (batch_size x devices x num_nodes) and each process's data change, and it ends "
+        f"elsewhere than it would. Resume it with {was}, start it over with --overwrite=true, or resume it as "
+        "asked with --allow_world_size_change=true (its config.yaml keeps that)."
+    )
+
+
 def run_dir_can_be_made(request: RunRequest, plan: RunPlan) -> str | None:
     run_dir = plan.run_dir
     not_a_dir = next((d for d in (run_dir, *run_dir.parents) if d.exists() and not d.is_dir()), None)
@@ -256,4 +311,5 @@ REFUSALS: tuple[Refusal, ...] = (
     checkpoint_every_not_negative,
     run_name_is_a_name,
     run_dir_can_be_made,
+    world_size_unchanged,
 )

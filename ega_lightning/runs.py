@@ -34,8 +34,19 @@ LOCK_FILE = ".lock"
 LOCK_FD_ENV = "EGA_RUN_LOCK_FD"  # a locked file of this run inherited from `ega sweep`
 LAST = Path("checkpoints") / "last.ckpt"
 # what `ega fit` writes into a run directory, and the evaluations of it (`ega validate` / `ega test`, each a
-# TensorBoard run of its own beside it); --overwrite deletes exactly these
-TRAINING_GLOBS = ("checkpoints", "events.out.tfevents.*", "config.yaml", "config_*.yaml", "hparams.yaml", "*.json")
+# TensorBoard run of its own beside it); --overwrite deletes exactly these. Lightning's SLURM requeue checkpoint
+# (hpc_ckpt_N.ckpt, which Lightning restores by itself under SLURM) is one: ega turns that requeue off, and one
+# left by another tool or version must neither survive an overwrite nor let the directory pass for fresh
+HPC_GLOB = "hpc_ckpt_*.ckpt"
+TRAINING_GLOBS = (
+    "checkpoints",
+    "events.out.tfevents.*",
+    "config.yaml",
+    "config_*.yaml",
+    "hparams.yaml",
+    "*.json",
+    HPC_GLOB,
+)
 EVALUATIONS = ("validate", "test")
 OUTPUT_GLOBS = (*TRAINING_GLOBS, *EVALUATIONS)
 
@@ -47,7 +58,7 @@ class FitState(enum.Enum):
 
 
 class RunBusy(UserError):
-    """Another process holds the run directory's lock."""
+    """Another process holds the run directory's lock: `ega fit` exits `errors.RUN_BUSY`, not 2."""
 
 
 def check_run_name(name: str) -> None:

@@ -75,7 +75,9 @@ def fit_summary(trainer: Any, run_dir: Path, typed: list[str]) -> str:
     if best:
         score = trainer.checkpoint_callback.best_model_score
         monitor = trainer.checkpoint_callback.monitor
-        lines.append(f"  best checkpoint  {best} ({monitor} {float(score):.4f} at step {checkpoint_step(best)})")
+        # no score where Lightning could not reload it (a run directory resumed under another path)
+        value = f"{monitor} {float(score):.4f} " if score is not None else ""
+        lines.append(f"  best checkpoint  {best} ({value}at step {checkpoint_step(best)})")
     else:
         lines.append("  best checkpoint  none: no validation ran (trainer.val_check_interval > max_steps?)")
     lines.append(f"  TensorBoard      tensorboard --logdir {run_dir.parent}")

@@ -4,8 +4,10 @@
 """
 
 import math
+import shutil
 
 import pytest
+import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from .conftest import CONFIGS, TINY_MODEL, run_ega
@@ -73,3 +75,25 @@ def test_bf16_mixed_precision_trains_on_cpu(tmp_path, data_dir):
     assert all(math.isfinite(scalars[tag]) for tag in COMPARED)
     assert scalars["val/loss"] < math.log(65)
     assert "bf16" in (tmp_path / "lightning_logs/bf16/config.yaml").read_text()
+
+
+def test_a_resume_with_another_world_size_is_refused_unless_allowed(ddp_run):
+    """The 2-process run resumed by one process: refused before anything is built (no process group), with the
+    way out; allowed by the flag, which its config.yaml keeps."""
+    work, env = ddp_run
+    run_dir = work / "lightning_logs/resized"
+    shutil.copytree(work / "lightning_logs/ddp", run_dir)
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    resume = ["fit", *COMPOSE, *TINY, "--trainer.devices=1", "--trainer.max_steps=6", "--trainer.val_check_interval=3"]
+    resume += ["--run_name=resized", "--ckpt_path=last"]
+
+    refused = run_ega(resume, cwd=work, env=env, timeout=600)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-4000:]
+    (line,) = [line for line in refused.stderr.splitlines() if line.startswith("ega fit: error: ")]
+    assert "2 processes (--trainer.num_nodes=1 --trainer.devices=2)" in line and "this command runs 1" in line
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before  # config.yaml too
+
+    allowed = run_ega([*resume, "--allow_world_size_change=true"], cwd=work, env=env, timeout=600)
+    assert allowed.returncode == 0, allowed.stderr[-4000:]
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["allow_world_size_change"] is True and str(config["trainer"]["devices"]) == "1"

@@ -42,3 +42,40 @@ def test_the_documented_counts_of_a_specs_runs_are_the_specs():
     n = len(load_spec(REPO / "configs" / "sweeps" / "short.yaml", check_files=False).runs)
     text = (REPO / "docs" / "reproducing.md").read_text()
     assert f"--array=0-{n - 1} " in text and f"configs/sweeps/short.yaml      # {n} runs" in text
+
+
+def slurm_array_script() -> str:
+    text = (REPO / "docs" / "reproducing.md").read_text()
+    (script,) = [block for block in re.findall(r"```bash\n(.*?)```", text, re.S) if "#SBATCH --array" in block]
+    return script
+
+
+@pytest.mark.parametrize(
+    "sweep_exit,script_exit,requeued",
+    [(0, 0, False), (1, 1, False), (2, 2, False), (75, 0, False), (143, 143, True)],
+    ids=["done", "failed", "user-error", "busy", "stopped"],
+)
+def test_the_documented_slurm_array_script_reads_each_exit_code_of_ega_sweep(
+    tmp_path, sweep_exit, script_exit, requeued
+):
+    """A run another task trains (75) is nothing to do here, a stop by SIGTERM (143) is requeued, a failure is not
+    retried: the script of docs/reproducing.md run with stand-ins for srun, scontrol and `ega sweep`'s exit."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stand_ins = {
+        "srun": 'exec "$@"\n',
+        "scontrol": f'echo "$@" >> {tmp_path}/scontrol\n',
+        "ega": f'echo "$@" > {tmp_path}/ega\nexit {sweep_exit}\n',
+    }
+    for name, body in stand_ins.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "job.sh").write_text(slurm_array_script())
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_ARRAY_TASK_ID": "3", "SLURM_JOB_ID": "77"}
+    result = subprocess.run(["bash", "job.sh"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == script_exit, result.stderr
+    assert (tmp_path / "ega").read_text().split() == ["sweep", "configs/sweeps/short.yaml", "--index", "3"]
+    scontrol = tmp_path / "scontrol"
+    assert (scontrol.read_text().split() if scontrol.exists() else None) == (["requeue", "77"] if requeued else None)

@@ -918,3 +918,43 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
     remade = run_ega(["report", "spec.yaml", "--runs_dir", "runs", "--out", "results"], cwd=tmp_path)
     assert remade.returncode == 0, remade.stderr[-3000:]
     assert json.loads((tmp_path / "results" / "results.json").read_text())["groups"] == results["groups"]
+
+
+def test_the_report_flags_each_comparison_whose_pairs_ran_on_two_machines(tmp_path):
+    """Issue 41, item 8: records edited to name another machine for two of the baseline's seeds; `ega report`
+    (the real CLI, records only) flags the comparisons that pair them, in the group table, its note, the
+    finding's sentence and the claims table, naming the seeds; before, only the runs table's label changed."""
+    runs = tmp_path / "runs"
+    for seed, (base, ega1) in enumerate(((1.50, 1.40), (1.60, 1.52), (1.55, 1.45)), 1):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, base], gap=0.30)
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, ega1], gap=0.26, tau=[0.1, 0.3])
+    spec = {
+        "name": "fab",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"},
+        ],
+    }
+    path = write_spec(tmp_path / "spec.yaml", spec)
+    out, records = tmp_path / "results", tmp_path / "results" / "runs"
+    args = ["report", str(path), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(records)]
+    first = run_ega(args, tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "two machines" not in (out / "REPORT.md").read_text()  # one machine: nothing to flag
+    shutil.rmtree(runs)  # from here on the records are the runs
+    for seed in (1, 2):
+        record = json.loads((records / f"none-seed{seed}.json").read_text())
+        record["machine"] = "Other CPU x64; Linux-6.1; torch 2.13.0"
+        (records / f"none-seed{seed}.json").write_text(json.dumps(record))
+
+    again = run_ega(args, tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    text = (out / "REPORT.md").read_text()
+    (row,) = [line for line in text.splitlines() if line.startswith("| `linear` |")]
+    assert "⚠ two machines: seeds 1, 2" in row
+    assert "`linear` and its baseline `none` ran seed(s) 1, 2 on different machines" in text
+    sentences = [line for line in text.splitlines() if line.startswith("- ") and "Seed(s) 1, 2 pair" in line]
+    assert sentences and all("`linear`" in line and "`none`" in line for line in sentences)  # EGA-1 vs baseline
+    claims = text.split("## Claims")[1].split("\n## ")[0]
+    flagged = [line for line in claims.splitlines() if "two machines: seeds 1, 2" in line]
+    assert flagged and all("EGA-1" in line or "linear" in line for line in flagged)

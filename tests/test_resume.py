@@ -161,3 +161,33 @@ def test_nan_stops_training_naming_step_and_cause_and_keeps_last_good_checkpoint
     state = torch.load(last, map_location="cpu", weights_only=False)["state_dict"]
     assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
     assert not list(last.parent.glob("*.tmp"))  # no half-written file left behind
+
+
+def image_steps(run_dir, tag: str) -> list[int]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0})
+    events.Reload()
+    return [e.step for e in events.Images(tag)] if tag in events.Tags()["images"] else []
+
+
+def test_a_resumed_run_keeps_its_gate_maps(tmp_path, env):
+    """Issue 41, item 6: killed right after the step-8 checkpoint (a validation's), the run resumes there and
+    TensorBoard drops what was logged from step 8 on; the gate maps (layer 0, 1) of the uninterrupted run are all
+    there after the resume, and the first validation of the resumed process draws one more."""
+    every = ["--checkpoint_every_n_steps=8", "--trainer.val_check_interval=4"]
+    full = ega([*ARGS, *every, "--run_name=full"], tmp_path, env)
+    assert full.wait(timeout=300) == 0, full.stderr.read()[-3000:]
+    kill = ["--trainer.callbacks+=tests.helpers.KillAfterSave", "--trainer.callbacks.step=8"]
+    killed = ega([*ARGS, *every, *kill, "--run_name=killed"], tmp_path, env)
+    killed.communicate(timeout=300)
+    full_dir, killed_dir = tmp_path / "lightning_logs/full", tmp_path / "lightning_logs/killed"
+    assert killed.returncode == -signal.SIGKILL and checkpoint_step(killed_dir / "checkpoints/last.ckpt") == 8
+
+    resumed = ega([*ARGS, *every, "--run_name=killed", "--ckpt_path=last"], tmp_path, env)
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err[-3000:]
+    for layer in range(TINY_MODEL["n_layer"]):
+        tag = f"gate/map/layer_{layer}"
+        assert image_steps(full_dir, tag) == [3, 15]  # the first validation's and the last's
+        assert image_steps(killed_dir, tag) == [3, 11, 15]  # and the resumed process's first validation's

@@ -37,8 +37,8 @@ def event_files(run_dir: Path) -> tuple[int, int]:
     return len(names) - hparams, hparams
 
 
-def error_of(result: subprocess.CompletedProcess) -> str:
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+def error_of(result: subprocess.CompletedProcess, code: int = 2) -> str:
+    assert result.returncode == code and "Traceback" not in result.stderr, result.stderr[-3000:]
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("ega fit: error: ")]
     return line
 
@@ -94,7 +94,7 @@ def test_two_fits_of_one_run_cannot_both_write_it(tmp_path, data_dir):
         assert first.poll() is None and time.time() < deadline
         time.sleep(0.1)
     second = run_ega(["fit", *TINY, *SHORT, "--run_name=same"], tmp_path, env={"EGA_DATA_DIR": str(data_dir)})
-    assert "is in use by another process" in error_of(second)
+    assert "is in use by another process" in error_of(second, code=75)  # busy, not the user's mistake
     go.touch()
     assert first.wait(timeout=300) == 0, first.stderr.read()[-3000:]
     assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["best.ckpt", "last.ckpt"]

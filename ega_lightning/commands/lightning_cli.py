@@ -17,6 +17,7 @@ import typing
 from typing import Any, NoReturn
 
 from jsonargparse import Namespace
+from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -27,6 +28,8 @@ from ega_lightning.config_files import DEFAULT_CONFIGS, PACKAGED_CONFIGS, resolv
 from ega_lightning.data import CharDataModule
 from ega_lightning.errors import (
     DEBUG_ENV,
+    RUN_BUSY,
+    STOPPED,
     UserError,
     exit_refused,
     machine_refusal,
@@ -139,6 +142,13 @@ class EgaCLI(LightningCLI):
             default=False,
             help="fit: delete what an earlier run wrote into the run directory and start it over.",
         )
+        parser.add_argument(
+            "--allow_world_size_change",
+            type=bool,
+            default=False,
+            help="fit --ckpt_path last: resume with another number of processes (num_nodes x devices) than the "
+            "checkpoint's; the run then differs from one trained in a single world.",
+        )
         parser.link_arguments("model.block_size", "data.block_size")
         parser.link_arguments("seed_everything", "data.seed", compute_fn=_seed_for_data)
         parser.link_arguments("data.vocab", "model.vocab", apply_on="instantiate")
@@ -197,6 +207,13 @@ class EgaCLI(LightningCLI):
             purge_from(logger, plan.resume_step)
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
+        init = self.config_init[self.subcommand] if self.subcommand else self.config_init
+        plugins = _as_list(init.trainer.get("plugins"))
+        if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
+            # Lightning's SLURM requeue writes hpc_ckpt_N.ckpt into the run directory on SIGUSR1 and restores it
+            # by itself, outside `--ckpt_path last`: off, so a run resumes from last.ckpt only (`main` takes
+            # SIGUSR1 as SIGTERM)
+            kwargs["plugins"] = [*plugins, SLURMEnvironment(auto_requeue=False)]
         every = self.run_plan.last_every
         if every == 0:
             return super().instantiate_trainer(**kwargs)
@@ -257,18 +274,32 @@ def main(args: list[str] | None = None, descriptions: dict[str, str] | None = No
 
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the caller ignores Ctrl-C
         signal.signal(signal.SIGINT, on_sigint)
+    stopped_by: list[str] = []
+
+    def on_sigusr1(signum: int, frame: Any) -> None:
+        # SLURM's requeue signal (sbatch --signal=USR1@T, as Lightning's docs suggest) stops the run as SIGTERM
+        # does, at the next step with its last.ckpt kept, instead of killing the process (SIGUSR1's default)
+        stopped_by.append("SIGUSR1")
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+        signal.signal(signal.SIGUSR1, on_sigusr1)
     with runs.RunClaim() as claim:  # the run directory's lock, held until the command ends
         try:
             _run_cli(argv, args is None, descriptions or {}, claim)
         except SIGTERMException:
             # Lightning stops on SIGTERM (preemption, a job's time limit, `kill`) with exit status 0, so a
             # caller (`ega sweep`, a job script) would take the cut-short run for a finished one.
+            how = "SIGTERM" if not stopped_by else "SIGUSR1 (taken as SIGTERM)"
             print(
-                "ega: stopped by SIGTERM before the end; resume the run from its newest checkpoint with "
+                f"ega: stopped by {how} before the end; resume the run from its newest checkpoint with "
                 "`--ckpt_path last` (same command and --run_name).",
                 file=sys.stderr,
             )
-            raise SystemExit(128 + signal.SIGTERM) from None
+            raise SystemExit(STOPPED) from None
+        except runs.RunBusy as err:  # another process trains this run: nothing of it is this command's to undo
+            print_user_error(command, err)
+            raise SystemExit(RUN_BUSY) from None
         except UserError as err:
             claim.undo()
             print_user_error(command, err)

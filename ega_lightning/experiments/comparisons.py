@@ -162,6 +162,25 @@ def device(machine: str | None) -> str:
     return f"GPU ({devices.split(' + ', 1)[1]})" if " + " in devices else "CPU"
 
 
+def split_seeds(*variants: Variant | None) -> list[int]:
+    """The seeds whose runs on the sides of a comparison name different machines: rounding differs between
+    machines and grows over training to about the seed-to-seed spread, so such a pair measures the machines
+    as well as the configurations (docs/reproducing.md). Runs that name no machine are not counted."""
+    machines: dict[int, set[str]] = {}
+    for v in variants:
+        for r in v.done if v is not None else []:
+            if r.machine:
+                machines.setdefault(r.run.seed, set()).add(r.machine)
+    return sorted(seed for seed, named in machines.items() if len(named) > 1)
+
+
+def split_text(seeds: list[int]) -> str:
+    """The flag of a comparison whose pairs ran on two machines ('' for none)."""
+    if not seeds:
+        return ""
+    return f"⚠ two machines: seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
 @dataclass
 class Variant:
     """The seeds of one labelled configuration, in one group, on one corpus."""
@@ -307,6 +326,11 @@ class Row:
     variant: Variant
     baseline: Variant | None
     diffs: dict[str, Difference | None]
+
+    @property
+    def split_seeds(self) -> list[int]:
+        """Seeds whose run and baseline run name different machines (`split_seeds`)."""
+        return split_seeds(self.baseline, self.variant) if self.baseline is not None else []
 
     @property
     def overhead_pct(self) -> float | None:

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from ega_lightning.experiments import paper, protocol
-from ega_lightning.experiments.comparisons import RunData, Variant, device
+from ega_lightning.experiments.comparisons import RunData, Variant, device, split_seeds, split_text
 from ega_lightning.experiments.rules import (
     BY_NAME,
     MAX_SEEDS,
@@ -63,6 +63,9 @@ class Code:
     runs: list[str]  # the runs flagged
     read: list[str] = field(default_factory=list)  # every run its sides read
     pending: list[str] = field(default_factory=list)  # runs its sides' specs plan that are not finished
+    # seeds whose runs on its sides name different machines (`comparisons.split_seeds`); not in results.json,
+    # whose runs list each run's machine
+    split: list[int] = field(default_factory=list, metadata=NOT_IN_RESULTS)
 
 
 @dataclass(frozen=True)
@@ -205,10 +208,17 @@ class Finding:
             )
             for side in self.code.sides
         )
+        machines = ""
+        if self.code.split:
+            seeds = ", ".join(map(str, self.code.split))
+            machines = (
+                f" ⚠ Seed(s) {seeds} pair runs made on different machines, so the difference measures the machines "
+                "as well (rounding differs between them)."
+            )
         if self.code.flag is None:
-            return f"Code (fingerprint): {sides}."
+            return f"Code (fingerprint): {sides}.{machines}"
         runs = ", ".join(f"`{r}`" for r in self.code.runs)
-        return f"Code (fingerprint): {sides}. ⚠ {self.code.flag}: not today's code for {runs}."
+        return f"Code (fingerprint): {sides}. ⚠ {self.code.flag}: not today's code for {runs}.{machines}"
 
     def seeds_text(self) -> str:
         def count(n: int) -> str:
@@ -273,10 +283,11 @@ class Finding:
     def code_cell(self) -> str:
         if self.code is None or not self.code.sides:
             return "—"
+        machines = f"; {split_text(self.code.split)}" if self.code.split else ""
         if self.code.flag is None:
-            return "today's"
+            return "today's" + machines
         runs = self.code.runs
-        return f"⚠ {self.code.flag} ({len(runs)} run{'s' if len(runs) > 1 else ''})"
+        return f"⚠ {self.code.flag} ({len(runs)} run{'s' if len(runs) > 1 else ''})" + machines
 
     def evidence(self) -> str:
         """The link to the evidence: its section."""
@@ -355,7 +366,7 @@ def code_of(*variants: Variant | None) -> Code:
     pending = list(
         dict.fromkeys(r.run.run_name for v in variants if v is not None for r in v.runs if r.status != "done")
     )
-    return Code(sides, flag, [run for run, _ in flagged], read, pending)
+    return Code(sides, flag, [run for run, _ in flagged], read, pending, split_seeds(*variants))
 
 
 # ----------------------------------------------------------------------------- families and seeds

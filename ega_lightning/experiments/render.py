@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ega_lightning.experiments import paper, protocol, provenance, sizes
-from ega_lightning.experiments.comparisons import Row, RunData, Table
+from ega_lightning.experiments.comparisons import Row, RunData, Table, split_text
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
 from ega_lightning.experiments.landscapes import Evaluation
 from ega_lightning.experiments.rules import PROTOCOL, RULES, Verdict
@@ -169,7 +169,9 @@ def table_line(row: Row) -> str:
         "baseline" if v.gate == "none" else (f"{row.overhead_pct:+.2f}%" if row.overhead_pct is not None else "—"),
         fmt_summary(v.summary("final_val_loss")),
         fmt_summary(v.summary("best_val_loss")),
-        "—" if v.gate == "none" else interval_cell(row.diffs["final_val_loss"]),
+        "—"
+        if v.gate == "none"
+        else " ".join(filter(None, (interval_cell(row.diffs["final_val_loss"]), split_text(row.split_seeds)))),
         fmt_summary(v.summary("final_gap")),
         fmt_summary(v.summary("final_tau_mean")),
         (fmt_summary(v.summary("final_frac_above_tau"), 1, 100) + "%") if v.by_seed("final_frac_above_tau") else "—",
@@ -213,6 +215,14 @@ def section(
                 )
             elif row.baseline is None and row.variant.gate != "none" and row.variant.done:
                 lines.append(f"`{row.variant.label}`: no finished baseline with the same model, data and steps.")
+            if row.split_seeds:
+                seeds = ", ".join(map(str, row.split_seeds))
+                lines.append(
+                    f"`{row.variant.label}` and its baseline `{row.baseline.label}` ran seed(s) {seeds} on different "
+                    "machines (the runs table names them): rounding differs between machines, so those pairs compare "
+                    "the machines too. Rerun one side on the other's machine (`ega sweep --shard` keeps a seed's runs "
+                    "on one machine)."
+                )
         lines.append("")
         for caption, file in figures.get(table.title, []):
             lines += [f"![{table.title}: {caption}]({file})", ""]

@@ -11,9 +11,15 @@ So a sweep can be stopped at any point (Ctrl-C, SIGKILL, a job's time limit) and
 same command. A run still running in another process (say, the orphan of a killed sweep, or
 another job given the same run) holds a lock on its directory and is left alone.
 
+Exit status (for a job script; every status of `ega`: docs/resuming.md#exit-codes): 143 when a run was
+stopped by SIGTERM (the run's own, or the sweep's, which it passes on to its run; no further run starts),
+else 1 when a run failed, else 75 when a run is being trained by another process, else 0.
+
 Across machines: ``--index I`` runs run I of the spec's numbered list (``--dry_run`` prints the
 numbering), ``--shard K/N`` shard K of N (all runs of a seed on one shard, since rounding
-differs between machines and the report pairs runs by seed): one job-array task each.
+differs between machines and the report pairs runs by seed): one job-array task each. ``--index``
+keeps no pair on one machine by itself: pin its job array to one node, or use ``--shard``; the report
+flags a comparison whose pairs ran on two machines.
 
 A finished run also leaves its record, ``<records dir>/<run name>.json`` (see
 `ega_lightning.experiments.records`): commit it, and a fresh clone's sweep skips the run and its
@@ -36,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ega_lightning import runs
-from ega_lightning.errors import UserError
+from ega_lightning.errors import RUN_BUSY, STOPPED, UserError
 from ega_lightning.experiments import spec as spec_module
 from ega_lightning.experiments.records import RecordError, load_record, record_path
 from ega_lightning.experiments.rundirs import (
@@ -79,6 +85,31 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             continue
 
 
+class Termination:
+    """SIGTERM to the sweep (a job's time limit, scancel): passed on to the run in progress, which stops at its next
+    step with its last.ckpt kept and exits 143; no further run starts, and the sweep exits 143 too. Without this
+    a SIGTERM that reached only the sweep killed it and left its `ega fit` training on, orphaned."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self.child: subprocess.Popen[bytes] | None = None
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.received = True
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+
+    def watch(self, proc: subprocess.Popen[bytes] | None) -> None:
+        """``proc`` is the run in progress (None: none); one started after the SIGTERM is stopped at once."""
+        self.child = proc
+        if proc is not None and self.received:
+            proc.send_signal(signal.SIGTERM)
+
+
+# what a run's exit status says to the sweep, beside 0 (done) and anything else (failed)
+STOPPED_STATUSES = (STOPPED, -signal.SIGTERM)  # Lightning's stop (ega fit's 143), or killed before it listened
+
+
 def _log_tail(log_path: Path, offset: int, lines: int = 25) -> str:
     with open(log_path, "rb") as fh:
         fh.seek(offset)
@@ -117,8 +148,9 @@ def finished(run: Run, run_dir: Path, prefix: str) -> str:
     return "skipped"
 
 
-def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
-    """Runs one run to completion unless it is recorded, done or busy; returns done/skipped/busy/failed."""
+def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str, termination: Termination | None = None) -> str:
+    """Runs one run to completion unless it is recorded, done or busy; returns done/skipped/busy/failed, or
+    stopped (by SIGTERM: its own, or the sweep's passed on through ``termination``)."""
     outcome = recorded(run, records_dir, prefix)
     if outcome is not None:
         return outcome
@@ -146,12 +178,23 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str) -> str:
             # the log shows progress as it happens; the child takes over the lock
             env = {**os.environ, "PYTHONUNBUFFERED": "1", runs.LOCK_FD_ENV: str(lock.fileno())}
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, pass_fds=(lock.fileno(),))
+            if termination is not None:
+                termination.watch(proc)
             try:
                 returncode = proc.wait()
             except KeyboardInterrupt:
                 _stop(proc)
                 raise
+            finally:
+                if termination is not None:
+                    termination.watch(None)
         wall = time.monotonic() - start
+        if returncode in STOPPED_STATUSES:
+            print(f"{prefix} stopped by SIGTERM ({returncode}); the next sweep resumes it (last.ckpt)", flush=True)
+            return "stopped"
+        if returncode == RUN_BUSY:  # another process took the run between the sweep's look and the child's
+            print(f"{prefix} skipped (running in another process)", flush=True)
+            return "busy"
         if returncode != 0:
             print(f"{prefix} failed ({returncode}); the end of {log_path}:\n{_log_tail(log_path, offset)}", flush=True)
             return "failed"
@@ -180,30 +223,55 @@ def _first_start(log_path: Path) -> str | None:
 
 
 def run_sweep(runs: list[Run], runs_dir: Path, records_dir: Path, dry_run: bool = False) -> int:
-    """Runs (or, dry, prints) ``runs`` in order; returns the exit code (1 if any run failed)."""
+    """Runs (or, dry, prints) ``runs`` in order; returns the exit code: `exit_code` of the outcomes."""
     outcomes: dict[str, list[str]] = {}
-    for i, run in enumerate(runs, 1):
-        prefix = f"[{i}/{len(runs)}] {run.run_name}:"
-        if dry_run:
-            outcome = recorded(run, records_dir, prefix)
-            if outcome is not None:
-                outcomes.setdefault(outcome, []).append(run.run_name)
+    termination = Termination()
+    previous = None if dry_run else signal.signal(signal.SIGTERM, termination)
+    try:
+        for i, run in enumerate(runs, 1):
+            prefix = f"[{i}/{len(runs)}] {run.run_name}:"
+            if dry_run:
+                outcome = recorded(run, records_dir, prefix)
+                if outcome is not None:
+                    outcomes.setdefault(outcome, []).append(run.run_name)
+                    continue
+                state = run_state(runs_dir / run.run_name)
+                if state == "done":
+                    outcomes.setdefault(finished(run, runs_dir / run.run_name, prefix), []).append(run.run_name)
+                else:
+                    cmd = fit_command(run, runs_dir, resume=state == "resume", overwrite=state == "stale")
+                    print(f"{prefix} would {'resume' if state == 'resume' else 'start'}\n    {shlex.join(cmd)}")
                 continue
-            state = run_state(runs_dir / run.run_name)
-            if state == "done":
-                outcomes.setdefault(finished(run, runs_dir / run.run_name, prefix), []).append(run.run_name)
-            else:
-                cmd = fit_command(run, runs_dir, resume=state == "resume", overwrite=state == "stale")
-                print(f"{prefix} would {'resume' if state == 'resume' else 'start'}\n    {shlex.join(cmd)}")
-            continue
-        outcomes.setdefault(execute(run, runs_dir, records_dir, prefix), []).append(run.run_name)
+            if termination.received:  # the job is ending: no run starts now
+                break
+            outcome = execute(run, runs_dir, records_dir, prefix, termination)
+            outcomes.setdefault(outcome, []).append(run.run_name)
+            if outcome == "stopped":  # a time limit stops them all: the next sweep resumes this one first
+                break
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if dry_run:
         return 1 if outcomes.get("failed") else 0
-    print(", ".join(f"{len(outcomes.get(k, []))} {k}" for k in ("done", "skipped", "failed", "busy")))
-    not_finished = outcomes.get("failed", []) + outcomes.get("busy", [])
-    if not_finished:
-        print(f"not finished: {', '.join(not_finished)} (logs: {runs_dir}/<run>/{LOG_FILE}); rerun to retry them.")
-    return 1 if not_finished else 0
+    stopped = bool(outcomes.get("stopped")) or termination.received
+    print(", ".join(f"{len(outcomes.get(k, []))} {k}" for k in ("done", "skipped", "failed", "busy", "stopped")))
+    not_finished = outcomes.get("failed", []) + outcomes.get("busy", []) + outcomes.get("stopped", [])
+    not_started = [r.run_name for r in runs if not any(r.run_name in names for names in outcomes.values())]
+    if not_finished or not_started:
+        names = ", ".join(not_finished + not_started)
+        print(f"not finished: {names} (logs: {runs_dir}/<run>/{LOG_FILE}); rerun to retry them.")
+    return exit_code(stopped, bool(outcomes.get("failed")), bool(outcomes.get("busy")))
+
+
+def exit_code(stopped: bool, failed: bool, busy: bool) -> int:
+    """What a job script reads (docs/resuming.md#exit-codes): stopped by SIGTERM 143 (requeue: the runs are unfinished
+    and the next sweep resumes them; a failed one is retried then too), else a failed run 1, else a run that another
+    process is training 75 (nothing to do here), else 0."""
+    if stopped:
+        return STOPPED
+    if failed:
+        return 1
+    return RUN_BUSY if busy else 0
 
 
 def numbering(runs: tuple[Run, ...]) -> str:
@@ -243,7 +311,13 @@ def main(argv: list[str] | None = None) -> int:
         "--dry_run", action="store_true", help="print the numbering, each run's state and command; run nothing"
     )
     parser.add_argument("--only", action="append", metavar="GLOB", help="only run names matching GLOB (repeatable)")
-    parser.add_argument("--index", type=int, metavar="I", help="run only run I (0-based) of the spec's numbered list")
+    parser.add_argument(
+        "--index",
+        type=int,
+        metavar="I",
+        help="run only run I (0-based) of the spec's numbered list; the runs the report pairs must share a machine: "
+        "pin the tasks to one node, or use --shard",
+    )
     parser.add_argument("--shard", metavar="K/N", help="run only shard K (0..N-1) of N; each seed on one shard")
     parser.add_argument("--runs_dir", type=Path, default=Path("lightning_logs"), help="where the runs are written")
     parser.add_argument(
