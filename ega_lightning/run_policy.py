@@ -201,6 +201,17 @@ def checkpoint_holds_the_model(request: RunRequest, plan: RunPlan) -> str | None
     return None
 
 
+def gradient_clip_val_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
+    clip = request.config["trainer"].get("gradient_clip_val")
+    if clip is None or (isinstance(clip, int | float) and clip >= 0):
+        return None
+    return (
+        f"trainer.gradient_clip_val is {clip}: Lightning clips only to a positive norm and skips any other value "
+        "without a word, so the run would train unclipped. Give a positive norm (base.yaml's is 1.0), or 0 to "
+        "train without clipping."
+    )
+
+
 def max_steps_positive(request: RunRequest, plan: RunPlan) -> str | None:
     if request.command != "fit":
         return None
@@ -252,6 +263,7 @@ REFUSALS: tuple[Refusal, ...] = (
     last_resumes_only_fit,
     checkpoint_holds_the_model,
     max_steps_positive,
+    gradient_clip_val_not_negative,
     val_check_interval_positive,
     checkpoint_every_not_negative,
     run_name_is_a_name,

@@ -123,6 +123,8 @@ def test_an_evaluation_refuses_only_the_model_arguments_the_user_typed():
         ("fit", {"checkpoint_every_n_steps": -1}, "checkpoint_every_n_steps must be >= 0 (0: never), got -1."),
         ("fit", {"run_name": "a/b"}, "--run_name 'a/b' is not a run name"),
         ("validate", {"run_name": ".."}, "--run_name '..' is not a run name"),
+        ("fit", {"trainer.gradient_clip_val": -1.0}, "trainer.gradient_clip_val is -1.0: Lightning clips only"),
+        ("validate", {"trainer.gradient_clip_val": float("nan")}, "trainer.gradient_clip_val is nan: Lightning"),
     ],
 )
 def test_each_refusal_says_what_is_wrong(command, changes, message):
@@ -213,3 +215,8 @@ def test_the_directory_s_state_is_read_under_its_lock(tmp_path):
         free = runs.try_lock(run_dir)
         assert claim.run_dir == run_dir and free is not None
         free.close()
+
+
+@pytest.mark.parametrize("clip", [None, 0, 0.0, 0.5, 1])
+def test_a_gradient_clip_of_zero_or_none_means_no_clipping_and_is_taken(clip):
+    assert plan_run(request(**{"trainer.gradient_clip_val": clip})).lock
