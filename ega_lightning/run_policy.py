@@ -99,21 +99,47 @@ def read_checkpoint(path: Path) -> CheckpointFacts:
 
 def typed_keys(argv: Sequence[str]) -> frozenset[str]:
     """The keys a command line sets, two levels deep (``model.n_embd``, ``trainer.max_steps``, ``run_name``):
-    its ``--key`` flags and the keys of its -c files (already resolved to paths, see
-    `config_files.resolve_config_args`). The merged config cannot tell a key set to its default from one not set."""
+    its ``--key`` flags, the keys of its -c files (already resolved to paths, see
+    `config_files.resolve_config_args`) and those of a section given whole (``--model='{n_embd: 64}'``,
+    ``--model=m.yaml``). The merged config cannot tell a key set to its default from one not set."""
     typed: set[str] = set()
     for i, arg in enumerate(argv):
-        config = argv[i + 1] if arg in ("-c", "--config") and i + 1 < len(argv) else None
-        if arg.startswith("--config="):
-            config = arg.split("=", 1)[1]
-        if config is not None:
-            # a file, or (from Python) the YAML text itself, as jsonargparse takes either
-            content = yaml.safe_load(Path(config).read_text() if Path(config).is_file() else config)
+        flag, has_value, value = arg.partition("=")
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        if flag in ("-c", "--config"):
+            content = _yaml_of(value if has_value else following)
             for section, values in (content if isinstance(content, dict) else {}).items():
                 typed |= {f"{section}.{key}" for key in values} if isinstance(values, dict) else {section}
+        elif flag.startswith("--") and flag.removeprefix("--") in SECTIONS:
+            # --model='{n_embd: 64}' or --model=m.yaml sets the keys of its mapping, as -c does (a section that
+            # is not a mapping, or a flag given without its value, counts as the section itself)
+            content = _yaml_of(value if has_value else following)
+            section = flag.removeprefix("--")
+            typed |= {f"{section}.{key}" for key in content} if isinstance(content, dict) and content else {section}
         elif arg.startswith("--"):
-            typed.add(".".join(arg.removeprefix("--").split("=", 1)[0].split(".")[:2]))
+            typed.add(".".join(flag.removeprefix("--").split(".")[:2]))
     return frozenset(typed)
+
+
+# the config's sections whose flag takes a whole mapping (a file or YAML text), as -c takes the whole config
+SECTIONS = ("model", "data", "trainer")
+
+
+def _yaml_of(value: str | None) -> Any:
+    """A config value as jsonargparse reads it: a file's content, or (from Python, or a flag) the YAML text itself."""
+    if value is None:
+        return None
+    try:
+        return yaml.safe_load(Path(value).read_text() if _is_file(value) else value)
+    except yaml.YAMLError:  # not YAML: the parser has said so already, or takes it as a plain value
+        return None
+
+
+def _is_file(value: str) -> bool:
+    try:
+        return Path(value).is_file()
+    except OSError:  # YAML text too long to be a file name
+        return False
 
 
 def plan_run(request: RunRequest) -> RunPlan:

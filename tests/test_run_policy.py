@@ -220,3 +220,10 @@ def test_the_directory_s_state_is_read_under_its_lock(tmp_path):
 @pytest.mark.parametrize("clip", [None, 0, 0.0, 0.5, 1])
 def test_a_gradient_clip_of_zero_or_none_means_no_clipping_and_is_taken(clip):
     assert plan_run(request(**{"trainer.gradient_clip_val": clip})).lock
+
+
+def test_a_section_flag_types_the_keys_of_its_mapping(tmp_path):
+    (tmp_path / "m.yaml").write_text("n_embd: 64\ngate: fox\n")
+    argv = ["validate", "--model={n_embd: 64}", "--data", str(tmp_path / "m.yaml"), "--trainer=[1]", "--model.bias=x"]
+    assert run_policy.typed_keys(argv) == {"model.n_embd", "data.n_embd", "data.gate", "trainer", "model.bias"}
+    assert run_policy.typed_keys([f"--model={tmp_path / 'm.yaml'}"]) == {"model.n_embd", "model.gate"}
