@@ -227,6 +227,20 @@ def checkpoint_holds_the_model(request: RunRequest, plan: RunPlan) -> str | None
     return None
 
 
+def checkpoint_decides_the_corpus(request: RunRequest, plan: RunPlan) -> str | None:
+    """A corpus the user names (``--data.corpus``, a -c file) unlike the checkpoint's: its model reads the
+    checkpoint's corpus, whose vocabulary it was trained on, and that corpus would replace the one named."""
+    ckpt = request.checkpoint
+    asked = request.config["data"].get("corpus")
+    if ckpt is None or ckpt.corpus is None or "data.corpus" not in request.typed or asked == ckpt.corpus:
+        return None
+    return (
+        f"{ckpt.path} was trained on the corpus {ckpt.corpus}, and this command names {asked}: a checkpoint "
+        f"decides its corpus, so --data.corpus={asked} cannot take effect. Drop it (and any -c corpus file), or "
+        f"train a model on {asked} in a new run (--run_name, without --ckpt_path)."
+    )
+
+
 def gradient_clip_val_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
     clip = request.config["trainer"].get("gradient_clip_val")
     if clip is None or (isinstance(clip, int | float) and clip >= 0):
@@ -288,6 +302,7 @@ def run_dir_can_be_made(request: RunRequest, plan: RunPlan) -> str | None:
 REFUSALS: tuple[Refusal, ...] = (
     last_resumes_only_fit,
     checkpoint_holds_the_model,
+    checkpoint_decides_the_corpus,
     max_steps_positive,
     gradient_clip_val_not_negative,
     val_check_interval_positive,

@@ -222,6 +222,16 @@ def test_a_gradient_clip_of_zero_or_none_means_no_clipping_and_is_taken(clip):
     assert plan_run(request(**{"trainer.gradient_clip_val": clip})).lock
 
 
+def test_the_checkpoint_decides_the_corpus_a_command_names_unlike_it():
+    ckpt = checkpoint(corpus="ptb")
+    for command in ("fit", "validate", "test"):
+        with pytest.raises(UserError, match=r"trained on the corpus ptb, and this command names tinyshakespeare"):
+            plan_run(request(command, typed={"data.corpus"}, ckpt=ckpt, ckpt_path=str(ckpt.path)))
+        # not typed: the config's default, which the checkpoint's corpus replaces
+        assert plan_run(request(command, ckpt=ckpt, ckpt_path=str(ckpt.path))).corpus == "ptb"
+    assert plan_run(request("validate", typed={"data.corpus"}, **{"data.corpus": "ptb"}, ckpt=ckpt)).corpus == "ptb"
+
+
 def test_a_section_flag_types_the_keys_of_its_mapping(tmp_path):
     (tmp_path / "m.yaml").write_text("n_embd: 64\ngate: fox\n")
     argv = ["validate", "--model={n_embd: 64}", "--data", str(tmp_path / "m.yaml"), "--trainer=[1]", "--model.bias=x"]

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
-from .conftest import REPO, SHORT, run_ega
+from .conftest import REPO, SHORT, TINY_MODEL, run_ega
 from .helpers import scalars
 
 
@@ -132,6 +133,7 @@ def test_a_mistake_gets_one_paragraph_no_traceback_and_leaves_nothing(command, m
         "<a latin-1 corpus>": str(corrupt_dir(tmp_path / "d", "Caf\xe9 de Paris\n".encode("latin-1"))),
         "<a checkpoint of the gate powerg>": str(with_gate(checkpoint, "powerg", tmp_path / "powerg.ckpt")),
         "<model.yaml>": str(write(tmp_path / "model.yaml", "n_embd: 64\n")),
+        "<its model.yaml>": str(write(tmp_path / "its.yaml", yaml.safe_dump({"model": {**TINY_MODEL, "gate": "db2"}}))),
     }
     filled = HOLE.sub(lambda hole: shlex.quote(fill[hole.group()]), command)  # a placeholder not here: KeyError
     args = shlex.split(filled)[1:]
