@@ -241,6 +241,47 @@ def checkpoint_decides_the_corpus(request: RunRequest, plan: RunPlan) -> str | N
     )
 
 
+# What AdamW and its schedule are built from: a checkpoint's optimizer and scheduler state (the base learning
+# rates, each group's weight decay, the betas, the step) is restored over the values a command gives.
+OPTIMIZER_KEYS = ("lr", "min_lr", "warmup_steps", "weight_decay", "betas")
+# the gates' values at initialisation, which a checkpoint's weights replace
+INIT_KEYS = ("tau_init", "alpha_init")
+
+
+def checkpoint_holds_the_optimizer(request: RunRequest, plan: RunPlan) -> str | None:
+    """fit from a checkpoint: the optimizer, its schedule and the gates' initial values come from it. Refused: each
+    one the user typed unlike the checkpoint's, and on a resume (``last``, whose config the run records) each
+    optimizer value the config holds unlike the checkpoint's; the packaged config's tau_init and alpha_init,
+    which no user chose, are never refused."""
+    ckpt = request.checkpoint
+    if ckpt is None or request.command not in ("fit", None):
+        return None
+    model = request.config["model"]
+    checked = [k for k in (*OPTIMIZER_KEYS, *INIT_KEYS) if f"model.{k}" in request.typed]
+    if plan.ckpt_path == "last":
+        checked += [k for k in OPTIMIZER_KEYS if k not in checked]
+    differ = [
+        f"{key}: checkpoint {_plain(ckpt.hparams[key])!r}, this command {_plain(model[key])!r}"
+        for key in checked
+        if key in ckpt.hparams and key in model and _plain(ckpt.hparams[key]) != _plain(model[key])
+    ]
+    if not differ:
+        return None
+    if plan.ckpt_path == "last":
+        keep = "Resume with the run's own values (its command, or its config.yaml unedited, plus --ckpt_path last)"
+    else:
+        keep = "Drop those arguments to continue with the checkpoint's values"
+    return (
+        f"{ckpt.path} holds the optimizer, its schedule and the gates' trained values, which a run from it "
+        f"restores, and this command gives others ({'; '.join(differ)}): they would be recorded without taking "
+        f"effect. {keep}, or train a new run with yours (another --run_name, without --ckpt_path)."
+    )
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, list | tuple) else value
+
+
 def gradient_clip_val_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
     clip = request.config["trainer"].get("gradient_clip_val")
     if clip is None or (isinstance(clip, int | float) and clip >= 0):
@@ -303,6 +344,7 @@ REFUSALS: tuple[Refusal, ...] = (
     last_resumes_only_fit,
     checkpoint_holds_the_model,
     checkpoint_decides_the_corpus,
+    checkpoint_holds_the_optimizer,
     max_steps_positive,
     gradient_clip_val_not_negative,
     val_check_interval_positive,

@@ -79,10 +79,10 @@ def test_an_evaluation_takes_no_lock_deletes_nothing_and_writes_no_last_ckpt(com
 
 
 def test_resuming_last_keeps_the_command_s_config_and_resumes_at_the_checkpoint_s_step():
-    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", step=40, corpus="ptb", attention="reference", lr=0.5)
+    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", step=40, corpus="ptb", attention="reference")
     plan = plan_run(request(ckpt=ckpt, ckpt_path="last", run_name="r"))
     assert plan.resume_step == 40
-    assert not plan.merge_checkpoint_model  # the config of a resumed run is its own, lr included
+    assert not plan.merge_checkpoint_model  # the config of a resumed run is its own
     assert plan.kept_model == {"attention": "fused", "eval_znorm": None, "compile": False}  # how the model runs
     assert plan.corpus == "ptb"  # the checkpoint's corpus
     derived = plan_run(request(ckpt=ckpt, ckpt_path="last"))
@@ -230,6 +230,24 @@ def test_the_checkpoint_decides_the_corpus_a_command_names_unlike_it():
         # not typed: the config's default, which the checkpoint's corpus replaces
         assert plan_run(request(command, ckpt=ckpt, ckpt_path=str(ckpt.path))).corpus == "ptb"
     assert plan_run(request("validate", typed={"data.corpus"}, **{"data.corpus": "ptb"}, ckpt=ckpt)).corpus == "ptb"
+
+
+def test_a_fit_from_a_checkpoint_refuses_optimizer_values_its_restored_state_would_override():
+    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", lr=0.5, betas=(0.9, 0.99), tau_init=0.3)
+    model = {"model.betas": [0.9, 0.99], "model.tau_init": 0.0}
+    # a resume records its config: every optimizer value it holds must be the checkpoint's, typed or not
+    with pytest.raises(UserError, match=r"\(lr: checkpoint 0.5, this command 0.001\)"):
+        plan_run(request(ckpt=ckpt, ckpt_path="last", run_name="r", **model))
+    resumed = request(ckpt=ckpt, ckpt_path="last", run_name="r", **model, **{"model.lr": 0.5})
+    assert plan_run(resumed).resume_step == 40  # the packaged tau_init, not typed, is left alone
+    with pytest.raises(UserError, match=r"\(tau_init: checkpoint 0.3, this command 0.0\)"):
+        plan_run(RunRequest("fit", resumed.config, frozenset({"model.tau_init"}), ckpt))
+    # a checkpoint file: its hyper-parameters replace the config's, so only the values typed unlike them
+    other = {"ckpt": ckpt, "ckpt_path": str(ckpt.path), **model}
+    assert plan_run(request(**other)).merge_checkpoint_model
+    with pytest.raises(UserError, match=r"\(lr: checkpoint 0.5, this command 0.001\)\S* .* Drop those arguments"):
+        plan_run(request(typed={"model.lr"}, **other))
+    assert plan_run(request("validate", typed={"model.lr"}, **other)).evaluation == "validate"  # fit's rule
 
 
 def test_a_section_flag_types_the_keys_of_its_mapping(tmp_path):
