@@ -305,6 +305,22 @@ def max_steps_positive(request: RunRequest, plan: RunPlan) -> str | None:
     )
 
 
+def checkpoint_has_steps_left(request: RunRequest, plan: RunPlan) -> str | None:
+    """fit from another run's checkpoint at or past max_steps: the new run would train nothing and hold no
+    checkpoint of its own. (A resume of a finished run, ``last``, ends at once: a sweep may resume a run killed
+    after its final checkpoint.)"""
+    ckpt, steps = request.checkpoint, request.config["trainer"]["max_steps"]
+    if request.command != "fit" or ckpt is None or plan.ckpt_path == "last" or ckpt.global_step is None:
+        return None
+    if steps is None or steps < 1 or ckpt.global_step < steps:
+        return None
+    return (
+        f"{ckpt.path} is at step {ckpt.global_step} and trainer.max_steps is {steps}: a run from it would have "
+        f"nothing to train. Give a --trainer.max_steps above {ckpt.global_step} to train it further, or evaluate "
+        "it with `ega validate --ckpt_path` (or `ega test`)."
+    )
+
+
 def val_check_interval_positive(request: RunRequest, plan: RunPlan) -> str | None:
     interval = request.config["trainer"]["val_check_interval"]
     if not isinstance(interval, int | float) or interval > 0:
@@ -346,6 +362,7 @@ REFUSALS: tuple[Refusal, ...] = (
     checkpoint_decides_the_corpus,
     checkpoint_holds_the_optimizer,
     max_steps_positive,
+    checkpoint_has_steps_left,
     gradient_clip_val_not_negative,
     val_check_interval_positive,
     checkpoint_every_not_negative,

@@ -223,7 +223,7 @@ def test_a_gradient_clip_of_zero_or_none_means_no_clipping_and_is_taken(clip):
 
 
 def test_the_checkpoint_decides_the_corpus_a_command_names_unlike_it():
-    ckpt = checkpoint(corpus="ptb")
+    ckpt = checkpoint(corpus="ptb", step=4)
     for command in ("fit", "validate", "test"):
         with pytest.raises(UserError, match=r"trained on the corpus ptb, and this command names tinyshakespeare"):
             plan_run(request(command, typed={"data.corpus"}, ckpt=ckpt, ckpt_path=str(ckpt.path)))
@@ -233,13 +233,13 @@ def test_the_checkpoint_decides_the_corpus_a_command_names_unlike_it():
 
 
 def test_a_fit_from_a_checkpoint_refuses_optimizer_values_its_restored_state_would_override():
-    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", lr=0.5, betas=(0.9, 0.99), tau_init=0.3)
+    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", step=4, lr=0.5, betas=(0.9, 0.99), tau_init=0.3)
     model = {"model.betas": [0.9, 0.99], "model.tau_init": 0.0}
     # a resume records its config: every optimizer value it holds must be the checkpoint's, typed or not
     with pytest.raises(UserError, match=r"\(lr: checkpoint 0.5, this command 0.001\)"):
         plan_run(request(ckpt=ckpt, ckpt_path="last", run_name="r", **model))
     resumed = request(ckpt=ckpt, ckpt_path="last", run_name="r", **model, **{"model.lr": 0.5})
-    assert plan_run(resumed).resume_step == 40  # the packaged tau_init, not typed, is left alone
+    assert plan_run(resumed).resume_step == 4  # the packaged tau_init, not typed, is left alone
     with pytest.raises(UserError, match=r"\(tau_init: checkpoint 0.3, this command 0.0\)"):
         plan_run(RunRequest("fit", resumed.config, frozenset({"model.tau_init"}), ckpt))
     # a checkpoint file: its hyper-parameters replace the config's, so only the values typed unlike them
@@ -255,3 +255,12 @@ def test_a_section_flag_types_the_keys_of_its_mapping(tmp_path):
     argv = ["validate", "--model={n_embd: 64}", "--data", str(tmp_path / "m.yaml"), "--trainer=[1]", "--model.bias=x"]
     assert run_policy.typed_keys(argv) == {"model.n_embd", "data.n_embd", "data.gate", "trainer", "model.bias"}
     assert run_policy.typed_keys([f"--model={tmp_path / 'm.yaml'}"]) == {"model.n_embd", "model.gate"}
+
+
+def test_a_fit_from_another_run_s_checkpoint_needs_steps_left_to_train():
+    ckpt = checkpoint(step=10)  # CONFIG's max_steps: 10
+    with pytest.raises(UserError, match=r"is at step 10 and trainer.max_steps is 10: a run from it would have noth"):
+        plan_run(request(ckpt=ckpt, ckpt_path=str(ckpt.path)))
+    assert plan_run(request(ckpt=ckpt, ckpt_path=str(ckpt.path), **{"trainer.max_steps": 11})).merge_checkpoint_model
+    assert plan_run(request(ckpt=ckpt, ckpt_path="last")).resume_step == 10  # a finished run's resume ends at once
+    assert plan_run(request("validate", ckpt=ckpt, ckpt_path=str(ckpt.path))).evaluation == "validate"
