@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import time
 import pytest
 import torch
 
-from .conftest import CONFIGS, REPO, TINY_MODEL
+from .conftest import CONFIGS, REPO, SHORT, TINY, TINY_MODEL, run_ega
 from .helpers import logged_steps, scalars
 
 pytestmark = pytest.mark.slow
@@ -161,3 +162,18 @@ def test_nan_stops_training_naming_step_and_cause_and_keeps_last_good_checkpoint
     state = torch.load(last, map_location="cpu", weights_only=False)["state_dict"]
     assert all(torch.isfinite(v).all() for v in state.values() if v.is_floating_point())
     assert not list(last.parent.glob("*.tmp"))  # no half-written file left behind
+
+
+def test_a_moved_run_resumes_and_its_summary_names_its_own_best_checkpoint(tmp_path, checkpoint, data_dir):
+    """A run directory copied elsewhere resumes there; with no validation after the resume, Lightning holds the old
+    directory's best path without its score, and the summary names the run's own best.ckpt (it raised TypeError)."""
+    moved = tmp_path / "lightning_logs" / "tiny"
+    shutil.copytree(checkpoint.parent.parent, moved)
+    args = ["fit", *TINY, *SHORT, "--model.gate=db2", "--run_name=tiny", "--trainer.max_steps=3", "--ckpt_path=last"]
+    result = run_ega(args, tmp_path, env={"EGA_DATA_DIR": str(data_dir)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert torch.load(moved / "checkpoints/last.ckpt", weights_only=True)["global_step"] == 3
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("  best checkpoint  ")]
+    best_step = torch.load(moved / "checkpoints/best.ckpt", weights_only=True)["global_step"]
+    assert line.split()[2:5] == ["lightning_logs/tiny/checkpoints/best.ckpt", "(at", "step"]
+    assert line.split()[5] == f"{best_step},"
