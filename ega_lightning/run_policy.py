@@ -249,17 +249,21 @@ INIT_KEYS = ("tau_init", "alpha_init")
 
 
 def checkpoint_holds_the_optimizer(request: RunRequest, plan: RunPlan) -> str | None:
-    """fit from a checkpoint: the optimizer, its schedule and the gates' initial values come from it. Refused: each
-    one the user typed unlike the checkpoint's, and on a resume (``last``, whose config the run records) each
-    optimizer value the config holds unlike the checkpoint's; the packaged config's tau_init and alpha_init,
-    which no user chose, are never refused."""
+    """fit from a checkpoint: the optimizer, its schedule and the gates' initial values come from it, and from a
+    checkpoint file (whose hyper-parameters replace the config's) every model value but how the model runs.
+    Refused: each one the user typed unlike the checkpoint's, and on a resume (``last``, whose config the run
+    records) each optimizer value the config holds unlike the checkpoint's; the packaged config's tau_init and
+    alpha_init, which no user chose, are never refused. (``dropout`` on a resume is built from the config: it
+    takes effect.)"""
     ckpt = request.checkpoint
     if ckpt is None or request.command not in ("fit", None):
         return None
     model = request.config["model"]
-    checked = [k for k in (*OPTIMIZER_KEYS, *INIT_KEYS) if f"model.{k}" in request.typed]
     if plan.ckpt_path == "last":
-        checked += [k for k in OPTIMIZER_KEYS if k not in checked]
+        checked = [k for k in INIT_KEYS if f"model.{k}" in request.typed] + list(OPTIMIZER_KEYS)
+    else:  # the shape is checkpoint_holds_the_model's
+        replaced = [k for k in model if k not in RUNTIME_KEYS and k not in SHAPE_KEYS]
+        checked = [k for k in replaced if f"model.{k}" in request.typed]
     differ = [
         f"{key}: checkpoint {_plain(ckpt.hparams[key])!r}, this command {_plain(model[key])!r}"
         for key in checked
@@ -272,9 +276,9 @@ def checkpoint_holds_the_optimizer(request: RunRequest, plan: RunPlan) -> str | 
     else:
         keep = "Drop those arguments to continue with the checkpoint's values"
     return (
-        f"{ckpt.path} holds the optimizer, its schedule and the gates' trained values, which a run from it "
-        f"restores, and this command gives others ({'; '.join(differ)}): they would be recorded without taking "
-        f"effect. {keep}, or train a new run with yours (another --run_name, without --ckpt_path)."
+        f"{ckpt.path} decides the hyper-parameters, the optimizer and its schedule and the gates' trained values "
+        f"of a run from it, and this command gives others ({'; '.join(differ)}): they would be recorded without "
+        f"taking effect. {keep}, or train a new run with yours (another --run_name, without --ckpt_path)."
     )
 
 

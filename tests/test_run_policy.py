@@ -233,8 +233,8 @@ def test_the_checkpoint_decides_the_corpus_a_command_names_unlike_it():
 
 
 def test_a_fit_from_a_checkpoint_refuses_optimizer_values_its_restored_state_would_override():
-    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", step=4, lr=0.5, betas=(0.9, 0.99), tau_init=0.3)
-    model = {"model.betas": [0.9, 0.99], "model.tau_init": 0.0}
+    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", step=4, lr=0.5, betas=(0.9, 0.99), tau_init=0.3, dropout=0.0)
+    model = {"model.betas": [0.9, 0.99], "model.tau_init": 0.0, "model.dropout": 0.0}
     # a resume records its config: every optimizer value it holds must be the checkpoint's, typed or not
     with pytest.raises(UserError, match=r"\(lr: checkpoint 0.5, this command 0.001\)"):
         plan_run(request(ckpt=ckpt, ckpt_path="last", run_name="r", **model))
@@ -247,7 +247,12 @@ def test_a_fit_from_a_checkpoint_refuses_optimizer_values_its_restored_state_wou
     assert plan_run(request(**other)).merge_checkpoint_model
     with pytest.raises(UserError, match=r"\(lr: checkpoint 0.5, this command 0.001\)\S* .* Drop those arguments"):
         plan_run(request(typed={"model.lr"}, **other))
+    with pytest.raises(UserError, match=r"\(dropout: checkpoint 0.0, this command 0.2\)"):
+        plan_run(request(typed={"model.dropout", "model.attention"}, **{**other, "model.dropout": 0.2}))
     assert plan_run(request("validate", typed={"model.lr"}, **other)).evaluation == "validate"  # fit's rule
+    # a resume builds its dropout from its config: it takes effect
+    resumed_with = {**other, "ckpt_path": "last", "model.dropout": 0.2, "model.lr": 0.5}
+    assert plan_run(request(typed={"model.dropout"}, **resumed_with)).resume_step == 4
 
 
 def test_a_section_flag_types_the_keys_of_its_mapping(tmp_path):
