@@ -444,6 +444,15 @@ def check_gate(
         raise UserError("The baseline 'none' has no gate to check; name a gate, e.g. linear or my_gates.MyGate.")
     name = gate if isinstance(gate, str) else qualified_name(gate)
     ctx = _Context(gate, options, shape, seed, gate_kind(cls))
+    its_own = [prop for prop, (_, kinds) in PROPERTIES.items() if ctx.kind in kinds]
+    foreign = [prop for prop in properties or [] if prop not in its_own]
+    if foreign:  # checked nowhere, it would pass in silence: "0 properties, all passed"
+        article = "an" if ctx.kind[0] in "aeiou" else "a"
+        concerns = "; ".join(f"{prop}: {' or '.join(PROPERTIES[prop][1])} only" for prop in foreign)
+        raise UserError(
+            f"--only {' '.join(foreign)}: {name} is {article} {ctx.kind}, which has no such property ({concerns}). "
+            f"The properties of {article} {ctx.kind}: {', '.join(its_own)}."
+        )
     check_gate_options(gate, ctx.gate_options())
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tensors this small only lose time to threads (a lot of it on a busy machine)

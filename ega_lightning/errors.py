@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 import sys
@@ -31,6 +32,18 @@ class UserError(ValueError):
     ``EGA_DEBUG=1`` (or ``--debug``) shows the traceback as well. Anything else that escapes is a bug.
     A ValueError, so that code validating its arguments can raise it where a ValueError is expected.
     """
+
+
+class CommandParser(argparse.ArgumentParser):
+    """The parser of an `ega` tool (``prog`` "ega <command>"): a mistake is one line, ``ega <command>: error:
+    ...``, then where --help is, as `ega fit`'s, not argparse's usage before it."""
+
+    def error(self, message: str) -> NoReturn:
+        print(
+            f"{self.prog}: error: {message}\nsee `{self.prog} --help` for the accepted options and values.",
+            file=sys.stderr,
+        )
+        self.exit(2)
 
 
 def debugging() -> bool:

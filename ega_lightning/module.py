@@ -225,6 +225,19 @@ class CharLM(L.LightningModule):
     def on_fit_start(self) -> None:
         self._dropout_seed = torch.initial_seed()  # the run's seed: the CLI seeds every process before fit
 
+    def on_train_start(self) -> None:
+        # A resume restores the rate its checkpoint's last step set, from the schedule as configured then; the
+        # schedule is the one configured now (a raised trainer.max_steps decays to the new end), so the step about
+        # to run takes its rate from it. Unchanged, the same formula gives the same rate, bit for bit.
+        for config in self.trainer.lr_scheduler_configs:
+            scheduler = config.scheduler
+            if isinstance(scheduler, torch.optim.lr_scheduler.LambdaLR):
+                factors = [factor(scheduler.last_epoch) for factor in scheduler.lr_lambdas]
+                for group, base, factor in zip(
+                    scheduler.optimizer.param_groups, scheduler.base_lrs, factors, strict=True
+                ):
+                    group["lr"] = base * factor
+
     def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
         # Dropout masks drawn from (seed, rank, step) alone: a resumed run repeats them exactly.
         if self.hparams.dropout > 0:

@@ -131,21 +131,47 @@ def world_of(trainer: Mapping[str, Any]) -> tuple[int, int] | None:
 
 def typed_keys(argv: Sequence[str]) -> frozenset[str]:
     """The keys a command line sets, two levels deep (``model.n_embd``, ``trainer.max_steps``, ``run_name``):
-    its ``--key`` flags and the keys of its -c files (already resolved to paths, see
-    `config_files.resolve_config_args`). The merged config cannot tell a key set to its default from one not set."""
+    its ``--key`` flags, the keys of its -c files (already resolved to paths, see
+    `config_files.resolve_config_args`) and those of a section given whole (``--model='{n_embd: 64}'``,
+    ``--model=m.yaml``). The merged config cannot tell a key set to its default from one not set."""
     typed: set[str] = set()
     for i, arg in enumerate(argv):
-        config = argv[i + 1] if arg in ("-c", "--config") and i + 1 < len(argv) else None
-        if arg.startswith("--config="):
-            config = arg.split("=", 1)[1]
-        if config is not None:
-            # a file, or (from Python) the YAML text itself, as jsonargparse takes either
-            content = yaml.safe_load(Path(config).read_text() if Path(config).is_file() else config)
+        flag, has_value, value = arg.partition("=")
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        if flag in ("-c", "--config"):
+            content = _yaml_of(value if has_value else following)
             for section, values in (content if isinstance(content, dict) else {}).items():
                 typed |= {f"{section}.{key}" for key in values} if isinstance(values, dict) else {section}
+        elif flag.startswith("--") and flag.removeprefix("--") in SECTIONS:
+            # --model='{n_embd: 64}' or --model=m.yaml sets the keys of its mapping, as -c does (a section that
+            # is not a mapping, or a flag given without its value, counts as the section itself)
+            content = _yaml_of(value if has_value else following)
+            section = flag.removeprefix("--")
+            typed |= {f"{section}.{key}" for key in content} if isinstance(content, dict) and content else {section}
         elif arg.startswith("--"):
-            typed.add(".".join(arg.removeprefix("--").split("=", 1)[0].split(".")[:2]))
+            typed.add(".".join(flag.removeprefix("--").split(".")[:2]))
     return frozenset(typed)
+
+
+# the config's sections whose flag takes a whole mapping (a file or YAML text), as -c takes the whole config
+SECTIONS = ("model", "data", "trainer")
+
+
+def _yaml_of(value: str | None) -> Any:
+    """A config value as jsonargparse reads it: a file's content, or (from Python, or a flag) the YAML text itself."""
+    if value is None:
+        return None
+    try:
+        return yaml.safe_load(Path(value).read_text() if _is_file(value) else value)
+    except yaml.YAMLError:  # not YAML: the parser has said so already, or takes it as a plain value
+        return None
+
+
+def _is_file(value: str) -> bool:
+    try:
+        return Path(value).is_file()
+    except OSError:  # YAML text too long to be a file name
+        return False
 
 
 def plan_run(request: RunRequest) -> RunPlan:
@@ -233,6 +259,76 @@ def checkpoint_holds_the_model(request: RunRequest, plan: RunPlan) -> str | None
     return None
 
 
+def checkpoint_decides_the_corpus(request: RunRequest, plan: RunPlan) -> str | None:
+    """A corpus the user names (``--data.corpus``, a -c file) unlike the checkpoint's: its model reads the
+    checkpoint's corpus, whose vocabulary it was trained on, and that corpus would replace the one named."""
+    ckpt = request.checkpoint
+    asked = request.config["data"].get("corpus")
+    if ckpt is None or ckpt.corpus is None or "data.corpus" not in request.typed or asked == ckpt.corpus:
+        return None
+    return (
+        f"{ckpt.path} was trained on the corpus {ckpt.corpus}, and this command names {asked}: a checkpoint "
+        f"decides its corpus, so --data.corpus={asked} cannot take effect. Drop it (and any -c corpus file), or "
+        f"train a model on {asked} in a new run (--run_name, without --ckpt_path)."
+    )
+
+
+# What AdamW and its schedule are built from: a checkpoint's optimizer and scheduler state (the base learning
+# rates, each group's weight decay, the betas, the step) is restored over the values a command gives.
+OPTIMIZER_KEYS = ("lr", "min_lr", "warmup_steps", "weight_decay", "betas")
+# the gates' values at initialisation, which a checkpoint's weights replace
+INIT_KEYS = ("tau_init", "alpha_init")
+
+
+def checkpoint_holds_the_optimizer(request: RunRequest, plan: RunPlan) -> str | None:
+    """fit from a checkpoint: the optimizer, its schedule and the gates' initial values come from it, and from a
+    checkpoint file (whose hyper-parameters replace the config's) every model value but how the model runs.
+    Refused: each one the user typed unlike the checkpoint's, and on a resume (``last``, whose config the run
+    records) each optimizer value the config holds unlike the checkpoint's; the packaged config's tau_init and
+    alpha_init, which no user chose, are never refused. (``dropout`` on a resume is built from the config: it
+    takes effect.)"""
+    ckpt = request.checkpoint
+    if ckpt is None or request.command not in ("fit", None):
+        return None
+    model = request.config["model"]
+    if plan.ckpt_path == "last":
+        checked = [k for k in INIT_KEYS if f"model.{k}" in request.typed] + list(OPTIMIZER_KEYS)
+    else:  # the shape is checkpoint_holds_the_model's
+        replaced = [k for k in model if k not in RUNTIME_KEYS and k not in SHAPE_KEYS]
+        checked = [k for k in replaced if f"model.{k}" in request.typed]
+    differ = [
+        f"{key}: checkpoint {_plain(ckpt.hparams[key])!r}, this command {_plain(model[key])!r}"
+        for key in checked
+        if key in ckpt.hparams and key in model and _plain(ckpt.hparams[key]) != _plain(model[key])
+    ]
+    if not differ:
+        return None
+    if plan.ckpt_path == "last":
+        keep = "Resume with the run's own values (its command, or its config.yaml unedited, plus --ckpt_path last)"
+    else:
+        keep = "Drop those arguments to continue with the checkpoint's values"
+    return (
+        f"{ckpt.path} decides the hyper-parameters, the optimizer and its schedule and the gates' trained values "
+        f"of a run from it, and this command gives others ({'; '.join(differ)}): they would be recorded without "
+        f"taking effect. {keep}, or train a new run with yours (another --run_name, without --ckpt_path)."
+    )
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, list | tuple) else value
+
+
+def gradient_clip_val_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
+    clip = request.config["trainer"].get("gradient_clip_val")
+    if clip is None or (isinstance(clip, int | float) and clip >= 0):
+        return None
+    return (
+        f"trainer.gradient_clip_val is {clip}: Lightning clips only to a positive norm and skips any other value "
+        "without a word, so the run would train unclipped. Give a positive norm (base.yaml's is 1.0), or 0 to "
+        "train without clipping."
+    )
+
+
 def max_steps_positive(request: RunRequest, plan: RunPlan) -> str | None:
     if request.command != "fit":
         return None
@@ -242,6 +338,22 @@ def max_steps_positive(request: RunRequest, plan: RunPlan) -> str | None:
     return (
         f"trainer.max_steps is {steps}; set a positive number of optimizer steps "
         "(--trainer.max_steps=N): the learning-rate schedule and the data are step-based."
+    )
+
+
+def checkpoint_has_steps_left(request: RunRequest, plan: RunPlan) -> str | None:
+    """fit from another run's checkpoint at or past max_steps: the new run would train nothing and hold no
+    checkpoint of its own. (A resume of a finished run, ``last``, ends at once: a sweep may resume a run killed
+    after its final checkpoint.)"""
+    ckpt, steps = request.checkpoint, request.config["trainer"]["max_steps"]
+    if request.command != "fit" or ckpt is None or plan.ckpt_path == "last" or ckpt.global_step is None:
+        return None
+    if steps is None or steps < 1 or ckpt.global_step < steps:
+        return None
+    return (
+        f"{ckpt.path} is at step {ckpt.global_step} and trainer.max_steps is {steps}: a run from it would have "
+        f"nothing to train. Give a --trainer.max_steps above {ckpt.global_step} to train it further, or evaluate "
+        "it with `ega validate --ckpt_path` (or `ega test`)."
     )
 
 
@@ -306,7 +418,11 @@ def run_dir_can_be_made(request: RunRequest, plan: RunPlan) -> str | None:
 REFUSALS: tuple[Refusal, ...] = (
     last_resumes_only_fit,
     checkpoint_holds_the_model,
+    checkpoint_decides_the_corpus,
+    checkpoint_holds_the_optimizer,
     max_steps_positive,
+    checkpoint_has_steps_left,
+    gradient_clip_val_not_negative,
     val_check_interval_positive,
     checkpoint_every_not_negative,
     run_name_is_a_name,

@@ -71,13 +71,18 @@ def fit_summary(trainer: Any, run_dir: Path, typed: list[str]) -> str:
     """Where a finished fit went: the run directory, the best checkpoint, TensorBoard, and how to resume."""
     done = "finished" if trainer.global_step >= trainer.max_steps else "stopped"
     lines = [f"ega fit: {done} at step {trainer.global_step} of {trainer.max_steps}.", f"  run directory    {run_dir}"]
-    best = _shown(getattr(trainer.checkpoint_callback, "best_model_path", ""))
-    if best:
-        score = trainer.checkpoint_callback.best_model_score
-        monitor = trainer.checkpoint_callback.monitor
-        # no score where Lightning could not reload it (a run directory resumed under another path)
-        value = f"{monitor} {float(score):.4f} " if score is not None else ""
-        lines.append(f"  best checkpoint  {best} ({value}at step {checkpoint_step(best)})")
+    callback = trainer.checkpoint_callback
+    best = _shown(getattr(callback, "best_model_path", ""))
+    score = getattr(callback, "best_model_score", None)
+    # resumed from a checkpoint written in another directory (a moved run): Lightning keeps the old best path and
+    # drops its score, and no validation has scored one since; the run's own best.ckpt is beside its last.ckpt
+    own = Path(callback.dirpath) / Path(best).name if best and getattr(callback, "dirpath", None) else None
+    if best and score is not None:
+        step = checkpoint_step(best)
+        lines.append(f"  best checkpoint  {best} ({callback.monitor} {float(score):.4f} at step {step})")
+    elif own is not None and own.is_file():
+        step = checkpoint_step(own)
+        lines.append(f"  best checkpoint  {_shown(str(own))} (at step {step}, not scored since the move)")
     else:
         lines.append("  best checkpoint  none: no validation ran (trainer.val_check_interval > max_steps?)")
     lines.append(f"  TensorBoard      tensorboard --logdir {run_dir.parent}")

@@ -1,7 +1,9 @@
 """Crash safety through the real CLI: SIGKILL mid-training, resume, same result; NaN stops cleanly."""
 
 import json
+import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -9,8 +11,9 @@ import time
 
 import pytest
 import torch
+import yaml
 
-from .conftest import CONFIGS, REPO, TINY_MODEL
+from .conftest import CONFIGS, REPO, SHORT, TINY, TINY_MODEL, run_ega
 from .helpers import logged_steps, scalars
 
 pytestmark = pytest.mark.slow
@@ -191,3 +194,41 @@ def test_a_resumed_run_keeps_its_gate_maps(tmp_path, env):
         tag = f"gate/map/layer_{layer}"
         assert image_steps(full_dir, tag) == [3, 15]  # the first validation's and the last's
         assert image_steps(killed_dir, tag) == [3, 11, 15]  # and the resumed process's first validation's
+
+
+def test_a_moved_run_resumes_and_its_summary_names_its_own_best_checkpoint(tmp_path, checkpoint, data_dir):
+    """A run directory copied elsewhere resumes there; with no validation after the resume, Lightning holds the old
+    directory's best path without its score, and the summary names the run's own best.ckpt (it raised TypeError)."""
+    moved = tmp_path / "lightning_logs" / "tiny"
+    shutil.copytree(checkpoint.parent.parent, moved)
+    args = ["fit", *TINY, *SHORT, "--model.gate=db2", "--run_name=tiny", "--trainer.max_steps=3", "--ckpt_path=last"]
+    result = run_ega(args, tmp_path, env={"EGA_DATA_DIR": str(data_dir)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert torch.load(moved / "checkpoints/last.ckpt", weights_only=True)["global_step"] == 3
+    (line,) = [line for line in result.stdout.splitlines() if line.startswith("  best checkpoint  ")]
+    best_step = torch.load(moved / "checkpoints/best.ckpt", weights_only=True)["global_step"]
+    assert line.split()[2:5] == ["lightning_logs/tiny/checkpoints/best.ckpt", "(at", "step"]
+    assert line.split()[5] == f"{best_step},"
+
+
+def test_a_resume_with_more_steps_follows_the_schedule_to_the_new_end(tmp_path, data_dir):
+    """trainer.max_steps raised on a resume is recorded and applied from the first resumed step: the learning rate
+    of every step is the schedule's to the new end (the checkpoint holds the rate its last step set for the old)."""
+    lr, min_lr = 1e-3, 1e-4
+    run = ["fit", *TINY, "--model.warmup_steps=1", f"--model.lr={lr}", f"--model.min_lr={min_lr}", "--run_name=r"]
+    run += ["--trainer.val_check_interval=2", "--trainer.log_every_n_steps=1", "--trainer.enable_progress_bar=false"]
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    first = run_ega([*run, "--trainer.max_steps=2"], tmp_path, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = run_ega([*run, "--trainer.max_steps=6", "--ckpt_path=last"], tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    run_dir = tmp_path / "lightning_logs/r"
+
+    def rate(step: int, max_steps: int) -> float:  # CharLM's schedule: warm-up of one step, then cosine to min_lr
+        progress = min(1.0, (step - 1) / (max_steps - 1))
+        return lr if step < 1 else min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * progress))
+
+    logged = [value for _, value in sorted(scalars(run_dir, "train/lr").items())]
+    expected = [rate(0, 2), rate(1, 2), *(rate(step, 6) for step in range(2, 6))]
+    assert logged == pytest.approx(expected, rel=1e-6)
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["trainer"]["max_steps"] == 6

@@ -115,6 +115,7 @@ def test_a_checkpoint_of_another_run_never_lands_in_an_existing_one(tmp_path, da
         "--run_name=lin",
         "--model.gate=multiscale",
         "--model.gate_options={scales: 2}",
+        "--trainer.max_steps=6",  # steps left to train after the checkpoint's 4
         f"--ckpt_path={other}",
     )
     assert "already holds a run" in error_of(result) and "would mix two runs" in error_of(result)

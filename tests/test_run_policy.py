@@ -79,10 +79,10 @@ def test_an_evaluation_takes_no_lock_deletes_nothing_and_writes_no_last_ckpt(com
 
 
 def test_resuming_last_keeps_the_command_s_config_and_resumes_at_the_checkpoint_s_step():
-    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", step=40, corpus="ptb", attention="reference", lr=0.5)
+    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", step=40, corpus="ptb", attention="reference")
     plan = plan_run(request(ckpt=ckpt, ckpt_path="last", run_name="r"))
     assert plan.resume_step == 40
-    assert not plan.merge_checkpoint_model  # the config of a resumed run is its own, lr included
+    assert not plan.merge_checkpoint_model  # the config of a resumed run is its own
     assert plan.kept_model == {"attention": "fused", "eval_znorm": None, "compile": False}  # how the model runs
     assert plan.corpus == "ptb"  # the checkpoint's corpus
     derived = plan_run(request(ckpt=ckpt, ckpt_path="last"))
@@ -123,6 +123,8 @@ def test_an_evaluation_refuses_only_the_model_arguments_the_user_typed():
         ("fit", {"checkpoint_every_n_steps": -1}, "checkpoint_every_n_steps must be >= 0 (0: never), got -1."),
         ("fit", {"run_name": "a/b"}, "--run_name 'a/b' is not a run name"),
         ("validate", {"run_name": ".."}, "--run_name '..' is not a run name"),
+        ("fit", {"trainer.gradient_clip_val": -1.0}, "trainer.gradient_clip_val is -1.0: Lightning clips only"),
+        ("validate", {"trainer.gradient_clip_val": float("nan")}, "trainer.gradient_clip_val is nan: Lightning"),
     ],
 )
 def test_each_refusal_says_what_is_wrong(command, changes, message):
@@ -213,3 +215,57 @@ def test_the_directory_s_state_is_read_under_its_lock(tmp_path):
         free = runs.try_lock(run_dir)
         assert claim.run_dir == run_dir and free is not None
         free.close()
+
+
+@pytest.mark.parametrize("clip", [None, 0, 0.0, 0.5, 1])
+def test_a_gradient_clip_of_zero_or_none_means_no_clipping_and_is_taken(clip):
+    assert plan_run(request(**{"trainer.gradient_clip_val": clip})).lock
+
+
+def test_the_checkpoint_decides_the_corpus_a_command_names_unlike_it():
+    ckpt = checkpoint(corpus="ptb", step=4)
+    for command in ("fit", "validate", "test"):
+        with pytest.raises(UserError, match=r"trained on the corpus ptb, and this command names tinyshakespeare"):
+            plan_run(request(command, typed={"data.corpus"}, ckpt=ckpt, ckpt_path=str(ckpt.path)))
+        # not typed: the config's default, which the checkpoint's corpus replaces
+        assert plan_run(request(command, ckpt=ckpt, ckpt_path=str(ckpt.path))).corpus == "ptb"
+    assert plan_run(request("validate", typed={"data.corpus"}, **{"data.corpus": "ptb"}, ckpt=ckpt)).corpus == "ptb"
+
+
+def test_a_fit_from_a_checkpoint_refuses_optimizer_values_its_restored_state_would_override():
+    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", step=4, lr=0.5, betas=(0.9, 0.99), tau_init=0.3, dropout=0.0)
+    model = {"model.betas": [0.9, 0.99], "model.tau_init": 0.0, "model.dropout": 0.0}
+    # a resume records its config: every optimizer value it holds must be the checkpoint's, typed or not
+    with pytest.raises(UserError, match=r"\(lr: checkpoint 0.5, this command 0.001\)"):
+        plan_run(request(ckpt=ckpt, ckpt_path="last", run_name="r", **model))
+    resumed = request(ckpt=ckpt, ckpt_path="last", run_name="r", **model, **{"model.lr": 0.5})
+    assert plan_run(resumed).resume_step == 4  # the packaged tau_init, not typed, is left alone
+    with pytest.raises(UserError, match=r"\(tau_init: checkpoint 0.3, this command 0.0\)"):
+        plan_run(RunRequest("fit", resumed.config, frozenset({"model.tau_init"}), ckpt))
+    # a checkpoint file: its hyper-parameters replace the config's, so only the values typed unlike them
+    other = {"ckpt": ckpt, "ckpt_path": str(ckpt.path), **model}
+    assert plan_run(request(**other)).merge_checkpoint_model
+    with pytest.raises(UserError, match=r"\(lr: checkpoint 0.5, this command 0.001\)\S* .* Drop those arguments"):
+        plan_run(request(typed={"model.lr"}, **other))
+    with pytest.raises(UserError, match=r"\(dropout: checkpoint 0.0, this command 0.2\)"):
+        plan_run(request(typed={"model.dropout", "model.attention"}, **{**other, "model.dropout": 0.2}))
+    assert plan_run(request("validate", typed={"model.lr"}, **other)).evaluation == "validate"  # fit's rule
+    # a resume builds its dropout from its config: it takes effect
+    resumed_with = {**other, "ckpt_path": "last", "model.dropout": 0.2, "model.lr": 0.5}
+    assert plan_run(request(typed={"model.dropout"}, **resumed_with)).resume_step == 4
+
+
+def test_a_section_flag_types_the_keys_of_its_mapping(tmp_path):
+    (tmp_path / "m.yaml").write_text("n_embd: 64\ngate: fox\n")
+    argv = ["validate", "--model={n_embd: 64}", "--data", str(tmp_path / "m.yaml"), "--trainer=[1]", "--model.bias=x"]
+    assert run_policy.typed_keys(argv) == {"model.n_embd", "data.n_embd", "data.gate", "trainer", "model.bias"}
+    assert run_policy.typed_keys([f"--model={tmp_path / 'm.yaml'}"]) == {"model.n_embd", "model.gate"}
+
+
+def test_a_fit_from_another_run_s_checkpoint_needs_steps_left_to_train():
+    ckpt = checkpoint(step=10)  # CONFIG's max_steps: 10
+    with pytest.raises(UserError, match=r"is at step 10 and trainer.max_steps is 10: a run from it would have noth"):
+        plan_run(request(ckpt=ckpt, ckpt_path=str(ckpt.path)))
+    assert plan_run(request(ckpt=ckpt, ckpt_path=str(ckpt.path), **{"trainer.max_steps": 11})).merge_checkpoint_model
+    assert plan_run(request(ckpt=ckpt, ckpt_path="last")).resume_step == 10  # a finished run's resume ends at once
+    assert plan_run(request("validate", ckpt=ckpt, ckpt_path=str(ckpt.path))).evaluation == "validate"

@@ -5,14 +5,16 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
-from .conftest import REPO, SHORT, run_ega
+from .conftest import REPO, SHORT, TINY, TINY_MODEL, run_ega
 from .helpers import scalars
 
 
@@ -131,6 +133,8 @@ def test_a_mistake_gets_one_paragraph_no_traceback_and_leaves_nothing(command, m
         "<an empty corpus>": str(corrupt_dir(tmp_path / "c", b"")),
         "<a latin-1 corpus>": str(corrupt_dir(tmp_path / "d", "Caf\xe9 de Paris\n".encode("latin-1"))),
         "<a checkpoint of the gate powerg>": str(with_gate(checkpoint, "powerg", tmp_path / "powerg.ckpt")),
+        "<model.yaml>": str(write(tmp_path / "model.yaml", "n_embd: 64\n")),
+        "<its model.yaml>": str(write(tmp_path / "its.yaml", yaml.safe_dump({"model": {**TINY_MODEL, "gate": "db2"}}))),
     }
     filled = HOLE.sub(lambda hole: shlex.quote(fill[hole.group()]), command)  # a placeholder not here: KeyError
     args = shlex.split(filled)[1:]
@@ -200,3 +204,34 @@ def test_validate_takes_the_runtime_attention_from_the_command_not_the_checkpoin
         (losses[attention],) = scalars(run_dir, "val/loss").values()
     assert losses["fused"] == pytest.approx(losses["reference"], abs=1e-4)
     assert torch.load(checkpoint, weights_only=True)["hyper_parameters"]["attention"] == "fused"
+
+
+@pytest.mark.slow
+def test_a_resume_refuses_optimizer_values_its_checkpoint_would_override(tmp_path, checkpoint, data_dir):
+    """`--ckpt_path last` restores the optimizer and its schedule: a new lr or weight decay, by a flag or an edited
+    config.yaml, is refused and the run is left as it was; the run's own config resumes."""
+    run_dir = tmp_path / "lightning_logs" / "tiny"
+    shutil.copytree(checkpoint.parent.parent, run_dir)
+    saved = torch.load(run_dir / "checkpoints/last.ckpt", weights_only=True)["hyper_parameters"]
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    edited = write(tmp_path / "edited.yaml", yaml.safe_dump({**config, "model": {**config["model"], "lr": 0.5}}))
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    run = ["fit", *TINY, *SHORT, "--model.gate=db2", "--run_name=tiny", "--ckpt_path=last"]
+    for args, key, value in [
+        ([*run, "--model.lr=0.5"], "lr", 0.5),
+        ([*run, "--model.weight_decay=0.9"], "weight_decay", 0.9),
+        (["fit", "-c", str(edited), "--ckpt_path=last"], "lr", 0.5),
+    ]:
+        result = run_ega(args, tmp_path, env=env)
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert "Traceback" not in result.stderr
+        (line,) = [line for line in result.stderr.splitlines() if line.startswith("ega fit: error: ")]
+        assert f"({key}: checkpoint {saved[key]!r}, this command {value!r})" in line
+        assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    own = ["fit", "-c", str(run_dir / "config.yaml"), "--trainer.max_steps=4", "--ckpt_path=last"]
+    resumed = run_ega(own, tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    last = torch.load(run_dir / "checkpoints/last.ckpt", weights_only=True)
+    assert last["global_step"] == 4 and last["lr_schedulers"][0]["base_lrs"] == [saved["lr"]] * 2
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["lr"] == saved["lr"]

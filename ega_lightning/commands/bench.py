@@ -32,13 +32,13 @@ from ega_lightning.bench.settings import gate_settings, size_settings
 from ega_lightning.bench.table import to_markdown
 from ega_lightning.config_files import configs_dir
 from ega_lightning.devices import usable_device
-from ega_lightning.errors import UserError
+from ega_lightning.errors import CommandParser, UserError
 from ega_lightning.io import write_atomic
 from ega_lightning.seeding import seed_argument
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ega bench", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="ega bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", nargs="+", default=["cpu", "paper"], help="model sizes from configs/size/")
     parser.add_argument("--gates", nargs="+", default=None, help="gate configs from configs/gate/ (default: all)")
     parser.add_argument(

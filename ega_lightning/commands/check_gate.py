@@ -9,18 +9,17 @@ which tests call directly; this module only parses the command line and prints t
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import yaml
 
 from ega_lightning.conformance import PROPERTIES, Shape, check_gate
-from ega_lightning.errors import UserError
+from ega_lightning.errors import CommandParser, UserError
 from ega_lightning.seeding import seed_argument
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ega check-gate", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="ega check-gate", description=__doc__.split("\n\n")[0])
     parser.add_argument("gate", help="a gate name (ega gates lists them) or an import path, e.g. my_gates.MyGate")
     parser.add_argument("--options", default="{}", help="gate options as YAML, e.g. '{scales: 4}'")
     parser.add_argument("--n_layer", type=int, default=Shape.n_layer, help=f"layers (default {Shape.n_layer})")

@@ -7,13 +7,12 @@ ega gates --n_embd 256 --n_head 8      # parameters per layer at the paper size
 
 from __future__ import annotations
 
-import argparse
 import inspect
 import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ega_lightning.errors import UserError
+from ega_lightning.errors import CommandParser, UserError
 from ega_lightning.gates.base import Gate
 from ega_lightning.gates.registry import (
     NO_GATE,
@@ -71,7 +70,7 @@ def describe(name: str, n_embd: int, n_head: int) -> GateInfo:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="ega gates", description=__doc__.split("\n\n")[0])
+    parser = CommandParser(prog="ega gates", description=__doc__.split("\n\n")[0])
     parser.add_argument("gates", nargs="*", help="names or import paths to describe (default: every gate found)")
     parser.add_argument("--n_embd", type=int, default=128, help="layer width for the parameter count (default: cpu)")
     parser.add_argument("--n_head", type=int, default=4, help="heads for the parameter count (default: cpu)")

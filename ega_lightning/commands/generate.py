@@ -8,18 +8,18 @@ checkpoint and prints.
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import time
 
 from ega_lightning.devices import usable_device
+from ega_lightning.errors import CommandParser
 from ega_lightning.generation import check_causal, stream
 from ega_lightning.seeding import seed_argument
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="ega generate", description="Sample text from a CharLM checkpoint.")
+    parser = CommandParser(prog="ega generate", description="Sample text from a CharLM checkpoint.")
     parser.add_argument("--ckpt_path", required=True, help="a checkpoint written by `ega fit`")
     parser.add_argument("--prompt", default="\n", help="text to continue (only characters of the model's vocabulary)")
     parser.add_argument("--max_new_tokens", type=int, default=500, help="characters to sample (default 500)")

@@ -9,19 +9,18 @@ JSON's format is the report's reader's, `ega_lightning.experiments.landscapes`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from ega_lightning.errors import UserError
+from ega_lightning.errors import CommandParser, UserError
 from ega_lightning.experiments.landscapes import FORMAT
 from ega_lightning.io import write_atomic
 from ega_lightning.landscape import ALPHA_SCALES, TAU_SHIFTS, Z_EDGES, evaluate_checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="ega landscape",
         description="Validation loss with tau shifted and alpha scaled, the fraction above tau per head and "
         "the z histogram, from checkpoints; writes one JSON.",

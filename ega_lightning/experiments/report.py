@@ -20,12 +20,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from ega_lightning.errors import UserError
+from ega_lightning.errors import CommandParser, UserError
 from ega_lightning.experiments.reporting import RECORDS_DIR, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="ega report",
         description=__doc__.split("\n", 1)[1],  # what it reads and writes, and the conventions, as documented above
         formatter_class=argparse.RawDescriptionHelpFormatter,

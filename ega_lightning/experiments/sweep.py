@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from ega_lightning import runs
-from ega_lightning.errors import RUN_BUSY, STOPPED, UserError
+from ega_lightning.errors import RUN_BUSY, STOPPED, CommandParser, UserError
 from ega_lightning.experiments import spec as spec_module
 from ega_lightning.experiments.records import RecordError, load_record, record_path
 from ega_lightning.experiments.rundirs import (
@@ -301,7 +301,7 @@ def choose(sweep: spec_module.Sweep, only: list[str] | None, index: int | None, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="ega sweep",
         description=__doc__.split("\n", 1)[1] + "\n" + spec_module.__doc__.split("\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
