@@ -248,6 +248,18 @@ def run_dir_can_be_made(request: RunRequest, plan: RunPlan) -> str | None:
     )
 
 
+def evaluation_has_a_checkpoint(request: RunRequest, plan: RunPlan) -> str | None:
+    # without one Lightning evaluates the freshly initialised model, and logs it as the evaluation of the run
+    # its config names: a number no one asked for, filed under a run it does not belong to
+    if request.command not in ("validate", "test") or plan.ckpt_path:
+        return None
+    return (
+        f"no --ckpt_path: ega {request.command} evaluates a checkpoint, so give one, e.g. --ckpt_path "
+        "lightning_logs/<run>/checkpoints/best.ckpt (ega fit writes it). Without one it would evaluate the "
+        "untrained model."
+    )
+
+
 REFUSALS: tuple[Refusal, ...] = (
     last_resumes_only_fit,
     checkpoint_holds_the_model,
@@ -256,4 +268,5 @@ REFUSALS: tuple[Refusal, ...] = (
     checkpoint_every_not_negative,
     run_name_is_a_name,
     run_dir_can_be_made,
+    evaluation_has_a_checkpoint,
 )

@@ -73,7 +73,8 @@ def test_a_fresh_fit_is_planned_into_the_directory_its_config_names():
 
 @pytest.mark.parametrize("command", ["validate", "test"])
 def test_an_evaluation_takes_no_lock_deletes_nothing_and_writes_no_last_ckpt(command):
-    plan = plan_run(request(command, overwrite=True, checkpoint_every_n_steps=5))
+    ckpt = checkpoint("runs/r/checkpoints/best.ckpt")
+    plan = plan_run(request(command, ckpt=ckpt, ckpt_path=str(ckpt.path), overwrite=True, checkpoint_every_n_steps=5))
     assert (plan.lock, plan.clear_old_run, plan.last_every) == (False, False, 0)
     assert plan_run(request(None, checkpoint_every_n_steps=5)).last_every == 5  # the Python API builds a fit's
 
@@ -123,6 +124,7 @@ def test_an_evaluation_refuses_only_the_model_arguments_the_user_typed():
         ("fit", {"checkpoint_every_n_steps": -1}, "checkpoint_every_n_steps must be >= 0 (0: never), got -1."),
         ("fit", {"run_name": "a/b"}, "--run_name 'a/b' is not a run name"),
         ("validate", {"run_name": ".."}, "--run_name '..' is not a run name"),
+        ("validate", {}, "no --ckpt_path: ega validate evaluates a checkpoint"),
     ],
 )
 def test_each_refusal_says_what_is_wrong(command, changes, message):
@@ -133,7 +135,8 @@ def test_each_refusal_says_what_is_wrong(command, changes, message):
 
 @pytest.mark.parametrize("changes", [{"trainer.max_steps": 0}, {"trainer.max_steps": None}])
 def test_max_steps_is_fit_s_alone(changes):
-    assert plan_run(request("validate", **changes)).lock is False
+    ckpt = checkpoint("runs/r/checkpoints/best.ckpt")
+    assert plan_run(request("validate", ckpt=ckpt, ckpt_path=str(ckpt.path), **changes)).lock is False
 
 
 def test_a_run_directory_under_a_file_is_refused(tmp_path):
@@ -207,7 +210,10 @@ def test_the_directory_s_state_is_read_under_its_lock(tmp_path):
     with runs.RunClaim() as claim, pytest.raises(runs.RunBusy, match="in use by another process"):
         run_policy.claim_run_dir(plan, claim)
     held.close()
-    evaluation = plan_run(request("validate", runs_dir=str(tmp_path), run_name="r"))
+    ckpt = checkpoint(str(run_dir / runs.LAST))
+    evaluation = plan_run(
+        request("validate", ckpt=ckpt, ckpt_path=str(ckpt.path), runs_dir=str(tmp_path), run_name="r")
+    )
     with runs.RunClaim() as claim:
         run_policy.claim_run_dir(evaluation, claim)  # no lock, no state check
         free = runs.try_lock(run_dir)
