@@ -260,10 +260,26 @@ def evaluation_has_a_checkpoint(request: RunRequest, plan: RunPlan) -> str | Non
     )
 
 
+def continuing_trains_something(request: RunRequest, plan: RunPlan) -> str | None:
+    # `last` of a finished run is left alone: ega sweep resumes a run stopped between its last
+    # checkpoint and its DONE, and Lightning ends that fit at once
+    ckpt, steps = request.checkpoint, request.config["trainer"]["max_steps"]
+    if request.command != "fit" or ckpt is None or plan.ckpt_path == "last" or ckpt.global_step is None:
+        return None
+    if steps is None or steps < 1 or ckpt.global_step < steps:  # max_steps below 1: max_steps_positive says it
+        return None
+    return (
+        f"{ckpt.path} is at step {ckpt.global_step} and trainer.max_steps is {steps}, so continuing it would train "
+        f"nothing. Raise --trainer.max_steps above {ckpt.global_step} to train it on, or evaluate it with "
+        f"ega validate --ckpt_path {ckpt.path}."
+    )
+
+
 REFUSALS: tuple[Refusal, ...] = (
     last_resumes_only_fit,
     checkpoint_holds_the_model,
     max_steps_positive,
+    continuing_trains_something,
     val_check_interval_positive,
     checkpoint_every_not_negative,
     run_name_is_a_name,

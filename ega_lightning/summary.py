@@ -72,7 +72,8 @@ def fit_summary(trainer: Any, run_dir: Path, typed: list[str]) -> str:
     done = "finished" if trainer.global_step >= trainer.max_steps else "stopped"
     lines = [f"ega fit: {done} at step {trainer.global_step} of {trainer.max_steps}.", f"  run directory    {run_dir}"]
     best = _shown(getattr(trainer.checkpoint_callback, "best_model_path", ""))
-    if best:
+    # a continued run restores its checkpoint's best path, not its score, and may not validate before it ends
+    if best and trainer.checkpoint_callback.best_model_score is not None:
         score = trainer.checkpoint_callback.best_model_score
         monitor = trainer.checkpoint_callback.monitor
         lines.append(f"  best checkpoint  {best} ({monitor} {float(score):.4f} at step {checkpoint_step(best)})")

@@ -129,6 +129,17 @@ def test_a_checkpoint_of_another_run_never_lands_in_an_existing_one(tmp_path, da
 
 
 @pytest.mark.slow
+def test_a_continued_checkpoint_that_ends_before_validating_names_no_best_checkpoint(tmp_path, data_dir):
+    assert fit(tmp_path, data_dir, "--run_name=first").returncode == 0
+    other = tmp_path / "lightning_logs/first/checkpoints/last.ckpt"  # at step 4, its best.ckpt beside it
+    result = fit(tmp_path, data_dir, "--run_name=cont", f"--ckpt_path={other}", "--trainer.max_steps=5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (best,) = [line.split(maxsplit=2)[2] for line in result.stdout.splitlines() if line.startswith("  best checkpoint")]
+    assert best.startswith("none: no validation ran")  # not the other run's best.ckpt, which this run never wrote
+    assert (tmp_path / "lightning_logs/cont" / runs.LAST).is_file()  # and it can be resumed
+
+
+@pytest.mark.slow
 def test_a_run_stopped_before_its_first_last_ckpt_is_started_over_by_one_flag(tmp_path, data_dir):
     # never a last.ckpt (as when killed between the first best.ckpt and the first last.ckpt)
     assert fit(tmp_path, data_dir, "--run_name=r", "--checkpoint_every_n_steps=0").returncode == 0

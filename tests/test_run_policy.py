@@ -125,11 +125,16 @@ def test_an_evaluation_refuses_only_the_model_arguments_the_user_typed():
         ("fit", {"run_name": "a/b"}, "--run_name 'a/b' is not a run name"),
         ("validate", {"run_name": ".."}, "--run_name '..' is not a run name"),
         ("validate", {}, "no --ckpt_path: ega validate evaluates a checkpoint"),
+        ("fit", {"ckpt": checkpoint(step=10)}, "other/model.ckpt is at step 10 and trainer.max_steps is 10"),
     ],
 )
 def test_each_refusal_says_what_is_wrong(command, changes, message):
+    changes = dict(changes)
+    ckpt = changes.pop("ckpt", None)
+    if ckpt is not None:
+        changes = {**changes, "ckpt_path": str(ckpt.path)}
     with pytest.raises(UserError) as refused:
-        plan_run(request(command, **changes))
+        plan_run(request(command, ckpt=ckpt, **changes))
     assert str(refused.value).startswith(message)
 
 
