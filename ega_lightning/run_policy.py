@@ -275,12 +275,23 @@ def continuing_trains_something(request: RunRequest, plan: RunPlan) -> str | Non
     )
 
 
+def accumulate_grad_batches_positive(request: RunRequest, plan: RunPlan) -> str | None:
+    batches = request.config["trainer"].get("accumulate_grad_batches", 1)
+    if not isinstance(batches, int) or batches >= 1:
+        return None
+    return (
+        f"trainer.accumulate_grad_batches is {batches}; set a positive number of batches per optimizer step "
+        "(--trainer.accumulate_grad_batches=N, 1: every batch is a step)."
+    )
+
+
 REFUSALS: tuple[Refusal, ...] = (
     last_resumes_only_fit,
     checkpoint_holds_the_model,
     max_steps_positive,
     continuing_trains_something,
     val_check_interval_positive,
+    accumulate_grad_batches_positive,
     checkpoint_every_not_negative,
     run_name_is_a_name,
     run_dir_can_be_made,

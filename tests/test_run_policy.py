@@ -124,6 +124,7 @@ def test_an_evaluation_refuses_only_the_model_arguments_the_user_typed():
         ("fit", {"checkpoint_every_n_steps": -1}, "checkpoint_every_n_steps must be >= 0 (0: never), got -1."),
         ("fit", {"run_name": "a/b"}, "--run_name 'a/b' is not a run name"),
         ("validate", {"run_name": ".."}, "--run_name '..' is not a run name"),
+        ("fit", {"trainer.accumulate_grad_batches": 0}, "trainer.accumulate_grad_batches is 0; set a positive"),
         ("validate", {}, "no --ckpt_path: ega validate evaluates a checkpoint"),
         ("fit", {"ckpt": checkpoint(step=10)}, "other/model.ckpt is at step 10 and trainer.max_steps is 10"),
     ],
