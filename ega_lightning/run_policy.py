@@ -285,6 +285,19 @@ def accumulate_grad_batches_positive(request: RunRequest, plan: RunPlan) -> str 
     )
 
 
+SEEDS = 2**32  # numpy's random generator, which Lightning's seed_everything seeds, takes [0, 2**32)
+
+
+def seed_in_range(request: RunRequest, plan: RunPlan) -> str | None:
+    seed = request.config.get("seed_everything")
+    if not isinstance(seed, int) or isinstance(seed, bool) or 0 <= seed < SEEDS:
+        return None  # a bool is refused where the data's seed is linked to it (lightning_cli._seed_for_data)
+    return (
+        f"seed_everything is {seed}; set an integer in [0, 2**32) (e.g. --seed_everything=1337), the range "
+        "numpy's random generator takes."
+    )
+
+
 REFUSALS: tuple[Refusal, ...] = (
     last_resumes_only_fit,
     checkpoint_holds_the_model,
@@ -293,6 +306,7 @@ REFUSALS: tuple[Refusal, ...] = (
     val_check_interval_positive,
     accumulate_grad_batches_positive,
     checkpoint_every_not_negative,
+    seed_in_range,
     run_name_is_a_name,
     run_dir_can_be_made,
     evaluation_has_a_checkpoint,
