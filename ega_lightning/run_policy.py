@@ -298,6 +298,25 @@ def seed_in_range(request: RunRequest, plan: RunPlan) -> str | None:
     )
 
 
+NAME_MAX = 255  # bytes in one directory name on Linux's and macOS's filesystems
+
+
+def run_name_fits_a_directory_name(request: RunRequest, plan: RunPlan) -> str | None:
+    name = plan.run_dir.name
+    size = len(name.encode())
+    if size <= NAME_MAX:
+        return None
+    if request.config.get("run_name"):
+        return (
+            f"--run_name {name!r} is {size} bytes long, and a directory name may have at most {NAME_MAX}: "
+            "give a shorter --run_name."
+        )
+    return (
+        f"the run name derived from the config, {name!r}, is {size} bytes long, and a directory name may have "
+        f"at most {NAME_MAX}: give a shorter one with --run_name."
+    )
+
+
 REFUSALS: tuple[Refusal, ...] = (
     last_resumes_only_fit,
     checkpoint_holds_the_model,
@@ -308,6 +327,7 @@ REFUSALS: tuple[Refusal, ...] = (
     checkpoint_every_not_negative,
     seed_in_range,
     run_name_is_a_name,
+    run_name_fits_a_directory_name,
     run_dir_can_be_made,
     evaluation_has_a_checkpoint,
 )

@@ -127,6 +127,7 @@ def test_an_evaluation_refuses_only_the_model_arguments_the_user_typed():
         ("fit", {"trainer.accumulate_grad_batches": 0}, "trainer.accumulate_grad_batches is 0; set a positive"),
         ("fit", {"seed_everything": -1}, "seed_everything is -1; set an integer in [0, 2**32)"),
         ("test", {"seed_everything": 2**40}, f"seed_everything is {2**40}; set an integer in [0, 2**32)"),
+        ("fit", {"run_name": "r" * 256}, f"--run_name '{'r' * 256}' is 256 bytes long"),
         ("validate", {}, "no --ckpt_path: ega validate evaluates a checkpoint"),
         ("fit", {"ckpt": checkpoint(step=10)}, "other/model.ckpt is at step 10 and trainer.max_steps is 10"),
     ],

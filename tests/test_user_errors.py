@@ -131,6 +131,7 @@ def test_a_mistake_gets_one_paragraph_no_traceback_and_leaves_nothing(command, m
         "<an empty corpus>": str(corrupt_dir(tmp_path / "c", b"")),
         "<a latin-1 corpus>": str(corrupt_dir(tmp_path / "d", "Caf\xe9 de Paris\n".encode("latin-1"))),
         "<a checkpoint of the gate powerg>": str(with_gate(checkpoint, "powerg", tmp_path / "powerg.ckpt")),
+        "<a 300-character name>": "r" * 300,
     }
     filled = HOLE.sub(lambda hole: shlex.quote(fill[hole.group()]), command)  # a placeholder not here: KeyError
     args = shlex.split(filled)[1:]
