@@ -131,8 +131,10 @@ def test_a_mistake_gets_one_paragraph_no_traceback_and_leaves_nothing(command, m
         "<an empty corpus>": str(corrupt_dir(tmp_path / "c", b"")),
         "<a latin-1 corpus>": str(corrupt_dir(tmp_path / "d", "Caf\xe9 de Paris\n".encode("latin-1"))),
         "<a checkpoint of the gate powerg>": str(with_gate(checkpoint, "powerg", tmp_path / "powerg.ckpt")),
+        "<a corpus that is a directory>": str(corrupt_dir(tmp_path / "e", None)),
         "<a 300-character name>": "r" * 300,
     }
+    (tmp_path / "e/corpora/tinyshakespeare/input.txt").mkdir()
     filled = HOLE.sub(lambda hole: shlex.quote(fill[hole.group()]), command)  # a placeholder not here: KeyError
     args = shlex.split(filled)[1:]
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
@@ -201,3 +203,17 @@ def test_validate_takes_the_runtime_attention_from_the_command_not_the_checkpoin
         (losses[attention],) = scalars(run_dir, "val/loss").values()
     assert losses["fused"] == pytest.approx(losses["reference"], abs=1e-4)
     assert torch.load(checkpoint, weights_only=True)["hyper_parameters"]["attention"] == "fused"
+
+
+@pytest.mark.slow
+def test_ega_data_dir_naming_a_file_gets_one_paragraph_and_leaves_nothing(tmp_path):
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    not_a_dir = tmp_path / "data.txt"
+    not_a_dir.write_text("not a directory\n")
+    result = run_ega(["fit", *SHORT], cwd, env={"EGA_DATA_DIR": str(not_a_dir)})
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("ega fit: error: ")]
+    assert len(error_lines) == 1 and f"EGA_DATA_DIR {not_a_dir} is a file, not a directory" in error_lines[0]
+    assert written(cwd) == []  # not even the run directory's .lock
