@@ -37,6 +37,17 @@ def with_gate(checkpoint: Path, gate: str, path: Path) -> Path:
     return path
 
 
+def odd_size_configs(tmp_path: Path) -> Path:
+    """A configs directory for `ega bench --configs` whose size odd has n_head 3 and n_embd 32."""
+    root = tmp_path / "odd_configs"
+    for sub in ("size", "gate"):
+        (root / sub).mkdir(parents=True)
+    (root / "gate/none.yaml").write_text("model:\n  gate: none\n")
+    size = "model:\n  n_layer: 1\n  n_head: 3\n  n_embd: 32\n  block_size: 16\ndata:\n  batch_size: 2\n"
+    (root / "size/odd.yaml").write_text(size)
+    return root
+
+
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
@@ -133,6 +144,7 @@ def test_a_mistake_gets_one_paragraph_no_traceback_and_leaves_nothing(command, m
         "<a checkpoint of the gate powerg>": str(with_gate(checkpoint, "powerg", tmp_path / "powerg.ckpt")),
         "<a corpus that is a directory>": str(corrupt_dir(tmp_path / "e", None)),
         "<a 300-character name>": "r" * 300,
+        "<configs with a size of n_head 3>": str(odd_size_configs(tmp_path)),
     }
     (tmp_path / "e/corpora/tinyshakespeare/input.txt").mkdir()
     filled = HOLE.sub(lambda hole: shlex.quote(fill[hole.group()]), command)  # a placeholder not here: KeyError
