@@ -148,6 +148,7 @@ def decide(request: RunRequest) -> RunPlan:
         if ckpt_dir.name == "checkpoints":  # evaluate into the run the checkpoint belongs to
             run_dir = ckpt_dir.parent
     fit, overwrite = command == "fit", bool(config.get("overwrite"))
+    fast_dev_run = bool(config["trainer"].get("fast_dev_run"))
     return RunPlan(
         command=command,
         run_dir=run_dir,
@@ -159,7 +160,8 @@ def decide(request: RunRequest) -> RunPlan:
         overwrite=overwrite,
         clear_old_run=fit and overwrite,
         resume_step=ckpt.global_step if ckpt is not None and ckpt_path == "last" else None,
-        last_every=config["checkpoint_every_n_steps"] if command in ("fit", None) else 0,
+        # fast_dev_run is Lightning's check that the pipeline runs: it writes no checkpoint, so neither does ega
+        last_every=config["checkpoint_every_n_steps"] if command in ("fit", None) and not fast_dev_run else 0,
         evaluation=command if command in ("validate", "test") else None,
         eval_step=max((ckpt.global_step or 0) - 1, 0) if command in ("validate", "test") and ckpt is not None else None,
     )

@@ -69,6 +69,12 @@ def _shown(path: str) -> str:
 
 def fit_summary(trainer: Any, run_dir: Path, typed: list[str]) -> str:
     """Where a finished fit went: the run directory, the best checkpoint, TensorBoard, and how to resume."""
+    if trainer.fast_dev_run:  # Lightning caps max_steps and turns off every checkpoint and logger
+        return (
+            f"ega fit: fast_dev_run ran {trainer.global_step} training step(s), a check that the pipeline runs, and "
+            "(as Lightning's fast_dev_run does) wrote no checkpoint and no TensorBoard run: there is nothing to "
+            "resume. Drop --trainer.fast_dev_run to train for trainer.max_steps."
+        )
     done = "finished" if trainer.global_step >= trainer.max_steps else "stopped"
     lines = [f"ega fit: {done} at step {trainer.global_step} of {trainer.max_steps}.", f"  run directory    {run_dir}"]
     best = _shown(getattr(trainer.checkpoint_callback, "best_model_path", ""))

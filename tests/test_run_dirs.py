@@ -140,6 +140,18 @@ def test_a_continued_checkpoint_that_ends_before_validating_names_no_best_checkp
 
 
 @pytest.mark.slow
+def test_fast_dev_run_says_it_wrote_nothing_and_leaves_nothing_to_block_the_next_fit(tmp_path, data_dir):
+    result = fit(tmp_path, data_dir, "--trainer.fast_dev_run=true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = result.stdout.strip().splitlines()
+    assert summary[0].startswith("ega fit: fast_dev_run ran 1 training step")  # not "finished at step 1 of 1"
+    assert not any("--ckpt_path last" in line or "best checkpoint" in line for line in summary)  # nothing to resume
+    assert not (tmp_path / "lightning_logs").exists()  # as Lightning's fast_dev_run: no checkpoint, no logs
+    result = fit(tmp_path, data_dir)  # the real run starts where the check ran
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
 def test_a_run_stopped_before_its_first_last_ckpt_is_started_over_by_one_flag(tmp_path, data_dir):
     # never a last.ckpt (as when killed between the first best.ckpt and the first last.ckpt)
     assert fit(tmp_path, data_dir, "--run_name=r", "--checkpoint_every_n_steps=0").returncode == 0

@@ -164,6 +164,8 @@ class EgaCLI(LightningCLI):
     def after_fit(self) -> None:
         if self.trainer.is_global_zero:
             print(summary.fit_summary(self.trainer, self.run_plan.run_dir, self._command_line), flush=True)
+            if self.trainer.fast_dev_run:  # it wrote nothing: a directory holding only the lock would be left
+                self._claim.undo()
 
     def after_validate(self) -> None:
         self._print_evaluation("validate")
