@@ -67,8 +67,9 @@ class RunPlan:
     resume_step: int | None  # fit --ckpt_path last: the step it resumes at (TensorBoard drops what was logged after)
     last_every: int  # checkpoints/last.ckpt every N optimizer steps and at the end (0: never)
     # validate/test: the evaluation's own run directory beside the training run's (``<run>/validate``), which it
-    # replaces, and the step its metrics are stamped at: where the training run logged the same checkpoint's
-    # validation (one below its optimizer step), so that no training curve is ever written by an evaluation
+    # replaces (None under fast_dev_run, which logs nothing), and the step its metrics are stamped at: where the
+    # training run logged the same checkpoint's validation (one below its optimizer step), so that no training
+    # curve is ever written by an evaluation
     evaluation: str | None = None
     eval_step: int | None = None
 
@@ -162,7 +163,8 @@ def decide(request: RunRequest) -> RunPlan:
         resume_step=ckpt.global_step if ckpt is not None and ckpt_path == "last" else None,
         # fast_dev_run is Lightning's check that the pipeline runs: it writes no checkpoint, so neither does ega
         last_every=config["checkpoint_every_n_steps"] if command in ("fit", None) and not fast_dev_run else 0,
-        evaluation=command if command in ("validate", "test") else None,
+        # nor a run of its own, which would replace the last evaluation with nothing
+        evaluation=command if command in ("validate", "test") and not fast_dev_run else None,
         eval_step=max((ckpt.global_step or 0) - 1, 0) if command in ("validate", "test") and ckpt is not None else None,
     )
 

@@ -152,6 +152,18 @@ def test_fast_dev_run_says_it_wrote_nothing_and_leaves_nothing_to_block_the_next
 
 
 @pytest.mark.slow
+def test_fast_dev_run_of_an_evaluation_keeps_the_last_one_and_claims_no_tensorboard_run(tmp_path, data_dir, checkpoint):
+    evaluate = ["validate", f"--ckpt_path={checkpoint}", "--run_name=ev", "--data.max_eval_windows=4"]
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    assert run_ega(evaluate, tmp_path, env=env).returncode == 0
+    before = files(tmp_path / "lightning_logs/ev")
+    result = run_ega([*evaluate, "--trainer.fast_dev_run=true"], tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "fast_dev_run" in result.stdout and "TensorBoard" not in result.stdout  # it logged nothing
+    assert files(tmp_path / "lightning_logs/ev") == before  # the evaluation it did not replace is kept
+
+
+@pytest.mark.slow
 def test_a_run_stopped_before_its_first_last_ckpt_is_started_over_by_one_flag(tmp_path, data_dir):
     # never a last.ckpt (as when killed between the first best.ckpt and the first last.ckpt)
     assert fit(tmp_path, data_dir, "--run_name=r", "--checkpoint_every_n_steps=0").returncode == 0
