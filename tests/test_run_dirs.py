@@ -116,6 +116,7 @@ def test_a_checkpoint_of_another_run_never_lands_in_an_existing_one(tmp_path, da
         "--model.gate=multiscale",
         "--model.gate_options={scales: 2}",
         f"--ckpt_path={other}",
+        "--trainer.max_steps=8",  # past the checkpoint's step 4: continuing it would train
     )
     assert "already holds a run" in error_of(result) and "would mix two runs" in error_of(result)
     assert files(lin) == before
