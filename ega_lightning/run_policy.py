@@ -71,8 +71,9 @@ class RunPlan:
     resume_step: int | None  # fit --ckpt_path last: the step it resumes at (TensorBoard drops what was logged after)
     last_every: int  # checkpoints/last.ckpt every N optimizer steps and at the end (0: never)
     # validate/test: the evaluation's own run directory beside the training run's (``<run>/validate``), which it
-    # replaces, and the step its metrics are stamped at: where the training run logged the same checkpoint's
-    # validation (one below its optimizer step), so that no training curve is ever written by an evaluation
+    # replaces (None under fast_dev_run, which logs nothing), and the step its metrics are stamped at: where the
+    # training run logged the same checkpoint's validation (one below its optimizer step), so that no training
+    # curve is ever written by an evaluation
     evaluation: str | None = None
     eval_step: int | None = None
 
@@ -206,6 +207,7 @@ def decide(request: RunRequest) -> RunPlan:
         if ckpt_dir.name == "checkpoints":  # evaluate into the run the checkpoint belongs to
             run_dir = ckpt_dir.parent
     fit, overwrite = command == "fit", bool(config.get("overwrite"))
+    fast_dev_run = bool(config["trainer"].get("fast_dev_run"))
     return RunPlan(
         command=command,
         run_dir=run_dir,
@@ -217,8 +219,10 @@ def decide(request: RunRequest) -> RunPlan:
         overwrite=overwrite,
         clear_old_run=fit and overwrite,
         resume_step=ckpt.global_step if ckpt is not None and ckpt_path == "last" else None,
-        last_every=config["checkpoint_every_n_steps"] if command in ("fit", None) else 0,
-        evaluation=command if command in ("validate", "test") else None,
+        # fast_dev_run is Lightning's check that the pipeline runs: it writes no checkpoint, so neither does ega
+        last_every=config["checkpoint_every_n_steps"] if command in ("fit", None) and not fast_dev_run else 0,
+        # nor a run of its own, which would replace the last evaluation with nothing
+        evaluation=command if command in ("validate", "test") and not fast_dev_run else None,
         eval_step=max((ckpt.global_step or 0) - 1, 0) if command in ("validate", "test") and ckpt is not None else None,
     )
 
@@ -341,22 +345,6 @@ def max_steps_positive(request: RunRequest, plan: RunPlan) -> str | None:
     )
 
 
-def checkpoint_has_steps_left(request: RunRequest, plan: RunPlan) -> str | None:
-    """fit from another run's checkpoint at or past max_steps: the new run would train nothing and hold no
-    checkpoint of its own. (A resume of a finished run, ``last``, ends at once: a sweep may resume a run killed
-    after its final checkpoint.)"""
-    ckpt, steps = request.checkpoint, request.config["trainer"]["max_steps"]
-    if request.command != "fit" or ckpt is None or plan.ckpt_path == "last" or ckpt.global_step is None:
-        return None
-    if steps is None or steps < 1 or ckpt.global_step < steps:
-        return None
-    return (
-        f"{ckpt.path} is at step {ckpt.global_step} and trainer.max_steps is {steps}: a run from it would have "
-        f"nothing to train. Give a --trainer.max_steps above {ckpt.global_step} to train it further, or evaluate "
-        "it with `ega validate --ckpt_path` (or `ega test`)."
-    )
-
-
 def val_check_interval_positive(request: RunRequest, plan: RunPlan) -> str | None:
     interval = request.config["trainer"]["val_check_interval"]
     if not isinstance(interval, int | float) or interval > 0:
@@ -415,17 +403,90 @@ def run_dir_can_be_made(request: RunRequest, plan: RunPlan) -> str | None:
     )
 
 
+def evaluation_has_a_checkpoint(request: RunRequest, plan: RunPlan) -> str | None:
+    # without one Lightning evaluates the freshly initialised model, and logs it as the evaluation of the run
+    # its config names: a number no one asked for, filed under a run it does not belong to
+    if request.command not in ("validate", "test") or plan.ckpt_path:
+        return None
+    return (
+        f"no --ckpt_path: ega {request.command} evaluates a checkpoint, so give one, e.g. --ckpt_path "
+        "lightning_logs/<run>/checkpoints/best.ckpt (ega fit writes it). Without one it would evaluate the "
+        "untrained model."
+    )
+
+
+def continuing_trains_something(request: RunRequest, plan: RunPlan) -> str | None:
+    # `last` of a finished run is left alone: ega sweep resumes a run stopped between its last
+    # checkpoint and its DONE, and Lightning ends that fit at once
+    ckpt, steps = request.checkpoint, request.config["trainer"]["max_steps"]
+    if request.command != "fit" or ckpt is None or plan.ckpt_path == "last" or ckpt.global_step is None:
+        return None
+    if steps is None or steps < 1 or ckpt.global_step < steps:  # max_steps below 1: max_steps_positive says it
+        return None
+    return (
+        f"{ckpt.path} is at step {ckpt.global_step} and trainer.max_steps is {steps}, so continuing it would train "
+        f"nothing. Raise --trainer.max_steps above {ckpt.global_step} to train it on, or evaluate it with "
+        f"ega validate --ckpt_path {ckpt.path}."
+    )
+
+
+def accumulate_grad_batches_positive(request: RunRequest, plan: RunPlan) -> str | None:
+    batches = request.config["trainer"].get("accumulate_grad_batches", 1)
+    if not isinstance(batches, int) or batches >= 1:
+        return None
+    return (
+        f"trainer.accumulate_grad_batches is {batches}; set a positive number of batches per optimizer step "
+        "(--trainer.accumulate_grad_batches=N, 1: every batch is a step)."
+    )
+
+
+SEEDS = 2**32  # numpy's random generator, which Lightning's seed_everything seeds, takes [0, 2**32)
+
+
+def seed_in_range(request: RunRequest, plan: RunPlan) -> str | None:
+    seed = request.config.get("seed_everything")
+    if not isinstance(seed, int) or isinstance(seed, bool) or 0 <= seed < SEEDS:
+        return None  # a bool is refused where the data's seed is linked to it (lightning_cli._seed_for_data)
+    return (
+        f"seed_everything is {seed}; set an integer in [0, 2**32) (e.g. --seed_everything=1337), the range "
+        "numpy's random generator takes."
+    )
+
+
+NAME_MAX = 255  # bytes in one directory name on Linux's and macOS's filesystems
+
+
+def run_name_fits_a_directory_name(request: RunRequest, plan: RunPlan) -> str | None:
+    name = plan.run_dir.name
+    size = len(name.encode())
+    if size <= NAME_MAX:
+        return None
+    if request.config.get("run_name"):
+        return (
+            f"--run_name {name!r} is {size} bytes long, and a directory name may have at most {NAME_MAX}: "
+            "give a shorter --run_name."
+        )
+    return (
+        f"the run name derived from the config, {name!r}, is {size} bytes long, and a directory name may have "
+        f"at most {NAME_MAX}: give a shorter one with --run_name."
+    )
+
+
 REFUSALS: tuple[Refusal, ...] = (
     last_resumes_only_fit,
     checkpoint_holds_the_model,
     checkpoint_decides_the_corpus,
     checkpoint_holds_the_optimizer,
     max_steps_positive,
-    checkpoint_has_steps_left,
     gradient_clip_val_not_negative,
+    continuing_trains_something,
     val_check_interval_positive,
+    accumulate_grad_batches_positive,
     checkpoint_every_not_negative,
+    seed_in_range,
     run_name_is_a_name,
+    run_name_fits_a_directory_name,
     run_dir_can_be_made,
     world_size_unchanged,
+    evaluation_has_a_checkpoint,
 )

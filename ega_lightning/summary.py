@@ -69,6 +69,12 @@ def _shown(path: str) -> str:
 
 def fit_summary(trainer: Any, run_dir: Path, typed: list[str]) -> str:
     """Where a finished fit went: the run directory, the best checkpoint, TensorBoard, and how to resume."""
+    if trainer.fast_dev_run:  # Lightning caps max_steps and turns off every checkpoint and logger
+        return (
+            f"ega fit: fast_dev_run ran {trainer.global_step} training step(s), a check that the pipeline runs, and "
+            "(as Lightning's fast_dev_run does) wrote no checkpoint and no TensorBoard run: there is nothing to "
+            "resume. Drop --trainer.fast_dev_run to train for trainer.max_steps."
+        )
     done = "finished" if trainer.global_step >= trainer.max_steps else "stopped"
     lines = [f"ega fit: {done} at step {trainer.global_step} of {trainer.max_steps}.", f"  run directory    {run_dir}"]
     callback = trainer.checkpoint_callback
@@ -91,18 +97,27 @@ def fit_summary(trainer: Any, run_dir: Path, typed: list[str]) -> str:
 
 
 def evaluation_summary(
-    stage: str, metrics: dict[str, Any], ckpt_path: str | None, run_dir: Path | None, corpus: str | None
+    stage: str,
+    metrics: dict[str, Any],
+    ckpt_path: str | None,
+    run_dir: Path | None,
+    corpus: str | None,
+    fast_dev_run: int = 0,
 ) -> str:
-    """The headline of ``ega validate``/``test``: what was evaluated, then loss, bpc, tau mean, fraction above tau."""
+    """The headline of ``ega validate``/``test``: what was evaluated, then loss, bpc, tau mean, fraction above tau
+    (``fast_dev_run``: the batches Lightning's fast_dev_run evaluated, 0: the whole split)."""
     split = "val" if stage == "validate" else "test"
     what = f"{ckpt_path} (step {checkpoint_step(ckpt_path)})" if ckpt_path else "the untrained model (no --ckpt_path)"
+    scope = f"{split} split"
+    if fast_dev_run:  # Lightning evaluates that many batches and logs nothing
+        scope = f"first {fast_dev_run} batch(es) of the {scope} (fast_dev_run: a check of the pipeline, not logged)"
     keys = [k.format(split=split) for k in HEADLINE]
     headline = [f"{key} {float(metrics[key]):.4f}" for key in keys if key in metrics]
     # None: no logger; a step that never trained (no checkpoint) logs at 0
     where = f"in TensorBoard as the run {run_dir} (tensorboard --logdir {run_dir.parent}), or " if run_dir else ""
     return "\n".join(
         [
-            f"ega {stage}: {what} on {corpus or 'the corpus'}'s {split} split",
+            f"ega {stage}: {what} on {corpus or 'the corpus'}'s {scope}",
             "  " + "   ".join(headline),
             f"  every metric (per layer and head): {where}add --verbose=true",
         ]

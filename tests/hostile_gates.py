@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ega_lightning.gates import Gate
+from ega_lightning.gates import Gate, OutputGate
 
 
 class _Projected(Gate):
@@ -73,3 +73,18 @@ class NanAfterGate(_Projected):
             self.calls += 1
         e = super().energy(x)
         return e * torch.nan if self.calls > int(os.environ.get("EGA_TEST_NAN_AFTER", "1")) else e
+
+
+class WrongShapeOutputGate(OutputGate):
+    """An output gate that returns its factor as (B, T, nh, 1), forgetting the transpose."""
+
+    def __init__(self, n_embd: int, n_head: int) -> None:
+        super().__init__(n_embd, n_head)
+        self.proj = nn.Linear(n_embd, n_head, bias=False)
+
+    @classmethod
+    def params_per_layer(cls, n_embd: int, n_head: int, **options: Any) -> int:
+        return n_embd * n_head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.proj(x))[..., None]

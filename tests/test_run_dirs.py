@@ -117,6 +117,7 @@ def test_a_checkpoint_of_another_run_never_lands_in_an_existing_one(tmp_path, da
         "--model.gate_options={scales: 2}",
         "--trainer.max_steps=6",  # steps left to train after the checkpoint's 4
         f"--ckpt_path={other}",
+        "--trainer.max_steps=8",  # past the checkpoint's step 4: continuing it would train
     )
     assert "already holds a run" in error_of(result) and "would mix two runs" in error_of(result)
     assert files(lin) == before
@@ -127,6 +128,41 @@ def test_a_checkpoint_of_another_run_never_lands_in_an_existing_one(tmp_path, da
     result = fit(tmp_path, data_dir, "--run_name=lin", "--model.gate=none", "--ckpt_path=last")
     assert "gate: checkpoint 'linear', this command 'none'" in error_of(result)
     assert files(lin) == before
+
+
+@pytest.mark.slow
+def test_a_continued_checkpoint_that_ends_before_validating_names_no_best_checkpoint(tmp_path, data_dir):
+    assert fit(tmp_path, data_dir, "--run_name=first").returncode == 0
+    other = tmp_path / "lightning_logs/first/checkpoints/last.ckpt"  # at step 4, its best.ckpt beside it
+    result = fit(tmp_path, data_dir, "--run_name=cont", f"--ckpt_path={other}", "--trainer.max_steps=5")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (best,) = [line.split(maxsplit=2)[2] for line in result.stdout.splitlines() if line.startswith("  best checkpoint")]
+    assert best.startswith("none: no validation ran")  # not the other run's best.ckpt, which this run never wrote
+    assert (tmp_path / "lightning_logs/cont" / runs.LAST).is_file()  # and it can be resumed
+
+
+@pytest.mark.slow
+def test_fast_dev_run_says_it_wrote_nothing_and_leaves_nothing_to_block_the_next_fit(tmp_path, data_dir):
+    result = fit(tmp_path, data_dir, "--trainer.fast_dev_run=true")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = result.stdout.strip().splitlines()
+    assert summary[0].startswith("ega fit: fast_dev_run ran 1 training step")  # not "finished at step 1 of 1"
+    assert not any("--ckpt_path last" in line or "best checkpoint" in line for line in summary)  # nothing to resume
+    assert not (tmp_path / "lightning_logs").exists()  # as Lightning's fast_dev_run: no checkpoint, no logs
+    result = fit(tmp_path, data_dir)  # the real run starts where the check ran
+    assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_fast_dev_run_of_an_evaluation_keeps_the_last_one_and_claims_no_tensorboard_run(tmp_path, data_dir, checkpoint):
+    evaluate = ["validate", f"--ckpt_path={checkpoint}", "--run_name=ev", "--data.max_eval_windows=4"]
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    assert run_ega(evaluate, tmp_path, env=env).returncode == 0
+    before = files(tmp_path / "lightning_logs/ev")
+    result = run_ega([*evaluate, "--trainer.fast_dev_run=true"], tmp_path, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "fast_dev_run" in result.stdout and "TensorBoard" not in result.stdout  # it logged nothing
+    assert files(tmp_path / "lightning_logs/ev") == before  # the evaluation it did not replace is kept
 
 
 @pytest.mark.slow

@@ -73,7 +73,8 @@ def test_a_fresh_fit_is_planned_into_the_directory_its_config_names():
 
 @pytest.mark.parametrize("command", ["validate", "test"])
 def test_an_evaluation_takes_no_lock_deletes_nothing_and_writes_no_last_ckpt(command):
-    plan = plan_run(request(command, overwrite=True, checkpoint_every_n_steps=5))
+    ckpt = checkpoint("runs/r/checkpoints/best.ckpt")
+    plan = plan_run(request(command, ckpt=ckpt, ckpt_path=str(ckpt.path), overwrite=True, checkpoint_every_n_steps=5))
     assert (plan.lock, plan.clear_old_run, plan.last_every) == (False, False, 0)
     assert plan_run(request(None, checkpoint_every_n_steps=5)).last_every == 5  # the Python API builds a fit's
 
@@ -125,17 +126,28 @@ def test_an_evaluation_refuses_only_the_model_arguments_the_user_typed():
         ("validate", {"run_name": ".."}, "--run_name '..' is not a run name"),
         ("fit", {"trainer.gradient_clip_val": -1.0}, "trainer.gradient_clip_val is -1.0: Lightning clips only"),
         ("validate", {"trainer.gradient_clip_val": float("nan")}, "trainer.gradient_clip_val is nan: Lightning"),
+        ("fit", {"trainer.accumulate_grad_batches": 0}, "trainer.accumulate_grad_batches is 0; set a positive"),
+        ("fit", {"seed_everything": -1}, "seed_everything is -1; set an integer in [0, 2**32)"),
+        ("test", {"seed_everything": 2**40}, f"seed_everything is {2**40}; set an integer in [0, 2**32)"),
+        ("fit", {"run_name": "r" * 256}, f"--run_name '{'r' * 256}' is 256 bytes long"),
+        ("validate", {}, "no --ckpt_path: ega validate evaluates a checkpoint"),
+        ("fit", {"ckpt": checkpoint(step=10)}, "other/model.ckpt is at step 10 and trainer.max_steps is 10"),
     ],
 )
 def test_each_refusal_says_what_is_wrong(command, changes, message):
+    changes = dict(changes)
+    ckpt = changes.pop("ckpt", None)
+    if ckpt is not None:
+        changes = {**changes, "ckpt_path": str(ckpt.path)}
     with pytest.raises(UserError) as refused:
-        plan_run(request(command, **changes))
+        plan_run(request(command, ckpt=ckpt, **changes))
     assert str(refused.value).startswith(message)
 
 
 @pytest.mark.parametrize("changes", [{"trainer.max_steps": 0}, {"trainer.max_steps": None}])
 def test_max_steps_is_fit_s_alone(changes):
-    assert plan_run(request("validate", **changes)).lock is False
+    ckpt = checkpoint("runs/r/checkpoints/best.ckpt")
+    assert plan_run(request("validate", ckpt=ckpt, ckpt_path=str(ckpt.path), **changes)).lock is False
 
 
 def test_a_run_directory_under_a_file_is_refused(tmp_path):
@@ -209,7 +221,10 @@ def test_the_directory_s_state_is_read_under_its_lock(tmp_path):
     with runs.RunClaim() as claim, pytest.raises(runs.RunBusy, match="in use by another process"):
         run_policy.claim_run_dir(plan, claim)
     held.close()
-    evaluation = plan_run(request("validate", runs_dir=str(tmp_path), run_name="r"))
+    ckpt = checkpoint(str(run_dir / runs.LAST))
+    evaluation = plan_run(
+        request("validate", ckpt=ckpt, ckpt_path=str(ckpt.path), runs_dir=str(tmp_path), run_name="r")
+    )
     with runs.RunClaim() as claim:
         run_policy.claim_run_dir(evaluation, claim)  # no lock, no state check
         free = runs.try_lock(run_dir)
@@ -264,7 +279,7 @@ def test_a_section_flag_types_the_keys_of_its_mapping(tmp_path):
 
 def test_a_fit_from_another_run_s_checkpoint_needs_steps_left_to_train():
     ckpt = checkpoint(step=10)  # CONFIG's max_steps: 10
-    with pytest.raises(UserError, match=r"is at step 10 and trainer.max_steps is 10: a run from it would have noth"):
+    with pytest.raises(UserError, match=r"max_steps is 10, so continuing it would train nothing"):
         plan_run(request(ckpt=ckpt, ckpt_path=str(ckpt.path)))
     assert plan_run(request(ckpt=ckpt, ckpt_path=str(ckpt.path), **{"trainer.max_steps": 11})).merge_checkpoint_model
     assert plan_run(request(ckpt=ckpt, ckpt_path="last")).resume_step == 10  # a finished run's resume ends at once

@@ -39,6 +39,17 @@ def with_gate(checkpoint: Path, gate: str, path: Path) -> Path:
     return path
 
 
+def odd_size_configs(tmp_path: Path) -> Path:
+    """A configs directory for `ega bench --configs` whose size odd has n_head 3 and n_embd 32."""
+    root = tmp_path / "odd_configs"
+    for sub in ("size", "gate"):
+        (root / sub).mkdir(parents=True)
+    (root / "gate/none.yaml").write_text("model:\n  gate: none\n")
+    size = "model:\n  n_layer: 1\n  n_head: 3\n  n_embd: 32\n  block_size: 16\ndata:\n  batch_size: 2\n"
+    (root / "size/odd.yaml").write_text(size)
+    return root
+
+
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
@@ -135,7 +146,11 @@ def test_a_mistake_gets_one_paragraph_no_traceback_and_leaves_nothing(command, m
         "<a checkpoint of the gate powerg>": str(with_gate(checkpoint, "powerg", tmp_path / "powerg.ckpt")),
         "<model.yaml>": str(write(tmp_path / "model.yaml", "n_embd: 64\n")),
         "<its model.yaml>": str(write(tmp_path / "its.yaml", yaml.safe_dump({"model": {**TINY_MODEL, "gate": "db2"}}))),
+        "<a corpus that is a directory>": str(corrupt_dir(tmp_path / "e", None)),
+        "<a 300-character name>": "r" * 300,
+        "<configs with a size of n_head 3>": str(odd_size_configs(tmp_path)),
     }
+    (tmp_path / "e/corpora/tinyshakespeare/input.txt").mkdir()
     filled = HOLE.sub(lambda hole: shlex.quote(fill[hole.group()]), command)  # a placeholder not here: KeyError
     args = shlex.split(filled)[1:]
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
@@ -235,3 +250,16 @@ def test_a_resume_refuses_optimizer_values_its_checkpoint_would_override(tmp_pat
     last = torch.load(run_dir / "checkpoints/last.ckpt", weights_only=True)
     assert last["global_step"] == 4 and last["lr_schedulers"][0]["base_lrs"] == [saved["lr"]] * 2
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["lr"] == saved["lr"]
+
+
+def test_ega_data_dir_naming_a_file_gets_one_paragraph_and_leaves_nothing(tmp_path):
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    not_a_dir = tmp_path / "data.txt"
+    not_a_dir.write_text("not a directory\n")
+    result = run_ega(["fit", *SHORT], cwd, env={"EGA_DATA_DIR": str(not_a_dir)})
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("ega fit: error: ")]
+    assert len(error_lines) == 1 and f"EGA_DATA_DIR {not_a_dir} is a file, not a directory" in error_lines[0]
+    assert written(cwd) == []  # not even the run directory's .lock

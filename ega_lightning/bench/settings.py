@@ -25,10 +25,18 @@ def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
         raise UserError(f"no model size {size!r} in {configs / 'size'} (available: {available}); see --configs.")
     raw = read_config(path) or {}
     try:
-        return {k: raw["model"][k] for k in SIZE_KEYS}, raw["data"]["batch_size"]
+        model, batch_size = {k: raw["model"][k] for k in SIZE_KEYS}, raw["data"]["batch_size"]
     except (KeyError, TypeError):
         wanted = ", ".join([*(f"model.{k}" for k in SIZE_KEYS), "data.batch_size"])
         raise UserError(f"size config {path} must set {wanted}; see --configs.") from None
+    n_embd, n_head = model.get("n_embd"), model.get("n_head")
+    # said before anything is timed: the model's own check would stop the bench midway, as a traceback
+    if isinstance(n_embd, int) and isinstance(n_head, int) and (n_head < 1 or n_embd % n_head):
+        raise UserError(
+            f"size config {path} sets model.n_embd {n_embd} and model.n_head {n_head}: n_embd must be divisible "
+            "by n_head; see --configs."
+        )
+    return model, batch_size
 
 
 def gate_settings(configs: Path, names: list[str] | None) -> dict[str, dict[str, Any]]:

@@ -174,6 +174,8 @@ class EgaCLI(LightningCLI):
     def after_fit(self) -> None:
         if self.trainer.is_global_zero:
             print(summary.fit_summary(self.trainer, self.run_plan.run_dir, self._command_line), flush=True)
+            if self.trainer.fast_dev_run:  # it wrote nothing: a directory holding only the lock would be left
+                self._claim.undo()
 
     def after_validate(self) -> None:
         self._print_evaluation("validate")
@@ -184,9 +186,11 @@ class EgaCLI(LightningCLI):
     def _print_evaluation(self, stage: str) -> None:
         if self.trainer.is_global_zero:
             metrics, ckpt_path = self.trainer.callback_metrics, self.run_plan.ckpt_path
-            plan = self.run_plan
-            run_dir = plan.run_dir / (plan.evaluation or "") if self.trainer.logger is not None else None
-            print(summary.evaluation_summary(stage, metrics, ckpt_path, run_dir, self.datamodule.corpus.name))
+            plan, fast_dev_run = self.run_plan, int(self.trainer.fast_dev_run)
+            logged = self.trainer.logger is not None and plan.evaluation is not None
+            run_dir = plan.run_dir / plan.evaluation if logged else None
+            corpus = self.datamodule.corpus.name
+            print(summary.evaluation_summary(stage, metrics, ckpt_path, run_dir, corpus, fast_dev_run))
 
     def instantiate_classes(self) -> None:
         try:

@@ -84,8 +84,19 @@ def get_corpus(name: str) -> Corpus:
 
 
 def resolve_data_dir(data_dir: str | None) -> Path:
-    """`data_dir` if given, else `$EGA_DATA_DIR`, else `./data`."""
-    return Path(data_dir or os.environ.get(DATA_DIR_ENV) or "data")
+    """`data_dir` if given, else `$EGA_DATA_DIR`, else `./data`; a CorpusError naming where it came from when it
+    is a file (said here: below it every corpus file would be a NotADirectoryError)."""
+    path = Path(data_dir or os.environ.get(DATA_DIR_ENV) or "data")
+    if path.exists() and not path.is_dir():
+        named = (
+            "--data.data_dir" if data_dir else DATA_DIR_ENV if os.environ.get(DATA_DIR_ENV) else "the data directory"
+        )
+        raise CorpusError(
+            f"{named} {path} is a file, not a directory: set it to a directory that holds the corpora (e.g. "
+            "tinyshakespeare/input.txt); a directory that does not exist yet is made and the corpora downloaded "
+            "into it."
+        )
+    return path
 
 
 def md5sum(path: Path) -> str:
@@ -153,6 +164,11 @@ def ensure_corpus(corpus: Corpus, data_dir: Path) -> None:
     """Make sure every file of `corpus` is in `data_dir` and matches its md5."""
     for file in corpus.files:
         path = data_dir / file.relpath
+        if path.is_dir():
+            raise CorpusError(
+                f"Corpus file {path} is a directory, not a file: remove it (it is downloaded again) or "
+                + _where_to_put_it(file, path)
+            )
         if path.exists():
             verify(file, path)
         else:

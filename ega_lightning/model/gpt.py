@@ -101,6 +101,31 @@ def _check_energy_shape(gate: Gate, cfg: GPTConfig, resolved: ResolvedGate) -> N
         )
 
 
+def _check_output_shape(gate: OutputGate, cfg: GPTConfig, resolved: ResolvedGate) -> None:
+    """The factor must be (B, n_head, T, 1) or (B, n_head, T, head_size): said once here, not as a size mismatch
+    (or a silent broadcast) deep inside attention."""
+    T, C, nh = cfg.block_size, cfg.n_embd, cfg.n_head
+    x = torch.linspace(-1.0, 1.0, T * C).view(1, T, C)
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):  # no effect on the run's random stream
+            shape = tuple(gate(x).shape)
+    except Exception as err:
+        if is_builtin(type(gate)):
+            raise
+        raise _user_gate_failed(resolved, f"forward(x) for x of shape (B, T, C) = (1, {T}, {C})", err) from err
+    per_head, per_channel = (1, nh, T, 1), (1, nh, T, C // nh)
+    if shape not in (per_head, per_channel):
+        transposed = len(shape) == 4 and shape[:3] == (1, T, nh)
+        hint = " (it looks like (B, T, n_head, ...): transpose it with .transpose(1, 2))" if transposed else ""
+        name = resolved.name
+        raise GateError(
+            f"Gate {name!r}: forward(x) returned shape {shape} for x of shape (B, T, C) = (1, {T}, {C}); it must "
+            f"return (B, n_head, T, 1) = {per_head} or (B, n_head, T, head_size) = {per_channel}, one factor per "
+            f"head and position (or per head, position and channel){hint}. Fix the gate; `ega check-gate {name}` "
+            "checks it."
+        )
+
+
 class Block(nn.Module):
     """Pre-LayerNorm transformer block; the gate reads the same ln_1(x) that feeds Q/K/V."""
 
@@ -139,6 +164,8 @@ class GPT(nn.Module):
         self._init_weights(init_seed)
         if self.gates and isinstance(self.gates[0], Gate):  # every layer's gate is of one class
             _check_energy_shape(self.gates[0], cfg, self.resolved_gates["gate"])
+        if self.output_gates:
+            _check_output_shape(self.output_gates[0], cfg, self.resolved_gates["output_gate"])
 
     def _init_weights(self, seed: int) -> None:
         """nanoGPT's init: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 n_layer).
