@@ -277,7 +277,11 @@ class CharLM(L.LightningModule):
         )
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[WORLD_KEY] = {"num_nodes": self.trainer.num_nodes, "devices": self.trainer.num_devices}
+        try:
+            trainer = self.trainer
+        except RuntimeError:  # saved by a Trainer the model was never attached to (strategy.connect alone): the
+            return  # checkpoint then reads as the world of its run's config, as one from before this record
+        checkpoint[WORLD_KEY] = {"num_nodes": trainer.num_nodes, "devices": trainer.num_devices}
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         check_model_matches(checkpoint.get("hyper_parameters", {}), self.hparams)

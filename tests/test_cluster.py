@@ -106,7 +106,7 @@ def test_a_run_another_process_trains_is_busy_75_for_fit_and_sweep(tmp_path, dat
     finally:
         lock.close()
     assert fit.returncode == 75 and "Traceback" not in fit.stderr, fit.stderr[-3000:]
-    (line,) = fit.stderr.strip().splitlines()
+    (line,) = [line for line in fit.stderr.splitlines() if line.startswith("ega fit: error: ")]  # one paragraph
     assert line.startswith("ega fit: error: the run directory") and "in use by another process" in line
     assert sorted(p.name for p in (tmp_path / "lightning_logs/taken").iterdir()) == [".lock"]
     assert sweep.returncode == 75, sweep.stdout[-3000:] + sweep.stderr[-3000:]

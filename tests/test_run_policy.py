@@ -244,7 +244,8 @@ def test_the_checkpoint_decides_the_corpus_a_command_names_unlike_it():
             plan_run(request(command, typed={"data.corpus"}, ckpt=ckpt, ckpt_path=str(ckpt.path)))
         # not typed: the config's default, which the checkpoint's corpus replaces
         assert plan_run(request(command, ckpt=ckpt, ckpt_path=str(ckpt.path))).corpus == "ptb"
-    assert plan_run(request("validate", typed={"data.corpus"}, **{"data.corpus": "ptb"}, ckpt=ckpt)).corpus == "ptb"
+    same = request("validate", typed={"data.corpus"}, **{"data.corpus": "ptb"}, ckpt=ckpt, ckpt_path=str(ckpt.path))
+    assert plan_run(same).corpus == "ptb"  # the checkpoint's own corpus, typed: nothing to refuse
 
 
 def test_a_fit_from_a_checkpoint_refuses_optimizer_values_its_restored_state_would_override():
