@@ -235,6 +235,65 @@ def claim_run_dir(plan: RunPlan, claim: runs.RunClaim) -> None:
         runs.check_fit_target(plan.run_dir, plan.ckpt_path, plan.overwrite)
 
 
+@dataclass(frozen=True)
+class RankVerdict:
+    """What one process of a run found before its first collective (`agreed_refusal` reads every rank's): its
+    refusal (rank 0's claim of the run directory: its state, its lock) and the checkpoint it would restore when
+    it cannot read it (a node-local disk without the run)."""
+
+    rank: int
+    host: str
+    refusal: str | None = None
+    busy: bool = False  # the refusal is `runs.RunBusy`'s (exit status RUN_BUSY, not 2)
+    missing: str | None = None
+
+
+def checkpoint_to_restore(plan: RunPlan) -> Path | None:
+    """The checkpoint file the command restores (fit's ``last``: the run's last.ckpt); None: none."""
+    if plan.ckpt_path == "last":
+        return plan.run_dir / runs.LAST if plan.command == "fit" else None
+    return Path(plan.ckpt_path) if plan.ckpt_path else None
+
+
+def rank_verdict(plan: RunPlan, rank: int, host: str, refusal: BaseException | None) -> RankVerdict:
+    """This process's verdict: ``refusal`` (a claim that failed, kept until every rank can hear it) and whether it
+    can read the checkpoint the plan restores."""
+    path = checkpoint_to_restore(plan)
+    missing = str(path) if path is not None and not path.is_file() else None
+    message = None if refusal is None else (str(refusal).strip() or type(refusal).__name__)
+    return RankVerdict(rank, host, message, isinstance(refusal, runs.RunBusy), missing)
+
+
+def agreed_refusal(verdicts: Sequence[RankVerdict], plan: RunPlan) -> tuple[str, bool] | None:
+    """What every rank of a run says and does, given every rank's verdict: the refusal of the lowest rank that has
+    one (True: it is `runs.RunBusy`'s), else, where some rank cannot read the checkpoint the others restore, that;
+    None: the run goes ahead, the same on every rank."""
+    ordered = sorted(verdicts, key=lambda v: v.rank)
+    first = next((v for v in ordered if v.refusal), None)
+    if first is not None:
+        said = first.refusal if first.rank == 0 else f"rank {first.rank} (on {first.host}) refused: {first.refusal}"
+        return str(said), first.busy
+    lacking = [v for v in ordered if v.missing]
+    if not lacking:
+        return None
+    path = lacking[0].missing
+    names = ", ".join(f"rank {v.rank} (on {v.host})" for v in lacking)
+    have = [v for v in ordered if not v.missing]
+    others = f"; {', '.join(f'rank {v.rank} (on {v.host})' for v in have[:2])} can" if have else ""
+    if plan.ckpt_path == "last":
+        way_out = (
+            f"Put --runs_dir on a filesystem that every node shares, or copy the run directory {plan.run_dir} to "
+            "the same path on every node, then run the same command again."
+        )
+    else:
+        way_out = "Put the checkpoint on a filesystem that every node shares, or copy it to the same path on each."
+    return (
+        f"--ckpt_path {plan.ckpt_path}: {names} cannot read {path}, the checkpoint this run restores{others}. "
+        "Every process of a run restores the same checkpoint, or those without it would start the run afresh "
+        f"and the processes would wait on each other forever: every process stops here. {way_out}"
+    ), False
+
+
 # The refusals, in the order they are asked: each says what is wrong and the way out, or None.
 Refusal = Callable[[RunRequest, RunPlan], str | None]
 
