@@ -19,7 +19,7 @@ would look stale.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +78,13 @@ class RunPlan:
     eval_step: int | None = None
 
 
-def read_request(command: str | None, config: Any, argv: Sequence[str]) -> RunRequest:
+def read_request(command: str | None, config: Any, argv: Sequence[str], missing_ok: bool = False) -> RunRequest:
     """The request of ``command`` with its parsed ``config`` (a jsonargparse Namespace, before the checkpoint's
     hyper-parameters) on the command line ``argv`` (its -c files resolved to paths).
 
     Raises the checkpoint's UserError (no such file, not a checkpoint), and `runs.check_run_name`'s for a fit
-    that resumes ``last`` of a run name that is a path.
+    that resumes ``last`` of a run name that is a path. ``missing_ok``: a checkpoint file that is not there is no
+    checkpoint (one rank of several, on a node that may lack it: the ranks say so together, `agreed_refusal`).
     """
     plain = config.as_dict()
     ckpt_path = plain.get("ckpt_path")
@@ -92,7 +93,7 @@ def read_request(command: str | None, config: Any, argv: Sequence[str]) -> RunRe
         last = runs.run_dir_of(plain) / runs.LAST
         path = last if last.is_file() else None  # none to resume: the directory's state says what to do
     elif ckpt_path and ckpt_path != "last":  # `last` of another command is refused (REFUSALS), never read
-        path = Path(ckpt_path)
+        path = None if missing_ok and not Path(ckpt_path).exists() else Path(ckpt_path)
     return RunRequest(command, plain, typed_keys(argv), None if path is None else read_checkpoint(path))
 
 
@@ -182,6 +183,22 @@ def plan_run(request: RunRequest) -> RunPlan:
     if problems:
         raise UserError(problems[0])
     return plan
+
+
+def plan_run_together(request: RunRequest) -> tuple[RunPlan, UserError | None]:
+    """`plan_run` on one of several ranks started at once (torchrun, srun): a refusal that rests on the checkpoint
+    alone, which another node may lack (and then plans without), is returned, to be said by every rank once the
+    process group forms, so that no rank leaves while another waits for it; one the config decides is raised,
+    as every rank raises it."""
+    plan = decide(request)
+    problems = refusals(request, plan)
+    if not problems:
+        return plan, None
+    if request.checkpoint is not None:
+        bare = replace(request, checkpoint=None)
+        if not refusals(bare, decide(bare)):
+            return plan, UserError(problems[0])
+    raise UserError(problems[0])
 
 
 def refusals(request: RunRequest, plan: RunPlan) -> list[str]:
@@ -279,6 +296,12 @@ def agreed_refusal(verdicts: Sequence[RankVerdict], plan: RunPlan) -> tuple[str,
     path = lacking[0].missing
     names = ", ".join(f"rank {v.rank} (on {v.host})" for v in lacking)
     have = [v for v in ordered if not v.missing]
+    if not have:
+        return (
+            f"--ckpt_path {plan.ckpt_path}: no process of this run can read {path} (no such file). Check the path "
+            "(and --run_name, --runs_dir); on several nodes the checkpoint must be on a filesystem that every node "
+            "shares, or at the same path on each."
+        ), False
     others = f"; {', '.join(f'rank {v.rank} (on {v.host})' for v in have[:2])} can" if have else ""
     if plan.ckpt_path == "last":
         way_out = (

@@ -299,7 +299,14 @@ def test_a_resume_on_node_local_disks_where_node_1_lacks_last_ckpt_stops_every_n
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
 
     resume = ["fit", *TINY, *SHORT, *NODES, "--run_name=r", "--trainer.max_steps=4", "--ckpt_path=last"]
-    resume += ["--allow_world_size_change=true"]  # trained by one process, resumed by two
+    # trained by one process, resumed by two: node 0 refuses that from the checkpoint node 1 lacks, and both say it
+    nodes = torchrun_nodes(resume, [node0, node1], tmp_path / "logs-world")
+    for status, stderr in nodes:
+        assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+        (line,) = errors_of(stderr)
+        assert "trained by 1 processes" in line and "this command runs 2" in line, line
+
+    resume += ["--allow_world_size_change=true"]
     started = time.monotonic()
     nodes = torchrun_nodes(resume, [node0, node1], tmp_path / "logs")
     assert time.monotonic() - started < 120

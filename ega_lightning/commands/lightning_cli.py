@@ -107,8 +107,9 @@ class EgaCLI(LightningCLI):
     """
 
     run_plan: run_policy.RunPlan
-    # rank 0's refusal to claim the run directory (its state, its lock) where the other ranks started with it:
-    # kept until the process group forms, then said by every rank (`_agree_before_the_first_collective`)
+    # where the other ranks started with this one (torchrun, srun), this rank's refusal that another rank may not
+    # share (rank 0's claim of the run directory: its state, its lock; one that rests on the checkpoint): kept
+    # until the process group forms, then said by every rank (`_agree_before_the_first_collective`)
     _refusal: UserError | None = None
 
     def __init__(
@@ -162,7 +163,13 @@ class EgaCLI(LightningCLI):
         command = self.config.get("subcommand")
         config = self.config[command] if command else self.config
         typed = list(sys.argv[1:] if args is None else args)
-        self.run_plan = run_policy.plan_run(run_policy.read_request(command, config, typed))
+        if not started_together():
+            self.run_plan = run_policy.plan_run(run_policy.read_request(command, config, typed))
+            return
+        # torchrun, srun: the other ranks are running already, and a checkpoint may be on some nodes only; a
+        # refusal that rests on it is said by every rank once the process group forms
+        request = run_policy.read_request(command, config, typed, missing_ok=True)
+        self.run_plan, self._refusal = run_policy.plan_run_together(request)
 
     def _parse_ckpt_path(self) -> None:
         # Lightning's merge of the checkpoint's hyper-parameters into the model's config (a private hook: see
@@ -172,7 +179,8 @@ class EgaCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         point_config_at_run(self.config[self.subcommand] if self.subcommand else self.config, self.run_plan)
-        if rank_zero_only.rank == 0:  # the other ranks of a DDP run write into rank 0's run, under its lock
+        # the other ranks of a DDP run write into rank 0's run, under its lock; a refused run is not claimed
+        if rank_zero_only.rank == 0 and self._refusal is None:
             try:
                 run_policy.claim_run_dir(self.run_plan, self._claim)  # fit: the lock, held until the command ends
             except UserError as err:
