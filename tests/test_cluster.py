@@ -319,3 +319,37 @@ def test_a_resume_on_node_local_disks_where_node_1_lacks_last_ckpt_stops_every_n
     assert "Restored all states" not in nodes[0][1]
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
     assert not [p for p in (node1 / "lightning_logs").rglob("*") if p.is_file() and p.name != ".lock"]
+
+
+def test_a_finished_run_refused_on_task_0_stops_both_srun_tasks_with_its_paragraph(tmp_path, data_dir):
+    """Two SLURM tasks (what srun sets for each), started together on a shared runs dir that holds a finished
+    run: task 1 no longer waits at 'Initializing distributed' until killed; both exit 2 with the paragraph."""
+    first = run_ega(["fit", *TINY, *SHORT, "--run_name=r"], tmp_path, env={"EGA_DATA_DIR": str(data_dir)})
+    assert first.returncode == 0, first.stderr[-3000:]
+    env = {**os.environ, "EGA_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env |= {**SLURM_TASK, "SLURM_NTASKS": "2", "SLURM_NNODES": "2", "MASTER_PORT": str(free_port())}
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "ega_lightning.cli", "fit", *TINY, *SHORT, *NODES, "--run_name=r"]
+    tasks = [
+        subprocess.Popen(
+            cmd,
+            cwd=tmp_path,
+            env={**env, "SLURM_PROCID": str(rank), "SLURM_NODEID": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    deadline = time.monotonic() + 120
+    try:
+        ended = [task.communicate(timeout=max(deadline - time.monotonic(), 1)) for task in tasks]
+    except subprocess.TimeoutExpired:
+        pytest.fail("the two tasks did not end within 120 s")
+    finally:
+        for task in tasks:
+            task.kill()
+    for task, (_, stderr) in zip(tasks, ended, strict=True):
+        assert task.returncode == 2 and "Traceback" not in stderr, stderr[-3000:]
+        (line,) = errors_of(stderr)
+        assert "already holds a run (with checkpoints/last.ckpt)" in line
