@@ -353,3 +353,19 @@ def test_a_finished_run_refused_on_task_0_stops_both_srun_tasks_with_its_paragra
         assert task.returncode == 2 and "Traceback" not in stderr, stderr[-3000:]
         (line,) = errors_of(stderr)
         assert "already holds a run (with checkpoints/last.ckpt)" in line
+
+
+def test_a_run_another_process_trains_is_busy_75_on_both_torchrun_nodes(tmp_path, data_dir):
+    """Rank 0 cannot take the run directory's lock (another process holds it): both nodes exit 75 with its line,
+    and the directory keeps only the lock."""
+    shared = tmp_path / "shared"
+    lock = held(shared / "lightning_logs/taken")
+    try:
+        nodes = torchrun_nodes(["fit", *TINY, *SHORT, *NODES, "--run_name=taken"], [shared, shared], tmp_path / "logs")
+    finally:
+        lock.close()
+    for status, stderr in nodes:
+        assert status == 75 and "Traceback" not in stderr, stderr[-3000:]
+        (line,) = errors_of(stderr)
+        assert "lightning_logs/taken is in use by another process" in line
+    assert sorted(p.name for p in (shared / "lightning_logs/taken").iterdir()) == [".lock"]
