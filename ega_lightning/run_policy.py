@@ -14,6 +14,11 @@ request and the plan, so every process of a run (each DDP rank) decides the same
 state (fresh, resumable, stale: `runs.check_fit_target`) is the one decision taken later, by
 `claim_run_dir`, under the directory's lock: read without it, a run that another process is training
 would look stale.
+
+Ranks that a launcher starts together (torchrun, srun) must stop together: there a refusal that rests on the
+checkpoint alone (which a node-local disk may lack: `plan_run_together`) and rank 0's claim are kept until the
+process group forms, and then every rank's `RankVerdict` (with whether it can read the checkpoint the run
+restores) decides, the same on every rank, before Lightning's first collective (`agreed_refusal`).
 """
 
 from __future__ import annotations
