@@ -14,12 +14,17 @@ request and the plan, so every process of a run (each DDP rank) decides the same
 state (fresh, resumable, stale: `runs.check_fit_target`) is the one decision taken later, by
 `claim_run_dir`, under the directory's lock: read without it, a run that another process is training
 would look stale.
+
+Ranks that a launcher starts together (torchrun, srun) must stop together: there a refusal that rests on the
+checkpoint alone (which a node-local disk may lack: `plan_run_together`) and rank 0's claim are kept until the
+process group forms, and then every rank's `RankVerdict` (with whether it can read the checkpoint the run
+restores) decides, the same on every rank, before Lightning's first collective (`agreed_refusal`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,12 +83,13 @@ class RunPlan:
     eval_step: int | None = None
 
 
-def read_request(command: str | None, config: Any, argv: Sequence[str]) -> RunRequest:
+def read_request(command: str | None, config: Any, argv: Sequence[str], missing_ok: bool = False) -> RunRequest:
     """The request of ``command`` with its parsed ``config`` (a jsonargparse Namespace, before the checkpoint's
     hyper-parameters) on the command line ``argv`` (its -c files resolved to paths).
 
     Raises the checkpoint's UserError (no such file, not a checkpoint), and `runs.check_run_name`'s for a fit
-    that resumes ``last`` of a run name that is a path.
+    that resumes ``last`` of a run name that is a path. ``missing_ok``: a checkpoint file that is not there is no
+    checkpoint (one rank of several, on a node that may lack it: the ranks say so together, `agreed_refusal`).
     """
     plain = config.as_dict()
     ckpt_path = plain.get("ckpt_path")
@@ -92,7 +98,7 @@ def read_request(command: str | None, config: Any, argv: Sequence[str]) -> RunRe
         last = runs.run_dir_of(plain) / runs.LAST
         path = last if last.is_file() else None  # none to resume: the directory's state says what to do
     elif ckpt_path and ckpt_path != "last":  # `last` of another command is refused (REFUSALS), never read
-        path = Path(ckpt_path)
+        path = None if missing_ok and not Path(ckpt_path).exists() else Path(ckpt_path)
     return RunRequest(command, plain, typed_keys(argv), None if path is None else read_checkpoint(path))
 
 
@@ -184,6 +190,22 @@ def plan_run(request: RunRequest) -> RunPlan:
     return plan
 
 
+def plan_run_together(request: RunRequest) -> tuple[RunPlan, UserError | None]:
+    """`plan_run` on one of several ranks started at once (torchrun, srun): a refusal that rests on the checkpoint
+    alone, which another node may lack (and then plans without), is returned, to be said by every rank once the
+    process group forms, so that no rank leaves while another waits for it; one the config decides is raised,
+    as every rank raises it."""
+    plan = decide(request)
+    problems = refusals(request, plan)
+    if not problems:
+        return plan, None
+    if request.checkpoint is not None:
+        bare = replace(request, checkpoint=None)
+        if not refusals(bare, decide(bare)):
+            return plan, UserError(problems[0])
+    raise UserError(problems[0])
+
+
 def refusals(request: RunRequest, plan: RunPlan) -> list[str]:
     """Every refusal of ``REFUSALS`` that applies, in order (empty: the plan stands)."""
     return [message for refusal in REFUSALS if (message := refusal(request, plan)) is not None]
@@ -233,6 +255,71 @@ def claim_run_dir(plan: RunPlan, claim: runs.RunClaim) -> None:
     claim.claim(plan.run_dir, fit=plan.lock)
     if plan.command == "fit":
         runs.check_fit_target(plan.run_dir, plan.ckpt_path, plan.overwrite)
+
+
+@dataclass(frozen=True)
+class RankVerdict:
+    """What one process of a run found before its first collective (`agreed_refusal` reads every rank's): its
+    refusal (rank 0's claim of the run directory: its state, its lock) and the checkpoint it would restore when
+    it cannot read it (a node-local disk without the run)."""
+
+    rank: int
+    host: str
+    refusal: str | None = None
+    busy: bool = False  # the refusal is `runs.RunBusy`'s (exit status RUN_BUSY, not 2)
+    missing: str | None = None
+
+
+def checkpoint_to_restore(plan: RunPlan) -> Path | None:
+    """The checkpoint file the command restores (fit's ``last``: the run's last.ckpt); None: none."""
+    if plan.ckpt_path == "last":
+        return plan.run_dir / runs.LAST if plan.command == "fit" else None
+    return Path(plan.ckpt_path) if plan.ckpt_path else None
+
+
+def rank_verdict(plan: RunPlan, rank: int, host: str, refusal: BaseException | None) -> RankVerdict:
+    """This process's verdict: ``refusal`` (a claim that failed, kept until every rank can hear it) and whether it
+    can read the checkpoint the plan restores."""
+    path = checkpoint_to_restore(plan)
+    missing = str(path) if path is not None and not path.is_file() else None
+    message = None if refusal is None else (str(refusal).strip() or type(refusal).__name__)
+    return RankVerdict(rank, host, message, isinstance(refusal, runs.RunBusy), missing)
+
+
+def agreed_refusal(verdicts: Sequence[RankVerdict], plan: RunPlan) -> tuple[str, bool] | None:
+    """What every rank of a run says and does, given every rank's verdict: the refusal of the lowest rank that has
+    one (True: it is `runs.RunBusy`'s), else, where some rank cannot read the checkpoint the others restore, that;
+    None: the run goes ahead, the same on every rank."""
+    ordered = sorted(verdicts, key=lambda v: v.rank)
+    first = next((v for v in ordered if v.refusal), None)
+    if first is not None:
+        said = first.refusal if first.rank == 0 else f"rank {first.rank} (on {first.host}) refused: {first.refusal}"
+        return str(said), first.busy
+    lacking = [v for v in ordered if v.missing]
+    if not lacking:
+        return None
+    path = lacking[0].missing
+    names = ", ".join(f"rank {v.rank} (on {v.host})" for v in lacking)
+    have = [v for v in ordered if not v.missing]
+    if not have:
+        return (
+            f"--ckpt_path {plan.ckpt_path}: no process of this run can read {path} (no such file). Check the path "
+            "(and --run_name, --runs_dir); on several nodes the checkpoint must be on a filesystem that every node "
+            "shares, or at the same path on each."
+        ), False
+    others = f"; {', '.join(f'rank {v.rank} (on {v.host})' for v in have[:2])} can" if have else ""
+    if plan.ckpt_path == "last":
+        way_out = (
+            f"Put --runs_dir on a filesystem that every node shares, or copy the run directory {plan.run_dir} to "
+            "the same path on every node, then run the same command again."
+        )
+    else:
+        way_out = "Put the checkpoint on a filesystem that every node shares, or copy it to the same path on each."
+    return (
+        f"--ckpt_path {plan.ckpt_path}: {names} cannot read {path}, the checkpoint this run restores{others}. "
+        "Every process of a run restores the same checkpoint, or those without it would start the run afresh "
+        f"and the processes would wait on each other forever: every process stops here. {way_out}"
+    ), False
 
 
 # The refusals, in the order they are asked: each says what is wrong and the way out, or None.

@@ -3,9 +3,12 @@ codes of `ega fit` and `ega sweep` tell a job script."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -202,3 +205,167 @@ def test_a_checkpoint_from_before_the_world_size_record_reads_its_runs_config(tm
     assert "4 processes (--trainer.num_nodes=2 --trainer.devices=2)" in line and "this command runs 1" in line
     assert "--allow_world_size_change=true" in line
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before  # nothing rewritten
+
+
+# ----------------------------------------------------------------------------- two torchrun nodes on 127.0.0.1
+
+NODES = ["--trainer.num_nodes=2", "--trainer.devices=1", "--trainer.strategy=ddp", "--trainer.accelerator=cpu"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def processes_under(folder: Path) -> list[int]:
+    """The processes whose working directory is in ``folder``: this test's launchers and their workers (torchrun
+    starts each worker in a session of its own, so killing a launcher's group leaves them)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")).is_relative_to(folder):
+                found.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def torchrun_nodes(args: list[str], cwds: list[Path], logs: Path, timeout: int = 120) -> list[tuple[int, str]]:
+    """``ega`` on two torchrun nodes of one worker each (node_rank 0 and 1, in ``cwds``), all waits bounded by
+    ``timeout`` seconds: each node's worker exit status (as its launcher reports it; 0 when it reports none) and
+    the worker's own stderr."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    port = free_port()
+    procs = []
+    for rank, cwd in enumerate(cwds):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1"]
+        cmd += [f"--node_rank={rank}", "--master_addr=127.0.0.1", f"--master_port={port}"]
+        cmd += [f"--log-dir={logs / f'node{rank}'}", "--redirects=3", "-m", "ega_lightning.cli", *args]
+        procs.append(subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + timeout
+    try:
+        launched = [proc.communicate(timeout=max(deadline - time.monotonic(), 1)) for proc in procs]
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the two nodes did not end within {timeout} s")
+    finally:
+        for pid in [proc.pid for proc in procs] + [p for cwd in cwds for p in processes_under(cwd)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    results = []
+    for rank, (_, launcher_err) in enumerate(launched):
+        status = re.search(r"exitcode\s*:\s*(-?\d+)", launcher_err)
+        (stderr,) = (logs / f"node{rank}").glob("*/attempt_0/0/stderr.log")
+        results.append((int(status.group(1)) if status else 0, stderr.read_text()))
+    return results
+
+
+def errors_of(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("ega fit: error: ")]
+
+
+def test_a_finished_run_refused_on_rank_0_stops_both_torchrun_nodes_with_its_paragraph(tmp_path, data_dir):
+    """Rank 0 refuses the run directory (under its lock); the other node hears it once the process group forms,
+    and both exit 2 with the same paragraph, not a DistNetworkError (torchrun) or a wait until killed (srun)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    first = run_ega(["fit", *TINY, *SHORT, "--run_name=r"], shared, env={"EGA_DATA_DIR": str(data_dir)})
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = shared / "lightning_logs/r"
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+    started = time.monotonic()
+    nodes = torchrun_nodes(["fit", *TINY, *SHORT, *NODES, "--run_name=r"], [shared, shared], tmp_path / "logs")
+    assert time.monotonic() - started < 120
+    for status, stderr in nodes:
+        assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+        (line,) = errors_of(stderr)
+        assert "already holds a run (with checkpoints/last.ckpt)" in line and "--ckpt_path last" in line
+    assert errors_of(nodes[0][1]) == errors_of(nodes[1][1])
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before  # nothing written, nothing lost
+
+
+def test_a_resume_on_node_local_disks_where_node_1_lacks_last_ckpt_stops_every_node(tmp_path, data_dir):
+    """Node 0 has the run's last.ckpt, node 1 (its own working directory, as on a node-local disk) has none: both
+    stop with one paragraph naming the checkpoint and the way out, not node 0 restoring it while node 1 starts
+    afresh and both wait in mismatched collectives."""
+    node0, node1 = tmp_path / "node0", tmp_path / "node1"
+    node0.mkdir()
+    node1.mkdir()
+    first = run_ega(["fit", *TINY, *SHORT, "--run_name=r"], node0, env={"EGA_DATA_DIR": str(data_dir)})
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = node0 / "lightning_logs/r"
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+    resume = ["fit", *TINY, *SHORT, *NODES, "--run_name=r", "--trainer.max_steps=4", "--ckpt_path=last"]
+    # trained by one process, resumed by two: node 0 refuses that from the checkpoint node 1 lacks, and both say it
+    nodes = torchrun_nodes(resume, [node0, node1], tmp_path / "logs-world")
+    for status, stderr in nodes:
+        assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+        (line,) = errors_of(stderr)
+        assert "trained by 1 processes" in line and "this command runs 2" in line, line
+
+    resume += ["--allow_world_size_change=true"]
+    started = time.monotonic()
+    nodes = torchrun_nodes(resume, [node0, node1], tmp_path / "logs")
+    assert time.monotonic() - started < 120
+    for status, stderr in nodes:
+        assert status == 2 and "Traceback" not in stderr, stderr[-3000:]
+        (line,) = errors_of(stderr)
+        assert "rank 1 (on " in line and "cannot read lightning_logs/r/checkpoints/last.ckpt" in line, line
+        assert "filesystem that every node shares" in line and "copy the run directory lightning_logs/r" in line
+    assert errors_of(nodes[0][1]) == errors_of(nodes[1][1])
+    assert "Restored all states" not in nodes[0][1]
+    assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before
+    assert not [p for p in (node1 / "lightning_logs").rglob("*") if p.is_file() and p.name != ".lock"]
+
+
+def test_a_finished_run_refused_on_task_0_stops_both_srun_tasks_with_its_paragraph(tmp_path, data_dir):
+    """Two SLURM tasks (what srun sets for each), started together on a shared runs dir that holds a finished
+    run: task 1 no longer waits at 'Initializing distributed' until killed; both exit 2 with the paragraph."""
+    first = run_ega(["fit", *TINY, *SHORT, "--run_name=r"], tmp_path, env={"EGA_DATA_DIR": str(data_dir)})
+    assert first.returncode == 0, first.stderr[-3000:]
+    env = {**os.environ, "EGA_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    env |= {**SLURM_TASK, "SLURM_NTASKS": "2", "SLURM_NNODES": "2", "MASTER_PORT": str(free_port())}
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "ega_lightning.cli", "fit", *TINY, *SHORT, *NODES, "--run_name=r"]
+    tasks = [
+        subprocess.Popen(
+            cmd,
+            cwd=tmp_path,
+            env={**env, "SLURM_PROCID": str(rank), "SLURM_NODEID": str(rank)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    deadline = time.monotonic() + 120
+    try:
+        ended = [task.communicate(timeout=max(deadline - time.monotonic(), 1)) for task in tasks]
+    except subprocess.TimeoutExpired:
+        pytest.fail("the two tasks did not end within 120 s")
+    finally:
+        for task in tasks:
+            task.kill()
+    for task, (_, stderr) in zip(tasks, ended, strict=True):
+        assert task.returncode == 2 and "Traceback" not in stderr, stderr[-3000:]
+        (line,) = errors_of(stderr)
+        assert "already holds a run (with checkpoints/last.ckpt)" in line
+
+
+def test_a_run_another_process_trains_is_busy_75_on_both_torchrun_nodes(tmp_path, data_dir):
+    """Rank 0 cannot take the run directory's lock (another process holds it): both nodes exit 75 with its line,
+    and the directory keeps only the lock."""
+    shared = tmp_path / "shared"
+    lock = held(shared / "lightning_logs/taken")
+    try:
+        nodes = torchrun_nodes(["fit", *TINY, *SHORT, *NODES, "--run_name=taken"], [shared, shared], tmp_path / "logs")
+    finally:
+        lock.close()
+    for status, stderr in nodes:
+        assert status == 75 and "Traceback" not in stderr, stderr[-3000:]
+        (line,) = errors_of(stderr)
+        assert "lightning_logs/taken is in use by another process" in line
+    assert sorted(p.name for p in (shared / "lightning_logs/taken").iterdir()) == [".lock"]

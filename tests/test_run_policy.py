@@ -285,3 +285,38 @@ def test_a_fit_from_another_run_s_checkpoint_needs_steps_left_to_train():
     assert plan_run(request(ckpt=ckpt, ckpt_path=str(ckpt.path), **{"trainer.max_steps": 11})).merge_checkpoint_model
     assert plan_run(request(ckpt=ckpt, ckpt_path="last")).resume_step == 10  # a finished run's resume ends at once
     assert plan_run(request("validate", ckpt=ckpt, ckpt_path=str(ckpt.path))).evaluation == "validate"
+
+
+def test_the_ranks_agree_on_rank_0_s_refusal_then_on_a_checkpoint_some_rank_lacks(tmp_path):
+    """What every rank of a run started together says once the process group forms (`agreed_refusal`)."""
+    last = tmp_path / "runs/r" / runs.LAST
+    last.parent.mkdir(parents=True)
+    last.write_bytes(b"")
+    runs_dir = str(tmp_path / "runs")
+    plan = plan_run(request(ckpt=checkpoint(str(last)), ckpt_path="last", run_name="r", runs_dir=runs_dir))
+    assert run_policy.checkpoint_to_restore(plan) == last
+    here = run_policy.rank_verdict(plan, 0, "a", None)
+    assert here.missing is None and run_policy.agreed_refusal([here], plan) is None
+    last.unlink()
+    gone = run_policy.rank_verdict(plan, 1, "b", None)
+    assert gone.missing == str(last)
+    message, busy = run_policy.agreed_refusal([gone, here], plan)
+    assert not busy and f"rank 1 (on b) cannot read {last}" in message and "rank 0 (on a) can" in message
+    assert "filesystem that every node shares" in message and "copy the run directory" in message
+    nobody, _ = run_policy.agreed_refusal([run_policy.rank_verdict(plan, 0, "a", None), gone], plan)
+    assert "no process of this run can read" in nobody
+    busy_0 = run_policy.rank_verdict(plan, 0, "a", runs.RunBusy("in use"))
+    assert run_policy.agreed_refusal([gone, busy_0], plan) == ("in use", True)  # rank 0's refusal comes first
+    refused_1 = run_policy.rank_verdict(plan, 1, "b", UserError("no"))
+    assert run_policy.agreed_refusal([here, refused_1], plan) == ("rank 1 (on b) refused: no", False)
+
+
+def test_ranks_started_together_keep_a_refusal_that_rests_on_the_checkpoint_alone():
+    """A checkpoint another node may lack: its refusal waits for the process group; the config's is raised."""
+    ckpt = checkpoint("runs/r/checkpoints/last.ckpt", corpus="tinyshakespeare")
+    resumed = request(ckpt=ckpt, ckpt_path="last", run_name="r", **{"model.lr": 0.5})
+    plan, refusal = run_policy.plan_run_together(resumed)
+    assert plan.resume_step == 40 and "lr: checkpoint 0.001, this command 0.5" in str(refusal)
+    assert run_policy.plan_run_together(request(ckpt=ckpt, ckpt_path="last", run_name="r"))[1] is None
+    with pytest.raises(UserError, match="max_steps is 0"):
+        run_policy.plan_run_together(request(ckpt=ckpt, ckpt_path="last", run_name="r", **{"trainer.max_steps": 0}))

@@ -12,12 +12,13 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import sys
 import typing
 from typing import Any, NoReturn
 
 from jsonargparse import Namespace
-from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment
+from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment, TorchElasticEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -106,6 +107,10 @@ class EgaCLI(LightningCLI):
     """
 
     run_plan: run_policy.RunPlan
+    # where the other ranks started with this one (torchrun, srun), this rank's refusal that another rank may not
+    # share (rank 0's claim of the run directory: its state, its lock; one that rests on the checkpoint): kept
+    # until the process group forms, then said by every rank (`_agree_before_the_first_collective`)
+    _refusal: UserError | None = None
 
     def __init__(
         self, *args: Any, claim: runs.RunClaim | None = None, command_line: list[str] | None = None, **kwargs: Any
@@ -158,7 +163,13 @@ class EgaCLI(LightningCLI):
         command = self.config.get("subcommand")
         config = self.config[command] if command else self.config
         typed = list(sys.argv[1:] if args is None else args)
-        self.run_plan = run_policy.plan_run(run_policy.read_request(command, config, typed))
+        if not started_together():
+            self.run_plan = run_policy.plan_run(run_policy.read_request(command, config, typed))
+            return
+        # torchrun, srun: the other ranks are running already, and a checkpoint may be on some nodes only; a
+        # refusal that rests on it is said by every rank once the process group forms
+        request = run_policy.read_request(command, config, typed, missing_ok=True)
+        self.run_plan, self._refusal = run_policy.plan_run_together(request)
 
     def _parse_ckpt_path(self) -> None:
         # Lightning's merge of the checkpoint's hyper-parameters into the model's config (a private hook: see
@@ -168,8 +179,17 @@ class EgaCLI(LightningCLI):
 
     def before_instantiate_classes(self) -> None:
         point_config_at_run(self.config[self.subcommand] if self.subcommand else self.config, self.run_plan)
-        if rank_zero_only.rank == 0:  # the other ranks of a DDP run write into rank 0's run, under its lock
-            run_policy.claim_run_dir(self.run_plan, self._claim)  # fit: the lock, held until the command ends
+        # the other ranks of a DDP run write into rank 0's run, under its lock; a refused run is not claimed
+        if rank_zero_only.rank == 0 and self._refusal is None:
+            try:
+                run_policy.claim_run_dir(self.run_plan, self._claim)  # fit: the lock, held until the command ends
+            except UserError as err:
+                # under torchrun or srun the other ranks are running already and would wait for rank 0 at the
+                # process group: they hear the refusal there (under Lightning's own DDP, rank 0 starts them
+                # later, so it refuses now, alone)
+                if not started_together():
+                    raise
+                self._refusal = err
 
     def after_fit(self) -> None:
         if self.trainer.is_global_zero:
@@ -201,14 +221,41 @@ class EgaCLI(LightningCLI):
             # Trainer's: an accelerator this machine lacks): a user's mistake, said in one line
             raise UserError(str(err)) from err
         plan = self.run_plan
-        if plan.clear_old_run and rank_zero_only.rank == 0:  # every argument is known good now
+        self._agree_before_the_first_collective()
+        owner = rank_zero_only.rank == 0 and self._refusal is None  # a refused run's directory is left as it is
+        if plan.clear_old_run and owner:  # every argument is known good now
             runs.clear_outputs(plan.run_dir)
-        if plan.evaluation and rank_zero_only.rank == 0:  # an evaluation replaces the previous one of its kind
+        if plan.evaluation and owner:  # an evaluation replaces the previous one of its kind
             runs.clear_evaluation(plan.run_dir, plan.evaluation)
         for logger in self.trainer.loggers if plan.resume_step is not None else []:
             # what the stopped process logged from this step on is logged again: TensorBoard drops the old
             # events (SummaryWriter's purge_step), so no step shows twice
             purge_from(logger, plan.resume_step)
+
+    def _agree_before_the_first_collective(self) -> None:
+        """Every rank says what it found (rank 0's refusal, whether it can read the checkpoint the run restores)
+        as soon as the process group forms, in the strategy's setup_environment, before Lightning's first
+        collective; where any rank cannot go on, every rank stops with the same paragraph (`run_policy`'s
+        `agreed_refusal`), so no rank waits for another that has left or restores what another starts afresh."""
+        strategy = self.trainer.strategy
+        setup_environment = strategy.setup_environment
+
+        def agreeing_setup_environment() -> None:
+            setup_environment()  # DDP: the device, then the process group
+            host = socket.gethostname()
+            mine = run_policy.rank_verdict(self.run_plan, strategy.global_rank, host, self._refusal)
+            verdicts = [mine]
+            if torch_distributed_world() > 1:
+                import torch.distributed as dist
+
+                verdicts = [None] * dist.get_world_size()
+                dist.all_gather_object(verdicts, mine)  # every rank, no rank-zero block
+            agreed = run_policy.agreed_refusal(verdicts, self.run_plan)
+            if agreed is not None:
+                message, busy = agreed
+                raise (runs.RunBusy if busy else UserError)(message)
+
+        strategy.setup_environment = agreeing_setup_environment
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         init = self.config_init[self.subcommand] if self.subcommand else self.config_init
@@ -225,6 +272,21 @@ class EgaCLI(LightningCLI):
         last = LastCheckpoint(self.run_plan.run_dir / "checkpoints", every_n_steps=every)
         self.trainer_defaults = {**self.trainer_defaults, "callbacks": [last]}  # appended to the configured ones
         return super().instantiate_trainer(**kwargs)
+
+
+def started_together() -> bool:
+    """Whether a launcher started every rank of this run at once (torchrun, srun with several tasks), so that the
+    other ranks are waiting for this one at the process group; under Lightning's own DDP, rank 0 starts them."""
+    if TorchElasticEnvironment.detect():
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return SLURMEnvironment.detect() and os.environ.get("SLURM_NTASKS", "1").strip() not in ("", "1")
+
+
+def torch_distributed_world() -> int:
+    """The size of the process group that has formed; 1 where none has."""
+    import torch.distributed as dist
+
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 def _as_list(value: Any) -> list[Any]:
