@@ -300,15 +300,16 @@ def choose(sweep: spec_module.Sweep, only: list[str] | None, index: int | None, 
     return runs
 
 
-def check_runs_dir(runs_dir: Path) -> None:
-    """A UserError when ``runs_dir`` is a file or lies under one: said before the first run, as `ega fit` does."""
-    not_a_dir = next((d for d in (runs_dir, *runs_dir.parents) if d.exists() and not d.is_dir()), None)
+def check_dir(flag: str, path: Path, what: str) -> None:
+    """A UserError when ``path`` (the value of ``flag``) is a file or lies under one: said before the first run, as
+    `ega fit` does for its run directory."""
+    not_a_dir = next((d for d in (path, *path.parents) if d.exists() and not d.is_dir()), None)
     if not_a_dir is None:
         return
-    where = "is a file" if not_a_dir == runs_dir else f"lies under the file {not_a_dir}"
+    where = "is a file" if not_a_dir == path else f"lies under the file {not_a_dir}"
     raise UserError(
-        f"--runs_dir {runs_dir} {where}, so the runs cannot be made there. Give --runs_dir a directory, or a path "
-        "that does not exist yet."
+        f"{flag} {path} {where}, so {what} cannot be made there. Give {flag} a directory, or a path that does not "
+        "exist yet."
     )
 
 
@@ -342,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sweep = load_spec(args.spec)
         runs = choose(sweep, args.only, args.index, args.shard)
-        check_runs_dir(args.runs_dir)
+        check_dir("--runs_dir", args.runs_dir, "the runs")
+        check_dir("--records_dir", args.records_dir, "the runs' records")
     except UserError as err:
         print(f"ega sweep: error: {err}", file=sys.stderr)
         return 2
