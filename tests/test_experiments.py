@@ -958,3 +958,45 @@ def test_the_report_flags_each_comparison_whose_pairs_ran_on_two_machines(tmp_pa
     claims = text.split("## Claims")[1].split("\n## ")[0]
     flagged = [line for line in claims.splitlines() if "two machines: seeds 1, 2" in line]
     assert flagged and all("EGA-1" in line or "linear" in line for line in flagged)
+
+
+def test_report_stopped_by_ctrl_c_leaves_out_as_it_was(fabricated, tmp_path, monkeypatch, capsys):
+    """Issue 40: Ctrl-C while the figures were drawn left --out with some PNGs and no REPORT.md or results.json,
+    exit 130 with no message. Now the report is written beside --out and moved in whole."""
+    from ega_lightning.experiments import report_figures
+
+    done_out = fabricated[0]
+    runs = done_out.parent / "runs"
+    out = tmp_path / "results"
+    (out / "runs").mkdir(parents=True)
+    (out / "REPORT.md").write_text("the old report\n")
+    (out / "bench-keep.json").write_text("{}\n")  # a file of --out that is not the report's: left alone
+    before = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    save_png, saved = report_figures.save_png, []
+
+    def stopped_after_two(fig, path):
+        if len(saved) == 2:
+            raise KeyboardInterrupt
+        saved.append(save_png(fig, path))
+        return saved[-1]
+
+    monkeypatch.setattr(report_figures, "save_png", stopped_after_two)
+    spec = done_out.parent / "spec.yaml"
+    args = [str(spec), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(out / "runs")]
+    capsys.readouterr()
+    assert report.main(args) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"ega report: interrupted: nothing was written to {out}; rerun the command for the report."
+    ]
+    after = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    # the old report and the other file as they were; no PNG, no temporary directory (records may be refreshed)
+    assert {k: v for k, v in after.items() if not k.startswith("results/runs/")} == {
+        k: v for k, v in before.items() if not k.startswith("results/runs/")
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+    monkeypatch.setattr(report_figures, "save_png", save_png)
+    assert report.main(args) == 0  # and the whole report, moved in beside the other file
+    assert (out / "bench-keep.json").read_text() == "{}\n" and "the old report" not in (out / "REPORT.md").read_text()
+    assert {p.name for p in out.glob("*.png")} == {p.name for p in done_out.glob("*.png")}
+    assert json.loads((out / "results.json").read_text())["findings"]
