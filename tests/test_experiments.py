@@ -1000,3 +1000,35 @@ def test_report_stopped_by_ctrl_c_leaves_out_as_it_was(fabricated, tmp_path, mon
     assert (out / "bench-keep.json").read_text() == "{}\n" and "the old report" not in (out / "REPORT.md").read_text()
     assert {p.name for p in out.glob("*.png")} == {p.name for p in done_out.glob("*.png")}
     assert json.loads((out / "results.json").read_text())["findings"]
+
+
+def test_a_seed_of_another_model_shape_is_left_out_of_its_variant(tmp_path):
+    """Issue 40: a config edited between seeds (seed 1 at n_embd 32, seed 2 at 48) made one variant of both, each
+    paired with the 32-wide baseline. Now the variant's shape is the one most of its seeds trained (a tie: the
+    lowest seed's); a run of another shape is paired with nothing, and its row says so."""
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.5 + 0.01 * seed])
+        run_dir = fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, 1.40 + 0.01 * seed], tau=[0.1, 0.3])
+    hparams = yaml.safe_load((run_dir / "hparams.yaml").read_text())  # ega1-seed2: its config was edited
+    (run_dir / "hparams.yaml").write_text(yaml.safe_dump({**hparams, "n_embd": 48}))
+    spec = {
+        "name": "edited",
+        "runs": [
+            {"name": "none", "seeds": [1, 2], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2], "group": "main", "variant": "linear"},
+        ],
+    }
+    out = tmp_path / "results"
+    assert report_into(write_spec(tmp_path / "spec.yaml", spec), runs, out) == 0
+    results = json.loads((out / "results.json").read_text())
+    (row,) = [r for g in results["groups"] for r in g["variants"] if r["variant"] == "linear"]
+    assert row["seeds_done"] == [1] and row["seeds_not_done"] == [2]
+    assert list(row["seeds_left_out"]) == ["2"] and "2×2×48 T32 (61,496 parameters)" in row["seeds_left_out"]["2"]
+    assert row["n_params"] == 28712
+    assert row["final_val_loss"]["n"] == 1 and row["final_val_loss"]["mean"] == pytest.approx(1.41)
+    diff = row["diff_final_val_loss"]
+    assert diff["n"] == 1 and diff["estimate"] == pytest.approx(1.51 - 1.41)  # seed 1's pair only
+    text = (out / "REPORT.md").read_text()
+    assert "1/2 (left out, another model: seed 2 at 2×2×48 T32)" in text
+    assert "`linear`: `ega1-seed2` is left out of every number: its model is 2×2×48 T32" in text

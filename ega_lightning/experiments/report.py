@@ -13,6 +13,11 @@ Only finished runs count (``DONE`` or a record; see `ega sweep`); the others are
 missing or incomplete and are in no number. Differences are baseline minus variant (positive:
 the variant has the lower loss), paired by seed over the seeds both sides ran; the decision rule
 of each verdict is stated in the report's method note.
+
+A variant's seeds must be one model: its shape is the shape (n_layer × n_head × n_embd, block_size)
+most of its finished seeds trained, a tie going to the lowest seed's. A finished run of another shape
+(its config edited between seeds) is left out: in no mean, pair or interval; the variant's row names it
+and the runs table says why.
 """
 
 from __future__ import annotations
