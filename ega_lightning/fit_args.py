@@ -1,9 +1,10 @@
 """The command line of `ega fit`, `validate` and `test`: Lightning's parser as `ega` builds it (`cli_options`,
 `add_run_arguments`, `EgaArgumentParser`), and `problems`, which reads a fit's command line as `ega fit` does and
 lists what it would refuse, building nothing and writing nothing: the parser's errors (flags, values, -c files),
-the model's argument checks (gates and their import paths, options, shapes) and the run plan's refusals
-(`run_policy.REFUSALS`: step counts, run name, ...). `ega sweep` asks it of every run of a spec before the first
-run starts; `EgaCLI` (commands/lightning_cli.py) is the command that builds and runs."""
+the model's and the data's argument checks (gates and their import paths, options, shapes; the corpus, batch
+sizes) and the run plan's refusals (`run_policy.REFUSALS`: step counts, run name, ...). `ega sweep` asks it of
+every run of a spec before the first run starts; `EgaCLI` (commands/lightning_cli.py) is the command that builds
+and runs."""
 
 from __future__ import annotations
 
@@ -166,6 +167,10 @@ def problems(argv: list[str]) -> list[str]:
     try:
         check_arguments(config.model.as_dict())
     except ValueError as err:  # UserError too
+        found.append(one_line(str(err)))
+    try:  # its arguments' checks (the corpus's name, the batch sizes): no file is read before setup
+        CharDataModule(**config.data.as_dict())
+    except ValueError as err:
         found.append(one_line(str(err)))
     try:
         request = run_policy.read_request(command, config, resolved)
