@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -55,6 +58,51 @@ def write_atomic(path: Path | str, data: str | bytes) -> None:
     """Writes ``data`` to ``path`` so that the file is either the old one or the whole new one."""
     with atomic_file(path, "wb" if isinstance(data, bytes) else "w") as fh:
         fh.write(data)
+
+
+@contextlib.contextmanager
+def staged_files(target: Path | str) -> Iterator[Path]:
+    """Yields an empty temporary directory beside the directory ``target``; when the block ends without an
+    exception, every file written into it is moved into ``target`` (made if missing), each replacing a file of its
+    name there, and files of ``target`` it does not name are left alone.
+
+    Until then ``target`` is untouched: an exception or Ctrl-C inside the block leaves it as it was, with no
+    temporary directory, nor any parent directory made for it, behind. Ctrl-C during the moves (a rename each) is
+    held until they are done, then raised, so that the files are all old or all new.
+    """
+    target = Path(target)
+    made = [d for d in (target.parent, *target.parent.parents) if not d.exists()]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=TEMPORARY_SUFFIX))
+    try:
+        yield stage
+        with _sigint_held():
+            target.mkdir(exist_ok=True)
+            for path in sorted(stage.iterdir()):
+                os.replace(path, target / path.name)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        for d in made:  # deepest first: only those this call made, and only while empty
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        raise
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """SIGINT inside the block is raised as KeyboardInterrupt when it ends (only the main thread can hold it)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
 
 
 def read_yaml(path: Path | str, missing_ok: bool = True) -> Any:

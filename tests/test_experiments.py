@@ -958,3 +958,77 @@ def test_the_report_flags_each_comparison_whose_pairs_ran_on_two_machines(tmp_pa
     claims = text.split("## Claims")[1].split("\n## ")[0]
     flagged = [line for line in claims.splitlines() if "two machines: seeds 1, 2" in line]
     assert flagged and all("EGA-1" in line or "linear" in line for line in flagged)
+
+
+def test_report_stopped_by_ctrl_c_leaves_out_as_it_was(fabricated, tmp_path, monkeypatch, capsys):
+    """Issue 40: Ctrl-C while the figures were drawn left --out with some PNGs and no REPORT.md or results.json,
+    exit 130 with no message. Now the report is written beside --out and moved in whole."""
+    from ega_lightning.experiments import report_figures
+
+    done_out = fabricated[0]
+    runs = done_out.parent / "runs"
+    out = tmp_path / "results"
+    (out / "runs").mkdir(parents=True)
+    (out / "REPORT.md").write_text("the old report\n")
+    (out / "bench-keep.json").write_text("{}\n")  # a file of --out that is not the report's: left alone
+    before = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    save_png, saved = report_figures.save_png, []
+
+    def stopped_after_two(fig, path):
+        if len(saved) == 2:
+            raise KeyboardInterrupt
+        saved.append(save_png(fig, path))
+        return saved[-1]
+
+    monkeypatch.setattr(report_figures, "save_png", stopped_after_two)
+    spec = done_out.parent / "spec.yaml"
+    args = [str(spec), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(out / "runs")]
+    capsys.readouterr()
+    assert report.main(args) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        f"ega report: interrupted: nothing was written to {out}; rerun the command for the report."
+    ]
+    after = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    # the old report and the other file as they were; no PNG, no temporary directory (records may be refreshed)
+    assert {k: v for k, v in after.items() if not k.startswith("results/runs/")} == {
+        k: v for k, v in before.items() if not k.startswith("results/runs/")
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+    monkeypatch.setattr(report_figures, "save_png", save_png)
+    assert report.main(args) == 0  # and the whole report, moved in beside the other file
+    assert (out / "bench-keep.json").read_text() == "{}\n" and "the old report" not in (out / "REPORT.md").read_text()
+    assert {p.name for p in out.glob("*.png")} == {p.name for p in done_out.glob("*.png")}
+    assert json.loads((out / "results.json").read_text())["findings"]
+
+
+def test_a_seed_of_another_model_shape_is_left_out_of_its_variant(tmp_path):
+    """Issue 40: a config edited between seeds (seed 1 at n_embd 32, seed 2 at 48) made one variant of both, each
+    paired with the 32-wide baseline. Now the variant's shape is the one most of its seeds trained (a tie: the
+    lowest seed's); a run of another shape is paired with nothing, and its row says so."""
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.5 + 0.01 * seed])
+        run_dir = fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, 1.40 + 0.01 * seed], tau=[0.1, 0.3])
+    hparams = yaml.safe_load((run_dir / "hparams.yaml").read_text())  # ega1-seed2: its config was edited
+    (run_dir / "hparams.yaml").write_text(yaml.safe_dump({**hparams, "n_embd": 48}))
+    spec = {
+        "name": "edited",
+        "runs": [
+            {"name": "none", "seeds": [1, 2], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2], "group": "main", "variant": "linear"},
+        ],
+    }
+    out = tmp_path / "results"
+    assert report_into(write_spec(tmp_path / "spec.yaml", spec), runs, out) == 0
+    results = json.loads((out / "results.json").read_text())
+    (row,) = [r for g in results["groups"] for r in g["variants"] if r["variant"] == "linear"]
+    assert row["seeds_done"] == [1] and row["seeds_not_done"] == [2]
+    assert list(row["seeds_left_out"]) == ["2"] and "2×2×48 T32 (61,496 parameters)" in row["seeds_left_out"]["2"]
+    assert row["n_params"] == 28712
+    assert row["final_val_loss"]["n"] == 1 and row["final_val_loss"]["mean"] == pytest.approx(1.41)
+    diff = row["diff_final_val_loss"]
+    assert diff["n"] == 1 and diff["estimate"] == pytest.approx(1.51 - 1.41)  # seed 1's pair only
+    text = (out / "REPORT.md").read_text()
+    assert "1/2 (left out, another model: seed 2 at 2×2×48 T32)" in text
+    assert "`linear`: `ega1-seed2` is left out of every number: its model is 2×2×48 T32" in text

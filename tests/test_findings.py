@@ -13,7 +13,7 @@ import scipy.stats
 
 from ega_lightning.errors import UserError
 from ega_lightning.experiments import comparisons, findings, landscapes, report, rules, spec, stats, studies
-from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
+from ega_lightning.experiments.comparisons import SHAPE_KEYS, RunData, build_tables, build_variants
 from ega_lightning.experiments.provenance import code_status
 from ega_lightning.experiments.provenance import load as provenance_load
 from ega_lightning.experiments.rules import Verdict
@@ -666,6 +666,7 @@ def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_establishe
     fox.hparams = {**fox.hparams, "gate": "gone_gate"}
     assert code_status(fox, provenance)["status"] == "unknown"
     linear.code, old.code = code_status(linear, provenance), code_status(old, provenance)
+    old.hparams = {**old.hparams, **{k: linear.hparams[k] for k in SHAPE_KEYS}}  # one variant is one model shape
     variants = build_variants([linear, old])
     code = findings.code_of(*variants)
     assert code.flag == "different" and code.runs == ["linear-seed1", "linear-seed2"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from ega_lightning.errors import MACHINE_REFUSED
 
@@ -153,3 +154,43 @@ def test_one_broken_entry_point_hides_no_other_gate(tmp_path):
     assert {"none", "linear", "db2", "mine"} <= listed and "broken" not in listed
     (warning,) = [line for line in result.stderr.splitlines() if line.startswith("ega gates: warning: ")]
     assert "Gate 'broken' is an entry point of the package my-pkg 0.1" in warning
+
+
+def test_sweep_checks_every_run_as_ega_fit_would_before_the_first_starts(tmp_path, data_dir):
+    """Issue 40: an unknown gate, a mistyped flag, a gate module that is not there and max_steps 0 in a spec's args
+    passed the spec check; each run then started and failed in turn, leaving sweep.log and .lock behind. Now
+    `ega sweep` (and --dry_run) lists every problem at once, exit 2, and nothing runs."""
+    tiny = [*TINY, *SHORT]
+    spec = {
+        "name": "hostile",
+        "args": tiny,
+        "runs": [
+            {"name": "fine", "configs": ["gate/linear.yaml"], "seeds": [1, 2]},
+            {"name": "unknown-gate", "configs": [], "seeds": [1, 2], "args": ["--model.gate=wavelet"]},
+            {"name": "typo", "configs": [], "seeds": [1], "args": ["--model.gat=linear"]},
+            {"name": "no-module", "configs": [], "seeds": [1], "args": ["--model.gate=no_such_module.MyGate"]},
+            {"name": "no-steps", "configs": [], "seeds": [3], "args": ["--trainer.max_steps=0"]},
+        ],
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    for dry in ([], ["--dry_run"]):
+        result = run_ega(
+            ["sweep", "spec.yaml", "--runs_dir=runs", "--records_dir=records", *dry],
+            tmp_path,
+            env={"EGA_DATA_DIR": str(data_dir)},
+            timeout=120,
+        )
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr and result.stdout == ""
+        lines = result.stderr.splitlines()
+        assert lines[0] == "ega sweep: error: invalid sweep spec, nothing was run:"
+        problems = lines[1:]
+        assert len(problems) == 4, lines  # one per distinct (configs, args) that fails, every one at once
+        assert (
+            "(unknown-gate: unknown-gate-seed1, unknown-gate-seed2): ega fit would refuse it: Unknown gate 'wavelet'"
+            in problems[0]
+        )
+        assert "(typo: typo-seed1)" in problems[1] and "--model.gat=linear" in problems[1]
+        assert "(no-module: no-module-seed1)" in problems[2] and "no module 'no_such_module'" in problems[2]
+        assert "(no-steps: no-steps-seed3)" in problems[3] and "trainer.max_steps is 0" in problems[3]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # no run directory, log, lock or record

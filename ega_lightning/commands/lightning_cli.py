@@ -10,12 +10,10 @@ in one paragraph. Lightning's private API it uses is listed in `ega_lightning.li
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import sys
-import typing
-from typing import Any, NoReturn
+from typing import Any
 
 from jsonargparse import Namespace
 from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment, TorchElasticEnvironment
@@ -25,7 +23,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ega_lightning import run_policy, runs, summary
 from ega_lightning.callbacks import LastCheckpoint
-from ega_lightning.config_files import DEFAULT_CONFIGS, PACKAGED_CONFIGS, resolve_config_args
+from ega_lightning.config_files import resolve_config_args
 from ega_lightning.data import CharDataModule
 from ega_lightning.errors import (
     DEBUG_ENV,
@@ -36,28 +34,16 @@ from ega_lightning.errors import (
     machine_refusal,
     print_user_error,
 )
+from ega_lightning.fit_args import (  # noqa: F401 (EgaArgumentParser, TENSORBOARD_LOGGER: imported from here too)
+    FLOAT_FLAGS,
+    LIGHTNING_SUBCOMMANDS,
+    TENSORBOARD_LOGGER,
+    EgaArgumentParser,
+    add_run_arguments,
+    cli_options,
+)
 from ega_lightning.lightning_private import purge_from
 from ega_lightning.module import CharLM, NonFiniteLossError
-
-# Lightning's subcommands that `ega` offers (no predict); the dispatcher's table names this module for each
-LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test")
-# the model's float arguments, whose non-finite values a command line may spell as nan / inf
-FLOAT_FLAGS = tuple(f"--model.{name}" for name, hint in typing.get_type_hints(CharLM.__init__).items() if hint is float)
-
-# The default logger, also when no config file names one; the CLI points it at the run directory.
-TENSORBOARD_LOGGER = {
-    "class_path": "ega_lightning.callbacks.RunLogger",
-    "init_args": {"save_dir": "lightning_logs", "default_hp_metric": False},
-}
-
-
-def _seed_for_data(seed: bool | int) -> int:
-    if isinstance(seed, bool):
-        raise ValueError(
-            f"seed_everything is {seed}; set an integer (e.g. --seed_everything=1337): "
-            "the training windows are drawn from it, so a run must have a fixed seed to be resumable."
-        )
-    return seed
 
 
 class SaveRunConfig(SaveConfigCallback):
@@ -70,31 +56,6 @@ class SaveRunConfig(SaveConfigCallback):
         stage = getattr(stage, "value", stage)  # TrainerFn or str
         self.config_filename = "config.yaml" if stage == "fit" else f"config_{stage}.yaml"
         super().setup(trainer, pl_module, stage)
-
-
-class EgaArgumentParser(LightningArgumentParser):
-    """Lightning's parser; its errors are one paragraph that names the flag and where --help is, not the usage."""
-
-    def add_method_arguments(self, class_type: type, method_name: str, *args: Any, **kwargs: Any) -> list[str]:
-        # the subcommands' arguments (Trainer.fit's, .validate's, .test's) are added through this method
-        added = super().add_method_arguments(class_type, method_name, *args, **kwargs)
-        if method_name in ("validate", "test"):  # the headline is printed at the end; --verbose=true: every metric
-            self.set_defaults(verbose=False)
-        return added
-
-    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
-        if not self.exit_on_error:
-            super().error(message, ex)  # raises: the caller handles it
-        parser = getattr(ex, "subcommand_parser", None) or self
-        command = next((c for c in LIGHTNING_SUBCOMMANDS if parser.prog.split()[-1:] == [c]), "fit")
-        text = " ".join(line.strip() for line in message.strip().splitlines())
-        key = re.search(r'Parser key "([^"]+)"', text)
-        where = f"--{key.group(1)}: " if key else ""
-        print(
-            f"ega {command}: error: {text}\n{where}see `ega {command} --help` for the accepted options and values.",
-            file=sys.stderr,
-        )
-        self.exit(2)
 
 
 class EgaCLI(LightningCLI):
@@ -128,35 +89,7 @@ class EgaCLI(LightningCLI):
         return {k: v for k, v in LightningCLI.subcommands().items() if k in LIGHTNING_SUBCOMMANDS}  # no predict
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument(
-            "--run_name",
-            type=str | None,
-            default=None,
-            help="Directory name of the run under --runs_dir (default: derived from corpus, gate, size and seed).",
-        )
-        parser.add_argument("--runs_dir", type=str, default="lightning_logs", help="Where runs are written.")
-        parser.add_argument(
-            "--checkpoint_every_n_steps",
-            type=int,
-            default=100,
-            help="Write <run>/checkpoints/last.ckpt every N optimizer steps and at the end of fit (0: never).",
-        )
-        parser.add_argument(
-            "--overwrite",
-            type=bool,
-            default=False,
-            help="fit: delete what an earlier run wrote into the run directory and start it over.",
-        )
-        parser.add_argument(
-            "--allow_world_size_change",
-            type=bool,
-            default=False,
-            help="fit --ckpt_path last: resume with another number of processes (num_nodes x devices) than the "
-            "checkpoint's; the run then differs from one trained in a single world.",
-        )
-        parser.link_arguments("model.block_size", "data.block_size")
-        parser.link_arguments("seed_everything", "data.seed", compute_fn=_seed_for_data)
-        parser.link_arguments("data.vocab", "model.vocab", apply_on="instantiate")
+        add_run_arguments(parser)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         super().parse_arguments(parser, args)
@@ -391,20 +324,12 @@ def _run_cli(argv: list[str], from_shell: bool, descriptions: dict[str, str], cl
     resolved = resolve_config_args(argv, FLOAT_FLAGS)
     if from_shell:  # DDP re-executes sys.argv, so it carries the resolved line
         sys.argv[1:] = resolved
-    defaults = [str(PACKAGED_CONFIGS / name) for name in DEFAULT_CONFIGS]
     EgaCLI(
         CharLM,
         CharDataModule,
-        seed_everything_default=1337,
-        trainer_defaults={"logger": TENSORBOARD_LOGGER},
-        auto_configure_optimizers=False,
         save_config_callback=SaveRunConfig,
         save_config_kwargs={"overwrite": True},
-        parser_class=EgaArgumentParser,
-        parser_kwargs={
-            sub: {"default_config_files": defaults, "description": descriptions.get(sub)}
-            for sub in LIGHTNING_SUBCOMMANDS
-        },
+        **cli_options(descriptions),
         args=None if from_shell else resolved,
         claim=claim,
         command_line=argv,

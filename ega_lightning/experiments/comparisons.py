@@ -38,6 +38,9 @@ REGIME_KEYS = (
     "batch_size",
     "max_eval_windows",
 )
+# A model's shape: the seeds of one variant must share it, or their numbers are not one configuration's
+SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
+LEFT_OUT = "left out"  # the status of a finished run whose model shape is not its variant's (`set_apart_shapes`)
 METRICS = ("final_val_loss", "best_val_loss", "final_gap", "final_tau_mean", "final_frac_above_tau", "tokens_per_sec")
 DIFF_METRICS = ("final_val_loss", "best_val_loss", "final_gap")
 
@@ -47,7 +50,7 @@ class RunData:
     """One run of a spec: its record's numbers when it is finished (``status`` done), else why not."""
 
     run: Run
-    status: str  # done | incomplete | missing
+    status: str  # done | incomplete | missing | left out (finished, another model shape than its variant's)
     reason: str
     corpus: str
     gate: str  # the key-bias slot (`model.gate`)
@@ -195,6 +198,11 @@ class Variant:
         return [r for r in self.runs if r.status == "done"]
 
     @property
+    def left_out(self) -> list[RunData]:
+        """Finished runs of another model shape than the variant's (`set_apart_shapes`): in no number."""
+        return [r for r in self.runs if r.status == LEFT_OUT]
+
+    @property
     def gate(self) -> str:
         """Both slots (`gate_name`): a model with an output gate is no baseline, whatever its key bias."""
         first = (self.done or self.runs)[0]
@@ -236,6 +244,40 @@ class Variant:
         return summarize(list(self.by_seed(metric).values()))
 
 
+def shape(r: RunData) -> tuple[Any, ...]:
+    """The model shape a finished run trained (``SHAPE_KEYS`` of its hyper-parameters)."""
+    return tuple(r.hparams.get(k) for k in SHAPE_KEYS)
+
+
+def shape_text(dims: tuple[Any, ...]) -> str:
+    n_layer, n_head, n_embd, block_size = dims
+    return f"{n_layer}×{n_head}×{n_embd} T{block_size}"
+
+
+def set_apart_shapes(variant: Variant) -> None:
+    """The variant's shape is the one most of its finished seeds trained (a tie: the lowest seed's of the tied
+    shapes); a finished run of another shape (its config edited between seeds) is ``left out``: no number of
+    the variant, no pair, no interval counts it, and its reason says why."""
+    done = sorted(variant.done, key=lambda r: r.run.seed)
+    counts: dict[tuple[Any, ...], int] = {}
+    for r in done:
+        counts[shape(r)] = counts.get(shape(r), 0) + 1
+    if len(counts) < 2:
+        return
+    most = max(counts.values())
+    own = next(shape(r) for r in done if counts[shape(r)] == most)  # sorted by seed: the lowest seed's
+    for r in done:
+        if shape(r) != own:
+            r.status = LEFT_OUT
+            params = f"{r.n_params:,} parameters" if r.n_params else "parameters not recorded"
+            r.reason = (
+                f"its model is {shape_text(shape(r))} ({params}), and the variant's "
+                f"'{variant.label}' is {shape_text(own)} (most of its seeds, ties to the lowest seed): the config "
+                "changed between seeds, so it is paired with nothing. Rerun it at the variant's shape, or give "
+                "its spec entry another `variant:`."
+            )
+
+
 def build_variants(runs: list[RunData]) -> list[Variant]:
     # a run that never wrote its config (and whose config files are gone) takes the corpus of its
     # spec entry's other seeds: one entry is one set of configs
@@ -261,6 +303,8 @@ def build_variants(runs: list[RunData]) -> list[Variant]:
                     "Give their spec entries distinct `variant:` labels."
                 )
             variant.runs.append(r)
+    for variant in variants.values():
+        set_apart_shapes(variant)
     return list(variants.values())
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ega_lightning.experiments import paper, protocol, provenance, sizes
-from ega_lightning.experiments.comparisons import Row, RunData, Table, split_text
+from ega_lightning.experiments.comparisons import Row, RunData, Table, Variant, shape, shape_text, split_text
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
 from ega_lightning.experiments.landscapes import Evaluation
 from ega_lightning.experiments.rules import PROTOCOL, RULES, Verdict
@@ -158,13 +158,21 @@ def _model_text(row: Row) -> str:
     return f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}, {v.done[0].max_steps} steps"
 
 
+def _seeds_text(v: Variant) -> str:
+    """Seeds finished of the variant's; those left out for another model shape named with theirs."""
+    if not v.left_out:
+        return f"{len(v.done)}/{len(v.runs)}"
+    apart = ", ".join(f"seed {r.run.seed} at {shape_text(shape(r))}" for r in v.left_out)
+    return f"{len(v.done)}/{len(v.runs)} (left out, another model: {apart})"
+
+
 def table_line(row: Row) -> str:
     v = row.variant
     cells = [
         f"`{v.label}`",
         f"{v.gate} ({v.paper_name or 'not in paper'})",
         _model_text(row),
-        f"{len(v.done)}/{len(v.runs)}",
+        _seeds_text(v),
         f"{v.n_params:,}" if v.n_params else "—",
         "baseline" if v.gate == "none" else (f"{row.overhead_pct:+.2f}%" if row.overhead_pct is not None else "—"),
         fmt_summary(v.summary("final_val_loss")),
@@ -215,6 +223,8 @@ def section(
                 )
             elif row.baseline is None and row.variant.gate != "none" and row.variant.done:
                 lines.append(f"`{row.variant.label}`: no finished baseline with the same model, data and steps.")
+            for r in row.variant.left_out:
+                lines.append(f"`{row.variant.label}`: `{r.run.run_name}` is left out of every number: {r.reason}")
             if row.split_seeds:
                 seeds = ", ".join(map(str, row.split_seeds))
                 lines.append(

@@ -5,13 +5,19 @@ finished under ``--runs_dir`` is read from its directory and its record refreshe
 its record in ``--records_dir`` (default ``results/runs``, whatever ``--out`` is), so the report
 regenerates from a fresh clone. Writes ``<out>/REPORT.md`` (a table of the paper's claims with
 our verdicts first, then the evidence section by section), ``<out>/results.json`` (every number,
-per run and per variant, and every finding with its verdict) and PNG figures. A report over no
-finished run writes nothing and fails.
+per run and per variant, and every finding with its verdict) and PNG figures, all written
+beside ``--out`` and moved into it when complete (its other files are left alone): Ctrl-C before
+then leaves ``--out`` as it was and exits 130. A report over no finished run writes nothing and fails.
 
 Only finished runs count (``DONE`` or a record; see `ega sweep`); the others are listed as
 missing or incomplete and are in no number. Differences are baseline minus variant (positive:
 the variant has the lower loss), paired by seed over the seeds both sides ran; the decision rule
 of each verdict is stated in the report's method note.
+
+A variant's seeds must be one model: its shape is the shape (n_layer × n_head × n_embd, block_size)
+most of its finished seeds trained, a tie going to the lowest seed's. A finished run of another shape
+(its config edited between seeds) is left out: in no mean, pair or interval; the variant's row names it
+and the runs table says why.
 """
 
 from __future__ import annotations
@@ -52,6 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"ega report: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the report is written beside --out and moved in whole: nothing of it is there yet
+        print(
+            f"\nega report: interrupted: nothing was written to {args.out}; rerun the command for the report.",
+            file=sys.stderr,
+        )
+        return 130
     done = sum(r.status == "done" for r in runs)
     print(f"wrote {report} and {args.out / 'results.json'}: {done} of {len(runs)} runs finished.")
     return 0

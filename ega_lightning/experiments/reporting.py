@@ -26,7 +26,7 @@ from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.spec import collect_runs, load_spec
 from ega_lightning.experiments.studies.cost import BENCH_RUN, bench_date, benches, cost_finding, read_bench
 from ega_lightning.experiments.studies.leaderboard import leaderboard
-from ega_lightning.io import write_atomic
+from ega_lightning.io import staged_files, write_atomic
 
 RECORDS_DIR = Path("results/runs")
 
@@ -66,24 +66,25 @@ def write_report(
     starts = {r.run.run_name: r.started for r in runs} | {BENCH_RUN: bench_date(timed[0])}
     dates = protocol.entry_dates(PROTOCOL)
     found = conclude(found, starts, dates)
-    out.mkdir(parents=True, exist_ok=True)
-    drawn, landscape_drawn, board_drawn = report_figures.draw(out, tables, evaluations, board[1])
-    scale = sizes.sizes(runs)
-    text = render.markdown(
-        tables,
-        runs,
-        found,
-        drawn,
-        command,
-        runs_dir,
-        evaluations,
-        landscape_drawn,
-        scale,
-        known,
-        (board, board_drawn),
-        dates,
-    )
-    write_atomic(out / "REPORT.md", text)
-    payload = results_json.results(tables, runs, found, command, evaluations, scale, board, dates)
-    write_atomic(out / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
+    # written beside --out and moved in when whole: a stop before leaves --out as it was (its other files too)
+    with staged_files(out) as stage:
+        drawn, landscape_drawn, board_drawn = report_figures.draw(stage, tables, evaluations, board[1])
+        scale = sizes.sizes(runs)
+        text = render.markdown(
+            tables,
+            runs,
+            found,
+            drawn,
+            command,
+            runs_dir,
+            evaluations,
+            landscape_drawn,
+            scale,
+            known,
+            (board, board_drawn),
+            dates,
+        )
+        write_atomic(stage / "REPORT.md", text)
+        payload = results_json.results(tables, runs, found, command, evaluations, scale, board, dates)
+        write_atomic(stage / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
     return runs, out / "REPORT.md"

@@ -2,6 +2,10 @@
 
 The spec format and the run numbering: see `ega_lightning.experiments.spec` (``--help`` prints it).
 
+Before the first run starts (also with ``--dry_run``), every run is read as `ega fit` reads it (its flags and
+values, -c files, gates and their import paths, step counts: `ega_lightning.fit_args.problems`, once per
+distinct configs and args), and every problem found is listed at once: nothing runs until none is left.
+
 Each run is ``ega fit -c <sweep configs> -c <run configs> <sweep args> <run args>
 --seed_everything=<seed> --run_name=<name>-seed<seed> --runs_dir=<runs dir>`` (run with this
 interpreter), its output appended to ``<runs dir>/<run name>/sweep.log``. A run whose directory
@@ -300,16 +304,35 @@ def choose(sweep: spec_module.Sweep, only: list[str] | None, index: int | None, 
     return runs
 
 
-def check_runs_dir(runs_dir: Path) -> None:
-    """A UserError when ``runs_dir`` is a file or lies under one: said before the first run, as `ega fit` does."""
-    not_a_dir = next((d for d in (runs_dir, *runs_dir.parents) if d.exists() and not d.is_dir()), None)
+def check_dir(flag: str, path: Path, what: str) -> None:
+    """A UserError when ``path`` (the value of ``flag``) is a file or lies under one: said before the first run, as
+    `ega fit` does for its run directory."""
+    not_a_dir = next((d for d in (path, *path.parents) if d.exists() and not d.is_dir()), None)
     if not_a_dir is None:
         return
-    where = "is a file" if not_a_dir == runs_dir else f"lies under the file {not_a_dir}"
+    where = "is a file" if not_a_dir == path else f"lies under the file {not_a_dir}"
     raise UserError(
-        f"--runs_dir {runs_dir} {where}, so the runs cannot be made there. Give --runs_dir a directory, or a path "
-        "that does not exist yet."
+        f"{flag} {path} {where}, so {what} cannot be made there. Give {flag} a directory, or a path that does not "
+        "exist yet."
     )
+
+
+def check_fit_commands(runs: list[Run], runs_dir: Path) -> None:
+    """A SpecError listing every problem `ega fit` would refuse in any of ``runs`` (flags, values, gates, import
+    paths, step counts: `fit_args.problems`), before the first run starts; each distinct (configs, args) is read
+    once, with its first run's seed and name."""
+    from ega_lightning import fit_args  # Lightning: not for `ega sweep --help`
+
+    by_command: dict[tuple[tuple[str, ...], tuple[str, ...]], list[Run]] = {}
+    for run in runs:
+        by_command.setdefault((run.configs, run.args), []).append(run)
+    found = []
+    for same in by_command.values():
+        names = ", ".join(r.run_name for r in same)
+        for problem in fit_args.problems([*spec_module.fit_args(same[0]), f"--runs_dir={runs_dir}"]):
+            found.append(f"{same[0].spec} ({same[0].entry}: {names}): ega fit would refuse it: {problem}")
+    if found:
+        raise SpecError("\n".join(["invalid sweep spec, nothing was run:", *(f"  - {p}" for p in found)]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -342,7 +365,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sweep = load_spec(args.spec)
         runs = choose(sweep, args.only, args.index, args.shard)
-        check_runs_dir(args.runs_dir)
+        check_dir("--runs_dir", args.runs_dir, "the runs")
+        check_dir("--records_dir", args.records_dir, "the runs' records")
+        check_fit_commands(runs, args.runs_dir)
     except UserError as err:
         print(f"ega sweep: error: {err}", file=sys.stderr)
         return 2
