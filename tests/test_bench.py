@@ -15,9 +15,9 @@ from ega_lightning.bench.harness import VOCAB, cold_compiler_caches
 from ega_lightning.bench.reference import NanoGPTReference
 from ega_lightning.bench.settings import gate_settings, size_settings
 from ega_lightning.commands.bench import main
-from ega_lightning.commands.lightning_cli import TENSORBOARD_LOGGER
 from ega_lightning.config_files import PACKAGED_CONFIGS
 from ega_lightning.errors import UserError
+from ega_lightning.fit_args import TENSORBOARD_LOGGER
 
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
 

@@ -183,7 +183,8 @@ def test_no_private_lightning_name_is_used_outside_the_table():
 def test_validate_and_test_print_the_headline_unless_asked_for_every_metric(command, capsys, monkeypatch, tmp_path):
     # Lightning adds each subcommand's arguments through the parser's add_method_arguments, which sets the default
     from ega_lightning import CharDataModule, CharLM
-    from ega_lightning.commands.lightning_cli import EgaArgumentParser, EgaCLI
+    from ega_lightning.commands.lightning_cli import EgaCLI
+    from ega_lightning.fit_args import EgaArgumentParser
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["ega"])
