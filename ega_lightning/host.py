@@ -10,6 +10,7 @@ import contextlib
 import importlib.metadata
 import os
 import platform
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -51,6 +52,21 @@ def machine() -> str:
     found = gpus()
     devices = f"{cpu_model()} x{os.cpu_count()}" + (f" + {found}" if found else "")
     return f"{devices}; {platform.platform()}; torch {version('torch') or '?'}"
+
+
+# platform.platform() on Linux: "Linux-<kernel release>-<arch>-with-<libc>"; the kernel's release changes with
+# every boot of a VM image, and a run's arithmetic does not depend on it
+_PLATFORM = re.compile(r"^(?P<system>[A-Za-z]+)-.*-(?P<arch>[^-]+)-with-(?P<libc>.+)$")
+
+
+def machine_kind(described: str) -> str:
+    """A `machine` string without the kernel's release: the machines whose runs round alike (the same CPU model
+    and cores, GPUs, architecture, C library and torch) get one kind, whichever kernel build booted them."""
+    parts = []
+    for part in described.split("; "):
+        found = _PLATFORM.match(part)
+        parts.append(f"{found['system']}-{found['arch']}-with-{found['libc']}" if found else part)
+    return "; ".join(parts)
 
 
 def cpu_name(capability: str) -> str:

@@ -20,6 +20,7 @@ from ega_lightning.experiments.paper import paper_name
 from ega_lightning.experiments.records import Record
 from ega_lightning.experiments.spec import Run, SpecError
 from ega_lightning.experiments.stats import Difference, Summary, compare, summarize
+from ega_lightning.host import machine_kind
 
 # Runs are comparable when these agree; the gate and its own options are what a variant changes.
 REGIME_KEYS = (
@@ -168,12 +169,13 @@ def device(machine: str | None) -> str:
 def split_seeds(*variants: Variant | None) -> list[int]:
     """The seeds whose runs on the sides of a comparison name different machines: rounding differs between
     machines and grows over training to about the seed-to-seed spread, so such a pair measures the machines
-    as well as the configurations (docs/reproducing.md). Runs that name no machine are not counted."""
+    as well as the configurations (docs/reproducing.md). Runs that name no machine are not counted, and machines
+    that differ only in the kernel's release are one (`host.machine_kind`)."""
     machines: dict[int, set[str]] = {}
     for v in variants:
         for r in v.done if v is not None else []:
             if r.machine:
-                machines.setdefault(r.run.seed, set()).add(r.machine)
+                machines.setdefault(r.run.seed, set()).add(machine_kind(r.machine))
     return sorted(seed for seed, named in machines.items() if len(named) > 1)
 
 
