@@ -1038,3 +1038,27 @@ def test_a_seed_of_another_model_shape_is_left_out_of_its_variant(tmp_path):
     text = (out / "REPORT.md").read_text()
     assert "1/2 (left out, another model: seed 2 at 2×2×48 T32)" in text
     assert "`linear`: `ega1-seed2` is left out of every number: its model is 2×2×48 T32" in text
+
+
+@pytest.mark.slow
+def test_an_evaluation_of_a_finished_sweep_run_leaves_its_record_as_it_was(tmp_path, data_dir):
+    """Issue 40, case 1: `ega validate` of a finished sweep run's best.ckpt, then `ega report` rebuilding the record
+    from the run directory: the record equals the one the sweep wrote (before, the evaluation's point at step 0
+    joined the run's val/loss and the report rewrote the record with it)."""
+    tiny = [*(f"--model.{k}={v}" for k, v in TINY_MODEL.items()), "--data.batch_size=4", "--data.max_eval_windows=4"]
+    args = [*tiny, "--trainer.max_steps=4", "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false"]
+    spec = {"name": "v", "args": args, "runs": [{"name": "r", "seeds": [1], "group": "main"}]}
+    path = write_spec(tmp_path / "spec.yaml", spec)
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    where = ["--runs_dir", "runs", "--records_dir", "rec"]
+    swept = run_ega(["sweep", str(path), *where], tmp_path, env=env)
+    assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
+    written = json.loads((tmp_path / "rec/r-seed1.json").read_text())
+    best = tmp_path / "runs/r-seed1/checkpoints/best.ckpt"
+    evaluated = run_ega(["validate", f"--ckpt_path={best}", "--data.max_eval_windows=2"], tmp_path, env=env)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    (tmp_path / "rec/r-seed1.json").unlink()  # the report rebuilds it from the run directory
+    report = run_ega(["report", str(path), *where, "--out", "out"], tmp_path, env=env)
+    assert report.returncode == 0, report.stderr[-3000:]
+    rebuilt = json.loads((tmp_path / "rec/r-seed1.json").read_text())
+    assert rebuilt["scalars"] == written["scalars"] and rebuilt["scalars"]["val/loss"]
