@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ega_lightning.gates import Gate, OutputGate
+from ega_lightning.gates import Gate
+from ega_lightning.gates.output import HeadwiseOutputGate
 
 
 class _Projected(Gate):
@@ -75,16 +76,8 @@ class NanAfterGate(_Projected):
         return e * torch.nan if self.calls > int(os.environ.get("EGA_TEST_NAN_AFTER", "1")) else e
 
 
-class WrongShapeOutputGate(OutputGate):
-    """An output gate that returns its factor as (B, T, nh, 1), forgetting the transpose."""
-
-    def __init__(self, n_embd: int, n_head: int) -> None:
-        super().__init__(n_embd, n_head)
-        self.proj = nn.Linear(n_embd, n_head, bias=False)
-
-    @classmethod
-    def params_per_layer(cls, n_embd: int, n_head: int, **options: Any) -> int:
-        return n_embd * n_head
+class WrongShapeOutputGate(HeadwiseOutputGate):
+    """The headwise output gate returning its factor as (B, T, nh, 1): the transpose forgotten."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.proj(x))[..., None]

@@ -34,14 +34,7 @@ from ega_lightning.errors import (
     machine_refusal,
     print_user_error,
 )
-from ega_lightning.fit_args import (  # noqa: F401 (EgaArgumentParser, TENSORBOARD_LOGGER: imported from here too)
-    FLOAT_FLAGS,
-    LIGHTNING_SUBCOMMANDS,
-    TENSORBOARD_LOGGER,
-    EgaArgumentParser,
-    add_run_arguments,
-    cli_options,
-)
+from ega_lightning.fit_args import FLOAT_FLAGS, LIGHTNING_SUBCOMMANDS, add_run_arguments, cli_options
 from ega_lightning.lightning_private import purge_from
 from ega_lightning.module import CharLM, NonFiniteLossError
 
