@@ -79,3 +79,46 @@ def test_the_documented_slurm_array_script_reads_each_exit_code_of_ega_sweep(
     assert (tmp_path / "ega").read_text().split() == ["sweep", "configs/sweeps/short.yaml", "--index", "3"]
     scontrol = tmp_path / "scontrol"
     assert (scontrol.read_text().split() if scontrol.exists() else None) == (["requeue", "77"] if requeued else None)
+
+
+def test_the_peers_cost_table_of_docs_cost_md_is_the_committed_bench():
+    """Every ratio of docs/cost.md's peers table is results/bench-peers/'s: the step-time median with its
+    quartiles and the memory ratio, per gate and size, as the bench wrote them (a rerun that changes the
+    bench without the doc fails here)."""
+    import json
+
+    bench = json.loads((REPO / "results" / "bench-peers" / "bench-cpu-32-true.json").read_text())
+    rows = {size["size"]: size["rows"] for size in bench["sizes"]}
+    text = (REPO / "docs" / "cost.md").read_text()
+    section = text[text.index("## EGA's peers") :]
+    table = [line for line in section.split("\n\n")[3].splitlines()[2:] if line.startswith("| ")]
+    assert len(table) == len(rows["cpu"]) - 2  # every gate but the baseline and the nanoGPT reference
+    for line in table:
+        label, cpu, paper, memory = (cell.strip() for cell in line.strip("|").split("|"))
+        (gate,) = re.findall(r"`([a-z_]+)`", label)
+
+        def step(size: str, gate: str = gate) -> str:
+            row = rows[size][gate]
+            q1, q3 = row["time_ratio_q1_q3"]
+            return f"{row['time_ratio']:.3f} ({q1:.3f}-{q3:.3f})"
+
+        assert (cpu, paper) == (step("cpu"), step("paper")), gate
+        assert memory == f"{rows['cpu'][gate]['memory_ratio']:.3f} / {rows['paper'][gate]['memory_ratio']:.3f}"
+    assert f"--repeats {bench['repeats']} --out results/bench-peers" in section.replace("\\\n  ", "")
+
+
+def test_the_pipeline_table_of_docs_cost_md_is_the_committed_bench():
+    """docs/cost.md's pipeline rows are results/pipeline/'s, row by row."""
+    import json
+
+    bench = json.loads((REPO / "results" / "pipeline" / "bench-cpu-32-true.json").read_text())
+    text = (REPO / "docs" / "cost.md").read_text()
+    section = text[text.index("## The pipeline's own cost") :]
+    table = [line for line in section.splitlines() if re.match(r"\| (cpu|paper) \| ", line)]
+    expected = [
+        f"| {row['size']} | {row['gate']} | {row['bare_median_ms']:.1f} | {row['fit_median_ms']:.1f} | "
+        f"{row['time_ratio']:.3f} ({row['time_ratio_q1_q3'][0]:.3f}-{row['time_ratio_q1_q3'][1]:.3f}) | "
+        f"{row['total_ratio']:.3f} |"
+        for row in bench["pipeline"]
+    ]
+    assert table == expected
