@@ -24,8 +24,7 @@ from ega_lightning.fingerprint import fingerprint
 from ega_lightning.io import write_atomic
 from ega_lightning.landscape import TAU_SHIFTS
 
-from .conftest import REPO
-from .helpers import landscape_json
+from .helpers import REPO, landscape_json
 
 # ----------------------------------------------------------------------------- intervals
 

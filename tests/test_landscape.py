@@ -10,8 +10,7 @@ import torch
 from ega_lightning import CharDataModule, CharLM, landscape
 from ega_lightning.commands.landscape import main as landscape_main
 
-from .conftest import TINY_MODEL
-from .helpers import tiny_checkpoint
+from .helpers import TINY_MODEL, tiny_checkpoint
 
 WINDOWS = 8
 
