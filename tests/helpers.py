@@ -214,8 +214,8 @@ def landscape_json(path: Path, checkpoints: list[dict]) -> Path:
     import json
     import math
 
-    from ega_lightning import landscape
-    from ega_lightning.experiments.landscapes import FORMAT
+    from ega_lightning import tau_landscape
+    from ega_lightning.experiments.landscape_results import FORMAT
 
     entries = []
     for c in checkpoints:
@@ -232,21 +232,21 @@ def landscape_json(path: Path, checkpoints: list[dict]) -> Path:
             "eval_znorm": c.get("eval_znorm", c.get("trained_znorm", "prefix")),
             "windows": 16,
             "loss": c["loss"],
-            "tau_shift_loss": c.get("tau_shift_loss", [c["loss"]] * len(landscape.TAU_SHIFTS)),
-            "alpha_scale_loss": c.get("alpha_scale_loss", [c["loss"]] * len(landscape.ALPHA_SCALES)),
+            "tau_shift_loss": c.get("tau_shift_loss", [c["loss"]] * len(tau_landscape.TAU_SHIFTS)),
+            "alpha_scale_loss": c.get("alpha_scale_loss", [c["loss"]] * len(tau_landscape.ALPHA_SCALES)),
             "tau": tau,
             "alpha": [[1.0] * len(row) for row in tau],
             "frac_above_tau": c.get("frac_above_tau", tail),
             "normal_tail": tail,
             "mean_gate": [[0.5] * len(row) for row in tau],
-            "z_counts": [[1] * (len(landscape.Z_EDGES) + 1) for _ in tau],
+            "z_counts": [[1] * (len(tau_landscape.Z_EDGES) + 1) for _ in tau],
         }
         entries.append(entry)
     result = {
         "format": FORMAT,
-        "tau_shifts": list(landscape.TAU_SHIFTS),
-        "alpha_scales": list(landscape.ALPHA_SCALES),
-        "z_edges": list(landscape.Z_EDGES),
+        "tau_shifts": list(tau_landscape.TAU_SHIFTS),
+        "alpha_scales": list(tau_landscape.ALPHA_SCALES),
+        "z_edges": list(tau_landscape.Z_EDGES),
         "max_eval_windows": None,
         "checkpoints": entries,
     }

@@ -203,9 +203,9 @@ def _write(root: Path, files: dict[str, str]) -> None:
             "the gates room may import only plumbing",
         ),
         (  # step 2: the report's reader imported the command's FORMAT, lazily
-            "experiments/landscapes.py",
+            "experiments/landscape_results.py",
             "def load():\n    from ega_lightning.commands.landscape import FORMAT\n",
-            "ega_lightning.experiments.landscapes imports ega_lightning.commands.landscape (commands, line 2): "
+            "ega_lightning.experiments.landscape_results imports ega_lightning.commands.landscape (commands, line 2): "
             "the experiments room may import only",
         ),
         (  # a relative import is an arrow too
