@@ -45,8 +45,10 @@ def run_path(
     return logits.detach(), {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-def check_gate(gate: str, device: torch.device, bf16: bool, batch: int, seed: int) -> list[dict[str, Any]]:
-    """One row per (path, precision): relative errors of values and the worst gradient, and the verdict."""
+def compare_paths(gate: str, device: torch.device, bf16: bool, batch: int, seed: int) -> list[dict[str, Any]]:
+    """Every attention path of a model with ``gate`` against the reference path, one row per (path, precision):
+    relative errors of values and the worst gradient, and the verdict. (Not `conformance.check_gate`, which
+    checks a gate's properties; this compares the paths that run one.)"""
     vocab = len(CORPORA["tinyshakespeare"].vocab)
     cls = gate_class(gate)
     # an energy gate away from its defaults (it visibly acts); an output gate in its own slot

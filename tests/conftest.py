@@ -1,28 +1,19 @@
-"""Shared fixtures: where the corpora are, and a model shrunk to test size."""
+"""Fixtures and hooks only: where the corpora are, a model shrunk to test size, a gate sandbox. The constants and
+helpers the tests share (`run_ega`, `TINY`, ...) are tests/helpers.py's: a test imports them from `.helpers`, and
+tests/test_architecture.py fails when something other than a fixture or hook is defined here."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ega_lightning.data.corpora import CORPORA, DATA_DIR_ENV
+from ega_lightning.data.corpora import DATA_DIR_ENV
 
-from .helpers import find_or_fetch_corpora
-
-REPO = Path(__file__).resolve().parents[1]
-CONFIGS = REPO / "configs"
-
-# Small enough for a CPU test, large enough to have several heads and layers.
-TINY_MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
-TINY_VOCAB = CORPORA["tinyshakespeare"].vocab
-# the real CLI at the test size, and a fit of two steps
-TINY = [*(f"--model.{k}={v}" for k, v in TINY_MODEL.items()), "--data.batch_size=4", "--data.max_eval_windows=4"]
-SHORT = ["--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false"]
+from .helpers import REPO, SHORT, TINY, find_or_fetch_corpora, run_ega
 
 
 @pytest.fixture(scope="session")
@@ -48,13 +39,6 @@ def corpora_before_the_first_test(request: pytest.FixtureRequest) -> None:
     offline) the run stops at once, not test by test."""
     if any("data_dir" in getattr(item, "fixturenames", ()) for item in request.session.items):
         request.getfixturevalue("data_dir")
-
-
-def run_ega(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300):
-    """Runs the real `ega` CLI in a subprocess, as `python -m` (DDP re-executes that command line)."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    cmd = [sys.executable, "-m", "ega_lightning.cli", *args]
-    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture

@@ -1,7 +1,10 @@
-"""Test helpers: the corpora for the suite, and Lightning callbacks the real CLI imports as `tests.helpers.<name>`."""
+"""Test helpers: the suite's constants and `run_ega`, the corpora for the suite, and Lightning callbacks the real CLI
+imports as `tests.helpers.<name>`. The fixtures are conftest.py's (which imports from here, never the reverse)."""
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +18,23 @@ from ega_lightning.model.flex import has_flex_attention
 
 # FlexAttention exists from torch 2.5 on; the project supports 2.4
 needs_flex = pytest.mark.skipif(not has_flex_attention(), reason="this torch has no FlexAttention")
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = REPO / "configs"
+
+# Small enough for a CPU test, large enough to have several heads and layers.
+TINY_MODEL = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
+TINY_VOCAB = CORPORA["tinyshakespeare"].vocab
+# the real CLI at the test size, and a fit of two steps
+TINY = [*(f"--model.{k}={v}" for k, v in TINY_MODEL.items()), "--data.batch_size=4", "--data.max_eval_windows=4"]
+SHORT = ["--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false"]
+
+
+def run_ega(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300):
+    """Runs the real `ega` CLI in a subprocess, as `python -m` (DDP re-executes that command line)."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    cmd = [sys.executable, "-m", "ega_lightning.cli", *args]
+    return subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
 
 
 def scalars(run_dir: Path, tag: str) -> dict[int, float]:
@@ -122,8 +142,6 @@ def tiny_checkpoint(ckpt_dir, data_dir, steps: int = 3, keep: int | None = 2, **
     from ega_lightning.callbacks import KeepCheckpointAt
     from ega_lightning.checkpoint_io import AtomicCheckpointIO
 
-    from .conftest import TINY_MODEL
-
     torch.manual_seed(0)
     dm = CharDataModule("tinyshakespeare", data_dir=str(data_dir), block_size=TINY_MODEL["block_size"], batch_size=4)
     lm = CharLM(dm.vocab, **{**TINY_MODEL, **model_options}, warmup_steps=1)
@@ -147,7 +165,7 @@ def write_gate_package(root: Path, entry_points: dict[str, str], dist: str = "my
     root = Path(root)
     (root / "my_pkg").mkdir(parents=True, exist_ok=True)
     (root / "my_pkg" / "__init__.py").write_text("")
-    example = Path(__file__).resolve().parents[1] / "examples" / "my_gates.py"
+    example = REPO / "examples" / "my_gates.py"
     (root / "my_pkg" / "gates.py").write_text(example.read_text())
     info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
     info.mkdir(exist_ok=True)
@@ -166,8 +184,6 @@ def validate_tiny(
 ) -> tuple[L.LightningDataModule, dict[str, float]]:
     """One `trainer.validate` of a TINY_MODEL-shaped model on TinyShakespeare windows: (datamodule, metrics)."""
     from ega_lightning import CharDataModule
-
-    from .conftest import TINY_MODEL
 
     dm = CharDataModule(
         corpus="tinyshakespeare",
@@ -198,8 +214,8 @@ def landscape_json(path: Path, checkpoints: list[dict]) -> Path:
     import json
     import math
 
-    from ega_lightning import landscape
-    from ega_lightning.experiments.landscapes import FORMAT
+    from ega_lightning import tau_landscape
+    from ega_lightning.experiments.landscape_results import FORMAT
 
     entries = []
     for c in checkpoints:
@@ -216,21 +232,21 @@ def landscape_json(path: Path, checkpoints: list[dict]) -> Path:
             "eval_znorm": c.get("eval_znorm", c.get("trained_znorm", "prefix")),
             "windows": 16,
             "loss": c["loss"],
-            "tau_shift_loss": c.get("tau_shift_loss", [c["loss"]] * len(landscape.TAU_SHIFTS)),
-            "alpha_scale_loss": c.get("alpha_scale_loss", [c["loss"]] * len(landscape.ALPHA_SCALES)),
+            "tau_shift_loss": c.get("tau_shift_loss", [c["loss"]] * len(tau_landscape.TAU_SHIFTS)),
+            "alpha_scale_loss": c.get("alpha_scale_loss", [c["loss"]] * len(tau_landscape.ALPHA_SCALES)),
             "tau": tau,
             "alpha": [[1.0] * len(row) for row in tau],
             "frac_above_tau": c.get("frac_above_tau", tail),
             "normal_tail": tail,
             "mean_gate": [[0.5] * len(row) for row in tau],
-            "z_counts": [[1] * (len(landscape.Z_EDGES) + 1) for _ in tau],
+            "z_counts": [[1] * (len(tau_landscape.Z_EDGES) + 1) for _ in tau],
         }
         entries.append(entry)
     result = {
         "format": FORMAT,
-        "tau_shifts": list(landscape.TAU_SHIFTS),
-        "alpha_scales": list(landscape.ALPHA_SCALES),
-        "z_edges": list(landscape.Z_EDGES),
+        "tau_shifts": list(tau_landscape.TAU_SHIFTS),
+        "alpha_scales": list(tau_landscape.ALPHA_SCALES),
+        "z_edges": list(tau_landscape.Z_EDGES),
         "max_eval_windows": None,
         "checkpoints": entries,
     }

@@ -203,9 +203,9 @@ def _write(root: Path, files: dict[str, str]) -> None:
             "the gates room may import only plumbing",
         ),
         (  # step 2: the report's reader imported the command's FORMAT, lazily
-            "experiments/landscapes.py",
+            "experiments/landscape_results.py",
             "def load():\n    from ega_lightning.commands.landscape import FORMAT\n",
-            "ega_lightning.experiments.landscapes imports ega_lightning.commands.landscape (commands, line 2): "
+            "ega_lightning.experiments.landscape_results imports ega_lightning.commands.landscape (commands, line 2): "
             "the experiments room may import only",
         ),
         (  # a relative import is an arrow too
@@ -262,3 +262,47 @@ def _copy_package(root: Path) -> None:
         target = root / path.relative_to(REPO)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(path.read_text())
+
+
+# ----------------------------------------------------------------------------- the tests' own layout
+
+
+def not_fixtures(source: str) -> list[str]:
+    """What a conftest.py defines besides pytest fixtures and hooks (`pytest_*`), one line each: a constant or
+    helper there is imported by tests as a module, which is tests/helpers.py's job (conftest imports from it)."""
+
+    def is_fixture(decorator: ast.expr) -> bool:
+        target = decorator.func if isinstance(decorator, ast.Call) else decorator
+        return (isinstance(target, ast.Attribute) and target.attr == "fixture") or (
+            isinstance(target, ast.Name) and target.id == "fixture"
+        )
+
+    offences = []
+    for index, node in enumerate(ast.parse(source).body):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name.startswith("pytest_") or any(is_fixture(d) for d in node.decorator_list):
+                continue
+            offences.append(f"line {node.lineno}: def {node.name} is neither a fixture nor a hook")
+        else:
+            offences.append(f"line {node.lineno}: {ast.unparse(node).splitlines()[0]} (only fixtures and hooks)")
+    return offences
+
+
+def test_conftest_defines_only_fixtures_and_hooks():
+    assert not_fixtures((REPO / "tests" / "conftest.py").read_text()) == []
+
+
+def test_a_helper_or_constant_back_in_conftest_is_named():
+    source = (REPO / "tests" / "conftest.py").read_text() + (
+        '\nREPO = Path(".")\n\n\ndef run_ega(args):\n    pass\n\n\n@pytest.fixture\ndef tiny():\n    return 1\n'
+        "\n\ndef pytest_configure(config):\n    pass\n"
+    )
+    offences = not_fixtures(source)
+    assert [o.split(": ", 1)[1] for o in offences] == [
+        "REPO = Path('.') (only fixtures and hooks)",
+        "def run_ega is neither a fixture nor a hook",
+    ], offences

@@ -14,8 +14,7 @@ from ega_lightning.callbacks.gate_map import WIDTH_IN, gate_map_figure
 from ega_lightning.callbacks.probe import GateProbe, SlotProbe
 from ega_lightning.data.datamodule import SequentialWindows
 
-from .conftest import TINY_MODEL, TINY_VOCAB
-from .helpers import validate_tiny
+from .helpers import TINY_MODEL, TINY_VOCAB, validate_tiny
 
 
 def trained_tiny(gate: str = "linear", steps: int = 20, seed: int = 0) -> CharLM:

@@ -11,8 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from ega_lightning import CharLM
 
-from .conftest import CONFIGS, TINY_MODEL, run_ega
-from .helpers import scalars
+from .helpers import CONFIGS, TINY_MODEL, run_ega, scalars
 
 pytestmark = pytest.mark.slow
 

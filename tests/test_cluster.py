@@ -18,8 +18,7 @@ import pytest
 import torch
 import yaml
 
-from .conftest import REPO, SHORT, TINY, run_ega
-from .helpers import scalars
+from .helpers import REPO, SHORT, TINY, run_ega, scalars
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from ega_lightning.commands.lightning_cli import EgaCLI
 from ega_lightning.experiments.sweep import load_spec
 from ega_lightning.runs import default_run_name
 
-from .conftest import CONFIGS
+from .helpers import CONFIGS
 
 SIZES = sorted(CONFIGS.glob("size/*.yaml"))
 CORPORA_CFG = sorted(CONFIGS.glob("corpus/*.yaml"))

@@ -14,7 +14,7 @@ from ega_lightning.gates import KeyBias, OutputGate, causal_znorm, gate_class
 from ega_lightning.gates.linear import LinearGate
 from ega_lightning.model import GPT, GPTConfig
 
-from .conftest import CONFIGS, REPO
+from .helpers import CONFIGS, REPO
 
 SHIPPED = [
     (p.stem, yaml.safe_load(p.read_text())["model"])

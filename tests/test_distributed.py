@@ -10,7 +10,7 @@ import pytest
 import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from .conftest import CONFIGS, TINY_MODEL, run_ega
+from .helpers import CONFIGS, TINY_MODEL, run_ega
 
 pytestmark = pytest.mark.slow
 

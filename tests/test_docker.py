@@ -15,7 +15,7 @@ from packaging.requirements import Requirement
 from ega_lightning.config_files import resolve_config
 from ega_lightning.errors import CONTAINER_ENV, describe_refusal
 
-from .conftest import REPO
+from .helpers import REPO
 
 DOCKERFILE = (REPO / "docker/Dockerfile").read_text()
 COMPOSE = yaml.safe_load((REPO / "docker/compose.yaml").read_text())

@@ -22,8 +22,7 @@ from ega_lightning.experiments import comparisons, records, report, rundirs, sta
 from ega_lightning.experiments.spec import static_value
 from ega_lightning.fingerprint import fingerprint
 
-from .conftest import CONFIGS, TINY_MODEL, TINY_VOCAB, run_ega
-from .helpers import landscape_json
+from .helpers import CONFIGS, TINY_MODEL, TINY_VOCAB, landscape_json, run_ega
 
 # ----------------------------------------------------------------------------- statistics
 

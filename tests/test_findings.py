@@ -12,7 +12,7 @@ import pytest
 import scipy.stats
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import comparisons, findings, landscapes, report, rules, spec, stats, studies
+from ega_lightning.experiments import comparisons, findings, landscape_results, report, rules, spec, stats, studies
 from ega_lightning.experiments.comparisons import SHAPE_KEYS, RunData, build_tables, build_variants
 from ega_lightning.experiments.provenance import code_status
 from ega_lightning.experiments.provenance import load as provenance_load
@@ -22,10 +22,9 @@ from ega_lightning.experiments.studies import ablation, cost, landscape
 from ega_lightning.experiments.studies.frozen_tau import FrozenTau
 from ega_lightning.fingerprint import fingerprint
 from ega_lightning.io import write_atomic
-from ega_lightning.landscape import TAU_SHIFTS
+from ega_lightning.tau_landscape import TAU_SHIFTS
 
-from .conftest import REPO
-from .helpers import landscape_json
+from .helpers import REPO, landscape_json
 
 # ----------------------------------------------------------------------------- intervals
 
@@ -435,15 +434,15 @@ def test_report_elsewhere_than_results_finds_the_committed_records(tmp_path, mon
 # ----------------------------------------------------------------------------- the tau landscape
 
 
-def evaluation(tmp_path: Path, name: str = "ega1-seed1/last.ckpt", **entry) -> landscapes.Evaluation:
+def evaluation(tmp_path: Path, name: str = "ega1-seed1/last.ckpt", **entry) -> landscape_results.Evaluation:
     """One checkpoint as the report reads it from a JSON of `ega landscape` (one directory each)."""
     path = landscape_json(tmp_path / name.replace("/", "_") / "landscape.json", [{"name": name, **entry}])
-    (e,) = landscapes.load(path.parent)
+    (e,) = landscape_results.load(path.parent)
     return e
 
 
 def landscape_of(loss: float, cost_at_half: tuple[float, float]) -> list[float]:
-    """tau_shift_loss over landscape.TAU_SHIFTS: ``cost_at_half`` at -0.5 and +0.5, twice that at ±1."""
+    """tau_shift_loss over tau_landscape.TAU_SHIFTS: ``cost_at_half`` at -0.5 and +0.5, twice that at ±1."""
     lo, hi = cost_at_half
     costs = {-1.0: 2 * lo, -0.5: lo, -0.25: lo / 2, 0.0: 0.0, 0.25: hi / 2, 0.5: hi, 1.0: 2 * hi}
     return [loss + costs[d] for d in TAU_SHIFTS]
@@ -534,14 +533,14 @@ def test_a_broken_landscape_json_is_named_and_the_report_writes_nothing(tmp_path
     (tmp_path / "landscape").mkdir()
     (tmp_path / "landscape" / "x.json").write_text('{"format": 1, "checkpoints": [{"name": "a/last.ckpt"}]}')
     with pytest.raises(UserError, match=r"x\.json is not a JSON that `ega landscape` wrote \(KeyError"):
-        landscapes.load(tmp_path / "landscape")
+        landscape_results.load(tmp_path / "landscape")
 
 
 def test_committed_landscapes_agree_with_the_records_of_their_runs():
     """`ega landscape`'s loss as trained on a final checkpoint is the run's recorded final val loss: the
     landscape and the records measure the same model on the same windows."""
     checked = 0
-    for e in landscapes.load(REPO / "results" / landscapes.DIRNAME):
+    for e in landscape_results.load(REPO / "results" / landscape_results.DIRNAME):
         record_path = REPO / "results" / "runs" / f"{e.run}.json"
         if e.final and e.as_trained and e.whole_split and record_path.is_file():
             val = json.loads(record_path.read_text())["scalars"]["val/loss"]

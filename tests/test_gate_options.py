@@ -15,8 +15,7 @@ from ega_lightning.errors import UserError
 from ega_lightning.gates import Gate, build_gate, gate_class, gate_names, window_znorm
 from ega_lightning.module import RUNTIME_KEYS
 
-from .conftest import TINY_MODEL, TINY_VOCAB, run_ega
-from .helpers import tiny_checkpoint
+from .helpers import TINY_MODEL, TINY_VOCAB, run_ega, tiny_checkpoint
 
 GATED = [name for name in gate_names(Gate) if name != "none"]
 C, NH = TINY_MODEL["n_embd"], TINY_MODEL["n_head"]

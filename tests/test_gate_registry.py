@@ -13,8 +13,7 @@ from ega_lightning.errors import UserError
 from ega_lightning.gates import Gate, GateError, build_gate, gate_class, gate_names, register_gate
 from ega_lightning.gates.linear import LinearGate
 
-from .conftest import REPO, TINY_MODEL, TINY_VOCAB
-from .helpers import write_gate_package
+from .helpers import REPO, TINY_MODEL, TINY_VOCAB, write_gate_package
 
 EXAMPLE = REPO / "examples" / "my_gates.py"
 

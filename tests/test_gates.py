@@ -17,7 +17,7 @@ from ega_lightning.gates import Gate, build_gate, gate_class, gate_names
 from ega_lightning.gates.multiscale import causal_moving_average
 from ega_lightning.gates.wavelet import causal_fir
 
-from .conftest import TINY_MODEL, TINY_VOCAB
+from .helpers import TINY_MODEL, TINY_VOCAB
 
 C, NH = TINY_MODEL["n_embd"], TINY_MODEL["n_head"]
 

@@ -12,7 +12,7 @@ from ega_lightning.gates.multiscale import causal_moving_average
 from ega_lightning.generation import generate, next_token_logits, sample
 from ega_lightning.model import GPT, GPTConfig
 
-from .conftest import TINY_VOCAB
+from .helpers import TINY_VOCAB
 
 SMALL = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 16}
 TOLERANCE = 1e-5  # fp32: cached generation against recomputing, as conformance's cached_equals_recompute

@@ -11,8 +11,7 @@ from ega_lightning import attention_paths
 from ega_lightning.commands import device_check
 from ega_lightning.experiments.sweep import fit_command, load_spec
 
-from .conftest import CONFIGS, REPO
-from .helpers import needs_flex
+from .helpers import CONFIGS, REPO, needs_flex
 
 
 @needs_flex

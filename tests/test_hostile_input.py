@@ -18,8 +18,7 @@ import yaml
 
 from ega_lightning.errors import MACHINE_REFUSED
 
-from .conftest import REPO, SHORT, TINY, run_ega
-from .helpers import write_gate_package
+from .helpers import REPO, SHORT, TINY, run_ega, write_gate_package
 
 pytestmark = pytest.mark.slow
 

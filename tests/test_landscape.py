@@ -7,11 +7,10 @@ import lightning as L
 import pytest
 import torch
 
-from ega_lightning import CharDataModule, CharLM, landscape
+from ega_lightning import CharDataModule, CharLM, tau_landscape
 from ega_lightning.commands.landscape import main as landscape_main
 
-from .conftest import TINY_MODEL
-from .helpers import tiny_checkpoint
+from .helpers import TINY_MODEL, tiny_checkpoint
 
 WINDOWS = 8
 
@@ -63,13 +62,13 @@ def test_landscape_reproduces_plain_evaluation_and_the_baseline_at_alpha_zero(tm
     baseline = CharLM(kept.hparams.vocab, **TINY_MODEL, gate="none").eval()
     baseline.load_state_dict(kept.state_dict(), strict=False)  # the same weights without the gates
     assert c["alpha_scale_loss"][scales.index(0.0)] == pytest.approx(
-        landscape.mean_loss(baseline, windows(data_dir)), abs=1e-5
+        tau_landscape.mean_loss(baseline, windows(data_dir)), abs=1e-5
     )
     with torch.no_grad():  # shifting every tau by d is the same model as one built with tau + d
         for g in kept.model.gates:
             g.tau.add_(-0.5)
     assert c["tau_shift_loss"][shifts.index(-0.5)] == pytest.approx(
-        landscape.mean_loss(kept, windows(data_dir)), abs=1e-6
+        tau_landscape.mean_loss(kept, windows(data_dir)), abs=1e-6
     )
 
     tau = torch.tensor(c["tau"])
@@ -90,7 +89,7 @@ def test_landscape_eval_znorm_measures_a_leaky_checkpoint_causally(tmp_path, dat
     same_weights = CharLM.load_from_checkpoint(ckpt).eval()
     for g in same_weights.model.gates:
         g.znorm = "prefix"
-    assert causal["loss"] == pytest.approx(landscape.mean_loss(same_weights, windows(data_dir)), abs=1e-6)
+    assert causal["loss"] == pytest.approx(tau_landscape.mean_loss(same_weights, windows(data_dir)), abs=1e-6)
     assert abs(causal["loss"] - leaky["loss"]) > 1e-4
 
 

@@ -17,8 +17,7 @@ from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies import cost, leaderboard
 
-from .conftest import REPO
-from .helpers import finished_runs
+from .helpers import REPO, finished_runs
 
 
 def iv(low: float | None, high: float | None) -> Difference:

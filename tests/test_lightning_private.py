@@ -16,8 +16,7 @@ import yaml
 from ega_lightning import lightning_private
 from ega_lightning.lightning_private import PRIVATE_USES, purge_from
 
-from .conftest import REPO
-from .helpers import logged_steps, scalars
+from .helpers import REPO, logged_steps, scalars
 
 PACKAGE = REPO / "ega_lightning"
 

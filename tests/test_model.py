@@ -11,7 +11,7 @@ from ega_lightning.gates import Gate, KeyBias, build_gate, causal_znorm, gate_cl
 from ega_lightning.model.attention import CausalSelfAttention, gated_attention_reference
 from ega_lightning.module import check_arguments
 
-from .conftest import TINY_MODEL, TINY_VOCAB
+from .helpers import TINY_MODEL, TINY_VOCAB
 
 GATED = [name for name in gate_names(Gate) if name != "none"]
 KEY_GATES = [name for name in gate_names(KeyBias) if name != "none"]

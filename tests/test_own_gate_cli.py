@@ -8,8 +8,7 @@ import pytest
 import torch
 import yaml
 
-from .conftest import CONFIGS, REPO, run_ega
-from .helpers import write_gate_package
+from .helpers import CONFIGS, REPO, run_ega, write_gate_package
 
 pytestmark = pytest.mark.slow
 

@@ -29,7 +29,7 @@ from ega_lightning.model import attention, fused
 from ega_lightning.model.attention import CausalSelfAttention
 from ega_lightning.model.flex import has_flex_attention
 
-from .conftest import TINY_MODEL, TINY_VOCAB
+from .helpers import TINY_MODEL, TINY_VOCAB
 
 C, NH, T = 64, 4, 256
 FP32, BF16 = 1e-5, 2e-2
@@ -424,7 +424,7 @@ def test_cached_generation_equals_recomputation_with_an_output_gate(gate, output
 
 @pytest.mark.slow
 def test_fox_with_an_output_gate_trains_validates_tests_and_generates_through_ega(tmp_path, data_dir):
-    from .conftest import CONFIGS, run_ega
+    from .helpers import CONFIGS, run_ega
 
     env = {"EGA_DATA_DIR": str(data_dir)}
     tiny = [f"--model.{k}={v}" for k, v in TINY_MODEL.items()]

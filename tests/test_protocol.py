@@ -18,7 +18,7 @@ from ega_lightning.experiments.spec import load_spec
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies import ablation, peers
 
-from .conftest import CONFIGS, REPO
+from .helpers import CONFIGS, REPO
 
 
 def test_the_protocol_plans_the_seeds_each_spec_declares():

@@ -14,7 +14,7 @@ from ega_lightning.data.corpora import CORPORA
 from ega_lightning.experiments import records
 from ega_lightning.io import write_atomic
 
-from .conftest import REPO
+from .helpers import REPO
 
 
 def test_migration_rewrites_a_format_1_record_without_machine_paths(tmp_path):

@@ -13,8 +13,7 @@ import pytest
 import torch
 import yaml
 
-from .conftest import CONFIGS, REPO, SHORT, TINY, TINY_MODEL, run_ega
-from .helpers import logged_steps, scalars
+from .helpers import CONFIGS, REPO, SHORT, TINY, TINY_MODEL, logged_steps, run_ega, scalars
 
 pytestmark = pytest.mark.slow
 

@@ -15,8 +15,7 @@ from ega_lightning import runs
 from ega_lightning.callbacks.board import HPARAMS_SUFFIX
 from ega_lightning.experiments import rundirs, spec
 
-from .conftest import REPO, TINY_MODEL, run_ega
-from .helpers import scalars
+from .helpers import REPO, TINY_MODEL, run_ega, scalars
 
 TINY = [*(f"--model.{k}={v}" for k, v in TINY_MODEL.items()), "--data.batch_size=4", "--data.max_eval_windows=4"]
 SHORT = ["--trainer.max_steps=4", "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false"]
@@ -224,7 +223,7 @@ def test_the_python_api_releases_its_run_directory_when_the_command_ends(tmp_pat
     from ega_lightning import CharDataModule, CharLM
     from ega_lightning.commands.lightning_cli import EgaCLI
 
-    from .conftest import SHORT, TINY
+    from .helpers import SHORT, TINY
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("sys.argv", ["ega"])

@@ -15,7 +15,7 @@ from ega_lightning import run_policy, runs
 from ega_lightning.errors import UserError
 from ega_lightning.run_policy import CheckpointFacts, RunRequest, plan_run
 
-from .conftest import TINY_MODEL
+from .helpers import TINY_MODEL
 
 # a command's parsed config as `read_request` hands it over: the parts the plan reads
 CONFIG = {

@@ -17,8 +17,7 @@ from ega_lightning.generation import next_token_logits
 from ega_lightning.model import GPT, GPTConfig, fused
 from ega_lightning.model.attention import CausalSelfAttention
 
-from .conftest import TINY_MODEL, TINY_VOCAB
-from .helpers import needs_flex, validate_tiny
+from .helpers import TINY_MODEL, TINY_VOCAB, needs_flex, validate_tiny
 
 GATED = [name for name in gate_names(Gate) if name != "none"]
 # every shipped gate whose bias rides the padded channel in fp32 (`fused.rides_channel`): the energy gates and FoX

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ega_lightning import runs
 
-from .conftest import REPO
+from .helpers import REPO
 
 
 def test_the_same_index_in_two_processes_trains_once(tmp_path, capsys, monkeypatch):

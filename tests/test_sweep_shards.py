@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ega_lightning.experiments import spec
 
-from .conftest import REPO
+from .helpers import REPO
 
 
 def test_shards_partition_the_spec_and_keep_each_seed_together():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import SHORT, TINY, run_ega
+from .helpers import SHORT, TINY, run_ega
 
 pytestmark = pytest.mark.slow
 FIT = [*TINY, "--trainer.max_steps=20", "--trainer.val_check_interval=10", "--trainer.enable_progress_bar=false"]

@@ -14,8 +14,7 @@ import pytest
 import torch
 import yaml
 
-from .conftest import REPO, SHORT, TINY, TINY_MODEL, run_ega
-from .helpers import scalars
+from .helpers import REPO, SHORT, TINY, TINY_MODEL, run_ega, scalars
 
 
 def written(root: Path) -> list[str]:

@@ -41,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:  # run as `python -m`, not through `ega`: said here
         parser.error(str(err))
     bf16 = device.type == "cuda" if args.bf16 is None else args.bf16
-    rows = [row for gate in args.gates for row in attention_paths.check_gate(gate, device, bf16, args.batch, args.seed)]
+    rows = [
+        row for gate in args.gates for row in attention_paths.compare_paths(gate, device, bf16, args.batch, args.seed)
+    ]
     print(f"{'gate':<20}{'path':<11}{'dtype':<10}{'values':>22}{'gradients':>22}  verdict")
     for r in rows:
         grad = "-" if r["grad_err"] is None else f"{r['grad_err']:.2e} <= {r['grad_bound']:.1e}"

@@ -3,8 +3,8 @@
     ega landscape --ckpt_path lightning_logs/ts-linear-seed1/checkpoints/step250.ckpt \\
         --ckpt_path lightning_logs/ts-linear-seed1/checkpoints/last.ckpt --out results/landscape/ts-linear-seed1.json
 
-What is measured is the library `ega_lightning.landscape` (its docstring says what each number is); the
-JSON's format is the report's reader's, `ega_lightning.experiments.landscapes`.
+What is measured is the library `ega_lightning.tau_landscape` (its docstring says what each number is); the
+JSON's format is the report's reader's, `ega_lightning.experiments.landscape_results`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 from ega_lightning.errors import CommandParser, UserError
-from ega_lightning.experiments.landscapes import FORMAT
+from ega_lightning.experiments.landscape_results import FORMAT
 from ega_lightning.io import write_atomic
-from ega_lightning.landscape import ALPHA_SCALES, TAU_SHIFTS, Z_EDGES, evaluate_checkpoint
+from ega_lightning.tau_landscape import ALPHA_SCALES, TAU_SHIFTS, Z_EDGES, evaluate_checkpoint
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 from ega_lightning.experiments import paper, protocol, provenance, sizes
 from ega_lightning.experiments.comparisons import Row, RunData, Table, Variant, shape, shape_text, split_text
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
-from ega_lightning.experiments.landscapes import Evaluation
+from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.rules import PROTOCOL, RULES, Verdict
 from ega_lightning.experiments.studies import landscape, leaderboard
 from ega_lightning.experiments.text import fmt_summary, interval_cell, num

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from ega_lightning.experiments import figures, landscapes, paper
+from ega_lightning.experiments import figures, paper
+from ega_lightning.experiments import landscape_results as landscapes
 from ega_lightning.experiments.comparisons import Table, tau_trajectory
 from ega_lightning.experiments.studies.landscape import MECHANISM_GATES
 from ega_lightning.experiments.studies.leaderboard import LEADERBOARD, LEADERBOARD_CORPUS, Entry

@@ -9,8 +9,8 @@ import shlex
 from pathlib import Path
 
 from ega_lightning.errors import UserError
+from ega_lightning.experiments import landscape_results as landscapes
 from ega_lightning.experiments import (
-    landscapes,
     protocol,
     provenance,
     render,

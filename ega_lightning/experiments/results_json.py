@@ -11,7 +11,7 @@ from typing import Any
 from ega_lightning.experiments import paper, protocol
 from ega_lightning.experiments.comparisons import METRICS, Row, RunData, Table
 from ega_lightning.experiments.findings import Finding, claims
-from ega_lightning.experiments.landscapes import Evaluation
+from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.rules import MARGIN, PROTOCOL, RULES
 from ega_lightning.experiments.studies.leaderboard import Board, paired_seeds
 

@@ -68,8 +68,9 @@ def _git(*args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def provenance() -> dict[str, Any]:
-    """Machine, git commit (None outside a git checkout), whether tracked files differ from it, versions."""
+def run_environment() -> dict[str, Any]:
+    """Where a run runs: machine, git commit (None outside a git checkout), whether tracked files differ from it,
+    library versions. (Not the report's provenance, `experiments.provenance`: which code a record ran.)"""
     commit = _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {

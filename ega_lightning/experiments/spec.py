@@ -365,13 +365,13 @@ def done_marker(
     wall_seconds: float,
     finished_at: str,
     resumed: bool,
-    provenance: dict[str, Any],
+    environment: dict[str, Any],
     started_at: str | None = None,
 ) -> dict[str, Any]:
     """The content of a finished run's ``DONE``: what ran (as a user would type it) and where.
 
-    ``provenance`` (machine, git commit, library versions) is taken when the run starts; ``started_at``: when
-    its first attempt started (a resumed run's is its first, not its resume).
+    ``environment`` (machine, git commit, library versions: `rundirs.run_environment`) is taken when the run
+    starts; ``started_at``: when its first attempt started (a resumed run's is its first, not its resume).
     """
     return {
         "command": user_command(run),
@@ -380,7 +380,7 @@ def done_marker(
         "finished_at": finished_at,
         "resumed": resumed,
         "started_at": started_at,
-        **provenance,
+        **environment,
     }
 
 

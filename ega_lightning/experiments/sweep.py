@@ -50,9 +50,9 @@ from ega_lightning.errors import RUN_BUSY, STOPPED, CommandParser, UserError
 from ega_lightning.experiments import spec as spec_module
 from ega_lightning.experiments.records import RecordError, load_record, record_path
 from ega_lightning.experiments.rundirs import (
-    provenance,
     read_done,
     record_run,
+    run_environment,
     run_fingerprint,
     run_lock,
     run_state,
@@ -170,7 +170,7 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str, terminatio
                 _record(run, run_dir, records_dir, prefix)
             return outcome
         cmd = fit_command(run, runs_dir, resume=state == "resume", overwrite=state == "stale")
-        where = provenance()  # the code and libraries the run starts with
+        where = run_environment()  # the code and libraries the run starts with
         log_path = run_dir / LOG_FILE
         with open(log_path, "ab") as log:
             offset = log.tell()

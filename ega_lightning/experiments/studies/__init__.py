@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from ega_lightning.experiments.comparisons import Table, Variant
 from ega_lightning.experiments.findings import Finding, correct
-from ega_lightning.experiments.landscapes import Evaluation
+from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.studies import (
     ablation,
     context,

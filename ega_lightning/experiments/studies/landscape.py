@@ -12,7 +12,7 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, regime, scale
-from ega_lightning.experiments.landscapes import Evaluation
+from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.rules import FLAT, TAU_STEP, Verdict, mechanism_rule, tail_rule
 from ega_lightning.experiments.stats import Difference, mean_interval
 from ega_lightning.experiments.studies.frozen_tau import FrozenTau

@@ -12,7 +12,7 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Row, Table, Variant, difference, learned_reference
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, Where, code_of, judged, name, pair, regime
-from ega_lightning.experiments.landscapes import Evaluation
+from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.rules import effect_rule
 from ega_lightning.experiments.stats import Difference, compare
 from ega_lightning.experiments.text import fmt_interval, how, num

@@ -64,7 +64,7 @@ def _loss_with(lm: Any, batches: list[Batch], name: str, change: Any) -> float:
             getattr(g, name).copy_(value)
 
 
-def landscape(lm: Any, batches: list[Batch]) -> dict[str, Any]:
+def evaluate_model(lm: Any, batches: list[Batch]) -> dict[str, Any]:
     """The numbers of one model (a CharLM in eval mode with a gate) on the windows `batches`."""
     from ega_lightning.callbacks.probe import GateProbe
 
@@ -132,5 +132,5 @@ def evaluate_checkpoint(
         "trained_znorm": trained_znorm,
         "eval_znorm": eval_znorm or trained_znorm,
         "windows": sum(len(b[0]) for b in batches),
-        **landscape(lm, batches),
+        **evaluate_model(lm, batches),
     }
