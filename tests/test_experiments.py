@@ -442,10 +442,14 @@ def test_report_findings_compare_with_the_paper(fabricated):
 
 def test_tau_trajectory_starts_at_tau_init_then_follows_the_logged_points():
     run = sweep.Run(Path("spec.yaml"), "ts-tau", 1, (), (), "tau_init", "tau")
-    data = comparisons.RunData(run, Path("x"), "done", "", "tinyshakespeare", "linear")
-    data.scalars["gate/tau_mean"] = [(250, 0.41), (500, 0.44)]
+
+    def logged(points: list[tuple[int, float]]) -> comparisons.RunData:
+        common = {"status": "done", "reason": "", "corpus": "tinyshakespeare", "gate": "linear"}
+        return comparisons.RunData(run=run, **common, scalars={"gate/tau_mean": points})
+
+    data = logged([(250, 0.41), (500, 0.44)])
     assert comparisons.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41), (500, 0.44)]
-    data.scalars["gate/tau_mean"] = [(0, 0.36), (250, 0.41)]  # a point logged at step 0 yields to tau_init
+    data = logged([(0, 0.36), (250, 0.41)])  # a point logged at step 0 yields to tau_init
     assert comparisons.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41)]
     assert comparisons.tau_trajectory(data, None) == [(0, 0.36), (250, 0.41)]  # no tau_init: the logged points only
 
@@ -750,6 +754,37 @@ def test_a_garbled_done_makes_a_run_that_does_not_count_not_a_traceback(workdir,
     (run_dir / "DONE").write_text(done)
     loaded = rundirs.load_run(ra1, workdir / "runs", workdir / "records")
     assert loaded.status == "incomplete" and "DONE is not what `ega sweep` writes" in loaded.reason
+
+
+def test_reading_runs_writes_nothing_and_the_report_refreshes_the_record_it_read(workdir):
+    """Issue 38: `rundirs.read_runs` wrote records while reading. Now reading leaves the records directory as it
+    was, hands back the run read from its directory as ``fresh``, and `ega report` is the one that writes it."""
+    ra1, ra2 = sweep.load_spec(write_spec(workdir / "spec.yaml", good_spec())).runs[:2]
+    fake_run(workdir / "runs", "ra-seed1", "linear", [2.0, 1.5])
+    recorded = workdir / "records"
+    loaded = rundirs.read_runs([ra1, ra2], workdir / "runs", recorded)
+    assert [(x.status, x.fresh) for x in loaded] == [("done", True), ("missing", False)]
+    assert not recorded.exists()  # read, not written
+    assert rundirs.refresh_records(loaded, recorded) == [records.record_path(recorded, "ra-seed1")]
+    again = rundirs.load_run(ra1, workdir / "no-runs", recorded)  # from the record now, as a fresh clone reads it
+    assert again.status == "done" and again.record == loaded[0].record
+
+
+def test_a_run_row_is_frozen_keyword_only_and_built_once_with_its_corpus_and_code(workdir):
+    """Issue 38: `RunData` was a mutable 17-field positional row (a test built it with status a Path) whose corpus
+    and code later stages rewrote in place. Now it is built once, keyword by keyword, from what was read."""
+    ra1, ra2 = sweep.load_spec(write_spec(workdir / "spec.yaml", good_spec())).runs[:2]
+    fake_run(workdir / "runs", "ra-seed1", "linear", [2.0, 1.5])
+    loaded = rundirs.read_runs([ra1, ra2], workdir / "runs", workdir / "records")
+    code = {"fingerprint": "f" * 16, "status": "today", "how": "recorded; today's computed"}
+    done, missing = comparisons.run_rows(loaded, {"ra-seed1": code})
+    assert (done.status, done.source, done.code, done.corpus) == ("done", "event files", code, loaded[0].record.corpus)
+    assert missing.status == "missing" and missing.code["status"] == "unknown"
+    assert missing.corpus == done.corpus  # the entry's other seed named it: one entry is one set of configs
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        done.corpus = "ptb"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        comparisons.RunData(ra1, "done", "", "tinyshakespeare", "linear")  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(

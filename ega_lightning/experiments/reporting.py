@@ -20,7 +20,7 @@ from ega_lightning.experiments import (
     sizes,
     studies,
 )
-from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
+from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants, run_rows
 from ega_lightning.experiments.findings import conclude
 from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.spec import collect_runs, load_spec
@@ -46,17 +46,22 @@ def write_report(
         raise UserError(f"--out {out} is a file; give the report a directory (it is made if missing).")
     timed = read_bench(bench, records_dir, out)  # a --bench that cannot be read: said before any work
     cost = cost_finding(*timed)
-    runs = rundirs.read_runs(collect_runs(load_spec(p, check_files=False) for p in spec_paths), runs_dir, records_dir)
-    if not any(r.status == "done" for r in runs):
+    loaded = rundirs.read_runs(collect_runs(load_spec(p, check_files=False) for p in spec_paths), runs_dir, records_dir)
+    # `ega report` refreshes the record of each run it read from its directory: reading wrote nothing
+    rundirs.refresh_records(loaded, records_dir)
+    if not any(x.status == "done" for x in loaded):
         raise UserError(
             f"no run of {', '.join(map(str, spec_paths))} is finished: none has a DONE under {runs_dir} or a record "
             f"in {records_dir}; nothing was written. Run `ega sweep` first, or point --runs_dir / --records_dir "
             "at where the runs are."
         )
     known = provenance.load(records_dir.parent / provenance.FILE)
-    for r in runs:
-        if r.status == "done":
-            r.code = provenance.code_status(r, known)
+    codes = {
+        x.run.run_name: provenance.code_status(x.run.run_name, x.record.fingerprint, x.record.hparams or {}, known)
+        for x in loaded
+        if x.record is not None
+    }
+    runs = run_rows(loaded, codes)
     variants = build_variants(runs)
     tables = build_tables(variants)
     evaluations = landscapes.load(records_dir.parent / landscapes.DIRNAME)
