@@ -309,8 +309,9 @@ def test_seeds_needed_is_the_first_n_at_which_the_rule_decides_with_80_percent_p
     """The simulation the report projects with against the noncentral t written out (scipy): at the count it
     gives, the power is about 80%, one seed fewer it is not; the range widens it by the std's uncertainty."""
     d = stats.paired_difference([1.60, 1.70, 1.65], [1.58, 1.71, 1.61])  # mean +0.017, wide at n = 3
-    f = findings.judged(ablation.Pair, findings.Where("g", "c", "r", "a", "b"), [("a vs b", d)], rules.worse_rule)
-    assert f.verdict is Verdict.TOO_FEW_SEEDS
+    where = findings.Where("g", "c", "r", "a", "b")
+    f = findings.judged(ablation.Pair, where, [("a vs b", d)], claim="ablation:EGA-2")  # the protocol's: worse
+    assert f.rule is rules.worse_rule and f.verdict is Verdict.TOO_FEW_SEEDS
     n, low, high = findings.seeds_needed(f)
     sd = statistics.stdev([0.02, -0.01, 0.04])
     assert power_excluding_zero(d.estimate, sd, n, 0.95) >= 0.78  # 4,000 draws: within 2 points of 80%

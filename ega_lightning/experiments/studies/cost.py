@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 from ega_lightning.errors import UserError
 from ega_lightning.experiments.findings import Code, Finding
-from ega_lightning.experiments.rules import COST_MARGIN, MIN_REPETITIONS, Verdict, cost_rule
+from ega_lightning.experiments.rules import COST_MARGIN, MIN_REPETITIONS, Verdict, registered
 from ega_lightning.experiments.stats import Summary, median_interval
 from ega_lightning.experiments.text import num
 
@@ -25,6 +25,7 @@ class Cost(Finding):
     """EGA-1's step time over the baseline's, `ega bench`'s median and quartiles over repetitions."""
 
     kind: ClassVar[str] = "cost"
+    measures: ClassVar[tuple[str, ...]] = ("cost",)
     q1: float | None
     q3: float | None
     median_ci: tuple[float, float] | None  # the distribution-free 95% interval of the median ratio
@@ -53,9 +54,6 @@ class Cost(Finding):
 
     def evidence(self) -> str:
         return f"[{self.source}]({self.source})"
-
-
-Bench = tuple[dict[str, Any], str]  # an `ega bench` result and its table's path relative to the report
 
 
 def benches(records_dir: Path, out: Path) -> list[Bench]:
@@ -106,6 +104,9 @@ def read_bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[st
         if any("linear" in size.get("rows", {}) for size in result.get("sizes", [])):
             return result, source
     return None, NO_BENCH
+
+
+Bench = tuple[dict[str, Any], str]  # an `ega bench` result and its table's path relative to the report
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,7 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
     repetitions = int((row or {}).get("repeats") or 0)
     ratios = [float(r) for r in (row or {}).get("time_ratios") or []]
     ci = median_interval(ratios) if len(ratios) >= 2 else None
+    _, cost_rule = registered(Cost.kind, "cost")
     verdict = cost_rule(*(ci or (None, None)), repetitions) if row is not None else Verdict.NO_DATA
     if row is not None and ci is None:
         verdict = Verdict.TOO_FEW_SEEDS  # a bench that kept no per-repetition ratios gives no interval

@@ -13,7 +13,7 @@ from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, regime, scale
 from ega_lightning.experiments.landscapes import Evaluation
-from ega_lightning.experiments.rules import FLAT, TAU_STEP, Verdict, mechanism_rule, tail_rule
+from ega_lightning.experiments.rules import FLAT, TAU_STEP, Verdict, registered
 from ega_lightning.experiments.stats import Difference, mean_interval
 from ega_lightning.experiments.studies.frozen_tau import FrozenTau
 from ega_lightning.experiments.text import fmt_interval, how, num
@@ -34,6 +34,7 @@ class Tail(Finding):
     the checkpoints `ega landscape` evaluated beside it, as a figure only."""
 
     kind: ClassVar[str] = "tail"
+    measures: ClassVar[tuple[str, ...]] = ("frac_above_tau",)
     interval_format: ClassVar[tuple[float, int, bool]] = (100.0, 1, True)
     znorm: str  # z over the causal prefix or the whole window
     seeds: list[int]
@@ -99,6 +100,7 @@ class TauMechanism(Finding):
     """Which of the two explanations of a tau that does not move the data support (rules.mechanism_rule)."""
 
     kind: ClassVar[str] = "tau_mechanism"
+    measures: ClassVar[tuple[str, ...]] = ("tau",)
     checkpoints: list[Checkpoint]
     frozen: list[tuple[str, Verdict | None]]  # each frozen-tau comparison and its verdict
     grad_norm_ratio: float | None  # median |grad tau| / |grad energy projection| of EGA-1
@@ -177,7 +179,7 @@ def _tail(v: Variant, runs: set[str], variants: list[Variant], evaluations: Sequ
     reads = [(f"tail: {v.group}/{v.label}", mean_interval(list(values.values())))]
     where = Where(TAU_SECTION, v.corpus, regime(v), name(v), None)
     claim = {"claim": "frac_above_tau", "family": "tail", "code": code_of(v)}
-    return judged(Tail, where, reads, tail_rule, **claim, **measured)
+    return judged(Tail, where, reads, **claim, **measured)
 
 
 def grad_norm_ratio(variants: list[Variant]) -> float | None:
@@ -206,6 +208,7 @@ def mechanism_finding(
     if not frozen and not ega1:
         return []
     minimum = [e.shift_cost(-TAU_STEP) > FLAT and e.shift_cost(TAU_STEP) > FLAT for e in ega1]
+    _, mechanism_rule = registered(TauMechanism.kind, "tau")
     verdict = mechanism_rule([f.verdict for f in frozen], minimum)
     checkpoints = [Checkpoint(e.label, e.gate, e.step, e.final, e.tau_shift_costs, e.alpha_scale_costs) for e in shown]
     frozen_runs = [r for v in variants if not v.options.get("learn_tau", True) for r in v.done]

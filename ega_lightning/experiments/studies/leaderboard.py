@@ -14,7 +14,6 @@ from ega_lightning.config_files import SIZE_KEYS
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Variant, difference, find_reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, pair, regime
-from ega_lightning.experiments.rules import control_rule
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
 from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
 from ega_lightning.experiments.text import fmt_interval, how, interval_cell, num
@@ -129,6 +128,7 @@ class Control(Finding):
     """Some gate of the leaderboard with its whole interval of baseline − gate above the threshold."""
 
     kind: ClassVar[str] = "control"
+    measures: ClassVar[tuple[str, ...]] = ("control",)
     threshold: float
     best: str | None  # the gate with the largest difference
     pooled_std: float | None  # of the per-seed differences of every gate
@@ -187,7 +187,7 @@ def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Find
     }
     where = Where(LEADERBOARD, baseline.corpus, regime(baseline, *(e.variant for e in entries)), "every gate", None)
     ours = best.diff if best else None
-    return [judged(Control, where, reads, control_rule, claim="control", family="control", ours=ours, **measured)]
+    return [judged(Control, where, reads, claim="control", family="control", ours=ours, **measured)]
 
 
 # ----------------------------------------------------------------------------- the section's words and table

@@ -9,7 +9,6 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, pair, regime
-from ega_lightning.experiments.rules import lower_rule
 from ega_lightning.experiments.text import fmt_interval, how
 
 
@@ -18,6 +17,7 @@ class Peer(Finding):
     """Baseline − peer on the final val loss: its own claim of a lower loss."""
 
     kind: ClassVar[str] = "peer"
+    measures: ClassVar[tuple[str, ...]] = tuple(f"peer:{gate}" for gate in paper.PEERS)
     source: str  # the peer's paper
 
     def measured(self) -> str:
@@ -43,5 +43,5 @@ def findings(table: Table) -> list[Finding]:
         where = Where(table.group, table.corpus, regime(v, base), f"{peer.name} `{v.label}`", against)
         reads = [(pair(v, base or "baseline"), row.diffs["final_val_loss"])]
         claim = {"claim": f"peer:{v.gate}", "family": "peers", "code": code_of(v, base)}
-        out.append(judged(Peer, where, reads, lower_rule, source=peer.source, **claim))
+        out.append(judged(Peer, where, reads, source=peer.source, **claim))
     return out

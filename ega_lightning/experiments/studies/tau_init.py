@@ -12,7 +12,6 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, regime
-from ega_lightning.experiments.rules import forgets_rule
 from ega_lightning.experiments.stats import Difference, Summary, mean_interval, summarize
 from ega_lightning.experiments.text import fmt_interval, fmt_summary, how
 
@@ -24,6 +23,7 @@ class TauInit(Finding):
     """Where tau ends from each initialisation; its verdict (where every tau was learned) reads the slope."""
 
     kind: ClassVar[str] = "tau_init"
+    measures: ClassVar[tuple[str, ...]] = ("tau_init",)
     interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, False)
     seeds: list[int]  # the seeds every initialisation ran
     taus: list[tuple[float, str, Summary]]  # (tau_init, variant, final tau over those seeds)
@@ -110,7 +110,6 @@ def findings(table: Table) -> list[Finding]:
             TauInit,
             where,
             reads,
-            forgets_rule,
             paper=paper.TAU,
             claim="tau_init",
             family="tau_init",
