@@ -507,6 +507,93 @@ def report_into(spec: Path, runs: Path, out: Path) -> int:
     return report.main([str(spec), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(out / "runs")])
 
 
+TOY_STUDY = '''"""A study of one claim, with a section and a key of results.json, written against the contract only."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ega_lightning.experiments.findings import Finding, Where, regime
+from ega_lightning.experiments.paper import Claim
+from ega_lightning.experiments.study import Study
+from ega_lightning.experiments.text import fmt_interval
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toy(Finding):
+    kind: ClassVar[str] = "toy"
+
+    def measured(self) -> str:
+        return f"toy: baseline - EGA-1 {fmt_interval(self.interval)}."
+
+
+def table_findings(table, inputs):
+    rows = [r for r in table.rows if r.variant.gate == "linear" and r.baseline is not None]
+    where = [Where(table.group, table.corpus, regime(r.variant, r.baseline), "EGA-1", "baseline") for r in rows]
+    return [Toy(**w._asdict(), ours=r.diffs["final_val_loss"], claim="toy") for w, r in zip(where, rows)]
+
+
+def section(inputs, data, found, drawn):
+    return ["## toy study", "", *(f"- {f.sentence()}" for f in found if f.kind == "toy"), ""]
+
+
+STUDY = Study(
+    "toy",
+    groups=("toy",),
+    reads=("main",),
+    claims=(Claim("toy", "EGA-1 lowers the loss in the toy's section", "lower"),),
+    table_findings=table_findings,
+    section=section,
+    json=lambda inputs, data: {"sections": [t.title for t in inputs.tables_of(("toy",))]},
+)
+'''
+
+
+def test_a_new_study_is_one_module_and_its_spec_entries_and_shows_its_claim_section_and_json(tmp_path):
+    """Issue 38: a new claim touched 4 files of the package, a study with a section, figure or JSON 8 to 10. Now a
+    study is one module written against `study.Study` only, and a spec that gives it its section: the report runs
+    it with the others and shows its claim's row, its section and its key of results.json, and no file of the
+    package changed for it (in the package, its line in `studies.STUDIES` lists it)."""
+    import importlib.util
+
+    from ega_lightning.experiments import reporting, studies
+
+    package = {p: p.read_bytes() for p in Path(comparisons.__file__).parents[1].rglob("*.py")}
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.5 + 0.01 * seed])
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, 1.40 + 0.02 * seed], tau=[0.1, 0.3])
+    written = [tmp_path / "toy_study.py", tmp_path / "spec.yaml"]  # every file a new study with a section needs
+    written[0].write_text(TOY_STUDY)
+    toy_spec = {
+        "name": "toy",
+        "runs": [
+            {"name": "none", "seeds": [1, 2], "group": "toy"},
+            {"name": "ega1", "seeds": [1, 2], "group": "toy", "variant": "linear"},
+        ],
+    }
+    write_spec(written[1], toy_spec)
+    loader = importlib.util.spec_from_file_location("toy_study", written[0])
+    toy = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(toy)
+    order = studies.ordered([toy.STUDY, *studies.STUDIES])  # listed first, it runs after the study it reads
+    assert order.index(toy.STUDY) == order.index(studies.main.STUDY) + 1
+    out = tmp_path / "results"
+    reporting.write_report([written[1]], runs, out, out / "runs", studies_run=(*studies.STUDIES, toy.STUDY))
+    results = json.loads((out / "results.json").read_text())
+    (row,) = [c for c in results["claims"] if c["claim"] == "toy"]
+    assert row["section"] == "toy" and row["verdict"] is None  # measured, by no registered rule: no verdict
+    (finding,) = [f for f in results["findings"] if f["kind"] == "toy"]
+    assert finding["ours"]["estimate"] == pytest.approx(0.085)  # baseline 1.51, 1.52 − EGA-1 1.42, 1.44: paired
+    assert results["toy"] == {"sections": ["toy / tinyshakespeare"]}
+    assert list(results).index("toy") < list(results).index("groups")  # a study's key, after the findings
+    text = (out / "REPORT.md").read_text()
+    assert "| EGA-1 lowers the loss in the toy's section | lower | +0.085 [" in text
+    assert "## toy study\n\n- toy: baseline - EGA-1 +0.085 [" in text
+    assert text.index("## toy\n") < text.index("## toy study")  # its section, after the sections by group
+    assert len(written) == 2 and {p.suffix for p in written} == {".py", ".yaml"}  # one module, its spec entries
+    assert {p: p.read_bytes() for p in package} == package  # nothing of the package edited for it
+
+
 def test_report_says_a_shared_comparison_once_and_names_unrun_rows(tmp_path):
     runs = tmp_path / "runs"
     for seed in (1, 2):

@@ -508,10 +508,11 @@ def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates:
     return out
 
 
-def claims(found: list[Finding]) -> list[tuple[paper.Claim, Finding | None]]:
-    """One row per claim of the paper and regime it was measured in; a claim nothing measured gets None."""
+def claims(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> list[tuple[paper.Claim, Finding | None]]:
+    """One row per claim of the paper (then each of ``extra``, a study's own) and regime it was measured in; a
+    claim nothing measured gets None."""
     rows: list[tuple[paper.Claim, Finding | None]] = []
-    for claim in paper.CLAIMS:
+    for claim in (*paper.CLAIMS, *extra):
         matching = [f for f in found if f.claim == claim.key]
         rows += [(claim, f) for f in matching] if matching else [(claim, None)]
     return rows

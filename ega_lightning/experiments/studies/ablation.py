@@ -10,6 +10,7 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference, find_reference, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, pair, regime
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -90,3 +91,10 @@ def _pair(table: Table, v: Variant, variants: list[Variant]) -> Finding:
     reads = [(pair(v, ref or against), difference(ref, v, "final_val_loss"))]
     claim = f"ablation:{v.paper_name}"
     return judged(Pair, where, reads, claim=claim, family="ablation", code=code_of(v, ref))
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table, list(inputs.variants))
+
+
+STUDY = Study("ablation", table_findings=_table_findings)

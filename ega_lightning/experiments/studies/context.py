@@ -11,6 +11,7 @@ from ega_lightning.experiments.comparisons import Row, Table, difference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, regime
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference, compare
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how
 
 
@@ -68,3 +69,10 @@ def findings(table: Table) -> list[Finding]:
     reads = [(f"context: {table.group} longest − shortest block", contrast)]
     measured = {"seeds": sorted(seeds), "by_block": by_block, "monotone": grows, "code": code_of(*sides)}
     return [judged(Context, where, reads, claim="context", family="context", **measured)]
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table)
+
+
+STUDY = Study("context", table_findings=_table_findings)

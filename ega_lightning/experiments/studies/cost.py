@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +16,7 @@ from ega_lightning.errors import UserError
 from ega_lightning.experiments.findings import Code, Finding
 from ega_lightning.experiments.rules import COST_MARGIN, MIN_REPETITIONS, Verdict, registered
 from ega_lightning.experiments.stats import Summary, median_interval
+from ega_lightning.experiments.study import Bench, ReportInputs, Study
 from ega_lightning.experiments.text import num
 
 NO_BENCH = "docs/cost.md"  # the evidence where no `ega bench` result was found
@@ -104,9 +106,6 @@ def read_bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[st
         if any("linear" in size.get("rows", {}) for size in result.get("sizes", [])):
             return result, source
     return None, NO_BENCH
-
-
-Bench = tuple[dict[str, Any], str]  # an `ega bench` result and its table's path relative to the report
 
 
 @dataclass(frozen=True)
@@ -199,3 +198,10 @@ def bench_date(bench: dict[str, Any] | None) -> datetime | None:
         return datetime.strptime(str((bench or {})["date"]), "%Y-%m-%d %H:%M UTC").replace(tzinfo=UTC)
     except (KeyError, ValueError):
         return None
+
+
+def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
+    return [cost_finding(*inputs.bench)]
+
+
+STUDY = Study("cost", findings=_findings)

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments.comparisons import Table, Variant, difference, learned_reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, pair, regime
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -53,3 +54,10 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
         family = {"claim": "tau", "family": "frozen", "code": code_of(v, ref)}
         out.append(judged(FrozenTau, where, reads, **family, **measured))
     return out
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table, list(inputs.variants))
+
+
+STUDY = Study("frozen_tau", table_findings=_table_findings)

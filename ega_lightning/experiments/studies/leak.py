@@ -14,6 +14,7 @@ from ega_lightning.experiments.comparisons import Row, Table, Variant, differenc
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, Where, code_of, judged, name, pair, regime
 from ega_lightning.experiments.landscapes import Evaluation
 from ega_lightning.experiments.stats import Difference, compare
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -146,3 +147,10 @@ def _causal_evaluation(where: Where, v: Variant, base: Variant, evaluations: Seq
         normal_tail=above(trained, "normal_tail"),
         trained_as=name(v),
     )
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table, list(inputs.variants), inputs.evaluations)
+
+
+STUDY = Study("leak", table_findings=_table_findings)

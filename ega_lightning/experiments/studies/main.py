@@ -13,6 +13,7 @@ from ega_lightning.experiments.findings import Code, Finding, Where, code_of, ju
 from ega_lightning.experiments.rules import LEVEL_WIDTH, Verdict
 from ega_lightning.experiments.stats import mean_interval
 from ega_lightning.experiments.studies import long
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -169,3 +170,24 @@ def _levels(where: Where, v: Variant) -> list[Finding]:
             judged(FracAboveTau, own, reads, rule_args=level, paper=figure, claim="frac_above_tau", code=code_of(v))
         )
     return out
+
+
+def _compared(row: Row) -> tuple[str, ...]:
+    """The runs a head-to-head compares: a comparison shared by sections (``also_in``) is made once."""
+    assert row.baseline is not None
+    return tuple(sorted(r.run.run_name for r in [*row.variant.done, *row.baseline.done]))
+
+
+def table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    """The head-to-head of each primary row of ``table`` that no earlier table of the report compared already."""
+    index = next((i for i, t in enumerate(inputs.tables) if t is table), len(inputs.tables))
+    said = {_compared(r) for t in inputs.tables[:index] for r in primary_rows(t)}
+    out: list[Finding] = []
+    for row in primary_rows(table):
+        if _compared(row) not in said:
+            said.add(_compared(row))
+            out += findings(table, row)
+    return out
+
+
+STUDY = Study("main", table_findings=table_findings)

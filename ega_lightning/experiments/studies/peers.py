@@ -9,6 +9,7 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, pair, regime
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how
 
 
@@ -45,3 +46,10 @@ def findings(table: Table) -> list[Finding]:
         claim = {"claim": f"peer:{v.gate}", "family": "peers", "code": code_of(v, base)}
         out.append(judged(Peer, where, reads, source=peer.source, **claim))
     return out
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table)
+
+
+STUDY = Study("peers", table_findings=_table_findings)

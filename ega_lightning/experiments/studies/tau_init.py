@@ -13,6 +13,7 @@ from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, regime
 from ega_lightning.experiments.stats import Difference, Summary, mean_interval, summarize
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, fmt_summary, how
 
 DEFAULT_TAU_INIT = 0.0  # CharLM's default: the learned-tau EGA-1 every other initialisation is paired with
@@ -144,3 +145,10 @@ def _by_initialisation(gated: list[Variant], seeds: set[int]) -> dict[str, objec
         "reference": reference.hp("tau_init") if reference else None,
         "scatter": (init, scatter) if scatter.std else None,
     }
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table)
+
+
+STUDY = Study("tau_init", table_findings=_table_findings)
