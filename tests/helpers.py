@@ -275,7 +275,6 @@ def finished_runs(
         run = Run(Path("s.yaml"), entry, seed, (), (), group, entry, also_in)
         hparams = {"corpus": corpus, "block_size": 32, "gate": gate, "output_gate": output_gate, "seed": seed}
         data = {"final_val_loss": 1.5, "best_val_loss": 1.5, "final_gap": 0.1, **metrics}
-        out.append(
-            RunData(run, "done", "", corpus, gate, None, output_gate, hparams=hparams, metrics=data, n_params=n_params)
-        )
+        common = {"status": "done", "reason": "", "corpus": corpus, "gate": gate, "output_gate": output_gate}
+        out.append(RunData(run=run, **common, hparams=hparams, metrics=data, n_params=n_params))
     return out

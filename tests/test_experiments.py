@@ -441,10 +441,14 @@ def test_report_findings_compare_with_the_paper(fabricated):
 
 def test_tau_trajectory_starts_at_tau_init_then_follows_the_logged_points():
     run = sweep.Run(Path("spec.yaml"), "ts-tau", 1, (), (), "tau_init", "tau")
-    data = comparisons.RunData(run, Path("x"), "done", "", "tinyshakespeare", "linear")
-    data.scalars["gate/tau_mean"] = [(250, 0.41), (500, 0.44)]
+
+    def logged(points: list[tuple[int, float]]) -> comparisons.RunData:
+        common = {"status": "done", "reason": "", "corpus": "tinyshakespeare", "gate": "linear"}
+        return comparisons.RunData(run=run, **common, scalars={"gate/tau_mean": points})
+
+    data = logged([(250, 0.41), (500, 0.44)])
     assert comparisons.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41), (500, 0.44)]
-    data.scalars["gate/tau_mean"] = [(0, 0.36), (250, 0.41)]  # a point logged at step 0 yields to tau_init
+    data = logged([(0, 0.36), (250, 0.41)])  # a point logged at step 0 yields to tau_init
     assert comparisons.tau_trajectory(data, 0.35) == [(0, 0.35), (250, 0.41)]
     assert comparisons.tau_trajectory(data, None) == [(0, 0.36), (250, 0.41)]  # no tau_init: the logged points only
 
@@ -500,6 +504,93 @@ def test_report_figures_and_sections(fabricated):
 def report_into(spec: Path, runs: Path, out: Path) -> int:
     """`ega report SPEC` over fabricated runs, its records beside the report (not the committed ones)."""
     return report.main([str(spec), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(out / "runs")])
+
+
+TOY_STUDY = '''"""A study of one claim, with a section and a key of results.json, written against the contract only."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ega_lightning.experiments.findings import Finding, Where, regime
+from ega_lightning.experiments.paper import Claim
+from ega_lightning.experiments.study import Study
+from ega_lightning.experiments.text import fmt_interval
+
+
+@dataclass(frozen=True, kw_only=True)
+class Toy(Finding):
+    kind: ClassVar[str] = "toy"
+
+    def measured(self) -> str:
+        return f"toy: baseline - EGA-1 {fmt_interval(self.interval)}."
+
+
+def table_findings(table, inputs):
+    rows = [r for r in table.rows if r.variant.gate == "linear" and r.baseline is not None]
+    where = [Where(table.group, table.corpus, regime(r.variant, r.baseline), "EGA-1", "baseline") for r in rows]
+    return [Toy(**w._asdict(), ours=r.diffs["final_val_loss"], claim="toy") for w, r in zip(where, rows)]
+
+
+def section(inputs, data, found, drawn):
+    return ["## toy study", "", *(f"- {f.sentence()}" for f in found if f.kind == "toy"), ""]
+
+
+STUDY = Study(
+    "toy",
+    groups=("toy",),
+    reads=("main",),
+    claims=(Claim("toy", "EGA-1 lowers the loss in the toy's section", "lower"),),
+    table_findings=table_findings,
+    section=section,
+    json=lambda inputs, data: {"sections": [t.title for t in inputs.tables_of(("toy",))]},
+)
+'''
+
+
+def test_a_new_study_is_one_module_and_its_spec_entries_and_shows_its_claim_section_and_json(tmp_path):
+    """Issue 38: a new claim touched 4 files of the package, a study with a section, figure or JSON 8 to 10. Now a
+    study is one module written against `study.Study` only, and a spec that gives it its section: the report runs
+    it with the others and shows its claim's row, its section and its key of results.json, and no file of the
+    package changed for it (in the package, its line in `studies.STUDIES` lists it)."""
+    import importlib.util
+
+    from ega_lightning.experiments import reporting, studies
+
+    package = {p: p.read_bytes() for p in Path(comparisons.__file__).parents[1].rglob("*.py")}
+    runs = tmp_path / "runs"
+    for seed in (1, 2):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.5 + 0.01 * seed])
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, 1.40 + 0.02 * seed], tau=[0.1, 0.3])
+    written = [tmp_path / "toy_study.py", tmp_path / "spec.yaml"]  # every file a new study with a section needs
+    written[0].write_text(TOY_STUDY)
+    toy_spec = {
+        "name": "toy",
+        "runs": [
+            {"name": "none", "seeds": [1, 2], "group": "toy"},
+            {"name": "ega1", "seeds": [1, 2], "group": "toy", "variant": "linear"},
+        ],
+    }
+    write_spec(written[1], toy_spec)
+    loader = importlib.util.spec_from_file_location("toy_study", written[0])
+    toy = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(toy)
+    order = studies.ordered([toy.STUDY, *studies.STUDIES])  # listed first, it runs after the study it reads
+    assert order.index(toy.STUDY) == order.index(studies.main.STUDY) + 1
+    out = tmp_path / "results"
+    reporting.write_report([written[1]], runs, out, out / "runs", studies_run=(*studies.STUDIES, toy.STUDY))
+    results = json.loads((out / "results.json").read_text())
+    (row,) = [c for c in results["claims"] if c["claim"] == "toy"]
+    assert row["section"] == "toy" and row["verdict"] is None  # measured, by no registered rule: no verdict
+    (finding,) = [f for f in results["findings"] if f["kind"] == "toy"]
+    assert finding["ours"]["estimate"] == pytest.approx(0.085)  # baseline 1.51, 1.52 − EGA-1 1.42, 1.44: paired
+    assert results["toy"] == {"sections": ["toy / tinyshakespeare"]}
+    assert list(results).index("toy") < list(results).index("groups")  # a study's key, after the findings
+    text = (out / "REPORT.md").read_text()
+    assert "| EGA-1 lowers the loss in the toy's section | lower | +0.085 [" in text
+    assert "## toy study\n\n- toy: baseline - EGA-1 +0.085 [" in text
+    assert text.index("## toy\n") < text.index("## toy study")  # its section, after the sections by group
+    assert len(written) == 2 and {p.suffix for p in written} == {".py", ".yaml"}  # one module, its spec entries
+    assert {p: p.read_bytes() for p in package} == package  # nothing of the package edited for it
 
 
 def test_report_says_a_shared_comparison_once_and_names_unrun_rows(tmp_path):
@@ -749,6 +840,37 @@ def test_a_garbled_done_makes_a_run_that_does_not_count_not_a_traceback(workdir,
     (run_dir / "DONE").write_text(done)
     loaded = rundirs.load_run(ra1, workdir / "runs", workdir / "records")
     assert loaded.status == "incomplete" and "DONE is not what `ega sweep` writes" in loaded.reason
+
+
+def test_reading_runs_writes_nothing_and_the_report_refreshes_the_record_it_read(workdir):
+    """Issue 38: `rundirs.read_runs` wrote records while reading. Now reading leaves the records directory as it
+    was, hands back the run read from its directory as ``fresh``, and `ega report` is the one that writes it."""
+    ra1, ra2 = sweep.load_spec(write_spec(workdir / "spec.yaml", good_spec())).runs[:2]
+    fake_run(workdir / "runs", "ra-seed1", "linear", [2.0, 1.5])
+    recorded = workdir / "records"
+    loaded = rundirs.read_runs([ra1, ra2], workdir / "runs", recorded)
+    assert [(x.status, x.fresh) for x in loaded] == [("done", True), ("missing", False)]
+    assert not recorded.exists()  # read, not written
+    assert rundirs.refresh_records(loaded, recorded) == [records.record_path(recorded, "ra-seed1")]
+    again = rundirs.load_run(ra1, workdir / "no-runs", recorded)  # from the record now, as a fresh clone reads it
+    assert again.status == "done" and again.record == loaded[0].record
+
+
+def test_a_run_row_is_frozen_keyword_only_and_built_once_with_its_corpus_and_code(workdir):
+    """Issue 38: `RunData` was a mutable 17-field positional row (a test built it with status a Path) whose corpus
+    and code later stages rewrote in place. Now it is built once, keyword by keyword, from what was read."""
+    ra1, ra2 = sweep.load_spec(write_spec(workdir / "spec.yaml", good_spec())).runs[:2]
+    fake_run(workdir / "runs", "ra-seed1", "linear", [2.0, 1.5])
+    loaded = rundirs.read_runs([ra1, ra2], workdir / "runs", workdir / "records")
+    code = {"fingerprint": "f" * 16, "status": "today", "how": "recorded; today's computed"}
+    done, missing = comparisons.run_rows(loaded, {"ra-seed1": code})
+    assert (done.status, done.source, done.code, done.corpus) == ("done", "event files", code, loaded[0].record.corpus)
+    assert missing.status == "missing" and missing.code["status"] == "unknown"
+    assert missing.corpus == done.corpus  # the entry's other seed named it: one entry is one set of configs
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        done.corpus = "ptb"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        comparisons.RunData(ra1, "done", "", "tinyshakespeare", "linear")  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(

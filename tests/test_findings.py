@@ -185,6 +185,13 @@ def test_growth_and_cost_rules():
 # ----------------------------------------------------------------------------- verdicts from synthetic records
 
 
+def done_row(run: spec.Run, gate: str, hparams: dict, metrics: dict) -> RunData:
+    """A finished run on TinyShakespeare as its record gives it: only the fields these findings read."""
+    return RunData(
+        run=run, status="done", reason="", corpus="tinyshakespeare", gate=gate, hparams=hparams, metrics=metrics
+    )
+
+
 def synthetic(entries: dict[str, tuple[str, dict | None, list[float]]], block_size: int = 32) -> list[RunData]:
     """Finished runs: entry -> (gate, gate_options, final val loss per seed 1..n), one group, one corpus."""
     runs = []
@@ -193,7 +200,7 @@ def synthetic(entries: dict[str, tuple[str, dict | None, list[float]]], block_si
             run = spec.Run(Path("s.yaml"), entry, seed, (), (), "ablation", entry)
             hparams = {"corpus": "tinyshakespeare", "block_size": block_size, "gate": gate, "gate_options": options}
             metrics = {"final_val_loss": loss, "best_val_loss": loss, "final_gap": 0.1}
-            runs.append(RunData(run, "done", "", "tinyshakespeare", gate, hparams=hparams, metrics=metrics))
+            runs.append(done_row(run, gate, hparams, metrics))
     return runs
 
 
@@ -209,17 +216,19 @@ def seeded(entry: str, gate: str, group: str, per_seed: dict[int, dict[str, floa
         run = spec.Run(Path("s.yaml"), entry, seed, (), (), group, entry)
         hp = {"corpus": "tinyshakespeare", "block_size": 32, "gate": gate, "gate_options": None, "seed": seed}
         data = {"final_val_loss": 1.5, "best_val_loss": 1.5, "final_gap": 0.1, **metrics}
-        out.append(RunData(run, "done", "", "tinyshakespeare", gate, hparams={**hp, **hparams}, metrics=data))
+        out.append(done_row(run, gate, {**hp, **hparams}, data))
     return out
 
 
 def test_a_variant_label_shared_by_two_configurations_is_refused_not_pooled():
     (linear,) = seeded("ts-linear", "linear", "main", {1: {}})
     (db2,) = seeded("ts-db2", "db2", "main", {2: {}})
-    db2.run = dataclasses.replace(db2.run, variant="ts-linear", configs=("configs/gate/db2.yaml",))
+    db2 = dataclasses.replace(
+        db2, run=dataclasses.replace(db2.run, variant="ts-linear", configs=("configs/gate/db2.yaml",))
+    )
     with pytest.raises(spec.SpecError, match="holds ts-linear-seed1 and ts-db2-seed2, which run different configs"):
         build_variants([linear, db2])
-    db2.run = dataclasses.replace(db2.run, configs=())  # one configuration split over two entries still pools
+    db2 = dataclasses.replace(db2, run=dataclasses.replace(db2.run, configs=()))  # one configuration, two entries
     assert [[r.run.seed for r in v.runs] for v in build_variants([linear, db2])] == [[1, 2]]
 
 
@@ -299,8 +308,9 @@ def test_seeds_needed_is_the_first_n_at_which_the_rule_decides_with_80_percent_p
     """The simulation the report projects with against the noncentral t written out (scipy): at the count it
     gives, the power is about 80%, one seed fewer it is not; the range widens it by the std's uncertainty."""
     d = stats.paired_difference([1.60, 1.70, 1.65], [1.58, 1.71, 1.61])  # mean +0.017, wide at n = 3
-    f = findings.judged(ablation.Pair, findings.Where("g", "c", "r", "a", "b"), [("a vs b", d)], rules.worse_rule)
-    assert f.verdict is Verdict.TOO_FEW_SEEDS
+    where = findings.Where("g", "c", "r", "a", "b")
+    f = findings.judged(ablation.Pair, where, [("a vs b", d)], claim="ablation:EGA-2")  # the protocol's: worse
+    assert f.rule is rules.worse_rule and f.verdict is Verdict.TOO_FEW_SEEDS
     n, low, high = findings.seeds_needed(f)
     sd = statistics.stdev([0.02, -0.01, 0.04])
     assert power_excluding_zero(d.estimate, sd, n, 0.95) >= 0.78  # 4,000 draws: within 2 points of 80%
@@ -342,9 +352,9 @@ def test_tau_forgetting_its_initialisation_is_read_per_seed():
     forgets = {-1.0: [0.34, 0.36, 0.35], 0.0: [0.35, 0.34, 0.36], 1.0: [0.36, 0.35, 0.34]}
     (f,) = found_by_kind(tau_runs(forgets))["tau_init"]
     assert f.verdict is Verdict.HOLDS
-    frozen = tau_runs(stays)
-    for r in frozen:
-        r.hparams["gate_options"] = {"learn_tau": False}
+    frozen = [
+        dataclasses.replace(r, hparams={**r.hparams, "gate_options": {"learn_tau": False}}) for r in tau_runs(stays)
+    ]
     (f,) = found_by_kind(frozen)["tau_init"]
     assert f.verdict is None  # a frozen tau cannot forget: no verdict
 
@@ -559,10 +569,15 @@ def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
         "frozen": [(0.0, 1.0)],
         "db2": [(1.0, 1.0)],
     }
-    for r in runs:
+
+    def with_grad_norms(r: RunData) -> RunData:
         steps = logged[r.run.entry]
-        for tag, i in (("gate/grad_norm/tau", 0), ("gate/grad_norm/energy", 1)):
-            r.scalars[tag] = [(50 * (k + 1), values[i]) for k, values in enumerate(steps)]
+        tags = (("gate/grad_norm/tau", 0), ("gate/grad_norm/energy", 1))
+        return dataclasses.replace(
+            r, scalars={tag: [(50 * (k + 1), v[i]) for k, v in enumerate(steps)] for tag, i in tags}
+        )
+
+    runs = [with_grad_norms(r) for r in runs]
     # two causal EGA-1 seeds, two steps each: ratios 0.01, 0.03, 0.01, 0.03
     assert landscape.grad_norm_ratio(build_variants(runs)) == pytest.approx(0.02)
 
@@ -638,34 +653,41 @@ def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_establishe
             }
         ],
     }
-    assert code_status(old, provenance)["status"] == "unknown"  # established by the script
-    assert code_status(linear, provenance)["how"] == "not in results/provenance.json"
+
+    def status(r: RunData, provenance: dict | None) -> dict:
+        return code_status(r.run.run_name, r.fingerprint, r.hparams, provenance)
+
+    assert status(old, provenance)["status"] == "unknown"  # established by the script
+    assert status(linear, provenance)["how"] == "not in results/provenance.json"
     # a record that keeps its fingerprint: compared with today's, computed from its own hyper-parameters
-    linear.hparams = {**model, "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
-    linear.fingerprint = fingerprint(linear.hparams)
-    assert code_status(linear, provenance)["status"] == "today"
-    assert code_status(linear, None)["status"] == "today"  # no provenance.json needed for it
-    linear.fingerprint = "e" * 16
-    assert code_status(linear, provenance)["status"] == "differs"
+    hparams = {**model, "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
+    linear = dataclasses.replace(linear, hparams=hparams, fingerprint=fingerprint(hparams))
+    assert status(linear, provenance)["status"] == "today"
+    assert status(linear, None)["status"] == "today"  # no provenance.json needed for it
+    linear = dataclasses.replace(linear, fingerprint="e" * 16)
+    assert status(linear, provenance)["status"] == "differs"
     # an output gate beside gate none matches the baseline's keys in provenance.json, not its fingerprint
     both = {**linear.hparams, "gate": "none"}
-    linear.hparams, linear.fingerprint = {**both, "output_gate": "output_headwise"}, fingerprint(both)
-    assert code_status(linear, provenance)["status"] == "differs"
+    linear = dataclasses.replace(
+        linear, hparams={**both, "output_gate": "output_headwise"}, fingerprint=fingerprint(both)
+    )
+    assert status(linear, provenance)["status"] == "differs"
     # a configuration provenance.json does not hold (a gate added since): compared with today's, computed
     (fox,) = seeded("fox", "fox", "peers", {1: {}}, vocab="ab")
-    fox.hparams = {"gate": "fox", "vocab": "ab", "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
-    fox.fingerprint = fingerprint(fox.hparams)
-    assert code_status(fox, provenance) == {
+    hparams = {"gate": "fox", "vocab": "ab", "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
+    fox = dataclasses.replace(fox, hparams=hparams, fingerprint=fingerprint(hparams))
+    assert status(fox, provenance) == {
         "fingerprint": fox.fingerprint,
         "status": "today",
         "how": "recorded; today's computed",
     }
-    fox.fingerprint = "e" * 16
-    assert code_status(fox, provenance)["status"] == "differs"
-    fox.hparams = {**fox.hparams, "gate": "gone_gate"}
-    assert code_status(fox, provenance)["status"] == "unknown"
-    linear.code, old.code = code_status(linear, provenance), code_status(old, provenance)
-    old.hparams = {**old.hparams, **{k: linear.hparams[k] for k in SHAPE_KEYS}}  # one variant is one model shape
+    fox = dataclasses.replace(fox, fingerprint="e" * 16)
+    assert status(fox, provenance)["status"] == "differs"
+    fox = dataclasses.replace(fox, hparams={**fox.hparams, "gate": "gone_gate"})
+    assert status(fox, provenance)["status"] == "unknown"
+    linear = dataclasses.replace(linear, code=status(linear, provenance))
+    shape = {k: linear.hparams[k] for k in SHAPE_KEYS}  # one variant is one model shape
+    old = dataclasses.replace(old, code=status(old, provenance), hparams={**old.hparams, **shape})
     variants = build_variants([linear, old])
     code = findings.code_of(*variants)
     assert code.flag == "different" and code.runs == ["linear-seed1", "linear-seed2"]

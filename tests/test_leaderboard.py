@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -217,10 +218,7 @@ def test_no_gate_with_two_seeds_leaves_the_control_undecided_and_every_gate_belo
 
 
 def test_a_peer_that_has_not_run_counts_in_its_family_and_reads_no_data():
-    runs = study(FOX, WORSE)
-    for r in runs:
-        if r.run.entry == "output_elementwise":
-            r.status = "missing"
+    runs = [replace(r, status="missing") if r.run.entry == "output_elementwise" else r for r in study(FOX, WORSE)]
     got = by_claim(runs)
     (missing,) = got["peer:output_elementwise"]
     assert missing.verdict is Verdict.NO_DATA and missing.family_k == 2

@@ -3,6 +3,7 @@ each entry comes from git, so that a verdict's registration follows the commit o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ import pytest
 import scipy.stats
 import yaml
 
-from ega_lightning.experiments import findings, protocol, rules
+from ega_lightning.experiments import findings, paper, protocol, rules
 from ega_lightning.experiments.spec import load_spec
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies import ablation, peers
@@ -212,15 +213,53 @@ def test_a_single_interval_verdicts_p_is_the_t_test_against_the_boundary_it_clea
 
 
 def test_a_study_that_judges_a_claim_by_another_rule_than_the_protocols_is_refused():
-    """The rule a claim names is the rule applied: an ablation pair the protocol reads as "worse" judged by the
-    equivalence rule stops the report, naming both."""
+    """The rule a claim names is the rule applied: a study names no rule (`findings.judged` takes the protocol's
+    for the finding's kind and claim), and a finding judged by another rule all the same (built by hand) stops
+    the report, naming both."""
     d = Difference(0.01, 0.005, 0.015, 5, 4.0, "paired")
     where = findings.Where("ablation", "tinyshakespeare", "r", "EGA-2 `ms2`", "EGA-1 `linear`")
-    right = findings.judged(ablation.Pair, where, [("a", d)], rules.worse_rule, claim="ablation:EGA-2")
-    assert findings.correct([right])[0].rule_name == "worse"
-    wrong = findings.judged(ablation.Pair, where, [("a", d)], rules.equivalence_rule, claim="ablation:EGA-2")
+    right = findings.judged(ablation.Pair, where, [("a", d)], claim="ablation:EGA-2")
+    assert right.rule is rules.worse_rule and findings.correct([right])[0].rule_name == "worse"
+    about = findings.judged(ablation.Pair, where, [("a", d)], claim="ablation:EGA-DB2")  # the same kind, another claim
+    assert about.rule is rules.equivalence_rule and about.verdict is rules.Verdict.TOO_FEW_SEEDS
+    assert right.verdict is rules.Verdict.DOES_NOT_HOLD  # the same interval, read by the worse rule
+    wrong = dataclasses.replace(right, rule=rules.equivalence_rule)
     with pytest.raises(protocol.ProtocolError, match=r"equivalence_rule.*'worse'"):
         findings.correct([wrong])
+    with pytest.raises(ValueError, match="not 'ablation:EGA-9'"):  # a claim its kind does not judge
+        findings.judged(ablation.Pair, where, [("a", d)], claim="ablation:EGA-9")
+
+
+def finding_kinds() -> list[type[findings.Finding]]:
+    """Every kind of finding the studies define (`studies` imports each study's module)."""
+    out, todo = [], [findings.Finding]
+    while todo:
+        subclasses = todo.pop().__subclasses__()
+        out += subclasses
+        todo += subclasses
+    return out
+
+
+def test_every_claim_is_judged_by_the_stated_rule_the_protocol_names_for_it():
+    """Issue 38: the rule a claim names is the rule applied. Every claim of the paper is judged by some kind of
+    finding; for each, the protocol names a rule (`rules.registered`), a rule of rules.py stated in the method
+    note, and a finding `judged` for that claim applies exactly that function."""
+    kinds = finding_kinds()
+    assert {cls.kind for cls in kinds} >= {"improvement", "ablation_pair", "peer", "cost", "tau_mechanism"}
+    judged = {}
+    for claim in paper.CLAIMS:
+        judging = [cls for cls in kinds if claim.key in cls.measures]
+        assert judging, f"no kind of finding judges the claim {claim.key!r}"
+        for cls in judging:
+            name, rule = rules.registered(cls.kind, claim.key)
+            assert name in rules.RULES and rules.BY_NAME[name] is rule, (cls.kind, claim.key, name)
+            judged[(cls.kind, claim.key)] = name
+    # the claims whose rule follows the claim, not the kind: the protocol's by_claim, each read by its own rule
+    assert judged[("ablation_pair", "ablation:EGA-2")] == "worse"
+    assert judged[("ablation_pair", "ablation:EGA-DB2")] == "equivalent"
+    assert judged[("tau_mechanism", "tau")] == "mechanism" and judged[("frozen_tau", "tau")] == "frozen"
+    # every kind the protocol registers judges some claim: none is registered for a claim nothing measures
+    assert set(protocol.load().verdicts) <= {kind for kind, _ in judged}
 
 
 def test_moving_the_protocols_commit_after_the_runs_turns_a_registered_verdict_exploratory(tmp_path):
@@ -237,7 +276,7 @@ def test_moving_the_protocols_commit_after_the_runs_turns_a_registered_verdict_e
     d = Difference(0.02, 0.012, 0.028, 3, 2.0, "paired")
     code = findings.Code([], None, [], list(starts))
     where = findings.Where("peers", "tinyshakespeare", "r", "FoX `fox`", "baseline `none`")
-    f = findings.judged(peers.Peer, where, [("fox", d)], rules.lower_rule, claim="peer:fox", code=code, source="s")
+    f = findings.judged(peers.Peer, where, [("fox", d)], claim="peer:fox", code=code, source="s")
 
     spellings = [
         "peer: {rule: lower, family: peers, confirmatory: true}",

@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from ega_lightning.experiments.paper import paper_name
 from ega_lightning.experiments.records import Record
+from ega_lightning.experiments.rundirs import FROM_EVENT_FILES, Loaded
 from ega_lightning.experiments.spec import Run, SpecError
 from ega_lightning.experiments.stats import Difference, Summary, compare, summarize
 from ega_lightning.host import machine_kind
@@ -44,11 +46,14 @@ SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
 LEFT_OUT = "left out"  # the status of a finished run whose model shape is not its variant's (`set_apart_shapes`)
 METRICS = ("final_val_loss", "best_val_loss", "final_gap", "final_tau_mean", "final_frac_above_tau", "tokens_per_sec")
 DIFF_METRICS = ("final_val_loss", "best_val_loss", "final_gap")
+UNKNOWN_CODE = {"fingerprint": None, "status": "unknown", "how": ""}  # a run whose code nothing established
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class RunData:
-    """One run of a spec: its record's numbers when it is finished (``status`` done), else why not."""
+    """One run of a spec: its record's numbers when it is finished (``status`` done), else why not. Built once,
+    by `run_rows`, with every field the report reads (the corpus resolved, the code established, a run of another
+    model shape already left out): no later stage rewrites a row."""
 
     run: Run
     status: str  # done | incomplete | missing | left out (finished, another model shape than its variant's)
@@ -66,8 +71,8 @@ class RunData:
     n_params: int | None = None
     git_commit: str | None = None
     fingerprint: str | None = None  # of the code path it trained, as its record keeps it (None: not kept)
-    # which code it ran, as far as the record and results/provenance.json establish it (`code_status`)
-    code: dict[str, Any] = field(default_factory=lambda: {"fingerprint": None, "status": "unknown", "how": ""})
+    # which code it ran, as far as the record and results/provenance.json establish it (`provenance.code_status`)
+    code: dict[str, Any] = field(default_factory=lambda: dict(UNKNOWN_CODE))
     started: datetime | None = None  # its first attempt's start (the protocol's registration reads it)
 
 
@@ -112,28 +117,51 @@ def run_metrics(scalars: dict[str, list[tuple[int, float]]], summary: dict[str, 
     }
 
 
-def from_record(run: Run, record: Record, source: str) -> RunData:
-    """A finished run from its record (which holds a val/loss curve)."""
+def _row(loaded: Loaded, corpus: str, code: dict[str, Any] | None) -> RunData:
+    """The row of a run as the reader left it: a finished run from its record (which holds a val/loss curve),
+    any other named from its saved config or its spec entry."""
+    record = loaded.record
+    if record is None:
+        common = {"gate_options": loaded.gate_options, "output_gate": loaded.output_gate}
+        return RunData(
+            run=loaded.run, status=loaded.status, reason=loaded.reason, corpus=corpus, gate=loaded.gate, **common
+        )
     scalars = {tag: [(int(s), float(v)) for s, v in points] for tag, points in (record.scalars or {}).items()}
     hparams = record.hparams or {}
     return RunData(
-        run,
-        "done",
-        "",
-        str(record.corpus or "?"),
-        str(record.gate or "?"),
+        run=loaded.run,
+        status="done",
+        reason="",
+        corpus=corpus,
+        gate=str(record.gate or "?"),
         output_gate=str(hparams.get("output_gate") or "none"),
         hparams=hparams,
         max_steps=record.max_steps,
         scalars=scalars,
         metrics=run_metrics(scalars, record.gate_summary),
-        source=source,
+        source=FROM_EVENT_FILES if loaded.fresh else "record",
         machine=record.machine,
         n_params=record.n_params,
         git_commit=record.git_commit,
         fingerprint=record.fingerprint,
+        code=dict(code) if code is not None else dict(UNKNOWN_CODE),
         started=started(record),
     )
+
+
+def run_rows(loaded: Sequence[Loaded], codes: Mapping[str, dict[str, Any]]) -> list[RunData]:
+    """Every run the reader loaded (`rundirs.read_runs`) as its row, each built once with what the report knows
+    of it: ``codes`` (run name -> `provenance.code_status`) for the finished ones, the corpus of its spec entry,
+    and ``left out`` for a finished run of another model shape than its variant's (`set_apart_shapes`)."""
+
+    def corpus(x: Loaded) -> str:
+        return str((x.record.corpus if x.record is not None else x.corpus) or "?")
+
+    # a run that never wrote its config (and whose config files are gone) takes the corpus of its
+    # spec entry's other seeds: one entry is one set of configs
+    entry_corpus = {(x.run.spec, x.run.entry): corpus(x) for x in loaded if corpus(x) != "?"}
+    rows = [_row(x, entry_corpus.get((x.run.spec, x.run.entry), corpus(x)), codes.get(x.run.run_name)) for x in loaded]
+    return set_apart_shapes(rows)
 
 
 def started(record: Record) -> datetime | None:
@@ -256,58 +284,69 @@ def shape_text(dims: tuple[Any, ...]) -> str:
     return f"{n_layer}×{n_head}×{n_embd} T{block_size}"
 
 
-def set_apart_shapes(variant: Variant) -> None:
-    """The variant's shape is the one most of its finished seeds trained (a tie: the lowest seed's of the tied
-    shapes); a finished run of another shape (its config edited between seeds) is ``left out``: no number of
-    the variant, no pair, no interval counts it, and its reason says why."""
-    done = sorted(variant.done, key=lambda r: r.run.seed)
-    counts: dict[tuple[Any, ...], int] = {}
-    for r in done:
-        counts[shape(r)] = counts.get(shape(r), 0) + 1
-    if len(counts) < 2:
-        return
-    most = max(counts.values())
-    own = next(shape(r) for r in done if counts[shape(r)] == most)  # sorted by seed: the lowest seed's
-    for r in done:
-        if shape(r) != own:
-            r.status = LEFT_OUT
-            params = f"{r.n_params:,} parameters" if r.n_params else "parameters not recorded"
-            r.reason = (
-                f"its model is {shape_text(shape(r))} ({params}), and the variant's "
-                f"'{variant.label}' is {shape_text(own)} (most of its seeds, ties to the lowest seed): the config "
-                "changed between seeds, so it is paired with nothing. Rerun it at the variant's shape, or give "
-                "its spec entry another `variant:`."
-            )
-
-
-def build_variants(runs: list[RunData]) -> list[Variant]:
-    # a run that never wrote its config (and whose config files are gone) takes the corpus of its
-    # spec entry's other seeds: one entry is one set of configs
-    entry_corpus = {(r.run.spec, r.run.entry): r.corpus for r in runs if r.corpus != "?"}
-    for r in runs:
-        r.corpus = entry_corpus.get((r.run.spec, r.run.entry), r.corpus)
-    variants: dict[tuple[str, str, str], Variant] = {}
-    for r in runs:
+def _variant_keys(runs: Sequence[RunData]) -> dict[tuple[str, str, str], list[int]]:
+    """(group, corpus, variant label) -> the indices of its runs in ``runs``, in the order the specs list them."""
+    keys: dict[tuple[str, str, str], list[int]] = {}
+    for i, r in enumerate(runs):
         for group in r.run.groups:
-            key = (group, r.corpus, r.run.variant)
-            variant = variants.setdefault(key, Variant(*key, []))
+            keys.setdefault((group, r.corpus, r.run.variant), []).append(i)
+    return keys
+
+
+def set_apart_shapes(runs: Sequence[RunData]) -> list[RunData]:
+    """``runs`` with each finished run of another model shape than its variant's ``left out``. The variant's shape
+    is the one most of its finished seeds trained (a tie: the lowest seed's of the tied shapes); a finished run of
+    another shape (its config edited between seeds) is paired with nothing: no number of the variant, no pair, no
+    interval counts it, and its reason says why. Variants are read in spec order, and a run left out of one is
+    not a finished run of the next."""
+    reasons: dict[int, str] = {}
+    for (_, _, label), members in _variant_keys(runs).items():
+        done = sorted(
+            (i for i in members if runs[i].status == "done" and i not in reasons), key=lambda i: runs[i].run.seed
+        )
+        counts: dict[tuple[Any, ...], int] = {}
+        for i in done:
+            counts[shape(runs[i])] = counts.get(shape(runs[i]), 0) + 1
+        if len(counts) < 2:
+            continue
+        most = max(counts.values())
+        own = next(shape(runs[i]) for i in done if counts[shape(runs[i])] == most)  # sorted by seed: the lowest's
+        for i in done:
+            r = runs[i]
+            if shape(r) != own:
+                params = f"{r.n_params:,} parameters" if r.n_params else "parameters not recorded"
+                reasons[i] = (
+                    f"its model is {shape_text(shape(r))} ({params}), and the variant's "
+                    f"'{label}' is {shape_text(own)} (most of its seeds, ties to the lowest seed): the config "
+                    "changed between seeds, so it is paired with nothing. Rerun it at the variant's shape, or give "
+                    "its spec entry another `variant:`."
+                )
+    return [replace(r, status=LEFT_OUT, reason=reasons[i]) if i in reasons else r for i, r in enumerate(runs)]
+
+
+def build_variants(runs: Sequence[RunData]) -> list[Variant]:
+    """The variants of ``runs`` (rows as `run_rows` built them), in spec order; a :class:`SpecError` for two runs
+    of one variant that share a seed or run different configurations."""
+    variants: list[Variant] = []
+    for (group, corpus, label), members in _variant_keys(runs).items():
+        variant = Variant(group, corpus, label, [])
+        for r in (runs[i] for i in members):
             clash = [o.run.run_name for o in variant.runs if o.run.seed == r.run.seed]
             if clash:
                 raise SpecError(
-                    f"variant '{key[2]}' (group '{key[0]}', corpus {key[1]}) has two runs with seed {r.run.seed}: "
+                    f"variant '{label}' (group '{group}', corpus {corpus}) has two runs with seed {r.run.seed}: "
                     f"{clash[0]} and {r.run.run_name}; give their spec entries distinct `variant:` labels."
                 )
             other = next((o for o in variant.runs if (o.run.configs, o.run.args) != (r.run.configs, r.run.args)), None)
             if other is not None:  # pooled, their numbers would read as one configuration's seeds
                 raise SpecError(
-                    f"variant '{key[2]}' (group '{key[0]}', corpus {key[1]}) holds {other.run.run_name} and "
+                    f"variant '{label}' (group '{group}', corpus {corpus}) holds {other.run.run_name} and "
                     f"{r.run.run_name}, which run different configs or args: one variant is one configuration. "
                     "Give their spec entries distinct `variant:` labels."
                 )
             variant.runs.append(r)
-    for variant in variants.values():
-        set_apart_shapes(variant)
-    return list(variants.values())
+        variants.append(variant)
+    return variants
 
 
 def find_reference(variant: Variant, gate: str, variants: list[Variant]) -> Variant | None:

@@ -25,6 +25,7 @@ from ega_lightning.experiments.rules import (
     Rule,
     Verdict,
     decision_p,
+    registered,
     seeds_for_power,
     size_reading,
 )
@@ -105,6 +106,9 @@ class Finding:
     re-reads them at the family's Bonferroni level, `seeds_needed` projects them to more seeds."""
 
     kind: ClassVar[str]  # what was measured, as results.json names it
+    # the claims of the paper (keys of `paper.CLAIM`) a finding of this kind can judge: its rule is the protocol's
+    # for the kind and the claim (`rules.registered`), and `judged` refuses any other claim
+    measures: ClassVar[tuple[str, ...]] = ()
     # (scale, digits, signed): how its intervals are written in the claims table and its family's text
     interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, True)
 
@@ -304,16 +308,23 @@ def judged(
     cls: type[F],
     where: Where,
     reads: Sequence[tuple[str, Difference | None]],
-    rule: Rule,
     *,
+    claim: str,
+    rule_args: Mapping[str, Any] | None = None,
     ours: Difference | Summary | None = None,
     **measured: Any,
 ) -> F:
-    """A finding whose verdict is ``rule`` of the intervals it ``reads``; ``ours``: the first of them unless given."""
+    """A finding of ``claim`` whose verdict is the protocol's rule for its kind and claim (`rules.registered`, with
+    ``rule_args`` bound: a level's figure and width) of the intervals it ``reads``; ``ours``: the first of them
+    unless given. The study names no rule: the one it applies is the one the claims table names."""
+    if claim not in cls.measures:
+        raise ValueError(f"a {cls.kind} finding judges {', '.join(cls.measures) or 'no claim'}, not {claim!r}")
     reads = tuple(reads)
     shown = ours if ours is not None else (reads[0][1] if reads else None)
+    _, registered_rule = registered(cls.kind, claim)
+    rule = partial(registered_rule, **rule_args) if rule_args else registered_rule
     verdict = rule(*(d for _, d in reads))
-    return cls(**where._asdict(), ours=shown, verdict=verdict, rule=rule, reads=reads, **measured)
+    return cls(**where._asdict(), ours=shown, verdict=verdict, claim=claim, rule=rule, reads=reads, **measured)
 
 
 # ----------------------------------------------------------------------------- where it was measured
@@ -497,10 +508,11 @@ def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates:
     return out
 
 
-def claims(found: list[Finding]) -> list[tuple[paper.Claim, Finding | None]]:
-    """One row per claim of the paper and regime it was measured in; a claim nothing measured gets None."""
+def claims(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> list[tuple[paper.Claim, Finding | None]]:
+    """One row per claim of the paper (then each of ``extra``, a study's own) and regime it was measured in; a
+    claim nothing measured gets None."""
     rows: list[tuple[paper.Claim, Finding | None]] = []
-    for claim in paper.CLAIMS:
+    for claim in (*paper.CLAIMS, *extra):
         matching = [f for f in found if f.claim == claim.key]
         rows += [(claim, f) for f in matching] if matching else [(claim, None)]
     return rows

@@ -35,23 +35,25 @@ def load(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def code_status(run: RunData, provenance: dict[str, Any] | None) -> dict[str, Any]:
-    """Which code a finished run ran: ``status`` ``today``, ``differs`` or ``unknown``, with its fingerprint
-    and how it is known. A fingerprint the record keeps is compared with today's, computed here from the
-    record's own hyper-parameters (provenance.json keys configurations by the model arguments it knew, so a
-    later argument such as output_gate would pass for another configuration); a record without one takes
-    what `scripts/provenance.py` established from git history."""
-    unknown = {"fingerprint": run.fingerprint, "status": "unknown", "how": "no results/provenance.json"}
-    if run.fingerprint is not None:
-        today = _today(run.hparams)
+def code_status(
+    run_name: str, fingerprint: str | None, hparams: dict[str, Any], provenance: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Which code a finished run ran, from its record (its name, the ``fingerprint`` it keeps, its ``hparams``):
+    ``status`` ``today``, ``differs`` or ``unknown``, with its fingerprint and how it is known. A fingerprint the
+    record keeps is compared with today's, computed here from the record's own hyper-parameters (provenance.json
+    keys configurations by the model arguments it knew, so a later argument such as output_gate would pass for
+    another configuration); a record without one takes what `scripts/provenance.py` established from git history."""
+    unknown = {"fingerprint": fingerprint, "status": "unknown", "how": "no results/provenance.json"}
+    if fingerprint is not None:
+        today = _today(hparams)
         if today is None:
             return {**unknown, "how": "recorded; its configuration cannot be built by today's code"}
-        status = "today" if run.fingerprint == today else "differs"
-        return {"fingerprint": run.fingerprint, "status": status, "how": "recorded; today's computed"}
+        status = "today" if fingerprint == today else "differs"
+        return {"fingerprint": fingerprint, "status": status, "how": "recorded; today's computed"}
     if not provenance:
         return unknown
     for config in provenance.get("configurations") or []:
-        established = (config.get("runs") or {}).get(run.run.run_name)
+        established = (config.get("runs") or {}).get(run_name)
         if established is not None:
             return dict(established)
     return {**unknown, "how": "not in results/provenance.json"}

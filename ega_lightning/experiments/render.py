@@ -1,5 +1,6 @@
 """REPORT.md laid out: the claims table, the method note, one section per report group with its findings'
-sentences, table and figures, the leaderboard, the tau landscape, the diagnostics, provenance and the runs.
+sentences, table and figures, each study's own section (the leaderboard before the groups, the tau landscape
+after them: `study.Study.section`), the diagnostics, provenance and the runs.
 
 What a finding says is its study's (`ega_lightning.experiments.studies`); every figure of the paper in the
 text comes from `paper`, every rule's words from `rules`.
@@ -7,27 +8,27 @@ text comes from `paper`, every rule's words from `rules`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ega_lightning.experiments import paper, protocol, provenance, sizes
 from ega_lightning.experiments.comparisons import Row, RunData, Table, Variant, shape, shape_text, split_text
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
-from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.rules import PROTOCOL, RULES, Verdict
-from ega_lightning.experiments.studies import landscape, leaderboard
+from ega_lightning.experiments.study import Drawn, Measured, ReportInputs
 from ega_lightning.experiments.text import fmt_summary, interval_cell, num
 
 # ----------------------------------------------------------------------------- claims and method
 
 
-def claims_table(found: list[Finding]) -> list[str]:
+def claims_table(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> list[str]:
     lines = [
         "| claim of the paper | paper | ours (95% CI, seeds) | family-wise (Bonferroni) | measured in | verdict "
         "| study-wide (Holm) | registered | code | evidence |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for claim, f in claims(found):
+    for claim, f in claims(found, extra):
         if f is None:
             lines.append(f"| {claim.text} | {claim.figure} | — | — | — | not measured by these runs | — | — | — | — |")
             continue
@@ -239,44 +240,6 @@ def section(
     return lines
 
 
-def leaderboard_section(board: leaderboard.Board, found: list[Finding], figures: list[tuple[str, str]]) -> list[str]:
-    """Every gate at the TinyShakespeare cpu size against the baseline, best first, and the positive control."""
-    baseline, entries = board
-    if baseline is None or not entries:
-        return []
-    lines = [
-        f"## {leaderboard.LEADERBOARD}",
-        "",
-        leaderboard.describe(baseline),
-        "",
-        *(f"- {f.sentence()}" for f in found if f.section == leaderboard.LEADERBOARD),
-        "",
-        leaderboard.TABLE_HEAD,
-        *(leaderboard.table_line(i, e, baseline) for i, e in enumerate(entries, 1)),
-        "",
-    ]
-    for caption, file in figures:
-        lines += [f"![{caption}]({file})", ""]
-    return lines
-
-
-def landscape_section(evaluations: list[Evaluation], found: list[Finding], figures: list[tuple[str, str]]) -> list[str]:
-    """The checkpoints `ega landscape` evaluated: the tau mechanism and the tail identity."""
-    lines = [
-        f"## {landscape.TAU_SECTION}",
-        "",
-        landscape.DESCRIPTION,
-        "",
-        *(f"- {f.sentence()}" for f in found if f.section == landscape.TAU_SECTION),
-        "",
-    ]
-    if evaluations:
-        lines += [landscape.TABLE_HEAD, *(landscape.table_line(e) for e in evaluations), ""]
-    for caption, file in figures:
-        lines += [f"![{caption}]({file})", ""]
-    return lines
-
-
 def _runs_table(runs: list[RunData]) -> list[str]:
     labels = {m: f"m{i}" for i, m in enumerate(dict.fromkeys(r.machine for r in runs), 1)}
     lines = [
@@ -311,20 +274,50 @@ def diagnostics_section(found: list[Finding]) -> list[str]:
     ]
 
 
+def _missing_table(missing: list[RunData]) -> list[str]:
+    if not missing:
+        return ["None: every run of the spec(s) is finished."]
+    return [
+        "| run | spec | group | variant | status | why |",
+        "|---|---|---|---|---|---|",
+        *(
+            f"| `{r.run.run_name}` | `{r.run.spec}` | {r.run.group} | `{r.run.variant}` | {r.status} | {r.reason} |"
+            for r in missing
+        ),
+    ]
+
+
+def study_sections(
+    inputs: ReportInputs, found: list[Finding], measured: Sequence[Measured], drawn: Mapping[str, Drawn], first: bool
+) -> list[str]:
+    """The sections of the studies that have one (`study.Study.section`), those that come ``first`` or the others,
+    in the order the studies ran; ``drawn``: each study's saved figures, by its name."""
+    return [
+        line
+        for m in measured
+        if m.study.section is not None and m.study.section_first is first
+        for line in m.study.section(inputs, m.data, found, drawn.get(m.study.name, []))
+    ]
+
+
 def markdown(
-    tables: list[Table],
-    runs: list[RunData],
+    inputs: ReportInputs,
     found: list[Finding],
     figures: dict[str, list[tuple[str, str]]],
     command: str,
     runs_dir: Path,
-    evaluations: list[Evaluation] | None = None,
-    landscape_figures: list[tuple[str, str]] | None = None,
     scale: dict[str, Any] | None = None,
     provenance_data: dict[str, Any] | None = None,
-    board: tuple[leaderboard.Board, list[tuple[str, str]]] | None = None,
     dates: protocol.Dates | None = None,
+    measured: Sequence[Measured] = (),
+    study_figures: Mapping[str, Drawn] | None = None,
 ) -> str:
+    """REPORT.md: the claims (the paper's and each study's own), the method, each study's section that comes
+    first, the sections by group with their tables and figures (``figures``: by table title), each other study's
+    section (``study_figures``: each study's drawn figures, by its name), the diagnostics, provenance and runs."""
+    tables, runs = list(inputs.tables), list(inputs.runs)
+    extra = tuple(c for m in measured for c in m.study.claims)
+    drawn = study_figures or {}
     done = [r for r in runs if r.status == "done"]
     missing = [r for r in runs if r.status != "done"]
     specs = list(dict.fromkeys(str(r.run.spec) for r in runs))
@@ -338,29 +331,20 @@ def markdown(
         *sizes.paragraph(scale),
         "## Claims",
         "",
-        *claims_table(found),
+        *claims_table(found, extra),
         "",
         "## Method",
         "",
         *protocol_note(found, dates),
         *method_note(found),
         "",
-        *(leaderboard_section(board[0], found, board[1]) if board else []),
+        *study_sections(inputs, found, measured, drawn, first=True),
     ]
     for group in dict.fromkeys(t.group for t in tables):
         lines += section(group, [t for t in tables if t.group == group], found, figures, runs_dir)
-    if evaluations or any(f.section == landscape.TAU_SECTION for f in found):
-        lines += landscape_section(evaluations or [], found, landscape_figures or [])
+    lines += study_sections(inputs, found, measured, drawn, first=False)
     lines += diagnostics_section(found)
     lines += provenance.section(provenance_data, runs)
     lines += ["## Runs", "", *(_runs_table(done) if done else ["No finished runs."]), ""]
-    lines += ["## Missing and incomplete runs", ""]
-    if missing:
-        lines += ["| run | spec | group | variant | status | why |", "|---|---|---|---|---|---|"]
-        lines += [
-            f"| `{r.run.run_name}` | `{r.run.spec}` | {r.run.group} | `{r.run.variant}` | {r.status} | {r.reason} |"
-            for r in missing
-        ]
-    else:
-        lines.append("None: every run of the spec(s) is finished.")
+    lines += ["## Missing and incomplete runs", "", *_missing_table(missing)]
     return "\n".join(lines) + "\n"

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import landscape_results as landscapes
+from ega_lightning.experiments import landscape_results
 from ega_lightning.experiments import (
     protocol,
     provenance,
@@ -20,15 +22,37 @@ from ega_lightning.experiments import (
     sizes,
     studies,
 )
-from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
+from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants, run_rows
 from ega_lightning.experiments.findings import conclude
 from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.spec import collect_runs, load_spec
-from ega_lightning.experiments.studies.cost import BENCH_RUN, bench_date, benches, cost_finding, read_bench
-from ega_lightning.experiments.studies.leaderboard import leaderboard
+from ega_lightning.experiments.studies.cost import BENCH_RUN, bench_date, benches, read_bench
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.io import staged_files, write_atomic
 
 RECORDS_DIR = Path("results/runs")
+
+
+def read_rows(spec_paths: list[Path], runs_dir: Path, records_dir: Path) -> tuple[list[RunData], dict[str, Any] | None]:
+    """Every run of the specs as its row (`comparisons.run_rows`), its code established from what
+    results/provenance.json holds (returned beside the rows); the record of each run read from its directory
+    refreshed; a :class:`UserError` when none is finished."""
+    loaded = rundirs.read_runs(collect_runs(load_spec(p, check_files=False) for p in spec_paths), runs_dir, records_dir)
+    # `ega report` refreshes the record of each run it read from its directory: reading wrote nothing
+    rundirs.refresh_records(loaded, records_dir)
+    if not any(x.status == "done" for x in loaded):
+        raise UserError(
+            f"no run of {', '.join(map(str, spec_paths))} is finished: none has a DONE under {runs_dir} or a record "
+            f"in {records_dir}; nothing was written. Run `ega sweep` first, or point --runs_dir / --records_dir "
+            "at where the runs are."
+        )
+    known = provenance.load(records_dir.parent / provenance.FILE)
+    codes = {
+        x.run.run_name: provenance.code_status(x.run.run_name, x.record.fingerprint, x.record.hparams or {}, known)
+        for x in loaded
+        if x.record is not None
+    }
+    return run_rows(loaded, codes), known
 
 
 def write_report(
@@ -37,54 +61,34 @@ def write_report(
     out: Path,
     records_dir: Path = RECORDS_DIR,
     bench: Path | None = None,
+    studies_run: Sequence[Study] = studies.STUDIES,
 ) -> tuple[list[RunData], Path]:
-    """Writes ``out``/REPORT.md, results.json and the figures for the runs of ``spec_paths``; a
-    :class:`UserError` (and nothing written) when none of them is finished."""
+    """Writes ``out``/REPORT.md, results.json and the figures for the runs of ``spec_paths``, read by the studies
+    ``studies_run`` (every study of the report: `studies.STUDIES`); a :class:`UserError` (and nothing written) when
+    none of the runs is finished."""
     words = ["ega", "report", *map(str, spec_paths), "--runs_dir", str(runs_dir), "--out", str(out)]
     command = shlex.join(words if records_dir == RECORDS_DIR else [*words, "--records_dir", str(records_dir)])
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give the report a directory (it is made if missing).")
     timed = read_bench(bench, records_dir, out)  # a --bench that cannot be read: said before any work
-    cost = cost_finding(*timed)
-    runs = rundirs.read_runs(collect_runs(load_spec(p, check_files=False) for p in spec_paths), runs_dir, records_dir)
-    if not any(r.status == "done" for r in runs):
-        raise UserError(
-            f"no run of {', '.join(map(str, spec_paths))} is finished: none has a DONE under {runs_dir} or a record "
-            f"in {records_dir}; nothing was written. Run `ega sweep` first, or point --runs_dir / --records_dir "
-            "at where the runs are."
-        )
-    known = provenance.load(records_dir.parent / provenance.FILE)
-    for r in runs:
-        if r.status == "done":
-            r.code = provenance.code_status(r, known)
+    runs, known = read_rows(spec_paths, runs_dir, records_dir)
     variants = build_variants(runs)
     tables = build_tables(variants)
-    evaluations = landscapes.load(records_dir.parent / landscapes.DIRNAME)
-    board = leaderboard(variants, benches(records_dir, out))
-    found = studies.findings(tables, variants, evaluations, board)
-    found.append(cost)
+    evaluations = landscape_results.load(records_dir.parent / landscape_results.DIRNAME)
+    inputs = ReportInputs(
+        tuple(tables), tuple(variants), tuple(runs), tuple(evaluations), tuple(benches(records_dir, out)), timed
+    )
+    measured = studies.measure(inputs, studies_run)
+    found = studies.run_studies(inputs, measured)
     starts = {r.run.run_name: r.started for r in runs} | {BENCH_RUN: bench_date(timed[0])}
     dates = protocol.entry_dates(PROTOCOL)
     found = conclude(found, starts, dates)
     # written beside --out and moved in when whole: a stop before leaves --out as it was (its other files too)
     with staged_files(out) as stage:
-        drawn, landscape_drawn, board_drawn = report_figures.draw(stage, tables, evaluations, board[1])
+        drawn, by_study = report_figures.draw(stage, inputs, measured)
         scale = sizes.sizes(runs)
-        text = render.markdown(
-            tables,
-            runs,
-            found,
-            drawn,
-            command,
-            runs_dir,
-            evaluations,
-            landscape_drawn,
-            scale,
-            known,
-            (board, board_drawn),
-            dates,
-        )
+        text = render.markdown(inputs, found, drawn, command, runs_dir, scale, known, dates, measured, by_study)
         write_atomic(stage / "REPORT.md", text)
-        payload = results_json.results(tables, runs, found, command, evaluations, scale, board, dates)
+        payload = results_json.results(inputs, found, command, scale, dates, measured)
         write_atomic(stage / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
     return runs, out / "REPORT.md"

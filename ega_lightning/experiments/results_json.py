@@ -1,19 +1,19 @@
-"""results.json: every number of the report, as data: the paper's figures and the rules, every finding, the
-leaderboard, the evaluated checkpoints, each section's variants and every run."""
+"""results.json: every number of the report, as data: the paper's figures and the rules, every finding, each
+study's own data (the leaderboard, the evaluated checkpoints), each section's variants and every run."""
 
 from __future__ import annotations
 
 import dataclasses
 import enum
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ega_lightning.experiments import paper, protocol
-from ega_lightning.experiments.comparisons import METRICS, Row, RunData, Table
+from ega_lightning.experiments.comparisons import METRICS, Row, RunData
 from ega_lightning.experiments.findings import Finding, claims
-from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.rules import MARGIN, PROTOCOL, RULES
-from ega_lightning.experiments.studies.leaderboard import Board, paired_seeds
+from ega_lightning.experiments.study import Measured, ReportInputs
 
 
 def jsonable(value: Any) -> Any:
@@ -37,49 +37,6 @@ def jsonable(value: Any) -> Any:
 def finding_dict(f: Finding) -> dict[str, Any]:
     """A finding as results.json holds it: its kind, then every field of its dataclass (`jsonable`)."""
     return {"kind": f.kind, **jsonable(f)}
-
-
-def _evaluation_dict(e: Evaluation) -> dict[str, Any]:
-    return {
-        "source": e.source,
-        "run": e.run,
-        "checkpoint": e.checkpoint,
-        "step": e.step,
-        "gate": e.gate,
-        "trained_znorm": e.trained_znorm,
-        "eval_znorm": e.eval_znorm,
-        "whole_split": e.whole_split,
-        "loss": e.loss,
-        "tau_shift_cost": e.tau_shift_costs,  # results() writes the keys as strings (jsonable)
-        "alpha_scale_cost": e.alpha_scale_costs,
-        "tau_mean": e.mean("tau"),
-        "frac_above_tau": e.mean("frac_above_tau"),
-        "normal_tail": e.mean("normal_tail"),
-    }
-
-
-def _leaderboard_dict(board: Board) -> dict[str, Any] | None:
-    baseline, entries = board
-    if baseline is None:
-        return None
-    return {
-        "baseline": {"variant": baseline.label, "seeds": sorted(baseline.by_seed("final_val_loss"))},
-        "rows": [
-            {
-                "variant": e.variant.label,
-                "gate": e.variant.gate,
-                "name": e.name,
-                "groups": e.groups,
-                "runs": [r.run.run_name for r in e.variant.runs],
-                "seeds_paired": paired_seeds(baseline, e.variant),
-                "diff_final_val_loss": e.diff,
-                "params_added": e.params_added,
-                "step_time_ratio": e.timed,
-                "band": e.band,
-            }
-            for e in entries
-        ],
-    }
 
 
 def _variant_dict(row: Row) -> dict[str, Any]:
@@ -124,15 +81,17 @@ def _run_dict(r: RunData) -> dict[str, Any]:
 
 
 def results(
-    tables: list[Table],
-    runs: list[RunData],
+    inputs: ReportInputs,
     found: list[Finding],
     command: str,
-    evaluations: list[Evaluation] | None = None,
     scale: dict[str, Any] | None = None,
-    board: Board | None = None,
     dates: protocol.Dates | None = None,
+    measured: Sequence[Measured] = (),
 ) -> dict[str, Any]:
+    """results.json: the command, the protocol, the paper, the conventions, the sizes, the claims and every finding,
+    each study's own key (`study.Study.json`: the leaderboard, the evaluated checkpoints), the groups and the runs."""
+    extra = tuple(c for m in measured for c in m.study.claims)
+    own = {m.study.name: m.study.json(inputs, m.data) for m in measured if m.study.json is not None}
     return jsonable(
         {
             "command": command,
@@ -155,15 +114,14 @@ def results(
                     "section": f.section if f else None,
                     "rule": f.rule_name if f else None,
                 }
-                for c, f in claims(found)
+                for c, f in claims(found, extra)
             ],
             "findings": [finding_dict(f) for f in found],
-            "leaderboard": _leaderboard_dict(board) if board else None,
-            "landscape": [_evaluation_dict(e) for e in evaluations or []],
+            **own,
             "groups": [
                 {"group": t.group, "corpus": t.corpus, "variants": [_variant_dict(row) for row in t.rows]}
-                for t in tables
+                for t in inputs.tables
             ],
-            "runs": [_run_dict(r) for r in runs],
+            "runs": [_run_dict(r) for r in inputs.runs],
         }
     )

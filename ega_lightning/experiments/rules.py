@@ -358,6 +358,18 @@ BY_NAME: dict[str, Rule] = {
 }
 
 
+def registered(kind: str, claim: str | None) -> tuple[str, Rule]:
+    """The rule the protocol registers for a kind of finding (results.json's ``kind``) and, where its rule follows
+    the claim (``by_claim``), for ``claim``: its name and its function. Every study takes its rule from here, so
+    the rule a claim's row names is the rule applied; a :class:`protocol.ProtocolError` for a kind or a claim the
+    protocol registers no rule for."""
+    entry = PROTOCOL.entry(kind)
+    if entry is None:
+        raise protocol.ProtocolError(f"configs/protocol.yaml registers no rule for the `{kind}` finding.")
+    name = entry.rule_for(claim)
+    return name, BY_NAME[name]
+
+
 def decision_p(rule: Rule, intervals: Sequence[Difference | None], verdict: Verdict) -> float | None:
     """The smallest α at which ``rule`` still gives ``verdict`` from ``intervals`` each taken at 1 − α / r (r:
     the intervals it reads, a Bonferroni inside one verdict): the verdict's own p for the study-wide Holm

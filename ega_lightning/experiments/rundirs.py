@@ -5,7 +5,9 @@ ran (machine, git commit, library versions, the fingerprint of its code path).
 Checkpoints and event files stay out of git (large, machine-local, and gone with the machine); the
 record (`ega_lightning.experiments.records`) keeps what the report needs, every logged point of
 the scalars the report uses read with tensorboard's own reader. :func:`load_run` says whether a
-spec's run counts: a finished run directory first, else its record, else why not.
+spec's run counts: a finished run directory first, else its record, else why not. Reading writes nothing:
+the record of a run read from its directory is refreshed by the caller that means it (`ega report`, `ega sweep`).
+This module reads files; it imports nothing of the analysis (docs/architecture.md, the records room).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from typing import Any, TextIO
 import yaml
 
 from ega_lightning import runs as run_dirs
-from ega_lightning.experiments.comparisons import RunData, from_record
 from ega_lightning.experiments.records import (
     Done,
     Record,
@@ -189,15 +190,20 @@ def record_run(run: Run, run_dir: Path, records_dir: Path) -> Path:
 # ----------------------------------------------------------------------------- a run, wherever it is
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Loaded:
     """A run of a spec as far as the records know it: ``done`` with its record, else why not."""
 
     run: Run
     status: str  # done | incomplete | missing
     reason: str
-    record: Record | None
-    fresh: bool  # the record was made from the run directory just now (write it back)
+    record: Record | None = None
+    fresh: bool = False  # the record was made from the run directory just now (the caller writes it back)
+    # a run without a record, named from its saved config or its spec entry ("?": not known)
+    corpus: str = "?"
+    gate: str = "?"
+    gate_options: dict[str, Any] | None = None
+    output_gate: str = "none"
 
 
 def load_run(run: Run, runs_dir: Path, records_dir: Path) -> Loaded:
@@ -207,29 +213,31 @@ def load_run(run: Run, runs_dir: Path, records_dir: Path) -> Loaded:
     problem = None  # why a finished run directory does not count; its record may still
     if (run_dir / DONE_FILE).is_file():
         try:
-            return Loaded(run, "done", "", make_record(run, run_dir), fresh=True)
+            return Loaded(run=run, status="done", reason="", record=make_record(run, run_dir), fresh=True)
         except RecordError as err:
             problem = str(err)
     try:
         record = load_record(run, records_dir)
     except RecordError as err:
-        return Loaded(run, "incomplete", f"unusable record: {err}", None, False)
+        return Loaded(run=run, status="incomplete", reason=f"unusable record: {err}")
     if record is not None:
         if not (record.scalars or {}).get("val/loss"):
             path = record_path(records_dir, run.run_name)
-            return Loaded(run, "incomplete", f"its record {path} holds no val/loss: delete it to rerun", None, False)
-        return Loaded(run, "done", "", record, fresh=False)
+            return Loaded(
+                run=run, status="incomplete", reason=f"its record {path} holds no val/loss: delete it to rerun"
+            )
+        return Loaded(run=run, status="done", reason="", record=record, fresh=False)
     if problem is not None:
-        return Loaded(run, "incomplete", problem, None, False)
+        return Loaded(run=run, status="incomplete", reason=problem)
     if not run_dir.is_dir():
-        return Loaded(run, "missing", f"never started: no run directory, no record in {records_dir}", None, False)
+        return Loaded(run=run, status="missing", reason=f"never started: no run directory, no record in {records_dir}")
     resumable = (run_dir / run_dirs.LAST).is_file()
     reason = "no DONE; " + (
         "has checkpoints/last.ckpt: interrupted or failed, `ega sweep` resumes it"
         if resumable
         else "no checkpoint: failed early, still running, or never got to an evaluation"
     )
-    return Loaded(run, "incomplete", reason, None, False)
+    return Loaded(run=run, status="incomplete", reason=reason)
 
 
 def static_config(run_dir: Path) -> dict[str, Any]:
@@ -240,27 +248,30 @@ def static_config(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def read_runs(runs: list[Run], runs_dir: Path, records_dir: Path) -> list[RunData]:
+def read_runs(runs: list[Run], runs_dir: Path, records_dir: Path) -> list[Loaded]:
     """Every run of the specs as the report reads it (`load_run`); a run that is not finished is named from
-    its saved config or its spec entry. The record of a run finished under ``runs_dir`` is written (back)
-    into ``records_dir``: what the report read stays in git's reach."""
+    its saved config or its spec entry. Nothing is written: a run finished under ``runs_dir`` comes back
+    ``fresh``, for the caller to write its record (back) into ``records_dir``."""
     out = []
     for run in runs:
         loaded = load_run(run, runs_dir, records_dir)
         if loaded.record is not None:
-            out.append(from_record(run, loaded.record, FROM_EVENT_FILES if loaded.fresh else "record"))
-            if loaded.fresh:
-                write_record(loaded.record, records_dir)
+            out.append(loaded)
             continue
         config = static_config(runs_dir / run.run_name)  # a started run saved what it got
         corpus = (config.get("data") or {}).get("corpus") or static_value(run, "data.corpus") or "?"
         gate = (config.get("model") or {}).get("gate") or static_value(run, "model.gate") or "?"
         options = static_value(run, "model.gate_options")
         output_gate = (config.get("model") or {}).get("output_gate") or static_value(run, "model.output_gate")
-        out.append(
-            RunData(run, loaded.status, loaded.reason, str(corpus), str(gate), options, str(output_gate or "none"))
-        )
+        named = {"corpus": str(corpus), "gate": str(gate), "gate_options": options}
+        out.append(replace(loaded, **named, output_gate=str(output_gate or "none")))
     return out
+
+
+def refresh_records(loaded: list[Loaded], records_dir: Path) -> list[Path]:
+    """Writes the record of every run read from its directory just now (``fresh``) into ``records_dir``: what
+    the report read stays in git's reach. The report command calls it; reading alone writes nothing."""
+    return [write_record(x.record, records_dir) for x in loaded if x.fresh and x.record is not None]
 
 
 # ----------------------------------------------------------------------------- a run directory's state

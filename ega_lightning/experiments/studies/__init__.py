@@ -1,5 +1,6 @@
-"""The studies of the report, one module each: its typed findings, its decision rule applied (`rules`), its
-sentences and table cells. :func:`findings` gathers every finding, section by section, in the report's order.
+"""The studies of the report, one module each, each declaring its `study.Study`: its typed findings, its decision
+rule applied (the protocol's, `rules.registered`), its sentences and table cells, and where it has them its
+section, figures and key of results.json. :data:`STUDIES` lists them; :func:`run_studies` gathers every finding.
 
 - `main`: EGA-1 against its baseline in a head-to-head section (improvement, gap, where tau ends);
   `long`: the best val loss beside the final one where runs overfit
@@ -8,11 +9,13 @@ sentences and table cells. :func:`findings` gathers every finding, section by se
 - `leak`: z over the whole window, as trained and evaluated causally
 - `reruns`: runs repeated for their checkpoints (no verdict)
 - `peers`: other papers' gates, each for its own claim
-- `leaderboard`: every gate side by side and the positive control
-- `landscape`: the tail identity and the tau mechanism, from the evaluated checkpoints
+- `leaderboard`: every gate side by side and the positive control (its section, figure and JSON)
+- `landscape`: the tail identity and the tau mechanism, from the evaluated checkpoints (reads `frozen_tau`)
 - `cost`: the gate's step time, from `ega bench`
 
-A claim is added in `paper` (its text and figure) and in the study that measures it.
+A study is added as its module and its line in :data:`STUDIES`; a claim in `paper` (or the study's own
+``claims``) with its rule in configs/protocol.yaml. The order of :data:`STUDIES` is the order of the report's
+findings; what a study reads runs before it whatever its place (`ordered`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.studies import (
     ablation,
     context,
+    cost,
     frozen_tau,
     landscape,
     leaderboard,
@@ -34,31 +38,74 @@ from ega_lightning.experiments.studies import (
     reruns,
     tau_init,
 )
+from ega_lightning.experiments.study import Measured, ReportInputs, Study
+
+STUDIES: tuple[Study, ...] = (
+    main.STUDY,
+    ablation.STUDY,
+    tau_init.STUDY,
+    context.STUDY,
+    frozen_tau.STUDY,
+    leak.STUDY,
+    reruns.STUDY,
+    peers.STUDY,
+    leaderboard.STUDY,
+    landscape.STUDY,
+    cost.STUDY,
+)
+
+
+def ordered(studies: Sequence[Study]) -> list[Study]:
+    """``studies`` with each after every study it reads (a topological order; otherwise as listed); a ValueError
+    for a study that reads one not listed, or for studies that read each other."""
+    names = [s.name for s in studies]
+    if len(set(names)) < len(names):
+        raise ValueError(f"two studies share a name: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    for s in studies:
+        if missing := [r for r in s.reads if r not in names]:
+            raise ValueError(f"study {s.name!r} reads {', '.join(map(repr, missing))}, which no study listed is")
+    out: list[Study] = []
+    pending = list(studies)
+    while pending:
+        ready = next((s for s in pending if set(s.reads) <= {o.name for o in out}), None)
+        if ready is None:
+            raise ValueError(f"studies {', '.join(s.name for s in pending)} read each other: no order runs them")
+        out.append(ready)
+        pending.remove(ready)
+    return out
+
+
+def measure(inputs: ReportInputs, studies: Sequence[Study] = STUDIES) -> list[Measured]:
+    """Each study, in an order that runs it after what it reads, with what it measured of ``inputs``."""
+    return [Measured(s, s.measure(inputs) if s.measure is not None else None) for s in ordered(studies)]
+
+
+def run_studies(inputs: ReportInputs, measured: Sequence[Measured]) -> list[Finding]:
+    """Every finding, families corrected (`findings.correct`): first each table's, section by section (the studies
+    of one table in their order), then each study's of the whole report, each after the studies it reads, which
+    it is handed corrected. A comparison shared by sections (``also_in``) is made once (`main`)."""
+    out: list[tuple[str, Finding]] = []
+    for table in inputs.tables:
+        for m in measured:
+            s = m.study
+            if s.table_findings is not None and (s.groups is None or table.group in s.groups):
+                out += [(s.name, f) for f in s.table_findings(table, inputs)]
+    for m in measured:
+        s = m.study
+        if s.findings is None:
+            continue
+        corrected = correct([f for _, f in out]) if s.reads else []
+        read = {name: [f for (n, _), f in zip(out, corrected, strict=True) if n == name] for name in s.reads}
+        out += [(s.name, f) for f in s.findings(inputs, m.data, read)]
+    return correct([f for _, f in out])
 
 
 def findings(
     tables: list[Table],
     variants: list[Variant],
     evaluations: Sequence[Evaluation] = (),
-    board: leaderboard.Board | None = None,
+    studies: Sequence[Study] = STUDIES,
 ) -> list[Finding]:
-    """Every finding, section by section; a comparison shared by sections (``also_in``) is made once.
-    ``board``: the leaderboard of ``variants`` when the caller has built it for its own table.
-    ``evaluations``: the checkpoints `ega landscape` evaluated (the leak audit's causal evaluation,
-    the heads beside the tail identity, the tau mechanism). Families are corrected (`findings.correct`)
-    before the tau mechanism reads the frozen-tau verdicts."""
-    out: list[Finding] = []
-    said: set[tuple[str, ...]] = set()
-    for table in tables:
-        for row in main.primary_rows(table):
-            assert row.baseline is not None
-            compared = tuple(sorted(r.run.run_name for r in [*row.variant.done, *row.baseline.done]))
-            if compared not in said:
-                said.add(compared)
-                out += main.findings(table, row)
-        out += ablation.findings(table, variants) + tau_init.findings(table) + context.findings(table)
-        out += frozen_tau.findings(table, variants) + leak.findings(table, variants, evaluations)
-        out += reruns.findings(table, variants) + peers.findings(table)
-    out += leaderboard.control_finding(*(board if board is not None else leaderboard.leaderboard(variants)))
-    out = correct(out + landscape.tail_findings(tables, variants, evaluations))
-    return out + landscape.mechanism_finding(out, evaluations, variants)
+    """Every finding of ``studies`` over these tables and variants (no runs table, no bench): `run_studies` of them."""
+    inputs = ReportInputs(tuple(tables), tuple(variants), evaluations=tuple(evaluations))
+    return run_studies(inputs, measure(inputs, studies))

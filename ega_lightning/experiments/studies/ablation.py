@@ -10,7 +10,7 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference, find_reference, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, pair, regime
-from ega_lightning.experiments.rules import best_rule, equivalence_rule, worse_rule
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -33,6 +33,7 @@ class Best(Finding):
     """Whether EGA-1 is the best of the paper's rows (rules.best_rule over every other paper gate − EGA-1)."""
 
     kind: ClassVar[str] = "ablation_best"
+    measures: ClassVar[tuple[str, ...]] = ("ablation:best",)
     rank: int  # EGA-1's place among the paper's rows
     paper_rows: int
 
@@ -48,6 +49,7 @@ class Pair(Finding):
     """One paper row against the row the paper sets it against: worse than EGA-1, or about the baseline."""
 
     kind: ClassVar[str] = "ablation_pair"
+    measures: ClassVar[tuple[str, ...]] = tuple(f"ablation:{row}" for row in paper.ABLATION)
 
     def measured(self) -> str:
         d = self.interval
@@ -78,15 +80,21 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
         in_paper = [v for v in ranked if v.paper_name]
         rank = {"rank": in_paper.index(ega1) + 1, "paper_rows": len(in_paper), "code": code_of(*in_paper)}
         best = where._replace(subject=name(ega1))
-        out.append(judged(Best, best, reads, best_rule, claim="ablation:best", family="ablation", **rank))
+        out.append(judged(Best, best, reads, claim="ablation:best", family="ablation", **rank))
     return out + [_pair(table, v, variants) for v in ranked if v.paper_name in paper.ABLATION]
 
 
 def _pair(table: Table, v: Variant, variants: list[Variant]) -> Finding:
     _, against = paper.ABLATION[v.paper_name or ""]
     ref = find_reference(v, against, variants)
-    rule = equivalence_rule if against == "none" else worse_rule
     where = Where(table.group, table.corpus, regime(v, ref), name(v), name(ref) if ref else against)
     reads = [(pair(v, ref or against), difference(ref, v, "final_val_loss"))]
     claim = f"ablation:{v.paper_name}"
-    return judged(Pair, where, reads, rule, claim=claim, family="ablation", code=code_of(v, ref))
+    return judged(Pair, where, reads, claim=claim, family="ablation", code=code_of(v, ref))
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table, list(inputs.variants))
+
+
+STUDY = Study("ablation", table_findings=_table_findings)

@@ -9,8 +9,9 @@ from typing import ClassVar
 
 from ega_lightning.experiments.comparisons import Row, Table, difference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, regime
-from ega_lightning.experiments.rules import Verdict, growth_rule
+from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference, compare
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how
 
 
@@ -19,6 +20,7 @@ class Context(Finding):
     """(Δ at the longest block − Δ at the shortest), per seed, with Δ at each block size beside it."""
 
     kind: ClassVar[str] = "context"
+    measures: ClassVar[tuple[str, ...]] = ("context",)
     seeds: list[int]  # the seeds every block size ran
     by_block: list[tuple[int, Difference | None]] | None = None  # (block size, baseline − EGA-1)
     monotone: bool | None = None  # Δ grows with every longer block
@@ -66,4 +68,11 @@ def findings(table: Table) -> list[Finding]:
     grows = all(a.estimate < b.estimate for (_, a), (_, b) in itertools.pairwise(by_block))
     reads = [(f"context: {table.group} longest − shortest block", contrast)]
     measured = {"seeds": sorted(seeds), "by_block": by_block, "monotone": grows, "code": code_of(*sides)}
-    return [judged(Context, where, reads, growth_rule, claim="context", family="context", **measured)]
+    return [judged(Context, where, reads, claim="context", family="context", **measured)]
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table)
+
+
+STUDY = Study("context", table_findings=_table_findings)

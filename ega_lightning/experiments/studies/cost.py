@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -13,8 +14,9 @@ from typing import Any, ClassVar
 
 from ega_lightning.errors import UserError
 from ega_lightning.experiments.findings import Code, Finding
-from ega_lightning.experiments.rules import COST_MARGIN, MIN_REPETITIONS, Verdict, cost_rule
+from ega_lightning.experiments.rules import COST_MARGIN, MIN_REPETITIONS, Verdict, registered
 from ega_lightning.experiments.stats import Summary, median_interval
+from ega_lightning.experiments.study import Bench, ReportInputs, Study
 from ega_lightning.experiments.text import num
 
 NO_BENCH = "docs/cost.md"  # the evidence where no `ega bench` result was found
@@ -25,6 +27,7 @@ class Cost(Finding):
     """EGA-1's step time over the baseline's, `ega bench`'s median and quartiles over repetitions."""
 
     kind: ClassVar[str] = "cost"
+    measures: ClassVar[tuple[str, ...]] = ("cost",)
     q1: float | None
     q3: float | None
     median_ci: tuple[float, float] | None  # the distribution-free 95% interval of the median ratio
@@ -53,9 +56,6 @@ class Cost(Finding):
 
     def evidence(self) -> str:
         return f"[{self.source}]({self.source})"
-
-
-Bench = tuple[dict[str, Any], str]  # an `ega bench` result and its table's path relative to the report
 
 
 def benches(records_dir: Path, out: Path) -> list[Bench]:
@@ -162,6 +162,7 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
     repetitions = int((row or {}).get("repeats") or 0)
     ratios = [float(r) for r in (row or {}).get("time_ratios") or []]
     ci = median_interval(ratios) if len(ratios) >= 2 else None
+    _, cost_rule = registered(Cost.kind, "cost")
     verdict = cost_rule(*(ci or (None, None)), repetitions) if row is not None else Verdict.NO_DATA
     if row is not None and ci is None:
         verdict = Verdict.TOO_FEW_SEEDS  # a bench that kept no per-repetition ratios gives no interval
@@ -197,3 +198,10 @@ def bench_date(bench: dict[str, Any] | None) -> datetime | None:
         return datetime.strptime(str((bench or {})["date"]), "%Y-%m-%d %H:%M UTC").replace(tzinfo=UTC)
     except (KeyError, ValueError):
         return None
+
+
+def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
+    return [cost_finding(*inputs.bench)]
+
+
+STUDY = Study("cost", findings=_findings)

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments.comparisons import Table, Variant, difference, learned_reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, pair, regime
-from ega_lightning.experiments.rules import frozen_rule
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -17,6 +17,7 @@ class FrozenTau(Finding):
     """Learned − frozen tau on the final val loss (rules.frozen_rule)."""
 
     kind: ClassVar[str] = "frozen_tau"
+    measures: ClassVar[tuple[str, ...]] = ("tau",)
     tau_init: float | None  # where tau is held
     frozen_loss: float | None  # mean final val loss of the frozen runs
     learned_loss: float | None
@@ -51,5 +52,12 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
         where = Where(table.group, table.corpus, regime(v, ref), name(v), against)
         reads = [(pair(v, ref or against), difference(ref, v, "final_val_loss"))]
         family = {"claim": "tau", "family": "frozen", "code": code_of(v, ref)}
-        out.append(judged(FrozenTau, where, reads, frozen_rule, **family, **measured))
+        out.append(judged(FrozenTau, where, reads, **family, **measured))
     return out
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table, list(inputs.variants))
+
+
+STUDY = Study("frozen_tau", table_findings=_table_findings)

@@ -5,17 +5,18 @@ why does tau not move (weak gradient or co-adaptation)? With the table of the ev
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from ega_lightning.experiments import paper
+from ega_lightning.experiments import figures, paper
 from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, regime, scale
 from ega_lightning.experiments.landscape_results import Evaluation
-from ega_lightning.experiments.rules import FLAT, TAU_STEP, Verdict, mechanism_rule, tail_rule
+from ega_lightning.experiments.rules import FLAT, TAU_STEP, Verdict, registered
 from ega_lightning.experiments.stats import Difference, mean_interval
 from ega_lightning.experiments.studies.frozen_tau import FrozenTau
+from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 TAU_SECTION = "tau landscape"
@@ -34,6 +35,7 @@ class Tail(Finding):
     the checkpoints `ega landscape` evaluated beside it, as a figure only."""
 
     kind: ClassVar[str] = "tail"
+    measures: ClassVar[tuple[str, ...]] = ("frac_above_tau",)
     interval_format: ClassVar[tuple[float, int, bool]] = (100.0, 1, True)
     znorm: str  # z over the causal prefix or the whole window
     seeds: list[int]
@@ -99,6 +101,7 @@ class TauMechanism(Finding):
     """Which of the two explanations of a tau that does not move the data support (rules.mechanism_rule)."""
 
     kind: ClassVar[str] = "tau_mechanism"
+    measures: ClassVar[tuple[str, ...]] = ("tau",)
     checkpoints: list[Checkpoint]
     frozen: list[tuple[str, Verdict | None]]  # each frozen-tau comparison and its verdict
     grad_norm_ratio: float | None  # median |grad tau| / |grad energy projection| of EGA-1
@@ -177,7 +180,7 @@ def _tail(v: Variant, runs: set[str], variants: list[Variant], evaluations: Sequ
     reads = [(f"tail: {v.group}/{v.label}", mean_interval(list(values.values())))]
     where = Where(TAU_SECTION, v.corpus, regime(v), name(v), None)
     claim = {"claim": "frac_above_tau", "family": "tail", "code": code_of(v)}
-    return judged(Tail, where, reads, tail_rule, **claim, **measured)
+    return judged(Tail, where, reads, **claim, **measured)
 
 
 def grad_norm_ratio(variants: list[Variant]) -> float | None:
@@ -206,6 +209,7 @@ def mechanism_finding(
     if not frozen and not ega1:
         return []
     minimum = [e.shift_cost(-TAU_STEP) > FLAT and e.shift_cost(TAU_STEP) > FLAT for e in ega1]
+    _, mechanism_rule = registered(TauMechanism.kind, "tau")
     verdict = mechanism_rule([f.verdict for f in frozen], minimum)
     checkpoints = [Checkpoint(e.label, e.gate, e.step, e.final, e.tau_shift_costs, e.alpha_scale_costs) for e in shown]
     frozen_runs = [r for v in variants if not v.options.get("learn_tau", True) for r in v.done]
@@ -257,3 +261,97 @@ def table_line(e: Evaluation) -> str:
         f"{100 * e.mean('normal_tail'):.1f}%",
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+# ----------------------------------------------------------------------------- its section, figures and JSON
+
+
+def landscape_section(inputs: ReportInputs, data: None, found: Sequence[Finding], drawn: Drawn) -> list[str]:
+    """The checkpoints `ega landscape` evaluated: the tau mechanism and the tail identity (none: no section)."""
+    if not inputs.evaluations and not any(f.section == TAU_SECTION for f in found):
+        return []
+    lines = [
+        f"## {TAU_SECTION}",
+        "",
+        DESCRIPTION,
+        "",
+        *(f"- {f.sentence()}" for f in found if f.section == TAU_SECTION),
+        "",
+    ]
+    if inputs.evaluations:
+        lines += [TABLE_HEAD, *(table_line(e) for e in inputs.evaluations), ""]
+    for caption, file in drawn:
+        lines += [f"![{caption}]({file})", ""]
+    return lines
+
+
+def landscape_figures(inputs: ReportInputs, data: None) -> list[Figure]:
+    """(caption, file name, figure): the tau/alpha landscape of every checkpoint of MECHANISM_GATES trained
+    and evaluated with the causal prefix z, and the z distributions of their final checkpoints as
+    trained, one line per gate and z-normalisation."""
+    out = []
+    # the study's pair (EGA-1 and one wavelet gate) when evaluated; the table beside lists every checkpoint
+    shown_gates = {e.gate for e in inputs.evaluations} & set(MECHANISM_GATES) or {e.gate for e in inputs.evaluations}
+    evaluations = [e for e in inputs.evaluations if e.gate in shown_gates]
+    causal = [e for e in evaluations if e.as_trained and e.trained_znorm == "prefix"]
+    if causal:
+        lines = [
+            (
+                e.label,
+                e.tau_shifts,
+                list(e.tau_shift_costs.values()),
+                e.alpha_scales,
+                list(e.alpha_scale_costs.values()),
+            )
+            for e in causal
+        ]
+        fig = figures.landscape_figure(lines, "validation loss around the trained tau and alpha")
+        out.append(("tau and alpha landscape", "landscape-tau-alpha.png", fig))
+    shown: dict[tuple[str, str], Evaluation] = {}
+    for e in evaluations:
+        if e.final and e.as_trained:
+            shown.setdefault((e.gate, e.trained_znorm), e)
+    if shown:
+        series = [(f"{e.gate}, z over the {e.trained_znorm} ({e.run})", *e.z_density()) for e in shown.values()]
+        out.append(("z distributions", "landscape-z.png", figures.z_figure(series, "z of every key, all heads")))
+    return out
+
+
+def evaluation_dict(e: Evaluation) -> dict[str, Any]:
+    """An evaluated checkpoint as results.json holds it."""
+    return {
+        "source": e.source,
+        "run": e.run,
+        "checkpoint": e.checkpoint,
+        "step": e.step,
+        "gate": e.gate,
+        "trained_znorm": e.trained_znorm,
+        "eval_znorm": e.eval_znorm,
+        "whole_split": e.whole_split,
+        "loss": e.loss,
+        "tau_shift_cost": e.tau_shift_costs,  # results.json writes the keys as strings (results_json.jsonable)
+        "alpha_scale_cost": e.alpha_scale_costs,
+        "tau_mean": e.mean("tau"),
+        "frac_above_tau": e.mean("frac_above_tau"),
+        "normal_tail": e.mean("normal_tail"),
+    }
+
+
+def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
+    """The tail identity, then the tau mechanism, which reads the frozen-tau verdicts corrected for their family."""
+    tails = tail_findings(list(inputs.tables), list(inputs.variants), inputs.evaluations)
+    return tails + mechanism_finding(list(read["frozen_tau"]), inputs.evaluations, list(inputs.variants))
+
+
+def _json(inputs: ReportInputs, data: None) -> list[dict[str, Any]]:
+    return [evaluation_dict(e) for e in inputs.evaluations]
+
+
+STUDY = Study(
+    "landscape",
+    reads=("frozen_tau",),
+    findings=_findings,
+    section=landscape_section,
+    figures=landscape_figures,
+    json=_json,
+)

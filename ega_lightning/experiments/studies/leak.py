@@ -13,8 +13,8 @@ from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Row, Table, Variant, difference, learned_reference
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, Where, code_of, judged, name, pair, regime
 from ega_lightning.experiments.landscape_results import Evaluation
-from ega_lightning.experiments.rules import effect_rule
 from ega_lightning.experiments.stats import Difference, compare
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -23,6 +23,7 @@ class Leak(Finding):
     """Baseline − the whole-window gate, as trained, against the paper's figure; causal EGA-1's Δ beside it."""
 
     kind: ClassVar[str] = "leak"
+    measures: ClassVar[tuple[str, ...]] = tuple(f"improvement:{corpus}" for corpus in paper.IMPROVEMENT)
     causal: Difference | None  # baseline − causal EGA-1
     causal_subject: str | None
 
@@ -122,7 +123,7 @@ def _as_trained(table: Table, row: Row, where: Where, causal: Variant | None) ->
     if figure is None:
         return Leak(**where._asdict(), ours=d, **measured)
     claim = f"improvement:{table.corpus}"
-    return judged(Leak, where, [(pair(v, base), d)], effect_rule, paper=figure, claim=claim, family="leak", **measured)
+    return judged(Leak, where, [(pair(v, base), d)], paper=figure, claim=claim, family="leak", **measured)
 
 
 def _causal_evaluation(where: Where, v: Variant, base: Variant, evaluations: Sequence[Evaluation]) -> Finding:
@@ -146,3 +147,10 @@ def _causal_evaluation(where: Where, v: Variant, base: Variant, evaluations: Seq
         normal_tail=above(trained, "normal_tail"),
         trained_as=name(v),
     )
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table, list(inputs.variants), inputs.evaluations)
+
+
+STUDY = Study("leak", table_findings=_table_findings)

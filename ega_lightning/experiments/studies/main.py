@@ -5,15 +5,15 @@ of keys above it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import ClassVar
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Row, Table, Variant
 from ega_lightning.experiments.findings import Code, Finding, Where, code_of, judged, name, pair, regime
-from ega_lightning.experiments.rules import LEVEL_WIDTH, Verdict, effect_rule, level_rule
+from ega_lightning.experiments.rules import LEVEL_WIDTH, Verdict
 from ega_lightning.experiments.stats import mean_interval
 from ega_lightning.experiments.studies import long
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -22,6 +22,7 @@ class Improvement(Finding):
     """Baseline − EGA-1 on the final val loss, against the paper's figure for the corpus (where it has one)."""
 
     kind: ClassVar[str] = "improvement"
+    measures: ClassVar[tuple[str, ...]] = tuple(f"improvement:{corpus}" for corpus in paper.IMPROVEMENT)
     loss: float | None  # EGA-1's mean final val loss
     baseline_loss: float | None
 
@@ -41,6 +42,7 @@ class Gap(Finding):
     """Baseline − EGA-1 on the generalization gap, against the paper's reduction."""
 
     kind: ClassVar[str] = "gap"
+    measures: ClassVar[tuple[str, ...]] = ("gap",)
     baseline_gap: float | None
     gap: float | None
     paper_regime: bool | None  # the baseline's gap passes the paper's overfitting line (None: not logged)
@@ -66,6 +68,7 @@ class Tau(Finding):
     """Where EGA-1's tau ends, over seeds, against the paper's level."""
 
     kind: ClassVar[str] = "tau"
+    measures: ClassVar[tuple[str, ...]] = ("tau",)
     interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, False)
     settled: int  # seeds whose TauTracker saw tau settle
     tracked: int  # seeds with a TauTracker verdict
@@ -82,6 +85,7 @@ class FracAboveTau(Finding):
     """The share of validation keys above tau at the end, over seeds, against the paper's level."""
 
     kind: ClassVar[str] = "frac_above_tau"
+    measures: ClassVar[tuple[str, ...]] = ("frac_above_tau",)
     interval_format: ClassVar[tuple[float, int, bool]] = (100.0, 1, False)
 
     def measured(self) -> str:
@@ -120,7 +124,7 @@ def findings(table: Table, row: Row) -> list[Finding]:
     if figure is not None:
         claim = f"improvement:{table.corpus}"
         out: list[Finding] = [
-            judged(Improvement, where, [(pair(v, base), d)], effect_rule, paper=figure, claim=claim, code=code, **means)
+            judged(Improvement, where, [(pair(v, base), d)], paper=figure, claim=claim, code=code, **means)
         ]
     else:
         out = [Improvement(**where._asdict(), ours=d, code=code, **means)]
@@ -143,7 +147,7 @@ def _gap(where: Where, row: Row, code: Code) -> list[Finding]:
         common = {"paper": paper.GAP_REDUCTION, "claim": "gap", "code": code, **measured}
         return [Gap(**where._asdict(), ours=gap, verdict=Verdict.NOT_TESTABLE, not_testable=why, **common)]
     reads = [(f"gap: {pair(v, base)}", gap)]
-    return [judged(Gap, where, reads, effect_rule, paper=paper.GAP_REDUCTION, claim="gap", code=code, **measured)]
+    return [judged(Gap, where, reads, paper=paper.GAP_REDUCTION, claim="gap", code=code, **measured)]
 
 
 def _levels(where: Where, v: Variant) -> list[Finding]:
@@ -152,15 +156,38 @@ def _levels(where: Where, v: Variant) -> list[Finding]:
     own = where._replace(subject=name(v), against=None)
     values = list(v.by_seed("final_tau_mean").values())
     if values:
-        rule = partial(level_rule, figure=paper.TAU, width=LEVEL_WIDTH["tau"])
+        level = {"figure": paper.TAU, "width": LEVEL_WIDTH["tau"]}
         tracked = [r.metrics["tau_converged"] for r in v.done if r.metrics.get("tau_converged") is not None]
         reads = [(f"tau: {v.group}/{v.label}", mean_interval(values))]
         settled = {"settled": sum(tracked), "tracked": len(tracked)}
-        out.append(judged(Tau, own, reads, rule, paper=paper.TAU, claim="tau", code=code_of(v), **settled))
+        out.append(judged(Tau, own, reads, rule_args=level, paper=paper.TAU, claim="tau", code=code_of(v), **settled))
     values = list(v.by_seed("final_frac_above_tau").values())
     if values:
         figure = paper.FRAC_ABOVE_TAU
-        rule = partial(level_rule, figure=figure, width=LEVEL_WIDTH["frac_above_tau"])
+        level = {"figure": figure, "width": LEVEL_WIDTH["frac_above_tau"]}
         reads = [(f"frac_above_tau: {v.group}/{v.label}", mean_interval(values))]
-        out.append(judged(FracAboveTau, own, reads, rule, paper=figure, claim="frac_above_tau", code=code_of(v)))
+        out.append(
+            judged(FracAboveTau, own, reads, rule_args=level, paper=figure, claim="frac_above_tau", code=code_of(v))
+        )
     return out
+
+
+def _compared(row: Row) -> tuple[str, ...]:
+    """The runs a head-to-head compares: a comparison shared by sections (``also_in``) is made once."""
+    assert row.baseline is not None
+    return tuple(sorted(r.run.run_name for r in [*row.variant.done, *row.baseline.done]))
+
+
+def table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    """The head-to-head of each primary row of ``table`` that no earlier table of the report compared already."""
+    index = next((i for i, t in enumerate(inputs.tables) if t is table), len(inputs.tables))
+    said = {_compared(r) for t in inputs.tables[:index] for r in primary_rows(t)}
+    out: list[Finding] = []
+    for row in primary_rows(table):
+        if _compared(row) not in said:
+            said.add(_compared(row))
+            out += findings(table, row)
+    return out
+
+
+STUDY = Study("main", table_findings=table_findings)

@@ -9,7 +9,7 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, pair, regime
-from ega_lightning.experiments.rules import lower_rule
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how
 
 
@@ -18,6 +18,7 @@ class Peer(Finding):
     """Baseline − peer on the final val loss: its own claim of a lower loss."""
 
     kind: ClassVar[str] = "peer"
+    measures: ClassVar[tuple[str, ...]] = tuple(f"peer:{gate}" for gate in paper.PEERS)
     source: str  # the peer's paper
 
     def measured(self) -> str:
@@ -43,5 +44,12 @@ def findings(table: Table) -> list[Finding]:
         where = Where(table.group, table.corpus, regime(v, base), f"{peer.name} `{v.label}`", against)
         reads = [(pair(v, base or "baseline"), row.diffs["final_val_loss"])]
         claim = {"claim": f"peer:{v.gate}", "family": "peers", "code": code_of(v, base)}
-        out.append(judged(Peer, where, reads, lower_rule, source=peer.source, **claim))
+        out.append(judged(Peer, where, reads, source=peer.source, **claim))
     return out
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table)
+
+
+STUDY = Study("peers", table_findings=_table_findings)

@@ -8,6 +8,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, name, regime
+from ega_lightning.experiments.study import ReportInputs, Study
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,3 +55,10 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
             )
         )
     return out
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table, list(inputs.variants))
+
+
+STUDY = Study("reruns", table_findings=_table_findings)

@@ -12,8 +12,8 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, regime
-from ega_lightning.experiments.rules import forgets_rule
 from ega_lightning.experiments.stats import Difference, Summary, mean_interval, summarize
+from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, fmt_summary, how
 
 DEFAULT_TAU_INIT = 0.0  # CharLM's default: the learned-tau EGA-1 every other initialisation is paired with
@@ -24,6 +24,7 @@ class TauInit(Finding):
     """Where tau ends from each initialisation; its verdict (where every tau was learned) reads the slope."""
 
     kind: ClassVar[str] = "tau_init"
+    measures: ClassVar[tuple[str, ...]] = ("tau_init",)
     interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, False)
     seeds: list[int]  # the seeds every initialisation ran
     taus: list[tuple[float, str, Summary]]  # (tau_init, variant, final tau over those seeds)
@@ -110,7 +111,6 @@ def findings(table: Table) -> list[Finding]:
             TauInit,
             where,
             reads,
-            forgets_rule,
             paper=paper.TAU,
             claim="tau_init",
             family="tau_init",
@@ -145,3 +145,10 @@ def _by_initialisation(gated: list[Variant], seeds: set[int]) -> dict[str, objec
         "reference": reference.hp("tau_init") if reference else None,
         "scatter": (init, scatter) if scatter.std else None,
     }
+
+
+def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
+    return findings(table)
+
+
+STUDY = Study("tau_init", table_findings=_table_findings)
