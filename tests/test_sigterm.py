@@ -92,9 +92,11 @@ def uninterrupted(tmp_path_factory, data_dir) -> dict[int, float]:
     return scalars(work / "lightning_logs/full", "val/loss")
 
 
-def sigterm_trial(work: Path, name: str, env: dict[str, str], delay: float) -> tuple[float, str]:
-    """A 2-process DDP fit, SIGTERM to its process group ``delay`` s after its first last.ckpt: every rank gone
-    within 30 s (else the test fails), rank 0's exit status 143; the seconds it took and the output."""
+def sigterm_trial(
+    work: Path, name: str, env: dict[str, str], delay: float, signum: int = signal.SIGTERM
+) -> tuple[float, str]:
+    """A 2-process DDP fit, ``signum`` to its process group ``delay`` s after its first last.ckpt: every rank gone
+    within 30 s (else the test fails), rank 0's exit status 128 + ``signum``; the seconds it took and the output."""
     log = work / f"{name}.log"
     proc = ega_in_session([*FIT, *DDP, f"--run_name={name}"], work, env, log)
     ranks = [proc.pid]
@@ -104,12 +106,12 @@ def sigterm_trial(work: Path, name: str, env: dict[str, str], delay: float) -> t
         ranks += children_of(proc.pid)
         assert len(ranks) == 2 and proc.poll() is None, f"not training on 2 ranks: {ranks}\n{log.read_text()[-3000:]}"
         signalled = time.monotonic()
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signum)
         while any(alive(pid) for pid in ranks) and time.monotonic() - signalled < BOUND_S:
             time.sleep(0.05)
         took = time.monotonic() - signalled
-        assert not any(alive(pid) for pid in ranks), f"hung: a rank alive {BOUND_S:.0f} s after SIGTERM"
-        assert proc.wait(timeout=5) == 128 + signal.SIGTERM, log.read_text()[-3000:]
+        assert not any(alive(pid) for pid in ranks), f"hung: a rank alive {BOUND_S:.0f} s after signal {signum}"
+        assert proc.wait(timeout=5) == 128 + signum, log.read_text()[-3000:]
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -140,6 +142,16 @@ def test_sigterm_to_a_ddp_fits_group_stops_every_rank_143_and_the_resume_ends_bi
         assert f"Restoring states from the checkpoint path at {last}" in resumed
         assert checkpoint_step(last) == STEPS
         assert scalars(tmp_path / f"lightning_logs/{name}", "val/loss") == uninterrupted, trial  # to the bit
+
+
+def test_sigint_to_a_ddp_fits_group_stops_every_rank_130_and_keeps_the_run(tmp_path, data_dir):
+    """Ctrl-C (SIGINT to the terminal's process group) under DDP: every rank stops after the same step, exits 130
+    with the Ctrl-C line, and the run (it has a last.ckpt) is kept for --ckpt_path last."""
+    took, out = sigterm_trial(tmp_path, "int", env_for(data_dir), delay=0.5, signum=signal.SIGINT)
+    assert took < BOUND_S
+    assert out.count("ega fit: interrupted (Ctrl-C).") == 2 and "The run in lightning_logs/int is kept" in out, out
+    assert "Traceback" not in out and "ended with status" not in out, out[-3000:]
+    assert 4 <= checkpoint_step(tmp_path / "lightning_logs/int/checkpoints/last.ckpt") < STEPS
 
 
 NODES = ["--trainer.num_nodes=2", "--trainer.devices=1", "--trainer.strategy=ddp", "--trainer.accelerator=cpu"]
