@@ -49,6 +49,24 @@ PRIVATE_USES = (
         "validation starts, and copying the rule would drift from Lightning's.",
     ),
     PrivateUse(
+        "lightning.pytorch.trainer.trainer.Trainer._signal_connector",
+        "take_stop_signals (callbacks/stop.py, from EgaCLI's setup_environment under DDP)",
+        "the Trainer's signal connector, whose SIGTERM handler is set below: the Trainer takes no handler.",
+    ),
+    PrivateUse(
+        "lightning.pytorch.trainer.connectors.signal_connector._SignalConnector._sigterm_notifier_fn",
+        "take_stop_signals (callbacks/stop.py: set on the connector, under DDP only)",
+        "Lightning's SIGTERM handler broadcasts from inside the handler, at whatever point of its step the signal "
+        "finds each rank, and no switch turns that off: under DDP a rank then waits in a collective the other "
+        "ranks never join (issue 41). Set on the instance, it is what the Trainer installs instead.",
+    ),
+    PrivateUse(
+        "lightning.pytorch.strategies.launchers.subprocess_script._SubprocessScriptLauncher.procs",
+        "_keep_the_children (callbacks/stop.py: AgreedStop, on rank 0 of Lightning's own launcher)",
+        "the ranks the launcher started, in the list its child observer shares: the observer SIGKILLs rank 0 "
+        "and every child as soon as one child exits non-zero (143 too), and has no public switch.",
+    ),
+    PrivateUse(
         "lightning.pytorch.utilities._pytree",
         "summary.quiet_lightning (the module pattern of a warnings filter)",
         "torch's LeafSpec deprecation is raised inside this module; the filter names it so that the same "

@@ -282,7 +282,9 @@ class RunClaim:
     def keep_or_undo(self, fit: bool) -> str:
         """After a stop the command did not choose (Ctrl-C, a refused write): a run that can be resumed is
         kept, else what this command wrote is removed, so that nothing blocks the next try; says which."""
-        if fit and self.run_dir is not None and fit_state(self.run_dir) is FitState.RESUME:
+        if self.run_dir is None:  # a rank other than 0 under DDP, or a stop before the claim: it wrote no run file
+            return "This process wrote nothing of the run."
+        if fit and fit_state(self.run_dir) is FitState.RESUME:
             return f"The run in {self.run_dir} is kept: resume it with the same command and --ckpt_path last."
         with contextlib.suppress(OSError):  # a read-only filesystem refuses the removals; it holds nothing new
             self.undo()

@@ -1,11 +1,14 @@
 """Test helpers: the suite's constants and `run_ega`, the corpora for the suite, and Lightning callbacks the real CLI
 imports as `tests.helpers.<name>`. The fixtures are conftest.py's (which imports from here, never the reverse)."""
 
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import lightning as L
@@ -278,3 +281,75 @@ def finished_runs(
         common = {"status": "done", "reason": "", "corpus": corpus, "gate": gate, "output_gate": output_gate}
         out.append(RunData(run=run, **common, hparams=hparams, metrics=data, n_params=n_params))
     return out
+
+
+# ----------------------------------------------------------------------------- processes a test starts and ends
+
+# What srun sets for a one-task job step: Lightning then takes the process for one SLURM manages.
+SLURM_TASK = {
+    "SLURM_NTASKS": "1",
+    "SLURM_NTASKS_PER_NODE": "1",
+    "SLURM_JOB_NAME": "ega-test",
+    "SLURM_JOB_ID": "4242",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_NODELIST": "localhost",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def processes_under(folder: Path) -> list[int]:
+    """The processes whose working directory is in ``folder``: this test's launchers and their workers (torchrun
+    starts each worker in a session of its own, so killing a launcher's group leaves them)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")).is_relative_to(folder):
+                found.append(int(proc.name))
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        return [int(child) for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:  # gone meanwhile
+        return []
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended but not yet reaped by its parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def busy_loops(n: int, seconds: int = 600) -> Iterator[None]:
+    """``n`` Python busy loops beside the block (a loaded machine), each ended by `timeout` after ``seconds`` at the
+    latest and killed when the block ends."""
+    loops = [
+        subprocess.Popen(["timeout", str(seconds), sys.executable, "-c", "while True: pass"], start_new_session=True)
+        for _ in range(n)
+    ]
+    try:
+        yield
+    finally:
+        for loop in loops:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(loop.pid, signal.SIGKILL)
+            loop.wait()

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,21 +17,12 @@ import pytest
 import torch
 import yaml
 
-from .helpers import REPO, SHORT, TINY, run_ega, scalars
+from .helpers import REPO, SHORT, SLURM_TASK, TINY, free_port, processes_under, run_ega, scalars
 
 pytestmark = pytest.mark.slow
-
-# What srun sets for a one-task job step: Lightning then takes the process for one SLURM manages.
-SLURM_TASK = {
-    "SLURM_NTASKS": "1",
-    "SLURM_NTASKS_PER_NODE": "1",
-    "SLURM_JOB_NAME": "ega-test",
-    "SLURM_JOB_ID": "4242",
-    "SLURM_PROCID": "0",
-    "SLURM_LOCALID": "0",
-    "SLURM_NODEID": "0",
-    "SLURM_NODELIST": "localhost",
-}
+# several processes of one run each (torchrun nodes, srun tasks, DDP ranks): one at a time, on one xdist worker
+# (`pytest -n auto --dist loadgroup`), with tests/test_sigterm.py's
+CLUSTER = pytest.mark.xdist_group("cluster")
 
 
 def checkpoint_step(path: Path) -> int:
@@ -211,25 +201,6 @@ def test_a_checkpoint_from_before_the_world_size_record_reads_its_runs_config(tm
 NODES = ["--trainer.num_nodes=2", "--trainer.devices=1", "--trainer.strategy=ddp", "--trainer.accelerator=cpu"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def processes_under(folder: Path) -> list[int]:
-    """The processes whose working directory is in ``folder``: this test's launchers and their workers (torchrun
-    starts each worker in a session of its own, so killing a launcher's group leaves them)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")).is_relative_to(folder):
-                found.append(int(proc.name))
-        except OSError:  # gone meanwhile, or not ours to read
-            continue
-    return found
-
-
 def torchrun_nodes(args: list[str], cwds: list[Path], logs: Path, timeout: int = 120) -> list[tuple[int, str]]:
     """``ega`` on two torchrun nodes of one worker each (node_rank 0 and 1, in ``cwds``), all waits bounded by
     ``timeout`` seconds: each node's worker exit status (as its launcher reports it; 0 when it reports none) and
@@ -264,6 +235,7 @@ def errors_of(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("ega fit: error: ")]
 
 
+@CLUSTER
 def test_a_finished_run_refused_on_rank_0_stops_both_torchrun_nodes_with_its_paragraph(tmp_path, data_dir):
     """Rank 0 refuses the run directory (under its lock); the other node hears it once the process group forms,
     and both exit 2 with the same paragraph, not a DistNetworkError (torchrun) or a wait until killed (srun)."""
@@ -285,6 +257,7 @@ def test_a_finished_run_refused_on_rank_0_stops_both_torchrun_nodes_with_its_par
     assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before  # nothing written, nothing lost
 
 
+@CLUSTER
 def test_a_resume_on_node_local_disks_where_node_1_lacks_last_ckpt_stops_every_node(tmp_path, data_dir):
     """Node 0 has the run's last.ckpt, node 1 (its own working directory, as on a node-local disk) has none: both
     stop with one paragraph naming the checkpoint and the way out, not node 0 restoring it while node 1 starts
@@ -320,6 +293,7 @@ def test_a_resume_on_node_local_disks_where_node_1_lacks_last_ckpt_stops_every_n
     assert not [p for p in (node1 / "lightning_logs").rglob("*") if p.is_file() and p.name != ".lock"]
 
 
+@CLUSTER
 def test_a_finished_run_refused_on_task_0_stops_both_srun_tasks_with_its_paragraph(tmp_path, data_dir):
     """Two SLURM tasks (what srun sets for each), started together on a shared runs dir that holds a finished
     run: task 1 no longer waits at 'Initializing distributed' until killed; both exit 2 with the paragraph."""
@@ -354,6 +328,7 @@ def test_a_finished_run_refused_on_task_0_stops_both_srun_tasks_with_its_paragra
         assert "already holds a run (with checkpoints/last.ckpt)" in line
 
 
+@CLUSTER
 def test_a_run_another_process_trains_is_busy_75_on_both_torchrun_nodes(tmp_path, data_dir):
     """Rank 0 cannot take the run directory's lock (another process holds it): both nodes exit 75 with its line,
     and the directory keeps only the lock."""

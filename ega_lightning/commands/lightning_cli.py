@@ -23,6 +23,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ega_lightning import run_policy, runs, summary
 from ega_lightning.callbacks import LastCheckpoint
+from ega_lightning.callbacks.stop import AgreedStop, take_stop_signals, wait_for_the_other_ranks
 from ega_lightning.config_files import resolve_config_args
 from ega_lightning.data import CharDataModule
 from ega_lightning.errors import (
@@ -180,6 +181,8 @@ class EgaCLI(LightningCLI):
             if agreed is not None:
                 message, busy = agreed
                 raise (runs.RunBusy if busy else UserError)(message)
+            if torch_distributed_world() > 1:  # SIGTERM and SIGINT stop every rank at one step from now on
+                take_stop_signals(self.trainer)
 
         strategy.setup_environment = agreeing_setup_environment
 
@@ -191,12 +194,11 @@ class EgaCLI(LightningCLI):
             # by itself, outside `--ckpt_path last`: off, so a run resumes from last.ckpt only (`main` takes
             # SIGUSR1 as SIGTERM)
             kwargs["plugins"] = [*plugins, SLURMEnvironment(auto_requeue=False)]
+        added: list[Any] = [AgreedStop()]  # where the ranks of a DDP fit agree to stop on a signal
         every = self.run_plan.last_every
-        if every == 0:
-            return super().instantiate_trainer(**kwargs)
-        # last.ckpt on a step schedule (and at the end), apart from best.ckpt, which follows val/loss
-        last = LastCheckpoint(self.run_plan.run_dir / "checkpoints", every_n_steps=every)
-        self.trainer_defaults = {**self.trainer_defaults, "callbacks": [last]}  # appended to the configured ones
+        if every:  # last.ckpt on a step schedule (and at the end), apart from best.ckpt, which follows val/loss
+            added.append(LastCheckpoint(self.run_plan.run_dir / "checkpoints", every_n_steps=every))
+        self.trainer_defaults = {**self.trainer_defaults, "callbacks": added}  # appended to the configured ones
         return super().instantiate_trainer(**kwargs)
 
 
@@ -279,7 +281,12 @@ def main(args: list[str] | None = None, descriptions: dict[str, str] | None = No
     with runs.RunClaim() as claim:  # the run directory's lock, held until the command ends
         try:
             _run_cli(argv, args is None, descriptions or {}, claim)
-        except SIGTERMException:
+        except SIGTERMException as err:
+            signum = getattr(err, "signum", signal.SIGTERM)
+            wait_for_the_other_ranks(128 + signum)  # DDP under Lightning's launcher: after the ranks it started
+            if signum == signal.SIGINT:  # Ctrl-C under DDP, where every rank stopped at once
+                print(f"ega {command}: interrupted (Ctrl-C). {claim.keep_or_undo(command == 'fit')}", file=sys.stderr)
+                raise SystemExit(128 + signal.SIGINT) from None
             # Lightning stops on SIGTERM (preemption, a job's time limit, `kill`) with exit status 0, so a
             # caller (`ega sweep`, a job script) would take the cut-short run for a finished one.
             how = "SIGTERM" if not stopped_by else "SIGUSR1 (taken as SIGTERM)"

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import landscape_results
 from ega_lightning.experiments import (
+    landscape_results,
     protocol,
     provenance,
     render,

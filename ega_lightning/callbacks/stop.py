@@ -1,0 +1,109 @@
+"""SIGTERM and SIGINT under DDP: every rank stops at the same training step and exits 143 (130), every time.
+
+Lightning's own SIGTERM handler issues a broadcast from inside the handler, wherever the signal finds the rank
+(amid its gradient all-reduce, in a barrier), and its loops stop on each rank's own flag, at whichever step that
+rank happened to get the signal: collectives that no longer match, and ranks that wait for each other until they
+are killed (issue 41). Here, from the moment a fit's process group has formed, SIGTERM and SIGINT only record the
+signal; at the end of every training batch the ranks agree on what they recorded with one all_reduce(MAX), and
+where any rank was signalled every rank raises :class:`StopSignal` there, at the same step, which `ega fit` turns
+into its stop line and exit status. last.ckpt is the one written at the last scheduled save before that step, on
+every rank; a save in progress when the signal came finishes first. One process (no process group) keeps
+Lightning's own stop, which has no collective to mismatch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+import lightning as L
+import torch
+import torch.distributed as dist
+from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+
+class StopSignal(SIGTERMException):
+    """The ranks agreed to stop on ``signum`` (SIGTERM, or SIGINT): raised at the same step on every rank."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+class _Stop:
+    """This process's recorded stop signal (0: none), and the ranks rank 0 started (Lightning's launcher)."""
+
+    signum = 0
+    children: list[subprocess.Popen[bytes]] = []  # noqa: RUF012  (one per process: rank 0's, once it stops)
+
+
+def _record(signum: int, frame: Any) -> None:
+    # no collective, no kill, no raise: whatever this rank is doing (an all-reduce, a checkpoint save) goes on
+    # until the step's end, where the ranks agree; SIGTERM outranks SIGINT, so they agree on one
+    _Stop.signum = max(_Stop.signum, signum)
+
+
+def _die(signum: int, frame: Any) -> None:
+    # an evaluation has no step where the ranks could agree, and nothing to save: end as the signal's default does
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def take_stop_signals(trainer: L.Trainer) -> None:
+    """Called on every rank as soon as its process group has formed (more than one process), before Lightning's
+    first collective: a fit records SIGTERM and SIGINT from now on and stops where the ranks agree (``AgreedStop``); an
+    evaluation ends at once on SIGTERM. Either way Lightning's own SIGTERM handler, installed later by the Trainer
+    and composed with the one here, no longer broadcasts from inside the handler."""
+    fitting = trainer.state.fn == TrainerFn.FITTING
+    # Lightning installs this method as its SIGTERM handler (see ega_lightning.lightning_private)
+    trainer._signal_connector._sigterm_notifier_fn = _record if fitting else _die
+    signal.signal(signal.SIGTERM, _record if fitting else _die)
+    if fitting and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # not where the caller ignores Ctrl-C
+        signal.signal(signal.SIGINT, _record)
+
+
+class AgreedStop(L.Callback):
+    """At the end of every training batch, the ranks agree on whether any of them was signalled; if so, every rank
+    stops there with :class:`StopSignal`. Nothing happens in a single process, nor when no signal is taken here."""
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        if trainer.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
+            return
+        # on the strategy's device: gloo reduces a CPU tensor, NCCL a CUDA one
+        agreed = torch.tensor([_Stop.signum], dtype=torch.int64, device=trainer.strategy.root_device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
+        signum = int(agreed.item())
+        if signum:
+            _keep_the_children(trainer)
+            raise StopSignal(signum)
+
+
+def _keep_the_children(trainer: L.Trainer) -> None:
+    """On rank 0 of Lightning's own launcher: the ranks it started, taken out of its list
+    (lightning.pytorch.strategies.launchers.subprocess_script._SubprocessScriptLauncher.procs), which its child
+    observer shares: a child exiting 143 before rank 0 does would make the observer SIGKILL rank 0 and every other
+    child (it takes any non-zero status for a crash); `wait_for_the_other_ranks` waits for them instead."""
+    procs = getattr(trainer.strategy.launcher, "procs", None)
+    if isinstance(procs, list) and procs:
+        _Stop.children = list(procs)
+        procs.clear()  # in place: the observer's list, now empty, ends it at its next look
+
+
+def wait_for_the_other_ranks(status: int, timeout: float = 20.0) -> None:
+    """After an agreed stop, on rank 0 of Lightning's own launcher: the ranks it started have ended (each stopped at
+    the same step, exiting ``status`` as this one does), so that this process's exit is the run's; one still there
+    after ``timeout`` seconds is killed rather than left behind, and one that ended otherwise is named on stderr."""
+    deadline = time.monotonic() + timeout
+    for rank, proc in enumerate(_Stop.children, start=1):
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.returncode != status:
+            print(f"ega: local rank {rank} (pid {proc.pid}) ended with status {proc.returncode}", file=sys.stderr)
