@@ -10,7 +10,8 @@ section, figures and key of results.json. :data:`STUDIES` lists them; :func:`run
 - `reruns`: runs repeated for their checkpoints (no verdict)
 - `peers`: other papers' gates, each for its own claim
 - `leaderboard`: every gate side by side and the positive control (its section, figure and JSON)
-- `landscape`: the tail identity and the tau mechanism, from the evaluated checkpoints (reads `frozen_tau`)
+- `tau_mechanism` (the study named `landscape` in results.json): the tail identity and why tau does not move,
+  from the evaluated checkpoints (reads `frozen_tau`)
 - `cost`: the gate's step time, from `ega bench`
 
 A study is added as its module and its line in :data:`STUDIES`; a claim in `paper` (or the study's own
@@ -30,13 +31,13 @@ from ega_lightning.experiments.studies import (
     context,
     cost,
     frozen_tau,
-    landscape,
     leaderboard,
     leak,
     main,
     peers,
     reruns,
     tau_init,
+    tau_mechanism,
 )
 from ega_lightning.experiments.study import Measured, ReportInputs, Study
 
@@ -50,7 +51,7 @@ STUDIES: tuple[Study, ...] = (
     reruns.STUDY,
     peers.STUDY,
     leaderboard.STUDY,
-    landscape.STUDY,
+    tau_mechanism.STUDY,
     cost.STUDY,
 )
 

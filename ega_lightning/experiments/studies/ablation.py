@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference, find_reference, rerun_of
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, pair, regime
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
@@ -71,7 +71,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
     mean = {id(v): v.summary("final_val_loss").mean for v in pool}
     ranked = sorted(pool, key=lambda v: mean[id(v)] if mean[id(v)] is not None else math.inf)
     ega1 = next((v for v in ranked if v.gate == "linear" and v.paper_name), None)
-    where = Where(table.group, table.corpus, regime(ega1 or done[0]), "", None)
+    where = Where(table.group, table.corpus, measured_with(ega1 or done[0]), "", None)
     ranking = [(name(v), v.group, mean[id(v)]) for v in ranked]
     out: list[Finding] = [Ranking(**where._asdict(), ranking=ranking)]
     if ega1 is not None:
@@ -87,7 +87,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
 def _pair(table: Table, v: Variant, variants: list[Variant]) -> Finding:
     _, against = paper.ABLATION[v.paper_name or ""]
     ref = find_reference(v, against, variants)
-    where = Where(table.group, table.corpus, regime(v, ref), name(v), name(ref) if ref else against)
+    where = Where(table.group, table.corpus, measured_with(v, ref), name(v), name(ref) if ref else against)
     reads = [(pair(v, ref or against), difference(ref, v, "final_val_loss"))]
     claim = f"ablation:{v.paper_name}"
     return judged(Pair, where, reads, claim=claim, family="ablation", code=code_of(v, ref))

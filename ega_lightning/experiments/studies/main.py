@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Row, Table, Variant
-from ega_lightning.experiments.findings import Code, Finding, Where, code_of, judged, name, pair, regime
+from ega_lightning.experiments.findings import Code, Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.rules import LEVEL_WIDTH, Verdict
 from ega_lightning.experiments.stats import mean_interval
 from ega_lightning.experiments.studies import long
@@ -49,13 +49,13 @@ class Gap(Finding):
 
     def measured(self) -> str:
         d = self.interval
-        regime = self.paper_regime
+        overfits = self.paper_regime
         where = (
             "no baseline gap logged"
-            if regime is None
+            if overfits is None
             else f"the baseline's gap {num(self.baseline_gap)} "
-            + ("passes" if regime else "stays below")
-            + f" {paper.OVERFIT_GAP}: {'' if regime else 'not '}the paper's overfitting regime"
+            + ("passes" if overfits else "stays below")
+            + f" {paper.OVERFIT_GAP}: {'' if overfits else 'not '}the paper's overfitting regime"
         )
         return (
             f"Generalization gap (val − train loss), baseline − EGA-1: {fmt_interval(d)} ({how(d)}); paper "
@@ -116,7 +116,7 @@ def findings(table: Table, row: Row) -> list[Finding]:
     (`long`), the gap, and the two levels of EGA-1's tau."""
     v, base = row.variant, row.baseline
     assert base is not None
-    where = Where(table.group, table.corpus, regime(v, base), name(v), f"baseline `{base.label}`")
+    where = Where(table.group, table.corpus, measured_with(v, base), name(v), f"baseline `{base.label}`")
     code = code_of(v, base)
     d = row.diffs["final_val_loss"]
     figure = paper.IMPROVEMENT.get(table.corpus)

@@ -1,6 +1,7 @@
-"""The tau landscape study, read from the checkpoints `ega landscape` evaluated and from the gate summaries
-the runs recorded: is the share of keys above tau what a standard normal z gives (the tail identity), and
-why does tau not move (weak gradient or co-adaptation)? With the table of the evaluated checkpoints."""
+"""The tau mechanism study (named ``landscape``, its key of results.json), read from the checkpoints
+`ega landscape` evaluated and from the gate summaries the runs recorded: is the share of keys above tau what a
+standard normal z gives (the tail identity), and why does tau not move (weak gradient or co-adaptation)? With
+the table of the evaluated checkpoints."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ega_lightning.experiments import figures, paper
+from ega_lightning.experiments import paper, plots
 from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, regime, scale
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, scale
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.rules import FLAT, TAU_STEP, Verdict, registered
 from ega_lightning.experiments.stats import Difference, mean_interval
@@ -178,7 +179,7 @@ def _tail(v: Variant, runs: set[str], variants: list[Variant], evaluations: Sequ
         "max_abs_gap": max((abs(g) for g in gaps), default=None),
     }
     reads = [(f"tail: {v.group}/{v.label}", mean_interval(list(values.values())))]
-    where = Where(TAU_SECTION, v.corpus, regime(v), name(v), None)
+    where = Where(TAU_SECTION, v.corpus, measured_with(v), name(v), None)
     claim = {"claim": "frac_above_tau", "family": "tail", "code": code_of(v)}
     return judged(Tail, where, reads, **claim, **measured)
 
@@ -305,7 +306,7 @@ def landscape_figures(inputs: ReportInputs, data: None) -> list[Figure]:
             )
             for e in causal
         ]
-        fig = figures.landscape_figure(lines, "validation loss around the trained tau and alpha")
+        fig = plots.landscape_figure(lines, "validation loss around the trained tau and alpha")
         out.append(("tau and alpha landscape", "landscape-tau-alpha.png", fig))
     shown: dict[tuple[str, str], Evaluation] = {}
     for e in evaluations:
@@ -313,7 +314,7 @@ def landscape_figures(inputs: ReportInputs, data: None) -> list[Figure]:
             shown.setdefault((e.gate, e.trained_znorm), e)
     if shown:
         series = [(f"{e.gate}, z over the {e.trained_znorm} ({e.run})", *e.z_density()) for e in shown.values()]
-        out.append(("z distributions", "landscape-z.png", figures.z_figure(series, "z of every key, all heads")))
+        out.append(("z distributions", "landscape-z.png", plots.z_figure(series, "z of every key, all heads")))
     return out
 
 
