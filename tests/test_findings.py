@@ -692,3 +692,45 @@ def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_establishe
     variants = build_variants([linear, old])
     code = findings.code_of(*variants)
     assert code.flag == "different" and code.runs == ["linear-seed1", "linear-seed2"]
+
+
+# ----------------------------------------------------------------------------- the groups a study reads
+
+
+def test_a_study_is_handed_only_the_tables_of_the_groups_it_declares():
+    """Issue 38: each table-level study names the spec groups it reads, and the runner hands it their tables
+    only, so no study tells from a table's rows whether it applies. A spy reading "context" sees no other."""
+    from ega_lightning.experiments.study import ReportInputs, Study
+
+    from .helpers import finished_runs
+
+    seeds = {s: {"final_val_loss": 1.5 - 0.01 * s} for s in (1, 2, 3)}
+    runs = [
+        *finished_runs("ts-none", "none", seeds, group="main", also_in=("ablation", "context")),
+        *finished_runs("ts-linear", "linear", seeds, group="main", also_in=("ablation", "context")),
+        *finished_runs("ts-db2", "db2", seeds, group="ablation"),
+        *finished_runs("ts-linear-T64", "linear", seeds, group="context"),
+    ]
+    variants = build_variants(runs)
+    inputs = ReportInputs(tuple(build_tables(variants)), tuple(variants))
+    assert {t.group for t in inputs.tables} == {"main", "ablation", "context"}
+    handed: list[str] = []
+
+    def spy(table, inputs):
+        handed.append(table.group)
+        return []
+
+    spying = Study("spy", groups=("context",), table_findings=spy)
+    studies.run_studies(inputs, studies.measure(inputs, [spying]))
+    assert handed == ["context"]  # handed every table, it would have seen main and ablation too
+    with pytest.raises(ValueError, match="declares no spec groups"):
+        studies.ordered([Study("every", table_findings=spy)])
+
+
+def test_every_table_level_study_reads_groups_the_committed_specs_have():
+    """The groups a study declares are the spec's own names (`group:` / `also_in:` of configs/sweeps/*.yaml)."""
+    specs = sorted((REPO / "configs" / "sweeps").glob("*.yaml"))
+    groups = {g for run in spec.collect_runs(spec.load_spec(p, check_files=False) for p in specs) for g in run.groups}
+    for s in studies.STUDIES:
+        if s.table_findings is not None:
+            assert s.groups and set(s.groups) <= groups, (s.name, s.groups, sorted(groups))

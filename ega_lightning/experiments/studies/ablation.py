@@ -97,4 +97,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table, list(inputs.variants))
 
 
-STUDY = Study("ablation", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): the paper's gate ranking
+GROUPS = ("ablation",)
+STUDY = Study("ablation", groups=GROUPS, table_findings=_table_findings)

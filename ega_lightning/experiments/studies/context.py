@@ -75,4 +75,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table)
 
 
-STUDY = Study("context", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): EGA-1 and the baseline at several block sizes
+GROUPS = ("context",)
+STUDY = Study("context", groups=GROUPS, table_findings=_table_findings)

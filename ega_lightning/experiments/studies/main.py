@@ -179,9 +179,10 @@ def _compared(row: Row) -> tuple[str, ...]:
 
 
 def table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    """The head-to-head of each primary row of ``table`` that no earlier table of the report compared already."""
-    index = next((i for i, t in enumerate(inputs.tables) if t is table), len(inputs.tables))
-    said = {_compared(r) for t in inputs.tables[:index] for r in primary_rows(t)}
+    """The head-to-head of each primary row of ``table`` that no earlier table of its groups compared already."""
+    tables = inputs.tables_of(GROUPS)
+    index = next((i for i, t in enumerate(tables) if t is table), len(tables))
+    said = {_compared(r) for t in tables[:index] for r in primary_rows(t)}
     out: list[Finding] = []
     for row in primary_rows(table):
         if _compared(row) not in said:
@@ -190,4 +191,7 @@ def table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return out
 
 
-STUDY = Study("main", table_findings=table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): the head-to-head sections, EGA-1 and its baseline in one group
+GROUPS = ("main", "long")
+STUDY = Study("main", groups=GROUPS, table_findings=table_findings)

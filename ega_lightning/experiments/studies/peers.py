@@ -52,4 +52,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table)
 
 
-STUDY = Study("peers", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): other papers' gates, on each corpus
+GROUPS = ("peers", "peers-ptb")
+STUDY = Study("peers", groups=GROUPS, table_findings=_table_findings)

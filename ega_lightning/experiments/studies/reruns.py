@@ -61,4 +61,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table, list(inputs.variants))
 
 
-STUDY = Study("reruns", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): the runs repeated for the checkpoints `ega landscape` evaluates
+GROUPS = ("landscape",)
+STUDY = Study("reruns", groups=GROUPS, table_findings=_table_findings)

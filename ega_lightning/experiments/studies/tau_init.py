@@ -151,4 +151,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table)
 
 
-STUDY = Study("tau_init", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): EGA-1 from several tau_init, learned and frozen
+GROUPS = ("tau_init", "frozen_tau")
+STUDY = Study("tau_init", groups=GROUPS, table_findings=_table_findings)
