@@ -101,10 +101,8 @@ class FracAboveTau(Finding):
 
 
 def primary_rows(table: Table) -> list[Row]:
-    """EGA-1 against its baseline where a section is a head-to-head (one EGA-1 row, the baseline in
-    the section itself): the main comparison of each regime. Sections with several EGA-1 rows are
-    studies (context, tau_init); those that borrow their baseline (a frozen tau, a leak audit, a
-    rerun for its checkpoints) test something else."""
+    """EGA-1 against its baseline where a section of `GROUPS` is a head-to-head: one EGA-1 row, its baseline in
+    the section itself (a row borrowing its baseline from another section tests something else)."""
     linear = [r for r in table.rows if r.variant.gate == "linear" and r.variant.done]
     if len(linear) != 1 or linear[0].baseline is None or linear[0].baseline.group != table.group:
         return []
