@@ -727,10 +727,12 @@ def test_a_study_is_handed_only_the_tables_of_the_groups_it_declares():
         studies.ordered([Study("every", table_findings=spy)])
 
 
-def test_every_table_level_study_reads_groups_the_committed_specs_have():
-    """The groups a study declares are the spec's own names (`group:` / `also_in:` of configs/sweeps/*.yaml)."""
+def test_every_study_reads_groups_the_committed_specs_have():
+    """The groups a study declares are the spec's own names (`group:` / `also_in:` of configs/sweeps/*.yaml);
+    every study of tables declares some (the leaderboard and the tail identity read groups too)."""
     specs = sorted((REPO / "configs" / "sweeps").glob("*.yaml"))
     groups = {g for run in spec.collect_runs(spec.load_spec(p, check_files=False) for p in specs) for g in run.groups}
     for s in studies.STUDIES:
-        if s.table_findings is not None:
-            assert s.groups and set(s.groups) <= groups, (s.name, s.groups, sorted(groups))
+        assert s.table_findings is None or s.groups, s.name
+        assert set(s.groups or ()) <= groups, (s.name, s.groups, sorted(groups))
+    assert {"leaderboard", "landscape"} <= {s.name for s in studies.STUDIES if s.groups}

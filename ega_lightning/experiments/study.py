@@ -54,8 +54,9 @@ class Study:
     study it ``reads``. ``measure``'s result (None without one) is handed to each of the others as ``data``."""
 
     name: str
-    # the spec groups whose tables it reads (`group:` / `also_in:`): ``table_findings`` is handed only theirs, and a
-    # study with table findings must name them; None: a study of the whole report, which reads no table by group
+    # the spec groups whose tables it reads (`group:` / `also_in:`): ``table_findings`` is handed only theirs (a
+    # study with table findings must name them), the others read them with `ReportInputs.tables_of`; None: it
+    # reads no table by its group
     groups: tuple[str, ...] | None = None
     reads: tuple[str, ...] = ()  # the studies whose findings it reads
     claims: tuple[Claim, ...] = ()  # claims of its own, after the paper's in the claims table

@@ -26,6 +26,9 @@ DESCRIPTION = (
     "Every loss is over the whole validation split unless the table says otherwise; costs are the loss "
     "minus the loss as trained, in nats/char."
 )
+# the spec groups whose tables the tail identity reads (`group:` / `also_in:` of configs/sweeps/*.yaml): the paper's
+# gates (the ablation) and z over the whole window (the leak audit)
+TAIL_GROUPS = ("ablation", "leak")
 # the tau mechanism is read on EGA-1 and shown beside one wavelet gate (the report's figures use the same pair)
 MECHANISM_GATES = ("linear", "db2")
 
@@ -146,15 +149,14 @@ class TauMechanism(Finding):
 
 
 def tail_findings(tables: list[Table], variants: list[Variant], evaluations: Sequence[Evaluation]) -> list[Finding]:
-    """The tail identity of every gate of the ablation and of the leak audit (each set of runs once):
-    one value per seed from its recorded gate summary (rules.RULES['tail']); beside it, as a figure, the heads
-    of its final checkpoints that `ega landscape` evaluated as trained (a rerun's stand for its original's)."""
+    """The tail identity of every gate of ``tables`` (the report's: those of `TAIL_GROUPS`, the ablation and the
+    leak audit), each set of runs once: one value per seed from its recorded gate summary (rules.RULES['tail']);
+    beside it, as a figure, the heads of its final checkpoints that `ega landscape` evaluated as trained (a
+    rerun's stand for its original's)."""
     chosen: dict[tuple[str, ...], Variant] = {}
     for table in tables:
-        ablation = any(r.variant.paper_name in paper.ABLATION for r in table.rows)
         for v in (r.variant for r in table.rows):
-            read = v.gate != "none" and v.done and (ablation or v.options.get("znorm") == "window")
-            if read and rerun_of(v, variants) is None:
+            if v.gate != "none" and v.done and rerun_of(v, variants) is None:
                 chosen.setdefault(tuple(sorted(r.run.run_name for r in v.done)), v)
     return [_tail(v, set(runs), variants, evaluations) for runs, v in chosen.items() if v.by_seed("final_tail_gap")]
 
@@ -340,7 +342,7 @@ def evaluation_dict(e: Evaluation) -> dict[str, Any]:
 
 def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
     """The tail identity, then the tau mechanism, which reads the frozen-tau verdicts corrected for their family."""
-    tails = tail_findings(list(inputs.tables), list(inputs.variants), inputs.evaluations)
+    tails = tail_findings(list(inputs.tables_of(TAIL_GROUPS)), list(inputs.variants), inputs.evaluations)
     return tails + mechanism_finding(list(read["frozen_tau"]), inputs.evaluations, list(inputs.variants))
 
 
@@ -350,6 +352,7 @@ def _json(inputs: ReportInputs, data: None) -> list[dict[str, Any]]:
 
 STUDY = Study(
     "landscape",
+    groups=TAIL_GROUPS,
     reads=("frozen_tau",),
     findings=_findings,
     section=landscape_section,
