@@ -182,7 +182,7 @@ def test_the_rooms_table_names_rooms_that_exist():
     assert {
         "ega_lightning.commands.check_gate",
         "ega_lightning.commands.gates",
-        "ega_lightning.experiments.report",
+        "ega_lightning.commands.report",
     } <= set(commands.modules)
 
 

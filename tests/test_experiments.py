@@ -17,8 +17,9 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ega_lightning.cli import main as ega_main
+from ega_lightning.commands import report
 from ega_lightning.config_files import PACKAGED_CONFIGS
-from ega_lightning.experiments import comparisons, records, report, rundirs, stats, sweep
+from ega_lightning.experiments import comparisons, records, rundirs, stats, sweep
 from ega_lightning.experiments.spec import static_value
 from ega_lightning.fingerprint import fingerprint
 
@@ -511,7 +512,7 @@ TOY_STUDY = '''"""A study of one claim, with a section and a key of results.json
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ega_lightning.experiments.findings import Finding, Where, regime
+from ega_lightning.experiments.findings import Finding, Where, measured_with
 from ega_lightning.experiments.paper import Claim
 from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval
@@ -527,7 +528,7 @@ class Toy(Finding):
 
 def table_findings(table, inputs):
     rows = [r for r in table.rows if r.variant.gate == "linear" and r.baseline is not None]
-    where = [Where(table.group, table.corpus, regime(r.variant, r.baseline), "EGA-1", "baseline") for r in rows]
+    where = [Where(table.group, table.corpus, measured_with(r.variant, r.baseline), "EGA-1", "baseline") for r in rows]
     return [Toy(**w._asdict(), ours=r.diffs["final_val_loss"], claim="toy") for w, r in zip(where, rows)]
 
 
@@ -554,7 +555,7 @@ def test_a_new_study_is_one_module_and_its_spec_entries_and_shows_its_claim_sect
     package changed for it (in the package, its line in `studies.STUDIES` lists it)."""
     import importlib.util
 
-    from ega_lightning.experiments import reporting, studies
+    from ega_lightning.experiments import report_assembly, studies
 
     package = {p: p.read_bytes() for p in Path(comparisons.__file__).parents[1].rglob("*.py")}
     runs = tmp_path / "runs"
@@ -577,7 +578,7 @@ def test_a_new_study_is_one_module_and_its_spec_entries_and_shows_its_claim_sect
     order = studies.ordered([toy.STUDY, *studies.STUDIES])  # listed first, it runs after the study it reads
     assert order.index(toy.STUDY) == order.index(studies.main.STUDY) + 1
     out = tmp_path / "results"
-    reporting.write_report([written[1]], runs, out, out / "runs", studies_run=(*studies.STUDIES, toy.STUDY))
+    report_assembly.write_report([written[1]], runs, out, out / "runs", studies_run=(*studies.STUDIES, toy.STUDY))
     results = json.loads((out / "results.json").read_text())
     (row,) = [c for c in results["claims"] if c["claim"] == "toy"]
     assert row["section"] == "toy" and row["verdict"] is None  # measured, by no registered rule: no verdict
@@ -1090,7 +1091,7 @@ def test_the_report_flags_each_comparison_whose_pairs_ran_on_two_machines(tmp_pa
 def test_report_stopped_by_ctrl_c_leaves_out_as_it_was(fabricated, tmp_path, monkeypatch, capsys):
     """Issue 40: Ctrl-C while the figures were drawn left --out with some PNGs and no REPORT.md or results.json,
     exit 130 with no message. Now the report is written beside --out and moved in whole."""
-    from ega_lightning.experiments import report_figures
+    from ega_lightning.experiments import figure_choice
 
     done_out = fabricated[0]
     runs = done_out.parent / "runs"
@@ -1099,7 +1100,7 @@ def test_report_stopped_by_ctrl_c_leaves_out_as_it_was(fabricated, tmp_path, mon
     (out / "REPORT.md").write_text("the old report\n")
     (out / "bench-keep.json").write_text("{}\n")  # a file of --out that is not the report's: left alone
     before = {str(p.relative_to(tmp_path)): p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
-    save_png, saved = report_figures.save_png, []
+    save_png, saved = figure_choice.save_png, []
 
     def stopped_after_two(fig, path):
         if len(saved) == 2:
@@ -1107,7 +1108,7 @@ def test_report_stopped_by_ctrl_c_leaves_out_as_it_was(fabricated, tmp_path, mon
         saved.append(save_png(fig, path))
         return saved[-1]
 
-    monkeypatch.setattr(report_figures, "save_png", stopped_after_two)
+    monkeypatch.setattr(figure_choice, "save_png", stopped_after_two)
     spec = done_out.parent / "spec.yaml"
     args = [str(spec), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(out / "runs")]
     capsys.readouterr()
@@ -1122,7 +1123,7 @@ def test_report_stopped_by_ctrl_c_leaves_out_as_it_was(fabricated, tmp_path, mon
         k: v for k, v in before.items() if not k.startswith("results/runs/")
     }
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
-    monkeypatch.setattr(report_figures, "save_png", save_png)
+    monkeypatch.setattr(figure_choice, "save_png", save_png)
     assert report.main(args) == 0  # and the whole report, moved in beside the other file
     assert (out / "bench-keep.json").read_text() == "{}\n" and "the old report" not in (out / "REPORT.md").read_text()
     assert {p.name for p in out.glob("*.png")} == {p.name for p in done_out.glob("*.png")}

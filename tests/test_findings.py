@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 import scipy.stats
 
+from ega_lightning.commands import report
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import comparisons, findings, landscape_results, report, rules, spec, stats, studies
+from ega_lightning.experiments import comparisons, findings, landscape_results, rules, spec, stats, studies
 from ega_lightning.experiments.comparisons import SHAPE_KEYS, RunData, build_tables, build_variants
 from ega_lightning.experiments.provenance import code_status
 from ega_lightning.experiments.provenance import load as provenance_load
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import ablation, cost, landscape
+from ega_lightning.experiments.studies import ablation, cost, tau_mechanism
 from ega_lightning.experiments.studies.frozen_tau import FrozenTau
 from ega_lightning.fingerprint import fingerprint
 from ega_lightning.io import write_atomic
@@ -487,7 +488,7 @@ def frozen(verdict: Verdict) -> FrozenTau:
 def test_the_tau_mechanism_verdict_follows_its_rule(tmp_path, costs, frozen_verdicts, expected):
     e = evaluation(tmp_path, loss=1.5, tau_shift_loss=landscape_of(1.5, costs))
     assert e.shift_cost(-0.5) == pytest.approx(costs[0]) and e.shift_cost(0.5) == pytest.approx(costs[1])
-    (f,) = landscape.mechanism_finding([frozen(v) for v in frozen_verdicts], [e], [])
+    (f,) = tau_mechanism.mechanism_finding([frozen(v) for v in frozen_verdicts], [e], [])
     assert f.verdict is expected
 
 
@@ -498,10 +499,10 @@ def test_the_mechanism_reads_only_final_causal_ega1_checkpoints(tmp_path):
     )
     final = evaluation(tmp_path, loss=1.5, tau_shift_loss=landscape_of(1.5, (0.001, 0.001)))
     consistent = [frozen(Verdict.CONSISTENT)]
-    (f,) = landscape.mechanism_finding(consistent, [early, leaky, final], [])
+    (f,) = tau_mechanism.mechanism_finding(consistent, [early, leaky, final], [])
     assert f.verdict is Verdict.WEAK_GRADIENT  # the early and the leaky minimum do not decide
     assert [c.step for c in f.checkpoints] == [early.step, final.step]  # shown: causal ones
-    (f,) = landscape.mechanism_finding(consistent, [early], [])
+    (f,) = tau_mechanism.mechanism_finding(consistent, [early], [])
     assert f.verdict is Verdict.TOO_FEW_SEEDS  # no final EGA-1 checkpoint
 
 
@@ -579,7 +580,7 @@ def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
 
     runs = [with_grad_norms(r) for r in runs]
     # two causal EGA-1 seeds, two steps each: ratios 0.01, 0.03, 0.01, 0.03
-    assert landscape.grad_norm_ratio(build_variants(runs)) == pytest.approx(0.02)
+    assert tau_mechanism.grad_norm_ratio(build_variants(runs)) == pytest.approx(0.02)
 
 
 def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp_path):
@@ -691,3 +692,47 @@ def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_establishe
     variants = build_variants([linear, old])
     code = findings.code_of(*variants)
     assert code.flag == "different" and code.runs == ["linear-seed1", "linear-seed2"]
+
+
+# ----------------------------------------------------------------------------- the groups a study reads
+
+
+def test_a_study_is_handed_only_the_tables_of_the_groups_it_declares():
+    """Issue 38: each table-level study names the spec groups it reads, and the runner hands it their tables
+    only, so no study tells from a table's rows whether it applies. A spy reading "context" sees no other."""
+    from ega_lightning.experiments.study import ReportInputs, Study
+
+    from .helpers import finished_runs
+
+    seeds = {s: {"final_val_loss": 1.5 - 0.01 * s} for s in (1, 2, 3)}
+    runs = [
+        *finished_runs("ts-none", "none", seeds, group="main", also_in=("ablation", "context")),
+        *finished_runs("ts-linear", "linear", seeds, group="main", also_in=("ablation", "context")),
+        *finished_runs("ts-db2", "db2", seeds, group="ablation"),
+        *finished_runs("ts-linear-T64", "linear", seeds, group="context"),
+    ]
+    variants = build_variants(runs)
+    inputs = ReportInputs(tuple(build_tables(variants)), tuple(variants))
+    assert {t.group for t in inputs.tables} == {"main", "ablation", "context"}
+    handed: list[str] = []
+
+    def spy(table, inputs):
+        handed.append(table.group)
+        return []
+
+    spying = Study("spy", groups=("context",), table_findings=spy)
+    studies.run_studies(inputs, studies.measure(inputs, [spying]))
+    assert handed == ["context"]  # handed every table, it would have seen main and ablation too
+    with pytest.raises(ValueError, match="declares no spec groups"):
+        studies.ordered([Study("every", table_findings=spy)])
+
+
+def test_every_study_reads_groups_the_committed_specs_have():
+    """The groups a study declares are the spec's own names (`group:` / `also_in:` of configs/sweeps/*.yaml);
+    every study of tables declares some (the leaderboard and the tail identity read groups too)."""
+    specs = sorted((REPO / "configs" / "sweeps").glob("*.yaml"))
+    groups = {g for run in spec.collect_runs(spec.load_spec(p, check_files=False) for p in specs) for g in run.groups}
+    for s in studies.STUDIES:
+        assert s.table_findings is None or s.groups, s.name
+        assert set(s.groups or ()) <= groups, (s.name, s.groups, sorted(groups))
+    assert {"leaderboard", "landscape"} <= {s.name for s in studies.STUDIES if s.groups}

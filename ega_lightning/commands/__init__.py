@@ -37,7 +37,7 @@ COMMANDS = {
         "time and measure the memory of every gate's training and generation steps",
     ),
     "sweep": ("ega_lightning.experiments.sweep", "run the runs of a sweep spec, resumably, recording each one"),
-    "report": ("ega_lightning.experiments.report", "summarise recorded sweeps into results/ and REPORT.md"),
+    "report": ("ega_lightning.commands.report", "summarise recorded sweeps into results/ and REPORT.md"),
     "gates": ("ega_lightning.commands.gates", "list the gates and their options"),
     "check-gate": ("ega_lightning.commands.check_gate", "check a gate (built in or yours) against EGA's contract"),
     "landscape": (

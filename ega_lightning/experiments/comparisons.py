@@ -25,7 +25,7 @@ from ega_lightning.experiments.stats import Difference, Summary, compare, summar
 from ega_lightning.host import machine_kind
 
 # Runs are comparable when these agree; the gate and its own options are what a variant changes.
-REGIME_KEYS = (
+SETUP_KEYS = (
     "corpus",
     "n_layer",
     "n_head",
@@ -242,11 +242,11 @@ class Variant:
         return self.done[0].hparams.get(key) if self.done else None
 
     @property
-    def regime(self) -> str | None:
+    def setup_key(self) -> str | None:
         if not self.done:
             return None
         ref = self.done[0]
-        return json.dumps({**{k: ref.hparams.get(k) for k in REGIME_KEYS}, "max_steps": ref.max_steps}, sort_keys=True)
+        return json.dumps({**{k: ref.hparams.get(k) for k in SETUP_KEYS}, "max_steps": ref.max_steps}, sort_keys=True)
 
     @property
     def paper_name(self) -> str | None:
@@ -352,23 +352,25 @@ def build_variants(runs: Sequence[RunData]) -> list[Variant]:
 def find_reference(variant: Variant, gate: str, variants: list[Variant]) -> Variant | None:
     """The finished variant with ``gate`` comparable to ``variant``: its own group first, then the
     same gate initialisation, then spec order."""
-    if variant.regime is None:
+    if variant.setup_key is None:
         return None
-    candidates = [v for v in variants if v is not variant and v.gate == gate and v.done and v.regime == variant.regime]
+    candidates = [
+        v for v in variants if v is not variant and v.gate == gate and v.done and v.setup_key == variant.setup_key
+    ]
     candidates.sort(key=lambda v: (v.group != variant.group, v.hp("tau_init") != variant.hp("tau_init")))
     return candidates[0] if candidates else None
 
 
 def learned_reference(v: Variant, variants: list[Variant]) -> Variant | None:
     """The gate of ``v`` as the paper trains it (tau learned, z over the causal prefix), from the same
-    tau_init, in the same regime: what a frozen-tau or whole-window variant is set against."""
+    tau_init, in the same setup: what a frozen-tau or whole-window variant is set against."""
     candidates = [
         x
         for x in variants
         if x is not v
         and x.done
         and x.gate == v.gate
-        and x.regime == v.regime
+        and x.setup_key == v.setup_key
         and x.hp("tau_init") == v.hp("tau_init")
         and x.as_in_paper
     ]

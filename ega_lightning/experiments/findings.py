@@ -2,7 +2,7 @@
 
 A study (`ega_lightning.experiments.studies`) measures a statement and, where it tests a claim,
 applies its decision rule (`rules`) through :func:`judged`. This module holds what is common to every
-finding: where it was measured (:class:`Where`, :func:`regime`, :func:`name`, :func:`pair`), which code
+finding: where it was measured (:class:`Where`, :func:`measured_with`, :func:`name`, :func:`pair`), which code
 its sides ran (:class:`Code`), the Bonferroni correction of its family (:func:`correct`), the seeds
 that would decide it (:func:`seeds_needed`), and the parts of its sentence and of its row of the
 claims table that do not depend on what was measured.
@@ -41,7 +41,8 @@ class Where(NamedTuple):
 
     section: str  # the report section (group) with the evidence
     corpus: str
-    regime: str  # the model, budget, size and device it was measured with
+    # the model, budget, size and device it was measured with (`measured_with`); the name is results.json's key
+    regime: str
     subject: str  # e.g. "EGA-1 `linear`"
     against: str | None  # e.g. "baseline `none`"
 
@@ -114,7 +115,7 @@ class Finding:
 
     section: str
     corpus: str
-    regime: str
+    regime: str  # Where.regime: what it was measured with, results.json's key "regime"
     subject: str
     against: str | None = None
     ours: Difference | Summary | None = None  # the nominal 95% interval
@@ -340,7 +341,7 @@ def scale(runs: Sequence[RunData]) -> str:
     return f"{'–'.join(params) or '?'} parameters, {'/'.join(steps) or '?'} steps, {', '.join(devices) or '?'}"
 
 
-def regime(v: Variant, *others: Variant | None) -> str:
+def measured_with(v: Variant, *others: Variant | None) -> str:
     if not v.done:
         return "—"
     h = v.done[0].hparams

@@ -54,7 +54,10 @@ class Study:
     study it ``reads``. ``measure``'s result (None without one) is handed to each of the others as ``data``."""
 
     name: str
-    groups: tuple[str, ...] | None = None  # the spec groups whose tables it reads; None: every table
+    # the spec groups whose tables it reads (`group:` / `also_in:`): ``table_findings`` is handed only theirs (a
+    # study with table findings must name them), the others read them with `ReportInputs.tables_of`; None: it
+    # reads no table by its group
+    groups: tuple[str, ...] | None = None
     reads: tuple[str, ...] = ()  # the studies whose findings it reads
     claims: tuple[Claim, ...] = ()  # claims of its own, after the paper's in the claims table
     measure: Callable[[ReportInputs], Any] | None = None

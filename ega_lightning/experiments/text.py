@@ -1,5 +1,5 @@
 """How the report writes a number, a mean ± std, an interval and a heading's anchor: one way, for
-`render` and every study's sentences alike."""
+`report_markdown` and every study's sentences alike."""
 
 from __future__ import annotations
 

@@ -10,12 +10,15 @@ section, figures and key of results.json. :data:`STUDIES` lists them; :func:`run
 - `reruns`: runs repeated for their checkpoints (no verdict)
 - `peers`: other papers' gates, each for its own claim
 - `leaderboard`: every gate side by side and the positive control (its section, figure and JSON)
-- `landscape`: the tail identity and the tau mechanism, from the evaluated checkpoints (reads `frozen_tau`)
+- `tau_mechanism` (the study named `landscape` in results.json): the tail identity and why tau does not move,
+  from the evaluated checkpoints (reads `frozen_tau`)
 - `cost`: the gate's step time, from `ega bench`
 
 A study is added as its module and its line in :data:`STUDIES`; a claim in `paper` (or the study's own
 ``claims``) with its rule in configs/protocol.yaml. The order of :data:`STUDIES` is the order of the report's
-findings; what a study reads runs before it whatever its place (`ordered`).
+findings; what a study reads runs before it whatever its place (`ordered`). A study of tables names the spec groups
+it reads (its ``GROUPS``, the ``group:`` / ``also_in:`` names of configs/sweeps/*.yaml) and is handed only their
+tables: none tells from a table's rows whether it applies.
 """
 
 from __future__ import annotations
@@ -30,13 +33,13 @@ from ega_lightning.experiments.studies import (
     context,
     cost,
     frozen_tau,
-    landscape,
     leaderboard,
     leak,
     main,
     peers,
     reruns,
     tau_init,
+    tau_mechanism,
 )
 from ega_lightning.experiments.study import Measured, ReportInputs, Study
 
@@ -50,18 +53,21 @@ STUDIES: tuple[Study, ...] = (
     reruns.STUDY,
     peers.STUDY,
     leaderboard.STUDY,
-    landscape.STUDY,
+    tau_mechanism.STUDY,
     cost.STUDY,
 )
 
 
 def ordered(studies: Sequence[Study]) -> list[Study]:
     """``studies`` with each after every study it reads (a topological order; otherwise as listed); a ValueError
-    for a study that reads one not listed, or for studies that read each other."""
+    for a study that reads one not listed, for studies that read each other, or for one with table findings that
+    declares no spec groups."""
     names = [s.name for s in studies]
     if len(set(names)) < len(names):
         raise ValueError(f"two studies share a name: {sorted(n for n in set(names) if names.count(n) > 1)}")
     for s in studies:
+        if s.table_findings is not None and s.groups is None:  # it would be handed every table, and sort them itself
+            raise ValueError(f"study {s.name!r} has table findings but declares no spec groups: name the ones it reads")
         if missing := [r for r in s.reads if r not in names]:
             raise ValueError(f"study {s.name!r} reads {', '.join(map(repr, missing))}, which no study listed is")
     out: list[Study] = []
@@ -88,7 +94,8 @@ def run_studies(inputs: ReportInputs, measured: Sequence[Measured]) -> list[Find
     for table in inputs.tables:
         for m in measured:
             s = m.study
-            if s.table_findings is not None and (s.groups is None or table.group in s.groups):
+            # only the tables of the groups it declares: a study never tells from a table's rows that it applies
+            if s.table_findings is not None and table.group in (s.groups or ()):
                 out += [(s.name, f) for f in s.table_findings(table, inputs)]
     for m in measured:
         s = m.study

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference, find_reference, rerun_of
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, pair, regime
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
@@ -61,9 +61,10 @@ class Pair(Finding):
 
 
 def findings(table: Table, variants: list[Variant]) -> list[Finding]:
-    """The ranking, EGA-1 best, and each paper row's own claim, for a section that holds paper rows."""
+    """The ranking, EGA-1 best, and each paper row's own claim, for a section of the ablation's groups (`GROUPS`:
+    the report hands it no other, so it does not look for paper rows to know it applies)."""
     done = [r.variant for r in table.rows if r.variant.done and rerun_of(r.variant, variants) is None]
-    if not any(v.paper_name in paper.ABLATION for v in done):
+    if not done:  # nothing finished yet: nothing to rank
         return []
     # the baseline and EGA-1 the ablation is measured against may live in another group (e.g. main)
     refs = [find_reference(v, gate, variants) for v in done for gate in ("none", "linear") if v.gate != gate]
@@ -71,7 +72,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
     mean = {id(v): v.summary("final_val_loss").mean for v in pool}
     ranked = sorted(pool, key=lambda v: mean[id(v)] if mean[id(v)] is not None else math.inf)
     ega1 = next((v for v in ranked if v.gate == "linear" and v.paper_name), None)
-    where = Where(table.group, table.corpus, regime(ega1 or done[0]), "", None)
+    where = Where(table.group, table.corpus, measured_with(ega1 or done[0]), "", None)
     ranking = [(name(v), v.group, mean[id(v)]) for v in ranked]
     out: list[Finding] = [Ranking(**where._asdict(), ranking=ranking)]
     if ega1 is not None:
@@ -87,7 +88,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
 def _pair(table: Table, v: Variant, variants: list[Variant]) -> Finding:
     _, against = paper.ABLATION[v.paper_name or ""]
     ref = find_reference(v, against, variants)
-    where = Where(table.group, table.corpus, regime(v, ref), name(v), name(ref) if ref else against)
+    where = Where(table.group, table.corpus, measured_with(v, ref), name(v), name(ref) if ref else against)
     reads = [(pair(v, ref or against), difference(ref, v, "final_val_loss"))]
     claim = f"ablation:{v.paper_name}"
     return judged(Pair, where, reads, claim=claim, family="ablation", code=code_of(v, ref))
@@ -97,4 +98,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table, list(inputs.variants))
 
 
-STUDY = Study("ablation", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): the paper's gate ranking
+GROUPS = ("ablation",)
+STUDY = Study("ablation", groups=GROUPS, table_findings=_table_findings)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ega_lightning.experiments.comparisons import Row, Table, difference
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, regime
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference, compare
 from ega_lightning.experiments.study import ReportInputs, Study
@@ -55,7 +55,7 @@ def findings(table: Table) -> list[Finding]:
     seeds = set.intersection(*(set(r.variant.by_seed(metric)) & set(r.baseline.by_seed(metric)) for r in rows))
     rows.sort(key=lambda r: r.variant.hp("block_size"))
     sides = [x for r in rows for x in (r.variant, r.baseline)]
-    where = Where(table.group, table.corpus, regime(rows[0].variant, *sides), "EGA-1", "baseline")
+    where = Where(table.group, table.corpus, measured_with(rows[0].variant, *sides), "EGA-1", "baseline")
     if not seeds:
         return [Context(**where._asdict(), verdict=Verdict.NO_DATA, claim="context", seeds=[])]
     by_block = [(r.variant.hp("block_size"), difference(r.baseline, r.variant, metric, seeds)) for r in rows]
@@ -75,4 +75,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table)
 
 
-STUDY = Study("context", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): EGA-1 and the baseline at several block sizes
+GROUPS = ("context",)
+STUDY = Study("context", groups=GROUPS, table_findings=_table_findings)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ega_lightning.experiments.comparisons import Table, Variant, difference, learned_reference
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, pair, regime
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
@@ -49,7 +49,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
             "learned_tau": ref.summary("final_tau_mean").mean if ref else None,
         }
         against = name(ref) if ref else "learned tau (no finished run)"
-        where = Where(table.group, table.corpus, regime(v, ref), name(v), against)
+        where = Where(table.group, table.corpus, measured_with(v, ref), name(v), against)
         reads = [(pair(v, ref or against), difference(ref, v, "final_val_loss"))]
         family = {"claim": "tau", "family": "frozen", "code": code_of(v, ref)}
         out.append(judged(FrozenTau, where, reads, **family, **measured))
@@ -60,4 +60,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table, list(inputs.variants))
 
 
-STUDY = Study("frozen_tau", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): a tau never trained
+GROUPS = ("frozen_tau",)
+STUDY = Study("frozen_tau", groups=GROUPS, table_findings=_table_findings)

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ega_lightning.config_files import SIZE_KEYS
-from ega_lightning.experiments import figures, paper
+from ega_lightning.experiments import paper, plots
 from ega_lightning.experiments.comparisons import Variant, difference, find_reference
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, pair, regime
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
 from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
@@ -45,8 +45,8 @@ Board = tuple[Variant | None, list[Entry]]  # the pooled baseline and the leader
 
 
 def same_configuration(v: Variant, variants: list[Variant]) -> list[Variant]:
-    """The variants of every section that show ``v``'s configuration (label, gate and regime), ``v`` among them."""
-    return [x for x in variants if (x.label, x.corpus, x.gate, x.regime) == (v.label, v.corpus, v.gate, v.regime)]
+    """The variants of every section that show ``v``'s configuration (label, gate and setup), ``v`` among them."""
+    return [x for x in variants if (x.label, x.corpus, x.gate, x.setup_key) == (v.label, v.corpus, v.gate, v.setup_key)]
 
 
 def pooled(v: Variant, variants: list[Variant]) -> Variant:
@@ -69,7 +69,7 @@ def leaderboard(
 ) -> Board:
     """The pooled baseline and one entry per gate configuration of ``groups`` on ``corpus``, largest
     baseline − gate first (gates without a difference last, in spec order). A finished gate trained in
-    another regime than the baseline (model, data, steps) is left out: it measures something else. Step
+    another setup than the baseline (model, data, steps) is left out: it measures something else. Step
     times come from the `ega bench` results ``found`` at the baseline's shape, not from the runs: the sweep's
     runs share the machine, so their throughput measures the machine's load as much as the gate."""
     listed = [v for v in variants if v.group in groups and v.corpus == corpus and v.gate != "none"]
@@ -78,7 +78,7 @@ def leaderboard(
     timed = timed_gates(list(found), *bench_shape(baseline)) if baseline is not None else {}
     entries: dict[str, Entry] = {}
     for v in listed:
-        if v.label in entries or (v.done and baseline is not None and v.regime != baseline.regime):
+        if v.label in entries or (v.done and baseline is not None and v.setup_key != baseline.setup_key):
             continue
         own = pooled(v, variants)
         from_groups = [x.group for x in same_configuration(v, variants)]
@@ -186,7 +186,9 @@ def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Find
         "finished": sum(e.diff is not None for e in entries),
         "code": code_of(baseline, *(e.variant for e in entries)),
     }
-    where = Where(LEADERBOARD, baseline.corpus, regime(baseline, *(e.variant for e in entries)), "every gate", None)
+    where = Where(
+        LEADERBOARD, baseline.corpus, measured_with(baseline, *(e.variant for e in entries)), "every gate", None
+    )
     ours = best.diff if best else None
     return [judged(Control, where, reads, claim="control", family="control", ours=ours, **measured)]
 
@@ -260,7 +262,7 @@ def board_figure(inputs: ReportInputs, board: Board) -> list[Figure]:
     if not shown:
         return []
     points = [(label, d.estimate, d.low, d.high) for label, d in shown]
-    fig = figures.leaderboard_figure(
+    fig = plots.leaderboard_figure(
         points,
         paper.POSITIVE_CONTROL,
         paper.IMPROVEMENT[LEADERBOARD_CORPUS],

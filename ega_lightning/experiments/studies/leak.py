@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Row, Table, Variant, difference, learned_reference
-from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, Where, code_of, judged, name, pair, regime
+from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.stats import Difference, compare
 from ega_lightning.experiments.study import ReportInputs, Study
@@ -99,11 +99,11 @@ def findings(table: Table, variants: list[Variant], evaluations: Sequence[Evalua
         if not v.done or base is None or v.options.get("znorm") != "window":
             continue
         causal = learned_reference(v, variants)
-        where = Where(table.group, table.corpus, regime(v, base), name(v), f"baseline `{base.label}`")
+        where = Where(table.group, table.corpus, measured_with(v, base), name(v), f"baseline `{base.label}`")
         out.append(_as_trained(table, row, where, causal))
         if causal is not None:
             increment = difference(causal, v, "final_val_loss")  # (baseline − leak) − (baseline − causal), by seed
-            against = Where(table.group, table.corpus, regime(v, causal), name(v), name(causal))
+            against = Where(table.group, table.corpus, measured_with(v, causal), name(v), name(causal))
             reads = ((pair(v, causal), increment),)
             code = code_of(v, causal)
             out.append(LeakIncrement(**against._asdict(), ours=increment, family="leak", reads=reads, code=code))
@@ -153,4 +153,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table, list(inputs.variants), inputs.evaluations)
 
 
-STUDY = Study("leak", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): z over the whole window
+GROUPS = ("leak",)
+STUDY = Study("leak", groups=GROUPS, table_findings=_table_findings)

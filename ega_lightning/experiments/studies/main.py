@@ -9,7 +9,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Row, Table, Variant
-from ega_lightning.experiments.findings import Code, Finding, Where, code_of, judged, name, pair, regime
+from ega_lightning.experiments.findings import Code, Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.rules import LEVEL_WIDTH, Verdict
 from ega_lightning.experiments.stats import mean_interval
 from ega_lightning.experiments.studies import long
@@ -49,13 +49,13 @@ class Gap(Finding):
 
     def measured(self) -> str:
         d = self.interval
-        regime = self.paper_regime
+        overfits = self.paper_regime
         where = (
             "no baseline gap logged"
-            if regime is None
+            if overfits is None
             else f"the baseline's gap {num(self.baseline_gap)} "
-            + ("passes" if regime else "stays below")
-            + f" {paper.OVERFIT_GAP}: {'' if regime else 'not '}the paper's overfitting regime"
+            + ("passes" if overfits else "stays below")
+            + f" {paper.OVERFIT_GAP}: {'' if overfits else 'not '}the paper's overfitting regime"
         )
         return (
             f"Generalization gap (val − train loss), baseline − EGA-1: {fmt_interval(d)} ({how(d)}); paper "
@@ -101,10 +101,8 @@ class FracAboveTau(Finding):
 
 
 def primary_rows(table: Table) -> list[Row]:
-    """EGA-1 against its baseline where a section is a head-to-head (one EGA-1 row, the baseline in
-    the section itself): the main comparison of each regime. Sections with several EGA-1 rows are
-    studies (context, tau_init); those that borrow their baseline (a frozen tau, a leak audit, a
-    rerun for its checkpoints) test something else."""
+    """EGA-1 against its baseline where a section of `GROUPS` is a head-to-head: one EGA-1 row, its baseline in
+    the section itself (a row borrowing its baseline from another section tests something else)."""
     linear = [r for r in table.rows if r.variant.gate == "linear" and r.variant.done]
     if len(linear) != 1 or linear[0].baseline is None or linear[0].baseline.group != table.group:
         return []
@@ -116,7 +114,7 @@ def findings(table: Table, row: Row) -> list[Finding]:
     (`long`), the gap, and the two levels of EGA-1's tau."""
     v, base = row.variant, row.baseline
     assert base is not None
-    where = Where(table.group, table.corpus, regime(v, base), name(v), f"baseline `{base.label}`")
+    where = Where(table.group, table.corpus, measured_with(v, base), name(v), f"baseline `{base.label}`")
     code = code_of(v, base)
     d = row.diffs["final_val_loss"]
     figure = paper.IMPROVEMENT.get(table.corpus)
@@ -179,9 +177,10 @@ def _compared(row: Row) -> tuple[str, ...]:
 
 
 def table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    """The head-to-head of each primary row of ``table`` that no earlier table of the report compared already."""
-    index = next((i for i, t in enumerate(inputs.tables) if t is table), len(inputs.tables))
-    said = {_compared(r) for t in inputs.tables[:index] for r in primary_rows(t)}
+    """The head-to-head of each primary row of ``table`` that no earlier table of its groups compared already."""
+    tables = inputs.tables_of(GROUPS)
+    index = next((i for i, t in enumerate(tables) if t is table), len(tables))
+    said = {_compared(r) for t in tables[:index] for r in primary_rows(t)}
     out: list[Finding] = []
     for row in primary_rows(table):
         if _compared(row) not in said:
@@ -190,4 +189,7 @@ def table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return out
 
 
-STUDY = Study("main", table_findings=table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): the head-to-head sections, EGA-1 and its baseline in one group
+GROUPS = ("main", "long")
+STUDY = Study("main", groups=GROUPS, table_findings=table_findings)

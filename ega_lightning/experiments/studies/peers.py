@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, pair, regime
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
 from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how
 
@@ -41,7 +41,7 @@ def findings(table: Table) -> list[Finding]:
             continue
         peer = paper.PEERS[v.gate]
         against = f"baseline `{base.label}`" if base else "baseline"
-        where = Where(table.group, table.corpus, regime(v, base), f"{peer.name} `{v.label}`", against)
+        where = Where(table.group, table.corpus, measured_with(v, base), f"{peer.name} `{v.label}`", against)
         reads = [(pair(v, base or "baseline"), row.diffs["final_val_loss"])]
         claim = {"claim": f"peer:{v.gate}", "family": "peers", "code": code_of(v, base)}
         out.append(judged(Peer, where, reads, source=peer.source, **claim))
@@ -52,4 +52,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table)
 
 
-STUDY = Study("peers", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): other papers' gates, on each corpus
+GROUPS = ("peers", "peers-ptb")
+STUDY = Study("peers", groups=GROUPS, table_findings=_table_findings)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
-from ega_lightning.experiments.findings import Finding, Where, code_of, name, regime
+from ega_lightning.experiments.findings import Finding, Where, code_of, measured_with, name
 from ega_lightning.experiments.study import ReportInputs, Study
 
 
@@ -43,7 +43,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
         if original is None:
             continue
         ours, theirs = v.by_seed("final_val_loss"), original.by_seed("final_val_loss")
-        where = Where(table.group, table.corpus, regime(v), name(v), name(original))
+        where = Where(table.group, table.corpus, measured_with(v), name(v), name(original))
         out.append(
             Rerun(
                 **where._asdict(),
@@ -61,4 +61,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table, list(inputs.variants))
 
 
-STUDY = Study("reruns", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): the runs repeated for the checkpoints `ega landscape` evaluates
+GROUPS = ("landscape",)
+STUDY = Study("reruns", groups=GROUPS, table_findings=_table_findings)

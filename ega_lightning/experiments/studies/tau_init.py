@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, regime
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name
 from ega_lightning.experiments.stats import Difference, Summary, mean_interval, summarize
 from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, fmt_summary, how
@@ -102,7 +102,7 @@ def findings(table: Table) -> list[Finding]:
         if all(s in v.by_seed("final_tau_mean") for v in gated)
     }
     measured = {**_by_initialisation(gated, seeds), "init_span": max(inits) - min(inits), "slopes": slopes}
-    where = Where(table.group, table.corpus, regime(gated[0], *gated), "EGA-1", None)
+    where = Where(table.group, table.corpus, measured_with(gated[0], *gated), "EGA-1", None)
     if not all(v.as_in_paper for v in gated) or not slopes:  # a frozen tau cannot forget anything
         return [TauInit(**where._asdict(), paper=paper.TAU, code=code_of(*gated), **measured)]
     reads = [(f"tau_init slope: {table.group}", mean_interval(list(slopes.values())))]
@@ -151,4 +151,7 @@ def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return findings(table)
 
 
-STUDY = Study("tau_init", table_findings=_table_findings)
+# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
+# their tables (`studies.run_studies`): EGA-1 from several tau_init, learned and frozen
+GROUPS = ("tau_init", "frozen_tau")
+STUDY = Study("tau_init", groups=GROUPS, table_findings=_table_findings)

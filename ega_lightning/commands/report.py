@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from ega_lightning.errors import CommandParser, UserError
-from ega_lightning.experiments.reporting import RECORDS_DIR, write_report
+from ega_lightning.experiments.report_assembly import RECORDS_DIR, write_report
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
-"""The tau landscape study, read from the checkpoints `ega landscape` evaluated and from the gate summaries
-the runs recorded: is the share of keys above tau what a standard normal z gives (the tail identity), and
-why does tau not move (weak gradient or co-adaptation)? With the table of the evaluated checkpoints."""
+"""The tau mechanism study (named ``landscape``, its key of results.json), read from the checkpoints
+`ega landscape` evaluated and from the gate summaries the runs recorded: is the share of keys above tau what a
+standard normal z gives (the tail identity), and why does tau not move (weak gradient or co-adaptation)? With
+the table of the evaluated checkpoints."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ega_lightning.experiments import figures, paper
+from ega_lightning.experiments import paper, plots
 from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, name, regime, scale
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, scale
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.rules import FLAT, TAU_STEP, Verdict, registered
 from ega_lightning.experiments.stats import Difference, mean_interval
@@ -25,6 +26,9 @@ DESCRIPTION = (
     "Every loss is over the whole validation split unless the table says otherwise; costs are the loss "
     "minus the loss as trained, in nats/char."
 )
+# the spec groups whose tables the tail identity reads (`group:` / `also_in:` of configs/sweeps/*.yaml): the paper's
+# gates (the ablation) and z over the whole window (the leak audit)
+TAIL_GROUPS = ("ablation", "leak")
 # the tau mechanism is read on EGA-1 and shown beside one wavelet gate (the report's figures use the same pair)
 MECHANISM_GATES = ("linear", "db2")
 
@@ -145,15 +149,14 @@ class TauMechanism(Finding):
 
 
 def tail_findings(tables: list[Table], variants: list[Variant], evaluations: Sequence[Evaluation]) -> list[Finding]:
-    """The tail identity of every gate of the ablation and of the leak audit (each set of runs once):
-    one value per seed from its recorded gate summary (rules.RULES['tail']); beside it, as a figure, the heads
-    of its final checkpoints that `ega landscape` evaluated as trained (a rerun's stand for its original's)."""
+    """The tail identity of every gate of ``tables`` (the report's: those of `TAIL_GROUPS`, the ablation and the
+    leak audit), each set of runs once: one value per seed from its recorded gate summary (rules.RULES['tail']);
+    beside it, as a figure, the heads of its final checkpoints that `ega landscape` evaluated as trained (a
+    rerun's stand for its original's)."""
     chosen: dict[tuple[str, ...], Variant] = {}
     for table in tables:
-        ablation = any(r.variant.paper_name in paper.ABLATION for r in table.rows)
         for v in (r.variant for r in table.rows):
-            read = v.gate != "none" and v.done and (ablation or v.options.get("znorm") == "window")
-            if read and rerun_of(v, variants) is None:
+            if v.gate != "none" and v.done and rerun_of(v, variants) is None:
                 chosen.setdefault(tuple(sorted(r.run.run_name for r in v.done)), v)
     return [_tail(v, set(runs), variants, evaluations) for runs, v in chosen.items() if v.by_seed("final_tail_gap")]
 
@@ -178,7 +181,7 @@ def _tail(v: Variant, runs: set[str], variants: list[Variant], evaluations: Sequ
         "max_abs_gap": max((abs(g) for g in gaps), default=None),
     }
     reads = [(f"tail: {v.group}/{v.label}", mean_interval(list(values.values())))]
-    where = Where(TAU_SECTION, v.corpus, regime(v), name(v), None)
+    where = Where(TAU_SECTION, v.corpus, measured_with(v), name(v), None)
     claim = {"claim": "frac_above_tau", "family": "tail", "code": code_of(v)}
     return judged(Tail, where, reads, **claim, **measured)
 
@@ -305,7 +308,7 @@ def landscape_figures(inputs: ReportInputs, data: None) -> list[Figure]:
             )
             for e in causal
         ]
-        fig = figures.landscape_figure(lines, "validation loss around the trained tau and alpha")
+        fig = plots.landscape_figure(lines, "validation loss around the trained tau and alpha")
         out.append(("tau and alpha landscape", "landscape-tau-alpha.png", fig))
     shown: dict[tuple[str, str], Evaluation] = {}
     for e in evaluations:
@@ -313,7 +316,7 @@ def landscape_figures(inputs: ReportInputs, data: None) -> list[Figure]:
             shown.setdefault((e.gate, e.trained_znorm), e)
     if shown:
         series = [(f"{e.gate}, z over the {e.trained_znorm} ({e.run})", *e.z_density()) for e in shown.values()]
-        out.append(("z distributions", "landscape-z.png", figures.z_figure(series, "z of every key, all heads")))
+        out.append(("z distributions", "landscape-z.png", plots.z_figure(series, "z of every key, all heads")))
     return out
 
 
@@ -339,7 +342,7 @@ def evaluation_dict(e: Evaluation) -> dict[str, Any]:
 
 def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
     """The tail identity, then the tau mechanism, which reads the frozen-tau verdicts corrected for their family."""
-    tails = tail_findings(list(inputs.tables), list(inputs.variants), inputs.evaluations)
+    tails = tail_findings(list(inputs.tables_of(TAIL_GROUPS)), list(inputs.variants), inputs.evaluations)
     return tails + mechanism_finding(list(read["frozen_tau"]), inputs.evaluations, list(inputs.variants))
 
 
@@ -349,6 +352,7 @@ def _json(inputs: ReportInputs, data: None) -> list[dict[str, Any]]:
 
 STUDY = Study(
     "landscape",
+    groups=TAIL_GROUPS,
     reads=("frozen_tau",),
     findings=_findings,
     section=landscape_section,

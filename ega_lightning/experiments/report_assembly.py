@@ -1,6 +1,6 @@
 """A report written: every run of the specs read (`rundirs`), its code established (`provenance`), the
-variants compared, every study's findings, the figures, REPORT.md (`render`) and results.json
-(`results_json`), into one directory. `ega report` (`experiments.report`) is its command."""
+variants compared, every study's findings, the figures (`figure_choice`), REPORT.md (`report_markdown`) and
+results.json (`results_json`), into one directory. `ega report` (`commands.report`) is its command."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from typing import Any
 
 from ega_lightning.errors import UserError
 from ega_lightning.experiments import (
+    figure_choice,
     landscape_results,
     protocol,
     provenance,
-    render,
-    report_figures,
+    report_markdown,
     results_json,
     rundirs,
     sizes,
@@ -85,9 +85,11 @@ def write_report(
     found = conclude(found, starts, dates)
     # written beside --out and moved in when whole: a stop before leaves --out as it was (its other files too)
     with staged_files(out) as stage:
-        drawn, by_study = report_figures.draw(stage, inputs, measured)
+        drawn, by_study = figure_choice.draw(stage, inputs, measured)
         scale = sizes.sizes(runs)
-        text = render.markdown(inputs, found, drawn, command, runs_dir, scale, known, dates, measured, by_study)
+        text = report_markdown.markdown(
+            inputs, found, drawn, command, runs_dir, scale, known, dates, measured, by_study
+        )
         write_atomic(stage / "REPORT.md", text)
         payload = results_json.results(inputs, found, command, scale, dates, measured)
         write_atomic(stage / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")

@@ -1,5 +1,5 @@
 """The report's figures, chosen: which numbers each draws (every section's curves and tau by initialisation; each
-study's own, such as the leaderboard's and the tau landscape's, its `study.Study.figures`), drawn by `figures` and
+study's own, such as the leaderboard's and the tau landscape's, its `study.Study.figures`), drawn by `plots` and
 saved as PNG beside REPORT.md."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from ega_lightning.experiments import figures, paper
+from ega_lightning.experiments import paper, plots
 from ega_lightning.experiments.comparisons import Table, tau_trajectory
 from ega_lightning.experiments.study import Drawn, Measured, ReportInputs
 from ega_lightning.experiments.text import slug
 from ega_lightning.io import atomic_file
 
 
-def _curves(table: Table, tag: str) -> figures.Curves:
+def _curves(table: Table, tag: str) -> plots.Curves:
     curves = []
     for row in table.rows:
         series = [dict(r.scalars[tag]) for r in row.variant.done if r.scalars.get(tag)]
@@ -38,7 +38,7 @@ def table_figures(table: Table) -> list[tuple[str, str, Any]]:
     ):
         curves = _curves(table, tag)
         if curves:
-            fig = figures.curves_figure(curves, ylabel, f"{table.title}: {suffix}")
+            fig = plots.curves_figure(curves, ylabel, f"{table.title}: {suffix}")
             out.append((caption, f"{base}-{'val_loss' if tag == 'val/loss' else 'gap'}.png", fig))
     gated = [r.variant for r in table.rows if r.variant.gate != "none" and r.variant.done]
     if len({v.hp("tau_init") for v in gated}) > 1:
@@ -53,7 +53,7 @@ def table_figures(table: Table) -> list[tuple[str, str, Any]]:
                 (
                     "tau by initialisation",
                     f"{base}-tau.png",
-                    figures.tau_figure(lines, paper.TAU, f"{table.title}: tau"),
+                    plots.tau_figure(lines, paper.TAU, f"{table.title}: tau"),
                 )
             )
     return out
