@@ -166,6 +166,26 @@ def test_sigint_to_a_ddp_fits_group_stops_every_rank_130_and_keeps_the_run(tmp_p
     assert 4 <= checkpoint_step(tmp_path / "lightning_logs/int/checkpoints/last.ckpt") < STEPS
 
 
+def until_checkpointed(procs: list[subprocess.Popen[bytes]], last: Path, step: int = 4) -> None:
+    """Until ``last`` holds step ``step`` or later, every process of ``procs`` still running (240 s at most)."""
+    deadline = time.monotonic() + 240
+    while not (last.is_file() and checkpoint_step(last) >= step):
+        assert all(p.poll() is None for p in procs) and time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def sigterm_and_wait(procs: list[subprocess.Popen[bytes]], what: str) -> None:
+    """SIGTERM to the process group of ``procs`` (the first one's), each waited for: one still running 30 s later
+    fails the test as a hang of ``what``."""
+    signalled = time.monotonic()
+    os.killpg(procs[0].pid, signal.SIGTERM)
+    try:
+        for p in procs:
+            p.wait(timeout=max(signalled + BOUND_S - time.monotonic(), 1))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"hung: {what} alive {BOUND_S:.0f} s after SIGTERM")
+
+
 NODES = ["--trainer.num_nodes=2", "--trainer.devices=1", "--trainer.strategy=ddp", "--trainer.accelerator=cpu"]
 
 
@@ -188,18 +208,9 @@ def test_sigterm_to_two_torchrun_nodes_stops_both_workers_143_and_torchrun_exits
             with open(tmp_path / f"node{rank}.err", "w") as err:  # a file: a pipe could fill before the signal
                 launchers.append(subprocess.Popen(node, cwd=tmp_path, env=env, stderr=err, **group))  # type: ignore[call-overload]
         last = tmp_path / "lightning_logs/tr/checkpoints/last.ckpt"
-        deadline = time.monotonic() + 240
-        while not (last.is_file() and checkpoint_step(last) >= 4):
-            assert all(p.poll() is None for p in launchers) and time.monotonic() < deadline
-            time.sleep(0.05)
+        until_checkpointed(launchers, last)
         workers = [pid for pid in processes_under(tmp_path) if pid not in {p.pid for p in launchers}]
-        signalled = time.monotonic()
-        os.killpg(launchers[0].pid, signal.SIGTERM)
-        try:
-            for p in launchers:
-                p.wait(timeout=max(signalled + BOUND_S - time.monotonic(), 1))
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"hung: a torchrun node alive {BOUND_S:.0f} s after SIGTERM")
+        sigterm_and_wait(launchers, "a torchrun node")
         assert not any(alive(pid) for pid in workers)
     finally:
         kill_all([p.pid for p in launchers] + processes_under(tmp_path))
@@ -228,17 +239,8 @@ def test_sigterm_to_two_srun_tasks_stops_both_143(tmp_path, data_dir):
             with open(tmp_path / f"task{rank}.err", "w") as err:
                 tasks.append(subprocess.Popen(cmd, cwd=tmp_path, env=task_env, stderr=err, **group))  # type: ignore[call-overload]
         last = tmp_path / "lightning_logs/srun/checkpoints/last.ckpt"
-        deadline = time.monotonic() + 240
-        while not (last.is_file() and checkpoint_step(last) >= 4):
-            assert all(t.poll() is None for t in tasks) and time.monotonic() < deadline
-            time.sleep(0.05)
-        signalled = time.monotonic()
-        os.killpg(tasks[0].pid, signal.SIGTERM)
-        try:
-            for t in tasks:
-                t.wait(timeout=max(signalled + BOUND_S - time.monotonic(), 1))
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"hung: a task alive {BOUND_S:.0f} s after SIGTERM")
+        until_checkpointed(tasks, last)
+        sigterm_and_wait(tasks, "a task")
     finally:
         kill_all([t.pid for t in tasks])
         for t in tasks:
