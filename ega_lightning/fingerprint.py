@@ -2,21 +2,36 @@
 
 Two runs of one configuration compare when the code that trained them does the same arithmetic. A
 commit does not say that (most commits change no arithmetic, and two commits may), and a record made
-before records kept commits says nothing at all. So a record keeps this fingerprint instead: a few AdamW
-steps of the run's own model (its hyper-parameters, fp32 on CPU, fixed seed and random tokens), and a
-hash of every step's logits, loss and gradients and of the final parameters. Equal fingerprints mean the
-configuration's forward and backward give the same bits; a change anywhere on that path (a gate, the
-attention, the initialisation) changes it. Each configuration has its own value, so adding a gate or a
-config changes no other configuration's fingerprint.
+before records kept commits says nothing at all. So a record keeps this fingerprint instead
+(``code_fingerprint``): one value for the same code and torch on any CPU, changed by any real change of
+the model's or a gate's arithmetic (tests/test_fingerprint.py names the changes it must see).
 
-`scripts/default_path_fingerprint.py` does the same over every shipped gate config, keeping the tensors
-so that a difference can be located.
+How: the run's own model (its hyper-parameters) is built and trained for a few plain SGD steps in
+float64, on one thread, with a fixed seed and random tokens, and a few well-conditioned scalars of that
+trajectory are hashed after rounding: each step's training loss (dropout as configured), the share of
+the squared gradient norm each parameter takes, and the evaluation loss at the end. The raw fp32 bits a
+fingerprint hashed before (records' ``fingerprint``) follow the CPU's kernels: AVX2, AVX-512 and AMX
+paths, MKL's and oneDNN's dispatch, and even fp32 ``normal_`` (vectorised Box-Muller on AVX2, scalar
+libm otherwise) give other bits for the same code. Here:
+
+- float64 everywhere: the model is built with float64 as the default dtype (float64 ``normal_`` and
+  ``bernoulli_`` draw the same values whatever the kernels) and every explicit cast to fp32 inside the
+  model (the gates compute in fp32 under autocast) is widened to float64 while it runs, so the kernels'
+  differences stay near 1e-16 of each value;
+- each scalar is rounded to a grid (QUANTUM) some 10^5 times coarser than that noise and far finer than
+  any change of arithmetic the tests make, so one value sits on a rounding boundary about once in 10^5;
+- no optimizer that passes a gradient through a sign (AdamW's first steps are about lr * sign(g), and a
+  gradient near zero flips sign with the kernels): plain SGD;
+- gradients enter as each parameter's share of the squared norm, so a gradient that is zero in exact
+  arithmetic (a bias the z-norm cancels) reads 0, not its rounding noise.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -26,6 +41,12 @@ STEPS = 3
 BATCH = 2
 # a short window keeps the check to about a second at the cpu size; every gate takes T >= 16
 WINDOW = 32
+SGD_LR = 0.1
+# the rounding grid of every hashed scalar: losses (~4 nats) and gradient shares (in [0, 1]) both carry
+# float64 noise near 1e-15 between CPUs; the changes the tests must see move them by 1e-7 or more
+QUANTUM = 1e-10
+# the version of what is hashed: a record's code_fingerprint compares only with one of the same scheme
+SCHEME = 2
 
 
 def _model_kwargs(hparams: dict[str, Any]) -> dict[str, Any]:
@@ -35,48 +56,88 @@ def _model_kwargs(hparams: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in hparams.items() if k in accepted}  # hparams.yaml holds data keys too
 
 
-def fingerprint(hparams: dict[str, Any]) -> str:
+def code_fingerprint(hparams: dict[str, Any]) -> str:
     """16 hex digits for the model ``CharLM(**hparams)`` trains (see the module docstring); hparams as
-    a run's ``hparams.yaml`` holds them (data keys are ignored). Computed on one thread."""
-    kwargs = _model_kwargs(hparams)
-    window = min(WINDOW, int(kwargs.get("block_size", WINDOW)))
-    digest = hashlib.sha256()
-
-    def add(t: torch.Tensor) -> None:
-        digest.update(t.detach().contiguous().float().numpy().tobytes())
-
-    threads = torch.get_num_threads()
-    # a sum split over threads rounds by the split: one thread gives one answer whatever the machine's cores
-    torch.set_num_threads(1)
-    try:
-        _train(kwargs, window, add)
-    finally:
-        torch.set_num_threads(threads)
+    a run's ``hparams.yaml`` holds them (data keys are ignored)."""
+    digest = hashlib.sha256(f"scheme {SCHEME}\n".encode())
+    for name, value in fingerprint_values(hparams):
+        digest.update(f"{name} {_rounded(value)}\n".encode())
     return digest.hexdigest()[:16]
 
 
-def _train(kwargs: dict[str, Any], window: int, add: Any) -> None:
-    """STEPS AdamW steps of ``CharLM(**kwargs)`` on random tokens, every tensor handed to ``add``."""
+def fingerprint_values(hparams: dict[str, Any]) -> list[tuple[str, float | str]]:
+    """What `code_fingerprint` hashes, before rounding: (name, value) pairs, the parameters' names and
+    shapes among them."""
+    kwargs = _model_kwargs(hparams)
+    window = min(WINDOW, int(kwargs.get("block_size", WINDOW)))
+    threads = torch.get_num_threads()
+    # a sum split over threads rounds by the split: one thread gives one order of operations
+    torch.set_num_threads(1)
+    try:
+        with _float64():
+            return _trajectory(kwargs, window)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _rounded(value: float | str) -> str:
+    if isinstance(value, str):
+        return value
+    if value != value or value in (float("inf"), float("-inf")):
+        return repr(value)
+    return str(round(value / QUANTUM))
+
+
+@contextlib.contextmanager
+def _float64() -> Iterator[None]:
+    """float64 as the default dtype, and ``Tensor.float()`` leaving a float64 tensor as it is, for the block."""
+    default, to_float = torch.get_default_dtype(), torch.Tensor.float
+
+    def widened(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return self if self.dtype == torch.float64 else to_float(self, *args, **kwargs)
+
+    torch.set_default_dtype(torch.float64)
+    torch.Tensor.float = widened  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.float = to_float  # type: ignore[method-assign]
+        torch.set_default_dtype(default)
+
+
+def _trajectory(kwargs: dict[str, Any], window: int) -> list[tuple[str, float | str]]:
+    """STEPS SGD steps of ``CharLM(**kwargs)`` in float64 on random tokens, and what they show."""
     from ega_lightning.module import CharLM
 
+    values: list[tuple[str, float | str]] = []
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(1)
-        lm = CharLM(**kwargs)
+        lm = CharLM(**kwargs).double()  # buffers made with an explicit fp32 dtype too
+        params = sorted(lm.named_parameters())
+        values += [(f"param {name}", str(tuple(p.shape))) for name, p in params]
         vocab = len(kwargs["vocab"])
-        optimizer = torch.optim.AdamW(lm.parameters(), lr=1e-3)
         tokens = torch.Generator().manual_seed(2)
+        batches = [torch.randint(0, vocab, (BATCH, window + 1), generator=tokens) for _ in range(STEPS + 1)]
+
+        def loss_of(idx: torch.Tensor) -> torch.Tensor:
+            logits = lm(idx[:, :-1])  # (B, T, vocab)
+            return F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
+
         lm.train()
-        for _ in range(STEPS):
-            idx = torch.randint(0, vocab, (BATCH, window + 1), generator=tokens)
-            logits = lm(idx[:, :-1])
-            loss = F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten())
+        for step in range(STEPS):
+            torch.manual_seed(100 + step)  # the step's dropout masks
+            loss = loss_of(batches[step])
             loss.backward()
-            add(logits)
-            add(loss)
-            for _, p in sorted(lm.named_parameters()):
-                if p.grad is not None:  # a frozen tau has none
-                    add(p.grad)
-            optimizer.step()
-            optimizer.zero_grad()
-        for _, p in sorted(lm.named_parameters()):
-            add(p)
+            squares = {name: p.grad.square().sum().item() for name, p in params if p.grad is not None}
+            total = sum(squares.values())
+            values.append((f"loss {step}", loss.item()))
+            values += [(f"grad share {step} {name}", sq / total if total else 0.0) for name, sq in squares.items()]
+            with torch.no_grad():
+                for _, p in params:
+                    if p.grad is not None:  # a frozen tau has none
+                        p -= SGD_LR * p.grad
+                        p.grad = None
+        lm.eval()
+        with torch.no_grad():
+            values.append(("eval loss", loss_of(batches[STEPS]).item()))
+    return values

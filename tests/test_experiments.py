@@ -21,7 +21,7 @@ from ega_lightning.commands import report
 from ega_lightning.config_files import PACKAGED_CONFIGS
 from ega_lightning.experiments import comparisons, records, rundirs, stats, sweep
 from ega_lightning.experiments.spec import static_value
-from ega_lightning.fingerprint import fingerprint
+from ega_lightning.fingerprint import code_fingerprint
 
 from .helpers import CONFIGS, TINY_MODEL, TINY_VOCAB, landscape_json, run_ega
 
@@ -1032,7 +1032,7 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
         assert record["command"].startswith("ega fit -c ") and "--runs_dir" not in record["command"]
         assert record["git_commit"] == done["git_commit"] and record["versions"]["torch"] is not None
         assert record["hparams"]["n_embd"] == 16 and record["max_steps"] == 4
-        assert record["fingerprint"] == done["fingerprint"] == fingerprint(record["hparams"])
+        assert record["code_fingerprint"] == done["code_fingerprint"] == code_fingerprint(record["hparams"])
     shutil.rmtree(tmp_path / "runs")
     fresh = run_ega(["sweep", "spec.yaml", "--runs_dir", "runs"], cwd=tmp_path, env=env)
     assert fresh.returncode == 0, fresh.stderr[-3000:]

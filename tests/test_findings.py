@@ -21,7 +21,7 @@ from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies import ablation, cost, tau_mechanism
 from ega_lightning.experiments.studies.frozen_tau import FrozenTau
-from ega_lightning.fingerprint import fingerprint
+from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.io import write_atomic
 from ega_lightning.tau_landscape import TAU_SHIFTS
 
@@ -640,55 +640,31 @@ def test_a_provenance_file_that_is_not_the_scripts_is_said_not_a_traceback(tmp_p
     assert provenance_load(tmp_path / "absent.json") is None  # never run: the report says so
 
 
-def test_code_status_reads_a_recorded_fingerprint_or_what_git_history_established():
+def test_code_status_compares_a_records_code_fingerprint_with_todays_of_its_own_configuration():
     (linear,) = seeded("linear", "linear", "main", {1: {}}, vocab="ab")
     (old,) = seeded("linear", "linear", "main", {2: {}}, vocab="ab")
-    model = {"block_size": 32, "gate": "linear", "vocab": "ab"}  # None-valued arguments are left out
-    provenance = {
-        "model_keys": ["block_size", "gate", "gate_options", "tau_init", "vocab"],
-        "configurations": [
-            {
-                "model": model,
-                "today": "f" * 16,
-                "runs": {"linear-seed2": {"fingerprint": None, "status": "unknown", "how": "2 fingerprints"}},
-            }
-        ],
-    }
+    hparams = {"gate": "linear", "vocab": "ab", "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
 
-    def status(r: RunData, provenance: dict | None) -> dict:
-        return code_status(r.run.run_name, r.fingerprint, r.hparams, provenance)
+    def status(r: RunData) -> dict:
+        return code_status(r.fingerprint, r.hparams)
 
-    assert status(old, provenance)["status"] == "unknown"  # established by the script
-    assert status(linear, provenance)["how"] == "not in results/provenance.json"
-    # a record that keeps its fingerprint: compared with today's, computed from its own hyper-parameters
-    hparams = {**model, "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
-    linear = dataclasses.replace(linear, hparams=hparams, fingerprint=fingerprint(hparams))
-    assert status(linear, provenance)["status"] == "today"
-    assert status(linear, None)["status"] == "today"  # no provenance.json needed for it
-    linear = dataclasses.replace(linear, fingerprint="e" * 16)
-    assert status(linear, provenance)["status"] == "differs"
-    # an output gate beside gate none matches the baseline's keys in provenance.json, not its fingerprint
-    both = {**linear.hparams, "gate": "none"}
-    linear = dataclasses.replace(
-        linear, hparams={**both, "output_gate": "output_headwise"}, fingerprint=fingerprint(both)
+    # a record with no code fingerprint (provenance.py established none): unknown, and it says how to get one
+    assert status(old)["status"] == "unknown" and "scripts/provenance.py" in status(old)["how"]
+    linear = dataclasses.replace(linear, hparams=hparams, fingerprint=code_fingerprint(hparams))
+    assert status(linear) == {"fingerprint": linear.fingerprint, "status": "today", "how": "compared"}
+    assert status(dataclasses.replace(linear, fingerprint="e" * 16))["status"] == "differs"
+    # an output gate beside gate none: its own configuration, not the baseline's
+    both = {**hparams, "gate": "none"}
+    gated = dataclasses.replace(
+        linear, hparams={**both, "output_gate": "output_headwise"}, fingerprint=code_fingerprint(both)
     )
-    assert status(linear, provenance)["status"] == "differs"
-    # a configuration provenance.json does not hold (a gate added since): compared with today's, computed
-    (fox,) = seeded("fox", "fox", "peers", {1: {}}, vocab="ab")
-    hparams = {"gate": "fox", "vocab": "ab", "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
-    fox = dataclasses.replace(fox, hparams=hparams, fingerprint=fingerprint(hparams))
-    assert status(fox, provenance) == {
-        "fingerprint": fox.fingerprint,
-        "status": "today",
-        "how": "recorded; today's computed",
-    }
-    fox = dataclasses.replace(fox, fingerprint="e" * 16)
-    assert status(fox, provenance)["status"] == "differs"
-    fox = dataclasses.replace(fox, hparams={**fox.hparams, "gate": "gone_gate"})
-    assert status(fox, provenance)["status"] == "unknown"
-    linear = dataclasses.replace(linear, code=status(linear, provenance))
+    assert status(gated)["status"] == "differs"
+    # a gate today's code no longer has: not known to be today's code
+    gone = dataclasses.replace(linear, hparams={**hparams, "gate": "gone_gate"})
+    assert status(gone)["status"] == "unknown"
+    linear = dataclasses.replace(linear, code=status(linear))
     shape = {k: linear.hparams[k] for k in SHAPE_KEYS}  # one variant is one model shape
-    old = dataclasses.replace(old, code=status(old, provenance), hparams={**old.hparams, **shape})
+    old = dataclasses.replace(old, code=status(old), hparams={**old.hparams, **shape})
     variants = build_variants([linear, old])
     code = findings.code_of(*variants)
     assert code.flag == "different" and code.runs == ["linear-seed1", "linear-seed2"]

@@ -1,69 +1,161 @@
-"""The code-path fingerprint that records keep: equal for equal arithmetic, different otherwise."""
+"""The code fingerprint that records keep: one value for the same code on any CPU, another for other arithmetic."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+import torch
 import yaml
 
 from ega_lightning.data.corpora import CORPORA
 from ega_lightning.experiments.rundirs import run_fingerprint
-from ega_lightning.fingerprint import fingerprint
+from ega_lightning.fingerprint import QUANTUM, code_fingerprint, fingerprint_values
 from ega_lightning.gates import base
 from ega_lightning.model import fused
 
+from .helpers import REPO
+
 SMALL = {"n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 32, "vocab": CORPORA["tinyshakespeare"].vocab}
+# the shipped cpu size, and the configurations whose arithmetic differs most: every gate family, the
+# window z-norm, dropout's masks
+CPU = {**SMALL, "n_layer": 4, "n_embd": 128, "block_size": 128}
+ACROSS = [
+    {**CPU, "gate": "none"},
+    {**CPU, "gate": "linear"},
+    {**CPU, "gate": "linear", "dropout": 0.1},
+    {**CPU, "gate": "linear", "gate_options": {"znorm": "window"}},
+    {**CPU, "gate": "multiscale", "gate_options": {"scales": 4}},
+    {**CPU, "gate": "db2"},
+    {**CPU, "gate": "morlet_param"},
+    {**CPU, "gate": "fox"},
+    {**CPU, "gate": "alibi", "dropout": 0.1},
+    {**CPU, "gate": "none", "output_gate": "output_elementwise"},
+]
+WORKER = """
+import json, sys
+import torch
+from ega_lightning.fingerprint import code_fingerprint
+print(json.dumps([torch.backends.cpu.get_cpu_capability(), [code_fingerprint(h) for h in json.load(sys.stdin)]]))
+"""
 
 
-def test_equal_for_one_configuration_different_for_another():
-    linear = fingerprint({**SMALL, "gate": "linear"})
-    assert fingerprint({**SMALL, "gate": "linear"}) == linear
-    assert fingerprint({**SMALL, "gate": "none"}) != linear
-    assert fingerprint({**SMALL, "gate": "linear", "tau_init": 1.0}) != linear
-    # data keys of hparams.yaml do not enter
-    assert fingerprint({**SMALL, "gate": "linear", "corpus": "ptb", "batch_size": 7}) == linear
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
 
 
-def test_a_change_of_arithmetic_changes_only_the_configurations_it_touches(monkeypatch):
-    linear, none = fingerprint({**SMALL, "gate": "linear"}), fingerprint({**SMALL, "gate": "none"})
-    monkeypatch.setattr(base, "ZNORM_EPS", 1e-4)  # the gate's z-norm: the baseline never runs it
-    assert fingerprint({**SMALL, "gate": "linear"}) != linear
-    assert fingerprint({**SMALL, "gate": "none"}) == none
+def _dispatch_settings() -> list[dict[str, str]]:
+    """ATen's kernels at every capability this CPU runs (the machine's best is the unset one; asking for one the
+    CPU lacks stops the process on an illegal instruction), and MKL's and oneDNN's dispatch narrowed."""
+    settings = [{}, {"ATEN_CPU_CAPABILITY": "default"}]
+    flags = _cpu_flags()
+    if "avx2" in flags:
+        settings.append({"ATEN_CPU_CAPABILITY": "avx2"})
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        settings.append({"ATEN_CPU_CAPABILITY": "avx512"})
+    settings.append({"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"})
+    return settings
+
+
+def test_one_value_under_every_kernel_dispatch_of_this_cpu():
+    """Issue 49: the fp32 fingerprint gave ts-none-seed4 three values on one Intel Xeon (AVX512, avx2, default);
+    the code fingerprint is one value under each, for every gate family, in a fresh process each."""
+    seen: dict[str, list[str]] = {}
+    for setting in _dispatch_settings():
+        env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")}
+        done = subprocess.run(
+            [sys.executable, "-c", WORKER],
+            input=json.dumps(ACROSS),
+            capture_output=True,
+            text=True,
+            env={**env, **setting, "PYTHONPATH": str(REPO)},
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        capability, values = json.loads(done.stdout.strip().splitlines()[-1])
+        seen[f"{setting or 'best'} ({capability})"] = values
+    distinct = {tuple(v) for v in seen.values()}
+    assert len(distinct) == 1, seen
+    assert len(set(next(iter(distinct)))) == len(ACROSS)  # and every configuration its own value
+
+
+def test_the_hashed_scalars_sit_far_from_the_rounding_grid_noise():
+    """The design's margin, measured: a change of kernel moves each scalar by about 1e-15, QUANTUM is 1e-10."""
+    values = [v for _, v in fingerprint_values({**CPU, "gate": "linear"}) if isinstance(v, float)]
+    assert all(abs(v) < 1e3 for v in values)  # losses (nats) and shares in [0, 1]: no scalar whose noise grows
+    assert 1e4 * 1e-15 * max(abs(v) for v in values) <= QUANTUM
+
+
+@pytest.mark.parametrize(
+    ("name", "change"),
+    [
+        ("tau_init", {"tau_init": 1.0}),
+        ("alpha_init", {"alpha_init": 1.0001}),
+        ("bias off", {"bias": False}),
+        ("dropout", {"dropout": 0.1}),
+        ("another gate", {"gate": "multiscale"}),
+        ("the window z-norm", {"gate_options": {"znorm": "window"}}),
+    ],
+)
+def test_a_real_change_of_arithmetic_changes_it(name, change):
+    linear = {**SMALL, "gate": "linear"}
+    assert code_fingerprint({**linear, **change}) != code_fingerprint(linear), name
+
+
+@pytest.mark.parametrize("gate", ["linear", "multiscale", "db2"])
+def test_the_z_norms_eps_changes_it_and_only_for_gated_models(monkeypatch, gate):
+    before = code_fingerprint({**SMALL, "gate": gate})
+    none = code_fingerprint({**SMALL, "gate": "none"})
+    monkeypatch.setattr(base, "ZNORM_EPS", 1e-6)  # 1e-5 in the spec
+    assert code_fingerprint({**SMALL, "gate": gate}) != before
+    assert code_fingerprint({**SMALL, "gate": "none"}) == none  # the baseline never runs a z-norm
+
+
+def test_data_keys_do_not_enter_and_one_configuration_has_one_value():
+    linear = code_fingerprint({**SMALL, "gate": "linear"})
+    assert code_fingerprint({**SMALL, "gate": "linear"}) == linear
+    assert code_fingerprint({**SMALL, "gate": "linear", "corpus": "ptb", "batch_size": 7, "lr": 0.5}) == linear
 
 
 def test_the_autograd_graph_path_gives_the_copy_free_path_fingerprint(monkeypatch):
-    linear = fingerprint({**SMALL, "gate": "linear"})
+    linear = code_fingerprint({**SMALL, "gate": "linear"})
     monkeypatch.setattr(fused, "COPY_FREE_WRITE", False)
-    assert fingerprint({**SMALL, "gate": "linear"}) == linear
+    assert code_fingerprint({**SMALL, "gate": "linear"}) == linear
 
 
 def test_a_run_directory_fingerprint_is_its_hparams_fingerprint(tmp_path):
     (tmp_path / "hparams.yaml").write_text(yaml.safe_dump({**SMALL, "gate": "db2", "data_dir": "/somewhere"}))
-    assert run_fingerprint(tmp_path) == fingerprint({**SMALL, "gate": "db2"})
+    assert run_fingerprint(tmp_path) == code_fingerprint({**SMALL, "gate": "db2"})
     assert run_fingerprint(tmp_path / "missing") is None
 
 
 @pytest.mark.parametrize("gate", ["none", "linear"])
-def test_the_fingerprint_does_not_move_the_global_random_stream(gate):
-    import torch
-
+def test_the_callers_random_stream_dtype_threads_and_casts_are_left_as_they_were(gate):
     torch.manual_seed(5)
     expected = torch.rand(3)
     torch.manual_seed(5)
-    fingerprint({**SMALL, "gate": gate})
+    threads, to_float = torch.get_num_threads(), torch.Tensor.float
+    code_fingerprint({**SMALL, "gate": gate})
     assert torch.equal(torch.rand(3), expected)
+    assert torch.get_default_dtype() == torch.float32 and torch.get_num_threads() == threads
+    assert torch.Tensor.float is to_float and torch.ones(1, dtype=torch.float64).float().dtype == torch.float32
 
 
 def test_one_value_whatever_the_threads_of_the_caller():
-    """Reductions split over threads round differently (the 'none' model at the cpu size gives another
-    hash on 2 threads than on 1 without the pin): the fingerprint runs on one thread and restores the caller's."""
-    import torch
-
-    hparams = {**SMALL, "n_embd": 128, "n_head": 4, "block_size": 128, "gate": "none"}
     before = torch.get_num_threads()
     values = set()
-    for threads in (1, 2):
-        torch.set_num_threads(threads)
-        values.add(fingerprint(hparams))
-        assert torch.get_num_threads() == threads
-    torch.set_num_threads(before)
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            values.add(code_fingerprint({**CPU, "gate": "none"}))
+    finally:
+        torch.set_num_threads(before)
     assert len(values) == 1

@@ -143,7 +143,7 @@ def _row(loaded: Loaded, corpus: str, code: dict[str, Any] | None) -> RunData:
         machine=record.machine,
         n_params=record.n_params,
         git_commit=record.git_commit,
-        fingerprint=record.fingerprint,
+        fingerprint=record.code_fingerprint,
         code=dict(code) if code is not None else dict(UNKNOWN_CODE),
         started=started(record),
     )

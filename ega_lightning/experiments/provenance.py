@@ -1,6 +1,5 @@
-"""Which code the records ran: a run's code status (its recorded fingerprint against today's, else what
-`scripts/provenance.py` established from git history in ``results/provenance.json``), and the report's
-Provenance section."""
+"""Which code the records ran: a run's code status (its record's code fingerprint against today's), and the
+report's Provenance section (with the history `scripts/provenance.py` computed into ``results/provenance.json``)."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ FILE = "provenance.json"  # beside the records directory: written by scripts/pro
 
 
 # what scripts/provenance.py writes: every key the report reads, with its type
-SHAPE = {"head": str, "start": str, "training_path": list, "model_keys": list, "commits": list, "configurations": list}
+SHAPE = {"head": str, "start": str, "training_path": list, "commits": list, "configurations": list}
 
 
 def load(path: Path) -> dict[str, Any] | None:
@@ -27,6 +26,8 @@ def load(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError) as err:  # JSONDecodeError, UnicodeDecodeError
         raise UserError(f"{path} cannot be read ({err}): run `python scripts/provenance.py` again.") from None
     missing = [key for key, kind in SHAPE.items() if not isinstance(data, dict) or not isinstance(data.get(key), kind)]
+    if not missing and not all(isinstance(c, dict) and "model_key" in c for c in data["configurations"]):
+        missing = ["configurations' model_key: an older script wrote it"]
     if missing:
         raise UserError(
             f"{path} is not what `scripts/provenance.py` writes (no {', '.join(missing)}): run "
@@ -35,85 +36,87 @@ def load(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def code_status(
-    run_name: str, fingerprint: str | None, hparams: dict[str, Any], provenance: dict[str, Any] | None
-) -> dict[str, Any]:
-    """Which code a finished run ran, from its record (its name, the ``fingerprint`` it keeps, its ``hparams``):
-    ``status`` ``today``, ``differs`` or ``unknown``, with its fingerprint and how it is known. A fingerprint the
-    record keeps is compared with today's, computed here from the record's own hyper-parameters (provenance.json
-    keys configurations by the model arguments it knew, so a later argument such as output_gate would pass for
-    another configuration); a record without one takes what `scripts/provenance.py` established from git history."""
-    unknown = {"fingerprint": fingerprint, "status": "unknown", "how": "no results/provenance.json"}
-    if fingerprint is not None:
-        today = _today(hparams)
-        if today is None:
-            return {**unknown, "how": "recorded; its configuration cannot be built by today's code"}
-        status = "today" if fingerprint == today else "differs"
-        return {"fingerprint": fingerprint, "status": status, "how": "recorded; today's computed"}
-    if not provenance:
-        return unknown
-    for config in provenance.get("configurations") or []:
-        established = (config.get("runs") or {}).get(run_name)
-        if established is not None:
-            return dict(established)
-    return {**unknown, "how": "not in results/provenance.json"}
+def code_status(fingerprint: str | None, hparams: dict[str, Any]) -> dict[str, Any]:
+    """Which code a finished run ran, from its record's ``code_fingerprint`` (kept at run time, or established
+    from git history by `scripts/provenance.py`) and its ``hparams``: ``status`` ``today`` (the configuration's
+    fingerprint computed here from the record's own hyper-parameters is the same), ``differs`` or ``unknown``
+    (no code fingerprint, or a configuration today's code cannot build), with the fingerprint and how it is known.
+    The fingerprint is the code's, not the CPU's (`ega_lightning.fingerprint`): any machine reads the same."""
+    if fingerprint is None:
+        return {
+            "fingerprint": None,
+            "status": "unknown",
+            "how": "no code fingerprint: `python scripts/provenance.py` establishes one from git history",
+        }
+    today = _today(hparams)
+    if today is None:
+        return {"fingerprint": fingerprint, "status": "unknown", "how": "its configuration cannot be built today"}
+    return {"fingerprint": fingerprint, "status": "today" if fingerprint == today else "differs", "how": "compared"}
 
 
 _TODAY: dict[str, str | None] = {}
 
 
 def _today(hparams: dict[str, Any]) -> str | None:
-    """Today's fingerprint of a run's configuration (ega_lightning.fingerprint), once per configuration."""
+    """Today's code fingerprint of a run's configuration (ega_lightning.fingerprint), once per configuration."""
     key = json.dumps(hparams, sort_keys=True, default=str)
     if key not in _TODAY:
-        from ega_lightning.fingerprint import fingerprint  # torch: only for a configuration provenance.json lacks
+        from ega_lightning.fingerprint import code_fingerprint  # torch: imported only when a report compares
 
         try:
-            _TODAY[key] = fingerprint(hparams)
+            _TODAY[key] = code_fingerprint(hparams)
         except Exception:  # a gate this code no longer has: the run's code is not known to be today's
             _TODAY[key] = None
     return _TODAY[key]
 
 
+def model_key(hparams: dict[str, Any]) -> str:
+    """One configuration as the fingerprint sees it (today's CharLM arguments; no seed, no data keys; an
+    argument at None, which later code records where earlier code did not, is left out)."""
+    from ega_lightning.fingerprint import _model_kwargs
+
+    return json.dumps({k: v for k, v in _model_kwargs(hparams).items() if v is not None}, sort_keys=True, default=str)
+
+
 def section(provenance: dict[str, Any] | None, runs: list[RunData]) -> list[str]:
-    """Which code the records ran: what `scripts/provenance.py` established from git history, and where a
-    configuration's fingerprint changed since the first record, the seeds that need a rerun."""
-    lines = ["## Provenance", ""]
+    """Which code the records ran: per configuration, today's code fingerprint, how it changed over git history
+    since the first record (what `scripts/provenance.py` computed), and the runs not established as today's."""
     done = [r for r in runs if r.status == "done"]
-    if not provenance:
-        return [
-            *lines,
-            "No `results/provenance.json`: run `python scripts/provenance.py` to establish which code the records ran.",
+    lines = [
+        "## Provenance",
+        "",
+        "Each record keeps the code fingerprint of the configuration it trained (`ega_lightning.fingerprint`: a few "
+        "float64 SGD steps of its model, rounded scalars hashed: one value for the same code on any CPU); records "
+        "made before 2026-12-05 had theirs established from git history by `scripts/provenance.py`, at the commit "
+        "they ran or, for a record without one, the same at every commit it can have run. A run ran today's code "
+        "when its fingerprint is its configuration's today. The fingerprint covers the model's forward and "
+        "backward, not the optimizer's recipe or the data pipeline.",
+        "",
+    ]
+    by_key: dict[str, list[RunData]] = {}
+    for r in done:
+        by_key.setdefault(model_key(r.hparams), []).append(r)
+    history = {c["model_key"]: c for c in (provenance or {}).get("configurations") or []}
+    if provenance:
+        commits = provenance["commits"]
+        lines += [
+            f"History: each configuration's fingerprint at the {len(commits)} commits that touched the training path "
+            f"({', '.join(provenance['training_path'])}) from the code in effect when the first recorded run started "
+            f"({provenance['start'][:16]}) to {provenance['head'][:7]} (`results/provenance.json`).",
             "",
         ]
-    commits = provenance["commits"]
     lines += [
-        f"Each configuration's fingerprint (`ega_lightning.fingerprint`: 3 AdamW steps of its model, hashed) at "
-        f"the {len(commits)} commits that touched the training path ({', '.join(provenance['training_path'])}) from "
-        f"the code in effect when the first recorded run started ({provenance['start'][:16]}) to "
-        f"{provenance['head'][:7]}, computed from git history by `scripts/provenance.py` (`results/provenance.json`). "
-        "A record without a fingerprint ran today's code when its configuration's fingerprint is today's at its "
-        "recorded commit, or at every commit it can have run (those before it finished). The fingerprint covers "
-        "the model's forward and backward and AdamW, not the data pipeline.",
-        "",
         "| configuration (spec entries) | today's fingerprint | changed since the first record | runs not "
         "established as today's code |",
         "|---|---|---|---|",
     ]
-    reported = {r.run.run_name for r in done}
-    mine = [c for c in provenance["configurations"] if any(n in reported for n in c["runs"])]
-    lines += [_configuration_line(c, reported, commits[0]["commit"]) for c in mine]
+    for key, rows in by_key.items():
+        entries = sorted({r.run.run_name.removesuffix(f"-seed{r.run.seed}") for r in rows})
+        today = _today(rows[0].hparams)
+        rerun = ", ".join(f"`{r.run.run_name}`" for r in rows if r.code["status"] != "today") or "none"
+        changes = _changes(history[key]) if key in history else "not in results/provenance.json"
+        lines.append(f"| {', '.join(f'`{e}`' for e in entries)} | {(today or '—')[:8]} | {changes} | {rerun} |")
     lines.append("")
-    for c in (c for c in mine if c["changes"]):
-        rerun = [n for n in c["rerun"] if n in reported]
-        lines.append(
-            f"- {', '.join(f'`{e}`' for e in c['entries'])}: the fingerprint changed in the range; "
-            + (
-                f"these runs need a rerun: {', '.join(f'`{n}`' for n in rerun)}."
-                if rerun
-                else "every run's code is still established as today's (each ran after the change)."
-            )
-        )
     unknown = [r.run.run_name for r in done if r.code["status"] != "today"]
     lines += [
         f"- {len(done) - len(unknown)} of {len(done)} finished runs ran today's code"
@@ -123,15 +126,9 @@ def section(provenance: dict[str, Any] | None, runs: list[RunData]) -> list[str]
     return lines
 
 
-def _configuration_line(config: dict[str, Any], reported: set[str], first_commit: str) -> str:
-    """One configuration's row: its fingerprint today, its changes since the first record, its runs to rerun."""
-    changes = (
-        "; ".join(
-            f"at {c['commit'][:7]} ({c['date'][:16]}): {c['from'][:8]} → {c['to'][:8]}" for c in config["changes"]
-        )
-        or "no"
+def _changes(config: dict[str, Any]) -> str:
+    """Where a configuration's fingerprint changed between two commits that both build it, or "no"."""
+    changes = "; ".join(
+        f"at {c['commit'][:7]} ({c['date'][:16]}): {c['from'][:8]} → {c['to'][:8]}" for c in config["changes"]
     )
-    if config.get("buildable_from") not in (None, first_commit):  # no run can predate its configuration
-        changes += f" (the configuration exists from {config['buildable_from'][:7]} on)"
-    rerun = ", ".join(f"`{n}`" for n in config["rerun"] if n in reported) or "none"
-    return f"| {', '.join(f'`{e}`' for e in config['entries'])} | {config['today'][:8]} | {changes} | {rerun} |"
+    return changes or "no"

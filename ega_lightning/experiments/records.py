@@ -4,7 +4,8 @@ The record of a finished run, ``<records dir>/<run name>.json`` (``results/runs/
 what a study keeps in git so that it outlives the machine it ran on: how the run was run (configs,
 arguments, and the command as a user would type it, with no path of the machine that ran it), where
 and with what (machine, git commit and whether the tree was dirty, torch / lightning / project
-versions, the fingerprint of the code path it trained; null where not known), its hyper-parameters
+versions, the fingerprint of the code path it trained (``code_fingerprint``; ``fingerprint`` is the CPU-bound
+one records kept before it); null where not known), its hyper-parameters
 and step budget, its parameter count and the gate's share of it, every logged point of the scalars
 the report uses and the gate summary. `ega_lightning.experiments.rundirs` makes one from a run
 directory.
@@ -73,7 +74,10 @@ class Record:
     git_commit: str | None = None
     git_dirty: bool | None = None
     versions: dict[str, str | None] | None = None
-    fingerprint: str | None = None  # of the code path it trained (records before it have none)
+    # fp32 bits of three AdamW steps (records before 2026-12-05): they follow the CPU's kernels, so only kept
+    fingerprint: str | None = None
+    # of the code path it trained (`ega_lightning.fingerprint`; older records: established by scripts/provenance.py)
+    code_fingerprint: str | None = None
     corpus: str | None = None
     gate: str | None = None
     max_steps: int | None = None

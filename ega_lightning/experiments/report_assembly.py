@@ -48,7 +48,7 @@ def read_rows(spec_paths: list[Path], runs_dir: Path, records_dir: Path) -> tupl
         )
     known = provenance.load(records_dir.parent / provenance.FILE)
     codes = {
-        x.run.run_name: provenance.code_status(x.run.run_name, x.record.fingerprint, x.record.hparams or {}, known)
+        x.run.run_name: provenance.code_status(x.record.code_fingerprint, x.record.hparams or {})
         for x in loaded
         if x.record is not None
     }

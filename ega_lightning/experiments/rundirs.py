@@ -85,10 +85,10 @@ def run_environment() -> dict[str, Any]:
 def run_fingerprint(run_dir: Path) -> str | None:
     """The fingerprint of the code path a run directory's model trains, computed by this checkout's code;
     None when its hyper-parameters cannot be read or the model cannot be built here."""
-    from ega_lightning.fingerprint import fingerprint
+    from ega_lightning.fingerprint import code_fingerprint
 
     try:
-        return fingerprint(kept_hparams(read_yaml(run_dir / "hparams.yaml")))
+        return code_fingerprint(kept_hparams(read_yaml(run_dir / "hparams.yaml")))
     except Exception:  # a record without a fingerprint is still a record; the report says it is unknown
         return None
 
@@ -172,7 +172,7 @@ def make_record(run: Run, run_dir: Path) -> Record:
         git_commit=done.get("git_commit"),
         git_dirty=done.get("git_dirty"),
         versions=done.get("versions"),
-        fingerprint=done.get("fingerprint"),
+        code_fingerprint=done.get("code_fingerprint"),
         corpus=(config.get("data") or {}).get("corpus") or hparams.get("corpus"),
         gate=hparams.get("gate") or (config.get("model") or {}).get("gate"),
         max_steps=(config.get("trainer") or {}).get("max_steps"),

@@ -204,7 +204,7 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str, terminatio
             return "failed"
         finished_at = datetime.now(UTC).isoformat(timespec="seconds")
         # the code path the run trained, as this checkout computes it (the run started from it)
-        where["fingerprint"] = run_fingerprint(run_dir)
+        where["code_fingerprint"] = run_fingerprint(run_dir)
         started = _first_start(log_path) or finished_at
         done = done_marker(run, returncode, wall, finished_at, state == "resume", where, started)
         write_atomic(run_dir / DONE_FILE, json.dumps(done, indent=2) + "\n")
