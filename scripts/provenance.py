@@ -10,18 +10,20 @@ a subprocess (PYTHONPATH=<that directory>), with today's ``fingerprint.py`` copi
 A record's code fingerprint is then:
 
 - kept, when the record already has one (made at run time);
-- the one at its recorded commit; where the record also keeps an fp32 ``fingerprint``, that one is recomputed at
-  the commit too (`LEGACY`, the scheme's last version) and must equal it, which shows that the commit's code is
-  the code that ran. The fp32 scheme follows the CPU's kernels: the check holds only on the CPU kind the
-  records ran on (AMD EPYC for every record made before 2026-12-05); elsewhere it says it cannot check;
+- the one at its recorded commit (a record made from a modified tree, ``git_dirty``, says so in ``how``);
 - for a record without a commit, the one value its configuration has at every commit it can have run (those
   before it finished), else unknown (null).
 
+The fp32 ``fingerprint`` those records keep cannot confirm the commit: recomputed at the commit on an AMD EPYC
+without AVX-512 it gives another value for every record (ts-none at 3a9088c: cbb21299, recorded 50f3bcdf; the
+records ran on EPYCs whose kernels differ), which is why the code fingerprint replaced it.
+
 Writes ``code_fingerprint`` into each record that lacks one and ``results/provenance.json`` (the history the
 report's Provenance section shows). Run niced from the repository root on a committed tree; about a second per
-commit and configuration:
+commit and configuration (``--history`` takes the fingerprints per commit from an earlier provenance.json where
+it has them, computing only the rest):
 
-    nice -n 5 python scripts/provenance.py [--records results/runs] [--out results/provenance.json]
+    nice -n 5 python scripts/provenance.py [--records results/runs] [--out results/provenance.json] [--history F]
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import argparse
 import dataclasses
 import itertools
 import json
-import platform
 import shutil
 import subprocess
 import sys
@@ -48,26 +49,20 @@ from ega_lightning.experiments.records import Record, read  # noqa: E402
 from ega_lightning.io import write_atomic  # noqa: E402
 
 TRAINING_PATH = ("ega_lightning/model", "ega_lightning/gates", "ega_lightning/module.py", "ega_lightning/seeding.py")
-# the fp32 fingerprint as records kept it until 2026-12-05: the last version of the scheme
-LEGACY = ("a1ff3f3", "ega_lightning/fingerprint.py")
 
-# what runs inside the extracted tree: both fingerprints of every configuration on stdin, one line of JSON out
+# what runs inside the extracted tree: the code fingerprint of every configuration on stdin, one line of JSON out
 WORKER = """
 import json, sys
 import ega_lightning
 from ega_lightning.fingerprint import code_fingerprint
-from ega_lightning.fingerprint_fp32 import fingerprint as fp32_fingerprint
 root = sys.argv[1]
 assert ega_lightning.__file__.startswith(root), f"imported {ega_lightning.__file__}, not the commit's tree"
 out = []
 for hparams in json.load(sys.stdin):
-    pair = []
-    for fn in (code_fingerprint, fp32_fingerprint):
-        try:
-            pair.append(fn(hparams))
-        except Exception as err:  # a configuration this commit cannot build (a gate it does not have yet)
-            pair.append("error: " + type(err).__name__ + ": " + str(err)[:200])
-    out.append(pair)
+    try:
+        out.append(code_fingerprint(hparams))
+    except Exception as err:  # a configuration this commit cannot build (a gate it does not have yet)
+        out.append("error: " + type(err).__name__ + ": " + str(err)[:200])
 print(json.dumps(out))
 """
 
@@ -78,17 +73,6 @@ def git(*args: str) -> str:
 
 def when(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def cpu() -> str:
-    """The CPU's model name (the fp32 check holds only on the records' CPU kind)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def commits(start: datetime, named: set[str]) -> list[dict[str, str]]:
@@ -103,13 +87,12 @@ def commits(start: datetime, named: set[str]) -> list[dict[str, str]]:
     return sorted(out, key=lambda c: when(c["date"]))
 
 
-def fingerprints_at(commit: str, configurations: list[dict[str, Any]], legacy: str) -> list[list[str]]:
-    """[code fingerprint, fp32 fingerprint] of each configuration, by the code of ``commit``."""
+def fingerprints_at(commit: str, configurations: list[dict[str, Any]]) -> list[str]:
+    """The code fingerprint of each configuration, by the code of ``commit``."""
     with tempfile.TemporaryDirectory(prefix="ega-provenance-") as tmp:
         archive = subprocess.run(["git", "-C", str(REPO), "archive", commit, "ega_lightning"], capture_output=True)
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
         shutil.copy(REPO / "ega_lightning" / "fingerprint.py", Path(tmp) / "ega_lightning" / "fingerprint.py")
-        (Path(tmp) / "ega_lightning" / "fingerprint_fp32.py").write_text(legacy)
         done = subprocess.run(
             [sys.executable, "-c", WORKER, tmp],
             input=json.dumps(configurations),
@@ -119,12 +102,13 @@ def fingerprints_at(commit: str, configurations: list[dict[str, Any]], legacy: s
             env={"PYTHONPATH": tmp, "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"},
         )
     if done.returncode != 0:
-        error = f"error: the commit's tree did not import ({done.stderr.strip().splitlines()[-1:]})"
-        return [[error, error]] * len(configurations)
+        return [f"error: the commit's tree did not import ({done.stderr.strip().splitlines()[-1:]})"] * len(
+            configurations
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def established(record: Record, history: dict[str, list[str]], listed: list[dict[str, str]], today: str) -> dict:
+def established(record: Record, history: dict[str, str], listed: list[dict[str, str]], today: str) -> dict:
     """The record's code fingerprint, its status against today's and how it is known (module docstring)."""
 
     def result(fp: str | None, how: str) -> dict[str, Any]:
@@ -134,27 +118,36 @@ def established(record: Record, history: dict[str, list[str]], listed: list[dict
     if record.code_fingerprint:
         return result(record.code_fingerprint, "recorded")
     commit = record.git_commit
-    if commit and commit in history and not history[commit][0].startswith("error"):
-        code, fp32 = history[commit]
-        how = f"at its commit {commit[:7]}"
-        if record.fingerprint and record.fingerprint == fp32:
-            return result(code, how + "; its fp32 fingerprint recomputed there is the one it keeps")
-        if record.fingerprint:
-            return result(None, how + f"; its fp32 fingerprint {record.fingerprint[:8]} is not the commit's {fp32[:8]}")
-        return result(code, how)
+    if commit and commit in history and not history[commit].startswith("error"):
+        dirty = "; the tree was modified when it ran (git_dirty)" if record.git_dirty else ""
+        return result(history[commit], f"at its commit {commit[:7]}{dirty}")
     finished = when(record.done.finished_at or listed[-1]["date"])
     # a commit that cannot build the configuration is not one it ran
-    possible = {history[c["commit"]][0] for c in listed if when(c["date"]) <= finished}
+    possible = {history[c["commit"]] for c in listed if when(c["date"]) <= finished}
     possible = {fp for fp in possible if not fp.startswith("error")}
     if len(possible) == 1:
         return result(possible.pop(), "the same at every commit it can have run")
     return result(None, f"{len(possible)} different fingerprints at the commits it can have run")
 
 
+def earlier(path: Path | None) -> dict[tuple[str, str], str]:
+    """{(model key, commit): code fingerprint} from an earlier provenance.json (``--history``)."""
+    if path is None:
+        return {}
+    data = json.loads(path.read_text())
+    commits = [c["commit"] for c in data["commits"]]
+    return {
+        (c["model_key"], commit): fp
+        for c in data["configurations"]
+        for commit, fp in zip(commits, c["history"], strict=True)
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=Path, default=REPO / "results" / "runs")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "provenance.json")
+    parser.add_argument("--history", type=Path, default=None, help="an earlier provenance.json to reuse")
     args = parser.parse_args(argv)
     paths = sorted(args.records.glob("*.json"))
     records = {p: read(p) for p in paths}
@@ -173,25 +166,29 @@ def main(argv: list[str] | None = None) -> int:
     hparams = [{k: v for k, v in records[by_key[k][0]].hparams.items() if k != "seed"} for k in keys]
     listed = commits(start, {r.git_commit for r in records.values() if r.git_commit})
     head = git("rev-parse", "HEAD")
-    legacy = git("show", f"{LEGACY[0]}:{LEGACY[1]}")
-    print(f"{len(keys)} configurations x {len(listed)} commits since {start.isoformat()}, on {cpu()}", flush=True)
-    table: dict[str, list[list[str]]] = {}
+    reused = earlier(args.history)
+    print(f"{len(keys)} configurations x {len(listed)} commits since {start.isoformat()}", flush=True)
+    table: dict[str, list[str]] = {}
     for c in listed:
         t0 = time.time()
-        table[c["commit"]] = fingerprints_at(c["commit"], hparams, legacy)
-        print(f"{c['commit'][:7]} {c['date']} {time.time() - t0:5.1f}s {c['subject'][:60]}", flush=True)
+        todo = [i for i, key in enumerate(keys) if (key, c["commit"]) not in reused]
+        computed = iter(fingerprints_at(c["commit"], [hparams[i] for i in todo]) if todo else [])
+        table[c["commit"]] = [
+            reused[(key, c["commit"])] if (key, c["commit"]) in reused else next(computed) for key in keys
+        ]
+        print(f"{c['commit'][:7]} {c['date']} {time.time() - t0:5.1f}s {len(todo)} computed {c['subject'][:50]}")
     configurations, written = [], 0
     dates = {c["commit"]: c["date"] for c in listed}
     for i, key in enumerate(keys):
         history = {c: fps[i] for c, fps in table.items()}
-        today = history[head][0]
+        today = history[head]
         # a change between two commits that both build the configuration (before the first that does, the
         # configuration did not exist: no run can have used it)
-        built = [c["commit"] for c in listed if not history[c["commit"]][0].startswith("error")]
+        built = [c["commit"] for c in listed if not history[c["commit"]].startswith("error")]
         changes = [
-            {"commit": b, "date": dates[b], "from": history[a][0], "to": history[b][0]}
+            {"commit": b, "date": dates[b], "from": history[a], "to": history[b]}
             for a, b in itertools.pairwise(built)
-            if history[a][0] != history[b][0]
+            if history[a] != history[b]
         ]
         runs = {}
         for p in sorted(by_key[key], key=lambda p: records[p].run_name):
@@ -207,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                 "model_key": key,
                 "today": today,
                 "buildable_from": built[0] if built else None,
-                "history": [history[c["commit"]][0] for c in listed],
+                "history": [history[c["commit"]] for c in listed],
                 "changes": changes,
                 "runs": runs,
                 "rerun": sorted(name for name, run in runs.items() if run["status"] != "today"),

@@ -1,0 +1,78 @@
+"""Run a registered study seed by seed, each seed's runs back to back in one sitting on one machine.
+
+A study's verdicts pair the runs of one seed, and rounding differs between CPUs, so every run of a seed must run
+on one machine, one after another (nothing else of the study beside it). This runner takes the seeds in order;
+for each it runs every run of that seed in the spec (`ega sweep SPEC --only <run>`, one at a time) and moves on
+only when all have a record. A seed that an earlier sitting left part-done (some records or run directories of
+it, not all records) is rerun whole: its records and run directories are removed first, so no seed's pairs
+straddle two sittings, let alone two CPU kinds. Records land in ``--records_dir`` (outside the checkout: they
+are committed from there, one seed at a time, after the seed is done); each seed's CPU is written beside them
+(``<records_dir>/seed<N>.cpu``).
+
+Pause it while a benchmark times (``kill -STOP <pid>`` on its process group, ``kill -CONT`` after); stop it with
+SIGTERM (the run in progress stops at its next step; the seed is then rerun whole at the next sitting).
+
+    nice -n 5 python scripts/seed_runner.py configs/sweeps/author.yaml --seeds 1 2 3 4 5 \\
+        --records_dir ../study-records --runs_dir ../study-runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from ega_lightning.experiments.spec import collect_runs, load_spec  # noqa: E402
+
+
+def cpu() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("--seeds", type=int, nargs="+", required=True)
+    parser.add_argument("--records_dir", type=Path, required=True)
+    parser.add_argument("--runs_dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    runs = collect_runs([load_spec(args.spec)])
+    args.records_dir.mkdir(parents=True, exist_ok=True)
+    for seed in args.seeds:
+        mine = [r for r in runs if r.seed == seed]
+        if not mine:
+            print(f"seed {seed}: the spec has no run of it", file=sys.stderr)
+            return 2
+        records = [args.records_dir / f"{r.run_name}.json" for r in mine]
+        if all(p.is_file() for p in records):
+            print(f"seed {seed}: done ({len(mine)} records)", flush=True)
+            continue
+        for r, p in zip(mine, records, strict=True):  # part-done by another sitting: the seed starts over
+            if p.is_file() or (args.runs_dir / r.run_name).exists():
+                print(f"seed {seed}: removing {r.run_name}'s record and run directory (the seed reruns whole)")
+                p.unlink(missing_ok=True)
+                shutil.rmtree(args.runs_dir / r.run_name, ignore_errors=True)
+        (args.records_dir / f"seed{seed}.cpu").write_text(cpu() + "\n")
+        for r in mine:
+            start = time.monotonic()
+            command = ["ega", "sweep", str(args.spec), "--only", r.run_name]
+            command += ["--records_dir", str(args.records_dir), "--runs_dir", str(args.runs_dir)]
+            done = subprocess.run(command, cwd=REPO)
+            took = time.monotonic() - start
+            print(f"seed {seed}: {r.run_name} exited {done.returncode} after {took:.0f} s", flush=True)
+            if done.returncode != 0:
+                return done.returncode
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

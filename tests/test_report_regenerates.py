@@ -1,0 +1,33 @@
+"""The committed report is what the committed code makes of the committed records, on any CPU (issue 49)."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from .helpers import REPO, run_ega
+
+SPECS = ["configs/sweeps/short.yaml", "configs/sweeps/long.yaml", "configs/sweeps/peers.yaml"]
+GENERATED = ("REPORT.md", "results.json")
+
+
+def _history_is_whole() -> bool:
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--is-shallow-repository"], capture_output=True, text=True
+    )
+    return done.returncode == 0 and done.stdout.strip() == "false"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _history_is_whole(), reason="needs the whole git history (registration dates from git blame)")
+def test_ega_report_under_the_narrowest_kernels_reproduces_the_committed_report_byte_for_byte(tmp_path):
+    """The report compares each record's code fingerprint with today's, computed here: under ATen's scalar
+    kernels and MKL's SSE4.2 path (other bits than the AVX2 / AVX-512 / AMX machines the records and the report
+    came from) it must still say which runs ran today's code exactly as the committed report does."""
+    env = {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"}
+    done = run_ega(["report", *SPECS, "--out", str(tmp_path)], cwd=REPO, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in GENERATED:
+        committed = (REPO / "results" / name).read_text()
+        assert (tmp_path / name).read_text() == committed, f"{name} differs from the committed one"
