@@ -24,7 +24,6 @@ from ega_lightning.experiments.rules import (
     PROTOCOL,
     Rule,
     Verdict,
-    decision_p,
     registered,
     seeds_for_power,
     size_reading,
@@ -134,12 +133,6 @@ class Finding:
     confirmatory: bool | None = None  # registered in the protocol as a confirmatory verdict
     magnitude: Magnitude | None = None  # an effect's size against the paper's figure (rule "effect")
     not_testable: str | None = None  # why the regime cannot test the claim (verdict "not testable here")
-    p: float | None = None  # the verdict's own p (`rules.decision_p`), for the study-wide Holm step-down
-    holm: bool | None = None  # survives the study-wide Holm step-down (None: not a decided confirmatory verdict)
-    holm_threshold: float | None = None  # the α its step of the Holm step-down compared p against
-    p_size: float | None = None  # an effect's size "not reproduced": its own p (`rules.decision_p`)
-    holm_size: bool | None = None  # that size reading survives the study-wide Holm step-down
-    holm_size_threshold: float | None = None
     registration: Registration | None = None
     rule: Rule | None = field(default=None, compare=False, repr=False, metadata=NOT_IN_RESULTS)
     reads: tuple[tuple[str, Difference | None], ...] = ()  # the intervals its verdict reads, each named
@@ -262,22 +255,9 @@ class Finding:
         seeds = self.seeds_text()
         return (self.label_text() or "**None**") + (f" ({seeds})" if seeds else "")
 
-    def holm_cell(self) -> str:
-        if self.confirmatory is False:
-            return "exploratory"
-
-        def reading(survives: bool | None, p: float | None, threshold: float | None) -> str:
-            if survives is None:
-                return "—"
-            sign = "≤" if survives else ">"
-            return f"{'survives' if survives else 'does not survive'} (p {_p(p)} {sign} {_p(threshold)})"
-
-        own = reading(self.holm, self.p, self.holm_threshold)
-        if self.rule_name != "effect" or self.holm_size is None:
-            return own
-        return f"direction: {own}; size: {reading(self.holm_size, self.p_size, self.holm_size_threshold)}"
-
     def registration_cell(self) -> str:
+        if self.confirmatory is False:
+            return "exploratory (not confirmatory)"
         text = self.registration.text() if self.registration is not None else "—"
         pending = self.code.pending if self.code is not None else []
         if pending and self.verdict is not None:
@@ -384,10 +364,6 @@ def code_of(*variants: Variant | None) -> Code:
 # ----------------------------------------------------------------------------- families and seeds
 
 
-def _p(p: float | None) -> str:
-    return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
-
-
 def seeds_needed(f: Finding) -> tuple[int, int, int] | None:
     """For an undecided verdict: the paired seeds at which its rule decides with the protocol's power, and
     that count's range over the stds' own uncertainty (`rules.seeds_for_power`); None when it cannot be
@@ -452,55 +428,12 @@ def correct(found: list[Finding]) -> list[Finding]:
     return out
 
 
-def _size_p(f: Finding) -> float | None:
-    """The p of an effect's size "not reproduced": the smallest α at which its interval still excludes the
-    paper's figure (None when its size is not "not reproduced")."""
-    figure = f.paper
-    if figure is None or not f.reads:
-        return None
-
-    def excluded(d: Difference | None) -> Verdict:
-        return Verdict.HOLDS if size_reading(d, figure) == "not reproduced" else Verdict.TOO_FEW_SEEDS
-
-    return decision_p(excluded, [f.reads[0][1]], Verdict.HOLDS)
-
-
 def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates: protocol.Dates) -> list[Finding]:
-    """The study-wide reading of every confirmatory verdict: its own p (`rules.decision_p`, unless its study
-    gave one), the Holm step-down over all of them at the protocol's level (m: every confirmatory verdict
-    read, decided or not), and each verdict's registration: the date its protocol entry was fixed against
-    the start of every run it reads (``starts``: run name -> start)."""
-    found = [_registered_rule(f) for f in found]
-    found = [
-        replace(f, p=decision_p(f.rule, [d for _, d in f.reads], f.verdict))
-        if f.confirmatory and f.rule is not None and f.verdict is not None and f.p is None
-        else f
-        for f in found
-    ]
-    # the hypotheses: every confirmatory verdict read, and an effect's size against the paper's figure
-    tested: list[tuple[int, str, float | None]] = []
-    for i, f in enumerate(found):
-        if not f.confirmatory or f.verdict in (None, Verdict.NO_DATA, Verdict.NOT_TESTABLE):
-            continue
-        tested.append((i, "verdict", f.p))
-        if f.rule_name == "effect" and f.paper is not None and f.reads:
-            tested.append((i, "size", _size_p(f)))
-    m = len(tested)
-    alpha = 1.0 - PROTOCOL.study_wide_level
-    holm: dict[tuple[int, str], tuple[bool, float]] = {}
-    going = True
-    for step, (i, which, p) in enumerate(sorted(tested, key=lambda t: (t[2] is None, t[2] or 0.0))):
-        threshold = alpha / (m - step)
-        going = going and p is not None and p <= threshold
-        if p is not None:
-            holm[(i, which)] = (going, threshold)
+    """Each verdict's registration: the date its protocol entry was fixed against the start of every run it reads
+    (``starts``: run name -> start). The labels are the families' (`correct`): the protocol has one error-control
+    scheme (its amendment of 2026-12-05 withdrew the study-wide Holm step-down)."""
     out = []
-    for i, f in enumerate(found):
-        if (i, "verdict") in holm:
-            f = replace(f, holm=holm[(i, "verdict")][0], holm_threshold=holm[(i, "verdict")][1])
-        if (i, "size") in holm:
-            survives, threshold = holm[(i, "size")]
-            f = replace(f, p_size=_size_p(f), holm_size=survives, holm_size_threshold=threshold)
+    for f in (_registered_rule(f) for f in found):
         fixed = dates.by_kind.get(f.kind)
         if fixed is not None and f.code is not None and f.code.read:
             mark, after, n = protocol.registration(fixed, {r: starts.get(r) for r in f.code.read})

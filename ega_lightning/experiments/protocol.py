@@ -70,11 +70,23 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Amendment:
+    """A change to the registered rules made after some of their runs (`amendments:`), dated by its own commit: the
+    verdicts whose label it changes are fixed at its date, the others keep their entry's."""
+
+    date: str  # the date it states, where git history cannot be read
+    issue: int
+    rules: tuple[str, ...]  # the rules whose reading it changes (each label is read before and after it)
+    cost_device: str | None  # the device whose bench the cost claim is read from
+    text: dict[str, str]  # what it changes, by its keys (why, error_control, ...), as the method note says it
+    lines: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True)
 class Protocol:
     path: Path
     registered: str
     level: float
-    study_wide_level: float
     power: float
     max_seeds: int
     stopping: str
@@ -83,6 +95,7 @@ class Protocol:
     families: dict[str, Family]
     verdicts: dict[str, Entry]
     lines: dict[str, tuple[int, int]]  # "margins.<name>" / "families.<name>" -> its lines
+    amendments: tuple[Amendment, ...] = ()
 
     def margin(self, name: str) -> float:
         return self.margins[name].value
@@ -109,6 +122,23 @@ def _spans(node: yaml.Node) -> dict[str, tuple[int, int]]:
     return {k.value: (a, b - 1) for k, a, b in zip(keys, starts, [*starts[1:], stop + 1], strict=True)}
 
 
+def _trimmed(span: tuple[int, int], lines: list[str]) -> tuple[int, int]:
+    """``span`` less the blank and comment lines at its end (the comment that opens the next section)."""
+    first, last = span
+    while last > first and (not lines[last - 1].strip() or lines[last - 1].lstrip().startswith("#")):
+        last -= 1
+    return first, last
+
+
+def _amendment_spans(node: yaml.Node, lines: list[str]) -> list[tuple[int, int]]:
+    """The lines of each item of the `amendments:` list (1-based, inclusive)."""
+    if not isinstance(node, yaml.SequenceNode):
+        return []
+    starts = [item.start_mark.line + 1 for item in node.value]
+    ends = [*(s - 1 for s in starts[1:]), node.end_mark.line + 1]
+    return [_trimmed((a, min(b, len(lines))), lines) for a, b in zip(starts, ends, strict=True)]
+
+
 def _children(node: yaml.Node) -> dict[str, yaml.Node]:
     return {k.value: v for k, v in node.value} if isinstance(node, yaml.MappingNode) else {}
 
@@ -133,7 +163,8 @@ def load(path: Path = PATH) -> Protocol:
             )
             for k, v in data["families"].items()
         }
-        verdict_lines = _spans(nodes["verdicts"])
+        text_lines = text.splitlines()
+        verdict_lines = {k: _trimmed(s, text_lines) for k, s in _spans(nodes["verdicts"]).items()}
         verdicts = {
             kind: Entry(
                 kind,
@@ -149,13 +180,25 @@ def load(path: Path = PATH) -> Protocol:
             )
             for kind, v in data["verdicts"].items()
         }
-        lines = {f"margins.{k}": span for k, span in _spans(nodes["margins"]).items()}
-        lines.update({f"families.{k}": span for k, span in _spans(nodes["families"]).items()})
+        lines = {f"margins.{k}": _trimmed(s, text_lines) for k, s in _spans(nodes["margins"]).items()}
+        lines.update({f"families.{k}": _trimmed(s, text_lines) for k, s in _spans(nodes["families"]).items()})
+        amended = data.get("amendments") or []
+        spans = _amendment_spans(nodes.get("amendments"), text_lines)
+        amendments = tuple(
+            Amendment(
+                str(a["date"]),
+                int(a["issue"]),
+                tuple(a.get("rules") or ()),
+                a.get("cost_device"),
+                {k: str(v) for k, v in a.items() if isinstance(v, str) and k not in ("date", "cost_device")},
+                span,
+            )
+            for a, span in zip(amended, spans, strict=True)
+        )
         protocol = Protocol(
             path,
             str(data["registered"]),
             float(data["level"]),
-            float(data["study_wide"]["level"]),
             float(data["power"]),
             int(data["max_seeds"]),
             str(data["stopping"]),
@@ -164,6 +207,7 @@ def load(path: Path = PATH) -> Protocol:
             families,
             verdicts,
             lines,
+            amendments,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ProtocolError(f"the protocol {path} lacks or garbles {err}.") from None
@@ -186,6 +230,12 @@ def _check(p: Protocol) -> None:
         problems += [f"`{e.kind}` names the margin {m!r}, not defined" for m in e.margins if m not in p.margins]
         if e.testable is not None and e.testable not in TESTABLE:
             problems.append(f"`{e.kind}` is testable under {e.testable!r}, not one of {', '.join(TESTABLE)}")
+    for a in p.amendments:
+        problems += [
+            f"the amendment of {a.date} changes the rule {r!r}, not one of {', '.join(RULE_NAMES)}"
+            for r in a.rules
+            if r not in RULE_NAMES
+        ]
     counts: dict[str, set[int]] = {}
     for family in p.families.values():
         for entry, n in family.planned_seeds.items():
@@ -295,7 +345,6 @@ def as_dict(p: Protocol, dates: Dates) -> dict[str, Any]:
         "why_stated": dates.why or None,
         "registered": p.registered,
         "level": p.level,
-        "study_wide": {"method": "holm", "level": p.study_wide_level},
         "power": p.power,
         "margins": {k: {"value": m.value, "unit": m.unit, "reason": m.reason} for k, m in p.margins.items()},
         "families": {k: {"reads": f.reads, "planned_seeds": f.planned_seeds} for k, f in p.families.items()},

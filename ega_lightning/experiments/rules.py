@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from ega_lightning.experiments import paper, protocol
-from ega_lightning.experiments.stats import Difference, decides_with_power, widen
+from ega_lightning.experiments.stats import Difference, decides_with_power
 
 # every margin, level and count below is the registered protocol's (configs/protocol.yaml, with its reasons)
 PROTOCOL = protocol.load()
@@ -368,26 +368,3 @@ def registered(kind: str, claim: str | None) -> tuple[str, Rule]:
         raise protocol.ProtocolError(f"configs/protocol.yaml registers no rule for the `{kind}` finding.")
     name = entry.rule_for(claim)
     return name, BY_NAME[name]
-
-
-def decision_p(rule: Rule, intervals: Sequence[Difference | None], verdict: Verdict) -> float | None:
-    """The smallest α at which ``rule`` still gives ``verdict`` from ``intervals`` each taken at 1 − α / r (r:
-    the intervals it reads, a Bonferroni inside one verdict): the verdict's own p for the study-wide Holm
-    step-down. None for a verdict that rejects nothing (too few seeds, no data, not testable, a level
-    reproduced: an interval narrow enough around the paper's figure is an estimate, not a test)."""
-    if verdict in (Verdict.TOO_FEW_SEEDS, Verdict.NO_DATA, Verdict.NOT_TESTABLE, Verdict.REPRODUCED) or not intervals:
-        return None
-    r = len(intervals)
-
-    def same(alpha: float) -> bool:
-        return rule(*(widen(d, 1.0 - alpha / r) for d in intervals)) is verdict
-
-    if same(1e-12):
-        return 1e-12
-    if not same(0.9999):  # not even the loosest intervals give it: no p
-        return None
-    low, high = 1e-12, 0.9999  # same(high), not same(low)
-    for _ in range(60):
-        mid = (low * high) ** 0.5
-        low, high = (low, mid) if same(mid) else (mid, high)
-    return high

@@ -4,7 +4,6 @@ runs are timed on a shared machine; the bench times EGA-1 and the baseline side 
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -14,7 +13,7 @@ from typing import Any, ClassVar
 
 from ega_lightning.errors import UserError
 from ega_lightning.experiments.findings import Code, Finding
-from ega_lightning.experiments.rules import COST_MARGIN, MIN_REPETITIONS, Verdict, registered
+from ega_lightning.experiments.rules import MIN_REPETITIONS, Verdict, registered
 from ega_lightning.experiments.stats import Summary, median_interval
 from ega_lightning.experiments.study import Bench, ReportInputs, Study
 from ega_lightning.experiments.text import num
@@ -139,16 +138,6 @@ def timed_gates(found: list[Bench], shape: dict[str, Any], batch_size: Any) -> d
     return timed
 
 
-def sign_test_p(ratios: list[float], line: float) -> float:
-    """Two-sided sign test of the median of ``ratios`` against ``line`` (ties dropped): the cost verdict's p."""
-    above = sum(r > line for r in ratios)
-    n = above + sum(r < line for r in ratios)
-    if n == 0:
-        return 1.0
-    tail = min(above, n - above)
-    return min(1.0, 2 * math.fsum(math.comb(n, k) for k in range(tail + 1)) / 2**n)
-
-
 def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
     """The paper's cost claim against `ega bench`'s first size that times EGA-1 (rules.cost_rule): the median of
     the per-repetition ratios EGA-1 / baseline and its distribution-free interval, from one bench run."""
@@ -166,7 +155,6 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
     verdict = cost_rule(*(ci or (None, None)), repetitions) if row is not None else Verdict.NO_DATA
     if row is not None and ci is None:
         verdict = Verdict.TOO_FEW_SEEDS  # a bench that kept no per-repetition ratios gives no interval
-    decided = verdict in (Verdict.HOLDS, Verdict.DOES_NOT_HOLD)
     ours = None if row is None else Summary(row.get("time_ratio"), None, repetitions)
     return Cost(
         section="cost",
@@ -184,7 +172,6 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
         kernel_floor=(row or {}).get("kernel_floor"),
         size=size,
         source=source,
-        p=sign_test_p(ratios, COST_MARGIN) if decided else None,
         code=Code([], None, [], [BENCH_RUN]) if bench is not None else None,
     )
 
