@@ -285,3 +285,62 @@ def test_moving_the_protocols_commit_after_the_runs_turns_a_registered_verdict_e
     assert mark() == "exploratory"
     recommit("2026-12-05T09:30:00+00:00")
     assert mark() == "partly registered (2 of 3 runs after the rule)"
+
+
+# ----------------------------------------------------------------------------- which runs a registration counts
+
+
+def test_a_registration_counts_the_runs_its_label_rests_on_not_every_run_of_its_variants():
+    """'EGA-1 is the best' reads db2 − EGA-1 and db4 − EGA-1; db2 beats EGA-1 by far more than the margin, so the
+    label 'does not hold' rests on that comparison alone: the runs of its shared seeds (EGA-1 and db2, seeds 1-4),
+    not db4's, and not the baseline's (no interval of the verdict reads it). Two of those eight started after the
+    rule: 'partly registered (2 of 8 runs after the rule)', where every run of the variants would read 2 of 16."""
+    from ega_lightning.experiments.comparisons import build_tables, build_variants
+
+    from .helpers import finished_runs
+
+    def losses(base: float, spread: float = 0.002) -> dict[int, dict[str, float]]:
+        return {s: {"final_val_loss": base + spread * (s % 3)} for s in (1, 2, 3, 4)}
+
+    runs = [
+        *finished_runs("ts-none", "none", losses(1.60)),
+        *finished_runs("ts-linear", "linear", losses(1.50)),
+        *finished_runs("ts-db2", "db2", losses(1.40)),
+        *finished_runs("ts-db4", "db4", {s: {"final_val_loss": 1.50 + 0.01 * (-1) ** s} for s in (1, 2, 3, 4)}),
+    ]
+    variants = build_variants(runs)
+    (table,) = build_tables(variants)
+    best = next(f for f in findings.correct(ablation.findings(table, variants)) if f.kind == "ablation_best")
+    assert best.verdict is rules.Verdict.DOES_NOT_HOLD
+    rule = datetime(2026, 12, 2, tzinfo=UTC)
+    starts = {r.run.run_name: datetime(2026, 12, 1, tzinfo=UTC) for r in runs}
+    starts["ts-linear-seed3"] = starts["ts-linear-seed4"] = datetime(2026, 12, 3, tzinfo=UTC)
+    dates = protocol.Dates({"ablation_best": rule}, "stated", None, None)
+    (marked,) = findings.conclude([best], starts, dates)
+    rests_on = sorted(f"ts-{v}-seed{s}" for v in ("linear", "db2") for s in range(1, 5))
+    assert sorted(findings.resting_on(best)) == rests_on
+    assert marked.registration.text() == "partly registered (2 of 8 runs after the rule)"
+    assert len(best.code.read) == 16  # every run of the four variants: what the mark counted before issue 51
+
+
+def test_a_rerun_of_a_committed_record_counts_from_the_records_first_commit(tmp_path):
+    """A record committed on 1 Dec and rewritten by a rerun on 6 Dec was first committed on 1 Dec: for a rule of
+    3 Dec the rerun is before it (it decides nothing its committed result did not)."""
+    repo = tmp_path / "repo"
+    runs_dir = repo / "results" / "runs"
+    runs_dir.mkdir(parents=True)
+    record = runs_dir / "ts-fox-seed1.json"
+    record.write_text('{"final": 1.6022433}\n')
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "record", date="2026-12-01T10:00:00+00:00")
+    record.write_text('{"final": 1.6022425}\n')
+    (runs_dir / "ts-alibi-seed1.json").write_text("{}\n")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "rerun, and a new record", date="2026-12-06T10:00:00+00:00")
+    first = protocol.first_committed(runs_dir)
+    assert first == {
+        "ts-fox-seed1": datetime(2026, 12, 1, 10, tzinfo=UTC),
+        "ts-alibi-seed1": datetime(2026, 12, 6, 10, tzinfo=UTC),
+    }
+    assert protocol.first_committed(tmp_path / "nowhere") == {}

@@ -67,6 +67,8 @@ class Code:
     # seeds whose runs on its sides name different machines (`comparisons.split_seeds`); not in results.json,
     # whose runs list each run's machine
     split: list[int] = field(default_factory=list, metadata=NOT_IN_RESULTS)
+    # per comparison it reads (in the order of the finding's ``reads``), the runs whose seeds enter its interval
+    entered: list[list[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -340,9 +342,21 @@ def pair(a: Variant | str, b: Variant | str) -> str:
     return " vs ".join(names)
 
 
-def code_of(*variants: Variant | None) -> Code:
+def entering(*sides: Variant | None) -> list[str]:
+    """The runs whose seeds enter an interval over ``sides``: the seeds every side finished (a paired interval, or
+    the mean of one side), or every finished run where the sides share no seed (Welch's interval)."""
+    if not sides or any(v is None or not v.done for v in sides):  # a side with no finished run: no interval
+        return []
+    done = [v.done for v in sides if v is not None]
+    shared = set.intersection(*({r.run.seed for r in runs} for runs in done))
+    return list(dict.fromkeys(r.run.run_name for runs in done for r in runs if not shared or r.run.seed in shared))
+
+
+def code_of(*variants: Variant | None, compared: Sequence[Sequence[Variant | None]] | None = None) -> Code:
     """Which code the sides of a comparison ran: per side, each fingerprint and the seeds that ran it;
-    a run's code is flagged when it is not established as today's (`provenance.code_status`)."""
+    a run's code is flagged when it is not established as today's (`provenance.code_status`). ``compared``: the
+    sides of each interval the finding reads, in its order (default: one interval over all ``variants``), whose
+    entering runs (`entering`) its registration counts."""
     sides, flagged = [], []
     for v in variants:
         if v is None or not v.done:  # a side with no finished run ran no code
@@ -358,7 +372,8 @@ def code_of(*variants: Variant | None) -> Code:
     pending = list(
         dict.fromkeys(r.run.run_name for v in variants if v is not None for r in v.runs if r.status != "done")
     )
-    return Code(sides, flag, [run for run, _ in flagged], read, pending, split_seeds(*variants))
+    entered = [entering(*sides) for sides in (compared if compared is not None else [variants])]
+    return Code(sides, flag, [run for run, _ in flagged], read, pending, split_seeds(*variants), entered=entered)
 
 
 # ----------------------------------------------------------------------------- families and seeds
@@ -428,15 +443,35 @@ def correct(found: list[Finding]) -> list[Finding]:
     return out
 
 
+def resting_on(f: Finding) -> list[str]:
+    """The runs a verdict's label rests on: those whose seeds enter the intervals (at the family's level) that
+    give the label alone (the gate that clears the positive control's threshold, the gate that beats EGA-1), or
+    every interval it reads where none does alone; a finding whose intervals name no runs: every run it reads."""
+    code = f.code
+    if code is None:
+        return []
+    if not code.entered or len(code.entered) != max(len(f.reads), 1):
+        return code.read
+    chosen = list(range(len(code.entered)))
+    if f.rule is not None and len(f.reads) > 1 and f.verdict is not None:
+        level = f.family_level if f.family_level is not None else LEVEL
+        wide = [widen(d, level) for _, d in f.reads]
+        alone = [i for i in chosen if f.rule(*(d if j == i else None for j, d in enumerate(wide))) is f.verdict]
+        chosen = alone or chosen
+    return list(dict.fromkeys(run for i in chosen for run in code.entered[i]))
+
+
 def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates: protocol.Dates) -> list[Finding]:
-    """Each verdict's registration: the date its protocol entry was fixed against the start of every run it reads
-    (``starts``: run name -> start). The labels are the families' (`correct`): the protocol has one error-control
-    scheme (its amendment of 2026-12-05 withdrew the study-wide Holm step-down)."""
+    """Each verdict's registration: the date its protocol entry was fixed against the start of every run its label
+    rests on (`resting_on`; ``starts``: run name -> start, a rerun's the first commit of its record). The labels are
+    the families' (`correct`): the protocol has one error-control scheme (its amendment of 2026-12-05 withdrew the
+    study-wide Holm step-down)."""
     out = []
     for f in (_registered_rule(f) for f in found):
         fixed = dates.by_kind.get(f.kind)
-        if fixed is not None and f.code is not None and f.code.read:
-            mark, after, n = protocol.registration(fixed, {r: starts.get(r) for r in f.code.read})
+        runs = resting_on(f)
+        if fixed is not None and runs:
+            mark, after, n = protocol.registration(fixed, {r: starts.get(r) for r in runs})
             f = replace(f, registration=Registration(mark, after, n, fixed.isoformat(timespec="minutes")))
         out.append(f)
     return out

@@ -325,6 +325,23 @@ def entry_dates(p: Protocol) -> Dates:
     return Dates(by_kind, "git", newest, max(lines.values()))
 
 
+def first_committed(records_dir: Path) -> dict[str, datetime]:
+    """Run name -> when its record (``records_dir``/<run>.json) was first committed, from git history ({} where it
+    cannot be read): a run rerun after its result was committed is, for a registration, as old as that result."""
+    if not records_dir.is_dir():
+        return {}
+    out = _git(records_dir, "log", "--diff-filter=A", "--format=%x00%ct", "--name-only", "--", ".")
+    first: dict[str, datetime] = {}
+    when = None
+    for line in (out or "").splitlines():
+        if line.startswith("\0"):
+            when = datetime.fromtimestamp(int(line[1:]), UTC)
+        elif line.endswith(".json") and when is not None:
+            name = Path(line).stem
+            first[name] = min(first.get(name, when), when)
+    return first
+
+
 def registration(fixed: datetime, starts: Mapping[str, datetime | None]) -> tuple[str, int, int]:
     """How a verdict stands to its rule: ("registered" | "partly registered" | "exploratory", runs after the
     rule, runs read). A run whose start is not known counts as before the rule."""

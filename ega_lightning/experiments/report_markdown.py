@@ -65,9 +65,13 @@ def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[st
         "",
         "- margins: " + "; ".join(f"{name} {m.value:g} {m.unit} ({m.reason})" for name, m in p.margins.items()),
         "- registration: each verdict is marked by when its protocol entry (its lines, its family's, its margins') "
-        "was committed against the start of every run it reads (a record without a start: its finished_at minus "
-        "its wall seconds): **registered** (the rule before every run), **partly registered** (k of n runs after "
-        "the rule), **exploratory** (the rule after every run). Here: "
+        "was committed against the start of every run its label rests on: the runs whose seeds enter the intervals "
+        "that give the label (those that give it alone where one does: the gate that clears the positive control's "
+        "threshold, the gate that beats EGA-1; else every interval it reads), not every run of its variants. A "
+        "record without a start: its finished_at minus its wall seconds; a run rerun after its record was first "
+        "committed counts from that commit (a rerun of a committed result decides nothing new). **registered** (the "
+        "rule before every such run), **partly registered** (k of n runs after the rule), **exploratory** (the rule "
+        "after every such run). Here: "
         + (", ".join(f"{n} {mark}" for mark, n in sorted(marks.items())) or "none")
         + ".",
         *(_amendment_line(a) for a in p.amendments),

@@ -79,7 +79,8 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
         others = [v for v in ranked if v.paper_name and v is not ega1 and v.gate != "none"]
         reads = [(pair(v, ega1), difference(v, ega1, "final_val_loss")) for v in others]
         in_paper = [v for v in ranked if v.paper_name]
-        rank = {"rank": in_paper.index(ega1) + 1, "paper_rows": len(in_paper), "code": code_of(*in_paper)}
+        code = code_of(*in_paper, compared=[(v, ega1) for v in others])
+        rank = {"rank": in_paper.index(ega1) + 1, "paper_rows": len(in_paper), "code": code}
         best = where._replace(subject=name(ega1))
         out.append(judged(Best, best, reads, claim="ablation:best", family="ablation", **rank))
     return out + [_pair(table, v, variants) for v in ranked if v.paper_name in paper.ABLATION]
