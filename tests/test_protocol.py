@@ -200,12 +200,14 @@ def test_a_study_that_judges_a_claim_by_another_rule_than_the_protocols_is_refus
     """The rule a claim names is the rule applied: a study names no rule (`findings.judged` takes the protocol's
     for the finding's kind and claim), and a finding judged by another rule all the same (built by hand) stops
     the report, naming both."""
-    d = Difference(0.01, 0.005, 0.015, 5, 4.0, "paired")
+    d = Difference(0.012, 0.004, 0.02, 5, 4.0, "paired")
     where = findings.Where("ablation", "tinyshakespeare", "r", "EGA-2 `ms2`", "EGA-1 `linear`")
     right = findings.judged(ablation.Pair, where, [("a", d)], claim="ablation:EGA-2")
     assert right.rule is rules.worse_rule and findings.correct([right])[0].rule_name == "worse"
     about = findings.judged(ablation.Pair, where, [("a", d)], claim="ablation:EGA-DB2")  # the same kind, another claim
     assert about.rule is rules.equivalence_rule and about.verdict is rules.Verdict.TOO_FEW_SEEDS
+    d = Difference(0.012, 0.007, 0.017, 5, 4.0, "paired")
+    right = findings.judged(ablation.Pair, where, [("a", d)], claim="ablation:EGA-2")
     assert right.verdict is rules.Verdict.DOES_NOT_HOLD  # the same interval, read by the worse rule
     wrong = dataclasses.replace(right, rule=rules.equivalence_rule)
     with pytest.raises(protocol.ProtocolError, match=r"equivalence_rule.*'worse'"):
@@ -344,3 +346,42 @@ def test_a_rerun_of_a_committed_record_counts_from_the_records_first_commit(tmp_
         "ts-alibi-seed1": datetime(2026, 12, 6, 10, tzinfo=UTC),
     }
     assert protocol.first_committed(tmp_path / "nowhere") == {}
+
+
+def test_an_amendment_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path):
+    """The protocol committed on 1 Dec without its amendment, the runs started on 2 Dec, the amendment committed on
+    5 Dec: a peer whose interval lies below 0 but straddles −0.005 read 'does not hold' against 0 and reads 'too few
+    seeds to tell' against the margin, so the amendment dates it ('exploratory', and says what it was); a peer
+    beyond +0.005 reads 'holds' either way and keeps its registration."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    path = repo / "protocol.yaml"
+    text = protocol.PATH.read_text()
+    path.write_text(text[: text.index("# Amendments:")])
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "protocol", date="2026-12-01T10:00:00+00:00")
+    path.write_text(text)
+    _git(repo, "commit", "-qam", "amendment", date="2026-12-05T10:00:00+00:00")
+    dates = protocol.entry_dates(protocol.load(path))
+    assert dates.amended == {51: datetime(2026, 12, 5, 10, tzinfo=UTC)}
+    assert dates.by_kind["peer"] == datetime(2026, 12, 1, 10, tzinfo=UTC)  # the amendment touched no entry's line
+
+    def peer(gate: str, d: Difference) -> findings.Finding:
+        where = findings.Where("peers", "tinyshakespeare", "r", gate, "baseline `none`")
+        code = findings.Code([], None, [], [f"{gate}-seed1", "none-seed1"])
+        return findings.judged(peers.Peer, where, [(gate, d)], claim=f"peer:{gate}", code=code, source="s")
+
+    # k = 2: each interval at 97.5%, the half-widths x1.187 (t at 9 df): [-0.0070, -0.0010] and [+0.046, +0.094]
+    changed = peer("output_headwise", Difference(-0.004, -0.0065, -0.0015, 10, 9.0, "paired"))
+    kept = peer("alibi", Difference(0.07, 0.05, 0.09, 10, 9.0, "paired"))
+    starts = {
+        "output_headwise-seed1": datetime(2026, 12, 2, tzinfo=UTC),
+        "alibi-seed1": datetime(2026, 12, 2, tzinfo=UTC),
+    }
+    starts["none-seed1"] = datetime(2026, 12, 2, tzinfo=UTC)
+    a, b = findings.conclude(findings.correct([changed, kept]), starts, dates)
+    assert a.verdict is rules.Verdict.TOO_FEW_SEEDS and (a.amended_from, a.amended_by) == ("does not hold", 51)
+    assert a.registration.text() == "exploratory; the amendment of 2026-12-05 changed its label (was: does not hold)"
+    assert b.verdict is rules.Verdict.HOLDS and b.amended_from is None
+    assert b.registration.text() == "registered"

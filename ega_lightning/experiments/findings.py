@@ -19,11 +19,15 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 from ega_lightning.experiments import paper, protocol
 from ega_lightning.experiments.comparisons import RunData, Variant, device, split_seeds, split_text
 from ega_lightning.experiments.rules import (
+    BEFORE,
     BY_NAME,
     MAX_SEEDS,
+    NOT_PAPER_REGIME,
     PROTOCOL,
+    SIZE_BEFORE,
     Rule,
     Verdict,
+    likely_verdict,
     registered,
     seeds_for_power,
     size_reading,
@@ -89,12 +93,16 @@ class Registration:
     mark: str  # registered | partly registered | exploratory
     after: int  # runs started after the rule
     runs: int  # runs it reads
-    fixed: str  # the date its protocol entry was committed (or stated)
+    fixed: str  # the date its protocol entry was committed (or stated); an amendment's, where it changed the label
+    amended: str | None = None  # the label before the amendment that changed it (None: no amendment changed it)
 
     def text(self) -> str:
+        mark = self.mark
         if self.mark == "partly registered":
-            return f"partly registered ({self.after} of {self.runs} runs after the rule)"
-        return self.mark
+            mark = f"partly registered ({self.after} of {self.runs} runs after the rule)"
+        if self.amended is not None:
+            mark += f"; the amendment of {self.fixed[:10]} changed its label (was: {self.amended})"
+        return mark
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,12 +138,15 @@ class Finding:
     family_level: float | None = None  # the level of each of its intervals
     nominal_verdict: Verdict | None = None  # the verdict at 95%, before the correction
     seeds_range: tuple[int, int] | None = None  # seeds_needed with the stds at the ends of their 95% intervals
+    seeds_verdict: Verdict | None = None  # the verdict those seeds would most likely reach (`rules.likely_verdict`)
     code: Code | None = None  # which code its sides ran
     rule_name: str | None = None  # the protocol's name of the rule that gave the verdict
     confirmatory: bool | None = None  # registered in the protocol as a confirmatory verdict
     magnitude: Magnitude | None = None  # an effect's size against the paper's figure (rule "effect")
     not_testable: str | None = None  # why the regime cannot test the claim (verdict "not testable here")
     registration: Registration | None = None
+    amended_from: str | None = None  # its label under the rules before the amendment that changed it, where it differs
+    amended_by: int | None = None  # that amendment's issue
     rule: Rule | None = field(default=None, compare=False, repr=False, metadata=NOT_IN_RESULTS)
     reads: tuple[tuple[str, Difference | None], ...] = ()  # the intervals its verdict reads, each named
 
@@ -159,11 +170,19 @@ class Finding:
             return f"**{self.verdict.value}**"
         m = self.magnitude
         if m is None or m.reading is None:
-            return f"direction **{self.verdict.value}**"
+            return f"effect **{self.verdict.value}**"
+        if m.reading == NOT_PAPER_REGIME:
+            return f"effect **{self.verdict.value}**, size **{m.reading}**{self.regime_text()}"
         ends = f" [{100 * m.low:.0f}%, {100 * m.high:.0f}%]" if m.low is not None and m.high is not None else ""
-        return (
-            f"direction **{self.verdict.value}**, size **{m.reading}** ({100 * m.fraction:.0f}%{ends} of the paper's)"
-        )
+        return f"effect **{self.verdict.value}**, size **{m.reading}** ({100 * m.fraction:.0f}%{ends} of the paper's)"
+
+    def size_regime(self) -> bool:
+        """Whether its regime is the paper's, where an effect's size is read (`rules.size_reading`)."""
+        return True
+
+    def regime_text(self) -> str:
+        """Why its regime is not the paper's, as the label says it."""
+        return ""
 
     def measured(self) -> str:
         """What was measured and its verdict, as its section says it."""
@@ -231,7 +250,8 @@ class Finding:
             low, high = self.seeds_range
             spread = f"; {count(low)} to {count(high)} with the std at the ends of its 95% interval"
         power = f"{100 * PROTOCOL.power:.0f}%"
-        return f"{count(self.seeds_needed)} paired seeds would decide it with {power} probability{spread}"
+        likely = f", most likely as **{self.seeds_verdict.value}**" if self.seeds_verdict is not None else ""
+        return f"{count(self.seeds_needed)} paired seeds would decide it with {power} probability{likely}{spread}"
 
     # ------------------------------------------------------------------------- its row of the claims table
 
@@ -432,15 +452,45 @@ def correct(found: list[Finding]) -> list[Finding]:
             f = replace(f, family=family, family_k=k, family_level=level, corrected=wide[0] if len(wide) == 1 else None)
             if f.rule is not None:
                 f = replace(f, verdict=f.rule(*wide), nominal_verdict=f.verdict)
-        if f.rule_name == "effect" and f.paper and f.interval is not None:
+        if f.rule_name == "effect" and f.paper and f.interval is not None and f.verdict is not Verdict.NOT_TESTABLE:
             d = f.corrected or f.interval
             ends = (d.low / f.paper, d.high / f.paper) if d.low is not None and d.high is not None else (None, None)
-            f = replace(f, magnitude=Magnitude(d.estimate / f.paper, *ends, size_reading(d, f.paper)))
+            reading = size_reading(d, f.paper, regime=f.size_regime())
+            f = replace(f, magnitude=Magnitude(d.estimate / f.paper, *ends, reading))
+        f = amended_label(f)
         projected = seeds_needed(f)
-        if projected is not None:
-            f = replace(f, seeds_needed=projected[0], seeds_range=projected[1:])
+        if projected is not None and f.rule is not None:
+            level = f.family_level if f.family_level is not None else LEVEL
+            likely = likely_verdict(f.rule, [d for _, d in f.reads], level, projected[0])
+            f = replace(f, seeds_needed=projected[0], seeds_range=projected[1:], seeds_verdict=likely)
         out.append(f)
     return out
+
+
+def amendment_of(rule_name: str | None) -> protocol.Amendment | None:
+    """The latest amendment of the protocol that changed the rule ``rule_name`` (None: none did)."""
+    return next((a for a in reversed(PROTOCOL.amendments) if rule_name in a.rules), None)
+
+
+def plain_label(verdict: Verdict, size: str | None = None) -> str:
+    """A label as plain words: the verdict, and an effect's size reading."""
+    return verdict.value + (f", size {size}" if size else "")
+
+
+def amended_label(f: Finding) -> Finding:
+    """``f`` with the label the rules gave before the amendment that changed its rule (`rules.BEFORE`, read from
+    the same intervals at the same level), where that label differs from its label now: the amendment then dates
+    its registration. A finding whose study read it before (the cost) is left as it is."""
+    amendment = amendment_of(f.rule_name)
+    if amendment is None or f.amended_by is not None or f.rule is None or not f.reads or f.verdict is None:
+        return f
+    level = f.family_level if f.family_level is not None else LEVEL
+    wide = [widen(d, level) for _, d in f.reads]
+    before = BEFORE[amendment.issue][f.rule_name](*wide)
+    size_now = f.magnitude.reading if f.magnitude is not None else None
+    size_then = SIZE_BEFORE[amendment.issue](f.corrected or f.interval, f.paper) if size_now and f.paper else None
+    was, now = plain_label(before, size_then), plain_label(f.verdict, size_now)
+    return f if was == now else replace(f, amended_from=was, amended_by=amendment.issue)
 
 
 def resting_on(f: Finding) -> list[str]:
@@ -468,11 +518,13 @@ def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates:
     study-wide Holm step-down)."""
     out = []
     for f in (_registered_rule(f) for f in found):
-        fixed = dates.by_kind.get(f.kind)
+        # an amendment that changed its label fixes it anew; one that left it as it was does not
+        fixed = dates.amended.get(f.amended_by) if f.amended_by is not None else dates.by_kind.get(f.kind)
         runs = resting_on(f)
         if fixed is not None and runs:
             mark, after, n = protocol.registration(fixed, {r: starts.get(r) for r in runs})
-            f = replace(f, registration=Registration(mark, after, n, fixed.isoformat(timespec="minutes")))
+            when = fixed.isoformat(timespec="minutes")
+            f = replace(f, registration=Registration(mark, after, n, when, f.amended_from))
         out.append(f)
     return out
 

@@ -262,6 +262,7 @@ class Dates:
     commit: str | None
     committed: datetime | None
     why: str = ""
+    amended: dict[int, datetime] = field(default_factory=dict)  # each amendment (its issue) -> its date
 
 
 def _git(cwd: Path, *args: str) -> str | None:
@@ -307,9 +308,8 @@ def entry_dates(p: Protocol) -> Dates:
     and its margins'; a line not yet committed counts as now (the rule is not registered)."""
     blamed = _blame(p.path)
     if isinstance(blamed, str):
-        stated = datetime.fromisoformat(p.registered)
-        stated = stated if stated.tzinfo else stated.replace(tzinfo=UTC)
-        return Dates({k: stated for k in p.verdicts}, "stated", None, None, blamed)
+        amended = {a.issue: _stated(a.date) for a in p.amendments}
+        return Dates({k: _stated(p.registered) for k in p.verdicts}, "stated", None, None, blamed, amended)
     lines, newest = blamed
     now = datetime.now(UTC)
 
@@ -322,7 +322,13 @@ def entry_dates(p: Protocol) -> Dates:
         if e.family is not None:
             spans.append(p.lines[f"families.{e.family}"])
         by_kind[kind] = max(newest_of(s) for s in spans)
-    return Dates(by_kind, "git", newest, max(lines.values()))
+    amended = {a.issue: newest_of(a.lines) for a in p.amendments}
+    return Dates(by_kind, "git", newest, max(lines.values()), amended=amended)
+
+
+def _stated(date: str) -> datetime:
+    stated = datetime.fromisoformat(date)
+    return stated if stated.tzinfo else stated.replace(tzinfo=UTC)
 
 
 def first_committed(records_dir: Path) -> dict[str, datetime]:
@@ -366,4 +372,9 @@ def as_dict(p: Protocol, dates: Dates) -> dict[str, Any]:
         "margins": {k: {"value": m.value, "unit": m.unit, "reason": m.reason} for k, m in p.margins.items()},
         "families": {k: {"reads": f.reads, "planned_seeds": f.planned_seeds} for k, f in p.families.items()},
         "fixed": {k: d.isoformat() for k, d in dates.by_kind.items()},
+        "amendments": [
+            {"issue": a.issue, "date": a.date, "rules": list(a.rules), "cost_device": a.cost_device, **a.text}
+            | ({"committed": dates.amended[a.issue].isoformat()} if a.issue in dates.amended else {})
+            for a in p.amendments
+        ],
     }
