@@ -19,7 +19,7 @@ from ega_lightning.experiments.provenance import code_status
 from ega_lightning.experiments.provenance import load as provenance_load
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import ablation, cost, tau_mechanism
+from ega_lightning.experiments.studies import ablation, cost, peers, tau_mechanism
 from ega_lightning.experiments.studies.frozen_tau import FrozenTau
 from ega_lightning.fingerprint import fingerprint
 from ega_lightning.io import write_atomic
@@ -792,3 +792,51 @@ def test_every_study_reads_groups_the_committed_specs_have():
         assert s.table_findings is None or s.groups, s.name
         assert set(s.groups or ()) <= groups, (s.name, s.groups, sorted(groups))
     assert {"leaderboard", "landscape"} <= {s.name for s in studies.STUDIES if s.groups}
+
+
+def test_ega1_best_says_which_gates_beat_it_and_is_measured_with_every_gate_it_reads():
+    """Issue 51: 'EGA-1 is the best' read 'rank 4 of 8' (means over 11 and 5 seeds side by side, the baseline
+    counted) and 'at 0.82M parameters' though it reads EGA-4 (826,272). It names the gates that beat EGA-1 by more
+    than the margin at the family's level, and its scale spans the parameters of every gate it reads."""
+    diffs = (0.030, 0.032, 0.034)  # EGA-4 better than EGA-1, beyond the margin even at the family's level
+    base = {1: 1.60, 2: 1.70, 3: 1.65}
+    ega1 = {s: b - 0.10 for s, b in base.items()}
+    per_entry = {
+        "none": ("none", None, base, 800_000),
+        "linear": ("linear", None, ega1, 802_080),
+        "ms4": (
+            "multiscale",
+            {"scales": 4},
+            {s: x - d for (s, x), d in zip(ega1.items(), diffs, strict=True)},
+            826_272,
+        ),
+        "db2": ("db2", None, {s: x + 0.001 for s, x in ega1.items()}, 802_080),  # about EGA-1
+    }
+    runs = []
+    for entry, (gate, options, losses, params) in per_entry.items():
+        for r in seeded(
+            entry,
+            gate,
+            "ablation",
+            {s: {"final_val_loss": x} for s, x in losses.items()},
+            **({"gate_options": options} if options else {}),
+        ):
+            runs.append(dataclasses.replace(r, n_params=params))
+    (best,) = found_by_kind(runs)["ablation_best"]
+    assert best.verdict is Verdict.DOES_NOT_HOLD and best.beaten_by() == ["EGA-4"]
+    assert best.ours_cell() == "EGA-4 beats it by more than 0.005 (paired, family level)"
+    assert "rank" not in best.ours_cell() + best.measured()
+    assert "0.8M–0.83M parameters" in best.regime  # EGA-1's 0.80M to EGA-4's 0.83M, not EGA-1's alone
+
+
+def test_a_family_interval_prints_the_side_of_the_margin_its_end_lies_on():
+    """Issue 51: EGA-DB2's tail printed its family interval [-3.0, +0.5] points beside 'holds' against a ±3 margin:
+    its low end, -2.993, lies inside. An end that would print as the margin gets the digits that show its side."""
+    where = findings.Where("peers", "tinyshakespeare", "r", "FoX `fox`", "baseline `none`")
+    d = Difference(0.012, 0.00497, 0.01903, 5, 4.0, "paired")
+    (f,) = findings.correct([findings.judged(peers.Peer, where, [("fox", d)], claim="peer:fox", source="s")])
+    assert f.verdict is Verdict.TOO_FEW_SEEDS and f.family_k == 1  # the low end misses +0.005 by 0.00003
+    assert "[+0.00497, +0.01903]" in f.family_cell()
+    far = Difference(0.012, 0.006, 0.018, 5, 4.0, "paired")
+    (g,) = findings.correct([findings.judged(peers.Peer, where, [("fox", far)], claim="peer:fox", source="s")])
+    assert "+0.012 [+0.006, +0.018]" in g.family_cell()  # no end near a margin: the table's usual digits

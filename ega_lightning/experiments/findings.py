@@ -21,10 +21,13 @@ from ega_lightning.experiments.comparisons import RunData, Variant, device, spli
 from ega_lightning.experiments.rules import (
     BEFORE,
     BY_NAME,
+    MARGIN,
     MAX_SEEDS,
     NOT_PAPER_REGIME,
     PROTOCOL,
     SIZE_BEFORE,
+    TAIL_MARGIN,
+    TAU_KEEP,
     Rule,
     Verdict,
     likely_verdict,
@@ -197,7 +200,16 @@ class Finding:
 
     def _corrected_text(self) -> str:
         scale, digits, signed = self.interval_format
-        return fmt_interval(self.corrected, signed=signed, scale=scale, digits=digits)
+        d = self.corrected
+        # an end that would print as the margin it decides against gets the digits that show on which side it lies
+        lines = [s * m for m in MARGINS.get(self.rule_name or "", ()) for s in (1, -1)]
+        while (
+            d is not None
+            and digits < 6
+            and any(_prints_as(end, line, scale, digits) for end in (d.low, d.high) for line in lines)
+        ):
+            digits += 1
+        return fmt_interval(d, signed=signed, scale=scale, digits=digits)
 
     def _family_sentence(self) -> str:
         if self.family is None:
@@ -305,6 +317,15 @@ class Finding:
 
 
 F = TypeVar("F", bound=Finding)
+
+# the margin each rule reads an interval against (its lines at ±), where the family's interval is printed
+MARGINS = {name: (MARGIN,) for name in ("effect", "lower", "worse", "best", "grows", "equivalent", "frozen")}
+MARGINS |= {"tail": (TAIL_MARGIN,), "forgets": (TAU_KEEP,)}
+
+
+def _prints_as(end: float | None, line: float, scale: float, digits: int) -> bool:
+    """Whether ``end``, not ``line`` itself, prints as ``line`` at ``digits``: its side of the line unreadable."""
+    return end is not None and end != line and round(end * scale, digits) == round(line * scale, digits)
 
 
 def judged(
