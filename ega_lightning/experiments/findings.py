@@ -308,6 +308,10 @@ class Finding:
         runs = self.code.runs
         return f"⚠ {self.code.flag} ({len(runs)} run{'s' if len(runs) > 1 else ''})" + machines
 
+    def family_read(self) -> Finding:
+        """Itself with what it derives from its verdict's intervals once its family has read them (`correct`)."""
+        return self
+
     def evidence(self) -> str:
         """The link to the evidence: its section."""
         return f"[{self.section}](#{anchor(self.section)})"
@@ -478,7 +482,7 @@ def correct(found: list[Finding]) -> list[Finding]:
             ends = (d.low / f.paper, d.high / f.paper) if d.low is not None and d.high is not None else (None, None)
             reading = size_reading(d, f.paper, regime=f.size_regime())
             f = replace(f, magnitude=Magnitude(d.estimate / f.paper, *ends, reading))
-        f = amended_label(f)
+        f = amended_label(f).family_read()
         projected = seeds_needed(f)
         if projected is not None and f.rule is not None:
             level = f.family_level if f.family_level is not None else LEVEL

@@ -369,6 +369,7 @@ def as_dict(p: Protocol, dates: Dates) -> dict[str, Any]:
         "registered": p.registered,
         "level": p.level,
         "power": p.power,
+        "max_seeds": p.max_seeds,
         "margins": {k: {"value": m.value, "unit": m.unit, "reason": m.reason} for k, m in p.margins.items()},
         "families": {k: {"reads": f.reads, "planned_seeds": f.planned_seeds} for k, f in p.families.items()},
         "fixed": {k: d.isoformat() for k, d in dates.by_kind.items()},

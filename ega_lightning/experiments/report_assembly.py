@@ -18,6 +18,7 @@ from ega_lightning.experiments import (
     protocol,
     provenance,
     report_markdown,
+    report_summary,
     results_json,
     rundirs,
     sizes,
@@ -96,10 +97,15 @@ def write_report(
     with staged_files(out) as stage:
         drawn, by_study = figure_choice.draw(stage, inputs, measured)
         scale = sizes.sizes(runs)
+        payload = json.dumps(
+            results_json.results(inputs, found, command, scale, dates, measured), indent=2, allow_nan=False
+        )
+        # the summary is written from results.json as the file holds it: every number of it is one of the file's
+        leaderboard = next(iter(by_study.get("leaderboard", [])), (None, None))[1]
+        summary = report_summary.summary(json.loads(payload), leaderboard)
         text = report_markdown.markdown(
-            inputs, found, drawn, command, runs_dir, scale, known, dates, measured, by_study
+            inputs, found, drawn, command, runs_dir, scale, known, dates, measured, by_study, summary
         )
         write_atomic(stage / "REPORT.md", text)
-        payload = results_json.results(inputs, found, command, scale, dates, measured)
-        write_atomic(stage / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
+        write_atomic(stage / "results.json", payload + "\n")
     return runs, out / "REPORT.md"

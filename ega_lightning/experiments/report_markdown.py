@@ -301,8 +301,10 @@ def markdown(
     dates: protocol.Dates | None = None,
     measured: Sequence[Measured] = (),
     study_figures: Mapping[str, Drawn] | None = None,
+    summary: Sequence[str] = (),
 ) -> str:
-    """REPORT.md: the claims (the paper's and each study's own), the method, each study's section that comes
+    """REPORT.md: the ``summary`` (`report_summary`, written from results.json), the claims (the paper's and each
+    study's own), the method, each study's section that comes
     first, the sections by group with their tables and figures (``figures``: by table title), each other study's
     section (``study_figures``: each study's drawn figures, by its name), the diagnostics, provenance and runs."""
     tables, runs = list(inputs.tables), list(inputs.runs)
@@ -314,6 +316,7 @@ def markdown(
     lines = [
         "# EGA experiment report",
         "",
+        *summary,
         f"`{command}`, from {', '.join(f'`{s}`' for s in specs)}: **{len(done)} of {len(runs)} runs finished**"
         + (" (the others are listed at the end and are in no number)." if missing else ".")
         + " Every number is also in `results.json`.",

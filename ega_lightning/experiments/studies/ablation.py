@@ -3,6 +3,7 @@ paper row against the row the paper sets it against (worse than EGA-1, or about 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -39,6 +40,7 @@ class Best(Finding):
     rank: int  # EGA-1's place among the paper's rows by mean final val loss (seed counts differ: not the verdict's)
     paper_rows: int
     others: list[str]  # the paper gates it reads against EGA-1, in the order of its ``reads``
+    beating: list[str] | None = None  # `beaten_by`, once its family is read (`family_read`)
 
     def beaten_by(self) -> list[str]:
         """The gates better than EGA-1 by more than the loss margin, each at the family's level (`rules.best_rule`)."""
@@ -49,6 +51,9 @@ class Best(Finding):
             for g, d in zip(self.others, wide, strict=True)
             if d is not None and d.high is not None and d.high < -MARGIN
         ]
+
+    def family_read(self) -> Best:
+        return dataclasses.replace(self, beating=self.beaten_by())
 
     def comparison(self) -> str:
         """What the verdict rests on, in words: the gates that beat EGA-1, paired seed by seed."""
