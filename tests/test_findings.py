@@ -13,13 +13,13 @@ import scipy.stats
 
 from ega_lightning.commands import report
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import comparisons, findings, landscape_results, rules, spec, stats, studies
+from ega_lightning.experiments import comparisons, findings, landscape_results, paper, rules, spec, stats, studies
 from ega_lightning.experiments.comparisons import SHAPE_KEYS, RunData, build_tables, build_variants
 from ega_lightning.experiments.provenance import code_status
 from ega_lightning.experiments.provenance import load as provenance_load
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import ablation, cost, tau_mechanism
+from ega_lightning.experiments.studies import ablation, cost, peers, tau_mechanism
 from ega_lightning.experiments.studies.frozen_tau import FrozenTau
 from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.io import write_atomic
@@ -94,20 +94,39 @@ def iv(low: float | None, high: float | None, estimate: float | None = None) -> 
 
 
 @pytest.mark.parametrize(
-    "d,direction,size",
+    "d,effect,size",
     [
         (iv(0.05, 0.15), Verdict.HOLDS, "reproduced"),
-        (iv(0.005, 0.02), Verdict.HOLDS, "not reproduced"),  # the direction holds, the size does not
+        (iv(0.006, 0.02), Verdict.HOLDS, "not reproduced"),  # beyond the margin, but not the paper's size
+        (iv(0.001, 0.02), Verdict.TOO_FEW_SEEDS, "not reproduced"),  # above 0, yet it straddles +0.005
+        (iv(-0.004, 0.003), Verdict.NEGLIGIBLE, "not reproduced"),  # within ±0.005: too small to matter
         (iv(-0.1, 0.2), Verdict.TOO_FEW_SEEDS, "undecided"),  # holds both 0 and the figure
-        (iv(-0.05, 0.02), Verdict.TOO_FEW_SEEDS, "not reproduced"),  # no direction, but not the paper's size
+        (iv(0.001, 0.2), Verdict.TOO_FEW_SEEDS, "undecided"),  # holds the figure, the effect not decided
+        (iv(-0.008, -0.0001), Verdict.TOO_FEW_SEEDS, "not reproduced"),  # below 0, yet it straddles −0.005
         (iv(-0.05, -0.01), Verdict.DOES_NOT_HOLD, "not reproduced"),
         (iv(None, None, 0.1), Verdict.TOO_FEW_SEEDS, None),  # one seed
         (None, Verdict.NO_DATA, None),
     ],
 )
-def test_an_effect_is_read_for_its_direction_and_its_size(d, direction, size):
-    assert rules.effect_rule(d) is direction
+def test_an_effect_is_read_three_ways_against_the_margin_and_for_its_size(d, effect, size):
+    """The amendment of 2026-12-05: an effect holds beyond +0.005, is negligible within ±0.005, does not hold
+    beyond −0.005; straddling either line it is undecided (before it, the same rule read against 0)."""
+    assert rules.MARGIN == 0.005
+    assert rules.effect_rule(d) is effect
     assert rules.size_reading(d, 0.103) == size
+    assert rules.size_reading(d, 0.103, regime=False) == (None if size is None else "not the paper's regime")
+
+
+def test_the_rules_before_the_amendment_read_against_0():
+    """What the amendment changed, kept to tell which labels it changed: the registered rules of 2026-12-02."""
+    before = rules.BEFORE[51]
+    assert before["effect"](iv(0.001, 0.02)) is Verdict.HOLDS and before["lower"](iv(-0.008, -0.0001)) is (
+        Verdict.DOES_NOT_HOLD
+    )
+    assert before["worse"](iv(-0.008, -0.0001)) is Verdict.HOLDS and before["best"](iv(0.001, 0.02)) is Verdict.HOLDS
+    assert before["grows"](iv(-0.03, 0.004)) is Verdict.DOES_NOT_HOLD
+    assert before["cost"](1.05, 1.15, 21) is Verdict.DOES_NOT_HOLD  # a bench of any device
+    assert rules.SIZE_BEFORE[51](iv(0.001, 0.2), 0.103) == "reproduced"  # the figure held and 0 excluded
 
 
 @pytest.mark.parametrize(
@@ -157,9 +176,11 @@ def test_equivalence_reads_wholly_inside_and_wholly_outside_the_registered_margi
 @pytest.mark.parametrize(
     "d,verdict",
     [
-        (iv(-0.05, -0.01), Verdict.HOLDS),
+        (iv(-0.05, -0.01), Verdict.HOLDS),  # EGA-1 − gate below −0.005: the gate is worse by more than the margin
+        (iv(-0.004, 0.004), Verdict.NEGLIGIBLE),
         (iv(0.01, 0.05), Verdict.DOES_NOT_HOLD),
         (iv(-0.05, 0.01), Verdict.TOO_FEW_SEEDS),
+        (iv(-0.05, -0.001), Verdict.TOO_FEW_SEEDS),  # below 0, yet it straddles −0.005
     ],
 )
 def test_worse_rule(d, verdict):
@@ -168,19 +189,25 @@ def test_worse_rule(d, verdict):
 
 def test_best_rule():
     assert rules.best_rule(iv(0.01, 0.03), iv(0.02, 0.05)) is Verdict.HOLDS
+    assert rules.best_rule(iv(0.01, 0.03), iv(0.002, 0.05)) is Verdict.TOO_FEW_SEEDS  # one not beyond the margin
     assert rules.best_rule(iv(0.01, 0.03), iv(-0.05, -0.02)) is Verdict.DOES_NOT_HOLD
+    assert rules.best_rule(iv(0.01, 0.03), iv(-0.05, -0.002)) is Verdict.TOO_FEW_SEEDS  # better, not by the margin
     assert rules.best_rule(iv(0.01, 0.03), iv(-0.01, 0.02)) is Verdict.TOO_FEW_SEEDS
     assert rules.best_rule() is Verdict.NO_DATA
 
 
 def test_growth_and_cost_rules():
     assert rules.growth_rule(iv(0.01, 0.05)) is Verdict.HOLDS
-    assert rules.growth_rule(iv(-0.03, 0.004)) is Verdict.DOES_NOT_HOLD  # any growth within the margin
+    assert rules.growth_rule(iv(-0.004, 0.004)) is Verdict.NEGLIGIBLE
+    assert rules.growth_rule(iv(-0.03, -0.01)) is Verdict.DOES_NOT_HOLD  # it shrinks by more than the margin
+    assert rules.growth_rule(iv(-0.03, 0.004)) is Verdict.TOO_FEW_SEEDS  # straddles −0.005
     assert rules.growth_rule(iv(-0.03, 0.01)) is Verdict.TOO_FEW_SEEDS
-    assert rules.cost_rule(0.98, 1.01, 21) is Verdict.HOLDS  # the median's interval wholly under x1.02
-    assert rules.cost_rule(1.05, 1.15, 21) is Verdict.DOES_NOT_HOLD
-    assert rules.cost_rule(0.99, 1.04, 21) is Verdict.TOO_FEW_SEEDS
-    assert rules.cost_rule(1.05, 1.15, 7) is Verdict.TOO_FEW_SEEDS  # a bench of fewer repetitions than registered
+    assert rules.COST_DEVICE == "gpu"  # the amendment of 2026-12-05: the paper's claim concerns a GPU
+    assert rules.cost_rule(0.98, 1.01, 21, "gpu") is Verdict.HOLDS  # the median's interval wholly under x1.02
+    assert rules.cost_rule(1.05, 1.15, 21, "gpu") is Verdict.DOES_NOT_HOLD
+    assert rules.cost_rule(0.99, 1.04, 21, "gpu") is Verdict.TOO_FEW_SEEDS
+    assert rules.cost_rule(1.05, 1.15, 7, "gpu") is Verdict.TOO_FEW_SEEDS  # fewer repetitions than registered
+    assert rules.cost_rule(1.05, 1.15, 21, "cpu") is Verdict.NOT_TESTABLE  # a CPU bench tests no GPU claim
 
 
 # ----------------------------------------------------------------------------- verdicts from synthetic records
@@ -261,6 +288,28 @@ def test_a_wide_interval_that_holds_the_papers_level_does_not_reproduce_it():
         assert got["tau"][0].verdict is tau
 
 
+@pytest.mark.parametrize(
+    "baseline_gap,verdict,size",
+    [
+        (0.005, Verdict.NOT_TESTABLE, None),  # smaller than the paper's +0.042: no size read, none kept (PTB's)
+        (0.17, Verdict.TOO_FEW_SEEDS, "not the paper's regime"),  # room for +0.042, below the overfitting line
+        (0.36, Verdict.TOO_FEW_SEEDS, "not reproduced"),  # the paper's regime (its baseline: 0.331)
+    ],
+)
+def test_a_gaps_size_is_read_only_in_the_papers_overfitting_regime(baseline_gap, verdict, size):
+    """Issue 51: the TinyShakespeare gap at the cpu size (baseline gap 0.173) read 'size not reproduced' though
+    the regime is not the paper's; results.json's PTB gap ('not testable here') still carried a size reading."""
+    gaps = {1: 0.0, 2: 0.01, 3: -0.008}  # EGA-1's gap against the baseline's, seed by seed
+    base = {s: {"final_gap": baseline_gap} for s in gaps}
+    ega1 = {s: {"final_gap": baseline_gap - g} for s, g in gaps.items()}
+    runs = seeded("none", "none", "main", base) + seeded("linear", "linear", "main", ega1)
+    (gap,) = found_by_kind(runs)["gap"]
+    assert gap.verdict is verdict
+    assert (gap.magnitude.reading if gap.magnitude else None) == size
+    if size == "not the paper's regime":
+        assert f"stays below the paper's overfitting line {paper.OVERFIT_GAP}" in gap.label_text()
+
+
 def ablation_claims(ega4_over_ega1: tuple[float, ...], db2: dict[int, float]) -> dict[str, findings.Finding]:
     """The ablation's claims from baseline, EGA-1 (0.10 better), EGA-4 (better than EGA-1 by ``ega4_over_ega1``,
     seed by seed) and DB2 (``db2``), seeds 1-3."""
@@ -283,7 +332,7 @@ def ablation_claims(ega4_over_ega1: tuple[float, ...], db2: dict[int, float]) ->
 
 
 def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decided():
-    diffs = (0.016, 0.024, 0.032)  # EGA-4 better than EGA-1
+    diffs = (0.026, 0.034, 0.042)  # EGA-4 better than EGA-1
     got = ablation_claims(diffs, {1: 1.601, 2: 1.699, 3: 1.6505})  # DB2 about baseline
     pair, best = got["ablation:EGA-4"], got["ablation:best"]
     # k = 3: EGA-4 vs EGA-1 (read by the pair and by "best"), DB2 vs baseline, DB2 vs EGA-1
@@ -295,34 +344,37 @@ def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decide
     low, high = scipy.stats.t.interval(1 - 0.05 / 3, 2, loc=mean, scale=sem)
     assert (pair.corrected.low, pair.corrected.high) == pytest.approx((low, high), abs=1e-9)
     low95, _ = scipy.stats.t.interval(0.95, 2, loc=mean, scale=sem)
-    assert pair.ours.low == pytest.approx(low95, abs=1e-9) and pair.ours.low > 0  # the nominal one excluded 0
+    assert pair.ours.low == pytest.approx(low95, abs=1e-9) and pair.ours.low > rules.MARGIN  # nominal: beyond +m
 
 
-def power_excluding_zero(mean: float, sd: float, n: int, level: float) -> float:
-    """P(a t interval at ``level`` over n values excludes 0), the values normal(mean, sd): noncentral t (scipy)."""
+def power_beyond_margin(mean: float, sd: float, n: int, level: float, m: float = rules.MARGIN) -> float:
+    """P(a t interval at ``level`` over n values lies wholly beyond +m or wholly beyond -m), the values
+    normal(mean, sd): the noncentral t (scipy), for an effect too far from 0 to fall within ±m."""
     t = scipy.stats.t.ppf(0.5 + level / 2, n - 1)
-    nc = mean * math.sqrt(n) / sd
-    return scipy.stats.nct.sf(t, n - 1, nc) + scipy.stats.nct.cdf(-t, n - 1, nc)
+    above, below = (mean - m) * math.sqrt(n) / sd, (mean + m) * math.sqrt(n) / sd
+    return scipy.stats.nct.sf(t, n - 1, above) + scipy.stats.nct.cdf(-t, n - 1, below)
 
 
 def test_seeds_needed_is_the_first_n_at_which_the_rule_decides_with_80_percent_power():
     """The simulation the report projects with against the noncentral t written out (scipy): at the count it
-    gives, the power is about 80%, one seed fewer it is not; the range widens it by the std's uncertainty."""
+    gives, the power is about 80%, one seed fewer it is not; the range widens it by the std's uncertainty; and it
+    names the verdict those seeds would reach (EGA-1 − gate +0.017: the gate better, 'worse' does not hold)."""
     d = stats.paired_difference([1.60, 1.70, 1.65], [1.58, 1.71, 1.61])  # mean +0.017, wide at n = 3
     where = findings.Where("g", "c", "r", "a", "b")
     f = findings.judged(ablation.Pair, where, [("a vs b", d)], claim="ablation:EGA-2")  # the protocol's: worse
     assert f.rule is rules.worse_rule and f.verdict is Verdict.TOO_FEW_SEEDS
     n, low, high = findings.seeds_needed(f)
     sd = statistics.stdev([0.02, -0.01, 0.04])
-    assert power_excluding_zero(d.estimate, sd, n, 0.95) >= 0.78  # 4,000 draws: within 2 points of 80%
-    assert power_excluding_zero(d.estimate, sd, n - 1, 0.95) < 0.82
+    assert power_beyond_margin(d.estimate, sd, n, 0.95) >= 0.78  # 4,000 draws: within 2 points of 80%
+    assert power_beyond_margin(d.estimate, sd, n - 1, 0.95) < 0.82
     assert low < n < high  # the std's 95% interval is wide at 3 seeds
+    assert findings.correct([f])[0].seeds_verdict is Verdict.DOES_NOT_HOLD
 
 
 def test_a_verdict_reading_several_intervals_is_projected_at_its_familys_level():
     """*EGA-1 is the best* reads every gate against EGA-1: the seeds that would decide it are counted at the
     family's Bonferroni level, like each single comparison's, not at 95%."""
-    diffs = (0.010, -0.002, 0.016)  # EGA-4 a little better than EGA-1: undecided at 3 seeds, even at 95%
+    diffs = (0.017, 0.005, 0.023)  # EGA-4 better than EGA-1: undecided at 3 seeds, even at 95%
     got = ablation_claims(diffs, {1: 1.602, 2: 1.704, 3: 1.656})  # DB2 about baseline, clearly worse than EGA-1
     best = got["ablation:best"]
     # k = 3: EGA-4 vs EGA-1 (read by its pair and by "best"), DB2 vs baseline, DB2 vs EGA-1 (clearly worse)
@@ -330,7 +382,7 @@ def test_a_verdict_reading_several_intervals_is_projected_at_its_familys_level()
     mean, sd = statistics.mean(diffs), statistics.stdev(diffs)
 
     def first_powered(level: float) -> int:  # the noncentral t, written out
-        return next(k for k in range(4, 200) if power_excluding_zero(mean, sd, k, level) >= 0.8)
+        return next(k for k in range(4, 200) if power_beyond_margin(mean, sd, k, level) >= 0.8)
 
     at_family, at_95 = first_powered(1 - 0.05 / 3), first_powered(0.95)
     assert at_family > at_95 + 1  # the two projections differ, so the assertion below tells them apart
@@ -596,10 +648,14 @@ def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp
     bench, source = cost.read_bench(None, records_dir, tmp_path / "results")
     assert source == "bench-cpu-32-true.md"
     f = cost.cost_finding(bench, source)
-    assert f.ours.mean == 1.1 and f.verdict is Verdict.DOES_NOT_HOLD
-    assert f.p == pytest.approx(2 / 2**21)  # the sign test: all 21 repetitions above the margin
+    # a CPU bench: its ratio said, the paper's GPU claim untested (the amendment of 2026-12-05; before: does not hold)
+    assert f.ours.mean == 1.1 and f.verdict is Verdict.NOT_TESTABLE and f.device == "cpu"
+    assert f.not_testable.startswith("×1.100 on CPU") and "GPU claim is untested" in f.not_testable
+    assert (f.amended_from, f.amended_by) == ("does not hold", 51)
+    gpu = cost.cost_finding(bench, "bench-cuda-bf16-mixed.md")
+    assert gpu.verdict is Verdict.DOES_NOT_HOLD and gpu.amended_from is None  # every ratio above x1.02
     short = {"sizes": [{"size": "cpu", "rows": {"linear": {**row, "repeats": 7, "time_ratios": ratios[:7]}}}]}
-    assert cost.cost_finding(short, source).verdict is Verdict.TOO_FEW_SEEDS  # fewer repetitions than registered
+    assert cost.cost_finding(short, "bench-cuda-bf16-mixed.md").verdict is Verdict.TOO_FEW_SEEDS  # fewer than 21
     write_atomic(tmp_path / "results" / "bench-list.json", "[]")  # JSON beside them that is no bench's
     sources = [source for _, source in cost.benches(records_dir, tmp_path / "results")]
     assert sources == ["bench-cpu-32-true.md", "bench-cpu-32-true-generation.md"]
@@ -712,3 +768,51 @@ def test_every_study_reads_groups_the_committed_specs_have():
         assert s.table_findings is None or s.groups, s.name
         assert set(s.groups or ()) <= groups, (s.name, s.groups, sorted(groups))
     assert {"leaderboard", "landscape"} <= {s.name for s in studies.STUDIES if s.groups}
+
+
+def test_ega1_best_says_which_gates_beat_it_and_is_measured_with_every_gate_it_reads():
+    """Issue 51: 'EGA-1 is the best' read 'rank 4 of 8' (means over 11 and 5 seeds side by side, the baseline
+    counted) and 'at 0.82M parameters' though it reads EGA-4 (826,272). It names the gates that beat EGA-1 by more
+    than the margin at the family's level, and its scale spans the parameters of every gate it reads."""
+    diffs = (0.030, 0.032, 0.034)  # EGA-4 better than EGA-1, beyond the margin even at the family's level
+    base = {1: 1.60, 2: 1.70, 3: 1.65}
+    ega1 = {s: b - 0.10 for s, b in base.items()}
+    per_entry = {
+        "none": ("none", None, base, 800_000),
+        "linear": ("linear", None, ega1, 802_080),
+        "ms4": (
+            "multiscale",
+            {"scales": 4},
+            {s: x - d for (s, x), d in zip(ega1.items(), diffs, strict=True)},
+            826_272,
+        ),
+        "db2": ("db2", None, {s: x + 0.001 for s, x in ega1.items()}, 802_080),  # about EGA-1
+    }
+    runs = []
+    for entry, (gate, options, losses, params) in per_entry.items():
+        for r in seeded(
+            entry,
+            gate,
+            "ablation",
+            {s: {"final_val_loss": x} for s, x in losses.items()},
+            **({"gate_options": options} if options else {}),
+        ):
+            runs.append(dataclasses.replace(r, n_params=params))
+    (best,) = found_by_kind(runs)["ablation_best"]
+    assert best.verdict is Verdict.DOES_NOT_HOLD and best.beaten_by() == ["EGA-4"]
+    assert best.ours_cell() == "EGA-4 beats it by more than 0.005 (paired, family level)"
+    assert "rank" not in best.ours_cell() + best.measured()
+    assert "0.8M–0.83M parameters" in best.regime  # EGA-1's 0.80M to EGA-4's 0.83M, not EGA-1's alone
+
+
+def test_a_family_interval_prints_the_side_of_the_margin_its_end_lies_on():
+    """Issue 51: EGA-DB2's tail printed its family interval [-3.0, +0.5] points beside 'holds' against a ±3 margin:
+    its low end, -2.993, lies inside. An end that would print as the margin gets the digits that show its side."""
+    where = findings.Where("peers", "tinyshakespeare", "r", "FoX `fox`", "baseline `none`")
+    d = Difference(0.012, 0.00497, 0.01903, 5, 4.0, "paired")
+    (f,) = findings.correct([findings.judged(peers.Peer, where, [("fox", d)], claim="peer:fox", source="s")])
+    assert f.verdict is Verdict.TOO_FEW_SEEDS and f.family_k == 1  # the low end misses +0.005 by 0.00003
+    assert "[+0.00497, +0.01903]" in f.family_cell()
+    far = Difference(0.012, 0.006, 0.018, 5, 4.0, "paired")
+    (g,) = findings.correct([findings.judged(peers.Peer, where, [("fox", far)], claim="peer:fox", source="s")])
+    assert "+0.012 [+0.006, +0.018]" in g.family_cell()  # no end near a margin: the table's usual digits

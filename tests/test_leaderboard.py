@@ -29,14 +29,17 @@ def iv(low: float | None, high: float | None) -> Difference:
 @pytest.mark.parametrize(
     "d,verdict",
     [
-        (iv(0.001, 0.02), Verdict.HOLDS),
-        (iv(-0.03, -0.001), Verdict.DOES_NOT_HOLD),
+        (iv(0.006, 0.02), Verdict.HOLDS),
+        (iv(0.001, 0.02), Verdict.TOO_FEW_SEEDS),  # above 0, yet not beyond the margin
+        (iv(-0.004, 0.002), Verdict.NEGLIGIBLE),
+        (iv(-0.03, -0.006), Verdict.DOES_NOT_HOLD),
+        (iv(-0.008, -0.00004), Verdict.TOO_FEW_SEEDS),  # the output gate's: below 0, straddling −0.005
         (iv(-0.01, 0.02), Verdict.TOO_FEW_SEEDS),
         (iv(None, None), Verdict.TOO_FEW_SEEDS),
         (None, Verdict.NO_DATA),
     ],
 )
-def test_a_peers_lower_loss_is_read_by_direction(d, verdict):
+def test_a_peers_lower_loss_is_read_three_ways_against_the_margin(d, verdict):
     assert rules.lower_rule(d) is verdict
 
 

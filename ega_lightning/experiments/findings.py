@@ -19,12 +19,18 @@ from typing import Any, ClassVar, NamedTuple, TypeVar
 from ega_lightning.experiments import paper, protocol
 from ega_lightning.experiments.comparisons import RunData, Variant, device, split_seeds, split_text
 from ega_lightning.experiments.rules import (
+    BEFORE,
     BY_NAME,
+    MARGIN,
     MAX_SEEDS,
+    NOT_PAPER_REGIME,
     PROTOCOL,
+    SIZE_BEFORE,
+    TAIL_MARGIN,
+    TAU_KEEP,
     Rule,
     Verdict,
-    decision_p,
+    likely_verdict,
     registered,
     seeds_for_power,
     size_reading,
@@ -68,6 +74,8 @@ class Code:
     # seeds whose runs on its sides name different machines (`comparisons.split_seeds`); not in results.json,
     # whose runs list each run's machine
     split: list[int] = field(default_factory=list, metadata=NOT_IN_RESULTS)
+    # per comparison it reads (in the order of the finding's ``reads``), the runs whose seeds enter its interval
+    entered: list[list[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -88,12 +96,16 @@ class Registration:
     mark: str  # registered | partly registered | exploratory
     after: int  # runs started after the rule
     runs: int  # runs it reads
-    fixed: str  # the date its protocol entry was committed (or stated)
+    fixed: str  # the date its protocol entry was committed (or stated); an amendment's, where it changed the label
+    amended: str | None = None  # the label before the amendment that changed it (None: no amendment changed it)
 
     def text(self) -> str:
+        mark = self.mark
         if self.mark == "partly registered":
-            return f"partly registered ({self.after} of {self.runs} runs after the rule)"
-        return self.mark
+            mark = f"partly registered ({self.after} of {self.runs} runs after the rule)"
+        if self.amended is not None:
+            mark += f"; the amendment of {self.fixed[:10]} changed its label (was: {self.amended})"
+        return mark
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,18 +141,15 @@ class Finding:
     family_level: float | None = None  # the level of each of its intervals
     nominal_verdict: Verdict | None = None  # the verdict at 95%, before the correction
     seeds_range: tuple[int, int] | None = None  # seeds_needed with the stds at the ends of their 95% intervals
+    seeds_verdict: Verdict | None = None  # the verdict those seeds would most likely reach (`rules.likely_verdict`)
     code: Code | None = None  # which code its sides ran
     rule_name: str | None = None  # the protocol's name of the rule that gave the verdict
     confirmatory: bool | None = None  # registered in the protocol as a confirmatory verdict
     magnitude: Magnitude | None = None  # an effect's size against the paper's figure (rule "effect")
     not_testable: str | None = None  # why the regime cannot test the claim (verdict "not testable here")
-    p: float | None = None  # the verdict's own p (`rules.decision_p`), for the study-wide Holm step-down
-    holm: bool | None = None  # survives the study-wide Holm step-down (None: not a decided confirmatory verdict)
-    holm_threshold: float | None = None  # the α its step of the Holm step-down compared p against
-    p_size: float | None = None  # an effect's size "not reproduced": its own p (`rules.decision_p`)
-    holm_size: bool | None = None  # that size reading survives the study-wide Holm step-down
-    holm_size_threshold: float | None = None
     registration: Registration | None = None
+    amended_from: str | None = None  # its label under the rules before the amendment that changed it, where it differs
+    amended_by: int | None = None  # that amendment's issue
     rule: Rule | None = field(default=None, compare=False, repr=False, metadata=NOT_IN_RESULTS)
     reads: tuple[tuple[str, Difference | None], ...] = ()  # the intervals its verdict reads, each named
 
@@ -164,11 +173,19 @@ class Finding:
             return f"**{self.verdict.value}**"
         m = self.magnitude
         if m is None or m.reading is None:
-            return f"direction **{self.verdict.value}**"
+            return f"effect **{self.verdict.value}**"
+        if m.reading == NOT_PAPER_REGIME:
+            return f"effect **{self.verdict.value}**, size **{m.reading}**{self.regime_text()}"
         ends = f" [{100 * m.low:.0f}%, {100 * m.high:.0f}%]" if m.low is not None and m.high is not None else ""
-        return (
-            f"direction **{self.verdict.value}**, size **{m.reading}** ({100 * m.fraction:.0f}%{ends} of the paper's)"
-        )
+        return f"effect **{self.verdict.value}**, size **{m.reading}** ({100 * m.fraction:.0f}%{ends} of the paper's)"
+
+    def size_regime(self) -> bool:
+        """Whether its regime is the paper's, where an effect's size is read (`rules.size_reading`)."""
+        return True
+
+    def regime_text(self) -> str:
+        """Why its regime is not the paper's, as the label says it."""
+        return ""
 
     def measured(self) -> str:
         """What was measured and its verdict, as its section says it."""
@@ -183,7 +200,16 @@ class Finding:
 
     def _corrected_text(self) -> str:
         scale, digits, signed = self.interval_format
-        return fmt_interval(self.corrected, signed=signed, scale=scale, digits=digits)
+        d = self.corrected
+        # an end that would print as the margin it decides against gets the digits that show on which side it lies
+        lines = [s * m for m in MARGINS.get(self.rule_name or "", ()) for s in (1, -1)]
+        while (
+            d is not None
+            and digits < 6
+            and any(_prints_as(end, line, scale, digits) for end in (d.low, d.high) for line in lines)
+        ):
+            digits += 1
+        return fmt_interval(d, signed=signed, scale=scale, digits=digits)
 
     def _family_sentence(self) -> str:
         if self.family is None:
@@ -236,7 +262,8 @@ class Finding:
             low, high = self.seeds_range
             spread = f"; {count(low)} to {count(high)} with the std at the ends of its 95% interval"
         power = f"{100 * PROTOCOL.power:.0f}%"
-        return f"{count(self.seeds_needed)} paired seeds would decide it with {power} probability{spread}"
+        likely = f", most likely as **{self.seeds_verdict.value}**" if self.seeds_verdict is not None else ""
+        return f"{count(self.seeds_needed)} paired seeds would decide it with {power} probability{likely}{spread}"
 
     # ------------------------------------------------------------------------- its row of the claims table
 
@@ -262,22 +289,9 @@ class Finding:
         seeds = self.seeds_text()
         return (self.label_text() or "**None**") + (f" ({seeds})" if seeds else "")
 
-    def holm_cell(self) -> str:
-        if self.confirmatory is False:
-            return "exploratory"
-
-        def reading(survives: bool | None, p: float | None, threshold: float | None) -> str:
-            if survives is None:
-                return "—"
-            sign = "≤" if survives else ">"
-            return f"{'survives' if survives else 'does not survive'} (p {_p(p)} {sign} {_p(threshold)})"
-
-        own = reading(self.holm, self.p, self.holm_threshold)
-        if self.rule_name != "effect" or self.holm_size is None:
-            return own
-        return f"direction: {own}; size: {reading(self.holm_size, self.p_size, self.holm_size_threshold)}"
-
     def registration_cell(self) -> str:
+        if self.confirmatory is False:
+            return "exploratory (not confirmatory)"
         text = self.registration.text() if self.registration is not None else "—"
         pending = self.code.pending if self.code is not None else []
         if pending and self.verdict is not None:
@@ -294,6 +308,10 @@ class Finding:
         runs = self.code.runs
         return f"⚠ {self.code.flag} ({len(runs)} run{'s' if len(runs) > 1 else ''})" + machines
 
+    def family_read(self) -> Finding:
+        """Itself with what it derives from its verdict's intervals once its family has read them (`correct`)."""
+        return self
+
     def evidence(self) -> str:
         """The link to the evidence: its section."""
         return f"[{self.section}](#{anchor(self.section)})"
@@ -303,6 +321,15 @@ class Finding:
 
 
 F = TypeVar("F", bound=Finding)
+
+# the margin each rule reads an interval against (its lines at ±), where the family's interval is printed
+MARGINS = {name: (MARGIN,) for name in ("effect", "lower", "worse", "best", "grows", "equivalent", "frozen")}
+MARGINS |= {"tail": (TAIL_MARGIN,), "forgets": (TAU_KEEP,)}
+
+
+def _prints_as(end: float | None, line: float, scale: float, digits: int) -> bool:
+    """Whether ``end``, not ``line`` itself, prints as ``line`` at ``digits``: its side of the line unreadable."""
+    return end is not None and end != line and round(end * scale, digits) == round(line * scale, digits)
 
 
 def judged(
@@ -360,9 +387,21 @@ def pair(a: Variant | str, b: Variant | str) -> str:
     return " vs ".join(names)
 
 
-def code_of(*variants: Variant | None) -> Code:
+def entering(*sides: Variant | None) -> list[str]:
+    """The runs whose seeds enter an interval over ``sides``: the seeds every side finished (a paired interval, or
+    the mean of one side), or every finished run where the sides share no seed (Welch's interval)."""
+    if not sides or any(v is None or not v.done for v in sides):  # a side with no finished run: no interval
+        return []
+    done = [v.done for v in sides if v is not None]
+    shared = set.intersection(*({r.run.seed for r in runs} for runs in done))
+    return list(dict.fromkeys(r.run.run_name for runs in done for r in runs if not shared or r.run.seed in shared))
+
+
+def code_of(*variants: Variant | None, compared: Sequence[Sequence[Variant | None]] | None = None) -> Code:
     """Which code the sides of a comparison ran: per side, each fingerprint and the seeds that ran it;
-    a run's code is flagged when it is not established as today's (`provenance.code_status`)."""
+    a run's code is flagged when it is not established as today's (`provenance.code_status`). ``compared``: the
+    sides of each interval the finding reads, in its order (default: one interval over all ``variants``), whose
+    entering runs (`entering`) its registration counts."""
     sides, flagged = [], []
     for v in variants:
         if v is None or not v.done:  # a side with no finished run ran no code
@@ -378,14 +417,11 @@ def code_of(*variants: Variant | None) -> Code:
     pending = list(
         dict.fromkeys(r.run.run_name for v in variants if v is not None for r in v.runs if r.status != "done")
     )
-    return Code(sides, flag, [run for run, _ in flagged], read, pending, split_seeds(*variants))
+    entered = [entering(*sides) for sides in (compared if compared is not None else [variants])]
+    return Code(sides, flag, [run for run, _ in flagged], read, pending, split_seeds(*variants), entered=entered)
 
 
 # ----------------------------------------------------------------------------- families and seeds
-
-
-def _p(p: float | None) -> str:
-    return "—" if p is None else (f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}")
 
 
 def seeds_needed(f: Finding) -> tuple[int, int, int] | None:
@@ -441,70 +477,79 @@ def correct(found: list[Finding]) -> list[Finding]:
             f = replace(f, family=family, family_k=k, family_level=level, corrected=wide[0] if len(wide) == 1 else None)
             if f.rule is not None:
                 f = replace(f, verdict=f.rule(*wide), nominal_verdict=f.verdict)
-        if f.rule_name == "effect" and f.paper and f.interval is not None:
+        if f.rule_name == "effect" and f.paper and f.interval is not None and f.verdict is not Verdict.NOT_TESTABLE:
             d = f.corrected or f.interval
             ends = (d.low / f.paper, d.high / f.paper) if d.low is not None and d.high is not None else (None, None)
-            f = replace(f, magnitude=Magnitude(d.estimate / f.paper, *ends, size_reading(d, f.paper)))
+            reading = size_reading(d, f.paper, regime=f.size_regime())
+            f = replace(f, magnitude=Magnitude(d.estimate / f.paper, *ends, reading))
+        f = amended_label(f).family_read()
         projected = seeds_needed(f)
-        if projected is not None:
-            f = replace(f, seeds_needed=projected[0], seeds_range=projected[1:])
+        if projected is not None and f.rule is not None:
+            level = f.family_level if f.family_level is not None else LEVEL
+            likely = likely_verdict(f.rule, [d for _, d in f.reads], level, projected[0])
+            f = replace(f, seeds_needed=projected[0], seeds_range=projected[1:], seeds_verdict=likely)
         out.append(f)
     return out
 
 
-def _size_p(f: Finding) -> float | None:
-    """The p of an effect's size "not reproduced": the smallest α at which its interval still excludes the
-    paper's figure (None when its size is not "not reproduced")."""
-    figure = f.paper
-    if figure is None or not f.reads:
-        return None
+def amendment_of(rule_name: str | None) -> protocol.Amendment | None:
+    """The latest amendment of the protocol that changed the rule ``rule_name`` (None: none did)."""
+    return next((a for a in reversed(PROTOCOL.amendments) if rule_name in a.rules), None)
 
-    def excluded(d: Difference | None) -> Verdict:
-        return Verdict.HOLDS if size_reading(d, figure) == "not reproduced" else Verdict.TOO_FEW_SEEDS
 
-    return decision_p(excluded, [f.reads[0][1]], Verdict.HOLDS)
+def plain_label(verdict: Verdict, size: str | None = None) -> str:
+    """A label as plain words: the verdict, and an effect's size reading."""
+    return verdict.value + (f", size {size}" if size else "")
+
+
+def amended_label(f: Finding) -> Finding:
+    """``f`` with the label the rules gave before the amendment that changed its rule (`rules.BEFORE`, read from
+    the same intervals at the same level), where that label differs from its label now: the amendment then dates
+    its registration. A finding whose study read it before (the cost) is left as it is."""
+    amendment = amendment_of(f.rule_name)
+    if amendment is None or f.amended_by is not None or f.rule is None or not f.reads or f.verdict is None:
+        return f
+    level = f.family_level if f.family_level is not None else LEVEL
+    wide = [widen(d, level) for _, d in f.reads]
+    before = BEFORE[amendment.issue][f.rule_name](*wide)
+    size_now = f.magnitude.reading if f.magnitude is not None else None
+    size_then = SIZE_BEFORE[amendment.issue](f.corrected or f.interval, f.paper) if size_now and f.paper else None
+    was, now = plain_label(before, size_then), plain_label(f.verdict, size_now)
+    return f if was == now else replace(f, amended_from=was, amended_by=amendment.issue)
+
+
+def resting_on(f: Finding) -> list[str]:
+    """The runs a verdict's label rests on: those whose seeds enter the intervals (at the family's level) that
+    give the label alone (the gate that clears the positive control's threshold, the gate that beats EGA-1), or
+    every interval it reads where none does alone; a finding whose intervals name no runs: every run it reads."""
+    code = f.code
+    if code is None:
+        return []
+    if not code.entered or len(code.entered) != max(len(f.reads), 1):
+        return code.read
+    chosen = list(range(len(code.entered)))
+    if f.rule is not None and len(f.reads) > 1 and f.verdict is not None:
+        level = f.family_level if f.family_level is not None else LEVEL
+        wide = [widen(d, level) for _, d in f.reads]
+        alone = [i for i in chosen if f.rule(*(d if j == i else None for j, d in enumerate(wide))) is f.verdict]
+        chosen = alone or chosen
+    return list(dict.fromkeys(run for i in chosen for run in code.entered[i]))
 
 
 def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates: protocol.Dates) -> list[Finding]:
-    """The study-wide reading of every confirmatory verdict: its own p (`rules.decision_p`, unless its study
-    gave one), the Holm step-down over all of them at the protocol's level (m: every confirmatory verdict
-    read, decided or not), and each verdict's registration: the date its protocol entry was fixed against
-    the start of every run it reads (``starts``: run name -> start)."""
-    found = [_registered_rule(f) for f in found]
-    found = [
-        replace(f, p=decision_p(f.rule, [d for _, d in f.reads], f.verdict))
-        if f.confirmatory and f.rule is not None and f.verdict is not None and f.p is None
-        else f
-        for f in found
-    ]
-    # the hypotheses: every confirmatory verdict read, and an effect's size against the paper's figure
-    tested: list[tuple[int, str, float | None]] = []
-    for i, f in enumerate(found):
-        if not f.confirmatory or f.verdict in (None, Verdict.NO_DATA, Verdict.NOT_TESTABLE):
-            continue
-        tested.append((i, "verdict", f.p))
-        if f.rule_name == "effect" and f.paper is not None and f.reads:
-            tested.append((i, "size", _size_p(f)))
-    m = len(tested)
-    alpha = 1.0 - PROTOCOL.study_wide_level
-    holm: dict[tuple[int, str], tuple[bool, float]] = {}
-    going = True
-    for step, (i, which, p) in enumerate(sorted(tested, key=lambda t: (t[2] is None, t[2] or 0.0))):
-        threshold = alpha / (m - step)
-        going = going and p is not None and p <= threshold
-        if p is not None:
-            holm[(i, which)] = (going, threshold)
+    """Each verdict's registration: the date its protocol entry was fixed against the start of every run its label
+    rests on (`resting_on`; ``starts``: run name -> start, a rerun's the first commit of its record). The labels are
+    the families' (`correct`): the protocol has one error-control scheme (its amendment of 2026-12-05 withdrew the
+    study-wide Holm step-down)."""
     out = []
-    for i, f in enumerate(found):
-        if (i, "verdict") in holm:
-            f = replace(f, holm=holm[(i, "verdict")][0], holm_threshold=holm[(i, "verdict")][1])
-        if (i, "size") in holm:
-            survives, threshold = holm[(i, "size")]
-            f = replace(f, p_size=_size_p(f), holm_size=survives, holm_size_threshold=threshold)
-        fixed = dates.by_kind.get(f.kind)
-        if fixed is not None and f.code is not None and f.code.read:
-            mark, after, n = protocol.registration(fixed, {r: starts.get(r) for r in f.code.read})
-            f = replace(f, registration=Registration(mark, after, n, fixed.isoformat(timespec="minutes")))
+    for f in (_registered_rule(f) for f in found):
+        # an amendment that changed its label fixes it anew; one that left it as it was does not
+        fixed = dates.amended.get(f.amended_by) if f.amended_by is not None else dates.by_kind.get(f.kind)
+        runs = resting_on(f)
+        if fixed is not None and runs:
+            mark, after, n = protocol.registration(fixed, {r: starts.get(r) for r in runs})
+            when = fixed.isoformat(timespec="minutes")
+            f = replace(f, registration=Registration(mark, after, n, when, f.amended_from))
         out.append(f)
     return out
 

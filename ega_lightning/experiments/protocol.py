@@ -70,11 +70,23 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Amendment:
+    """A change to the registered rules made after some of their runs (`amendments:`), dated by its own commit: the
+    verdicts whose label it changes are fixed at its date, the others keep their entry's."""
+
+    date: str  # the date it states, where git history cannot be read
+    issue: int
+    rules: tuple[str, ...]  # the rules whose reading it changes (each label is read before and after it)
+    cost_device: str | None  # the device whose bench the cost claim is read from
+    text: dict[str, str]  # what it changes, by its keys (why, error_control, ...), as the method note says it
+    lines: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True)
 class Protocol:
     path: Path
     registered: str
     level: float
-    study_wide_level: float
     power: float
     max_seeds: int
     stopping: str
@@ -83,6 +95,7 @@ class Protocol:
     families: dict[str, Family]
     verdicts: dict[str, Entry]
     lines: dict[str, tuple[int, int]]  # "margins.<name>" / "families.<name>" -> its lines
+    amendments: tuple[Amendment, ...] = ()
 
     def margin(self, name: str) -> float:
         return self.margins[name].value
@@ -109,6 +122,23 @@ def _spans(node: yaml.Node) -> dict[str, tuple[int, int]]:
     return {k.value: (a, b - 1) for k, a, b in zip(keys, starts, [*starts[1:], stop + 1], strict=True)}
 
 
+def _trimmed(span: tuple[int, int], lines: list[str]) -> tuple[int, int]:
+    """``span`` less the blank and comment lines at its end (the comment that opens the next section)."""
+    first, last = span
+    while last > first and (not lines[last - 1].strip() or lines[last - 1].lstrip().startswith("#")):
+        last -= 1
+    return first, last
+
+
+def _amendment_spans(node: yaml.Node, lines: list[str]) -> list[tuple[int, int]]:
+    """The lines of each item of the `amendments:` list (1-based, inclusive)."""
+    if not isinstance(node, yaml.SequenceNode):
+        return []
+    starts = [item.start_mark.line + 1 for item in node.value]
+    ends = [*(s - 1 for s in starts[1:]), node.end_mark.line + 1]
+    return [_trimmed((a, min(b, len(lines))), lines) for a, b in zip(starts, ends, strict=True)]
+
+
 def _children(node: yaml.Node) -> dict[str, yaml.Node]:
     return {k.value: v for k, v in node.value} if isinstance(node, yaml.MappingNode) else {}
 
@@ -133,7 +163,8 @@ def load(path: Path = PATH) -> Protocol:
             )
             for k, v in data["families"].items()
         }
-        verdict_lines = _spans(nodes["verdicts"])
+        text_lines = text.splitlines()
+        verdict_lines = {k: _trimmed(s, text_lines) for k, s in _spans(nodes["verdicts"]).items()}
         verdicts = {
             kind: Entry(
                 kind,
@@ -149,13 +180,25 @@ def load(path: Path = PATH) -> Protocol:
             )
             for kind, v in data["verdicts"].items()
         }
-        lines = {f"margins.{k}": span for k, span in _spans(nodes["margins"]).items()}
-        lines.update({f"families.{k}": span for k, span in _spans(nodes["families"]).items()})
+        lines = {f"margins.{k}": _trimmed(s, text_lines) for k, s in _spans(nodes["margins"]).items()}
+        lines.update({f"families.{k}": _trimmed(s, text_lines) for k, s in _spans(nodes["families"]).items()})
+        amended = data.get("amendments") or []
+        spans = _amendment_spans(nodes.get("amendments"), text_lines)
+        amendments = tuple(
+            Amendment(
+                str(a["date"]),
+                int(a["issue"]),
+                tuple(a.get("rules") or ()),
+                a.get("cost_device"),
+                {k: str(v) for k, v in a.items() if isinstance(v, str) and k not in ("date", "cost_device")},
+                span,
+            )
+            for a, span in zip(amended, spans, strict=True)
+        )
         protocol = Protocol(
             path,
             str(data["registered"]),
             float(data["level"]),
-            float(data["study_wide"]["level"]),
             float(data["power"]),
             int(data["max_seeds"]),
             str(data["stopping"]),
@@ -164,6 +207,7 @@ def load(path: Path = PATH) -> Protocol:
             families,
             verdicts,
             lines,
+            amendments,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ProtocolError(f"the protocol {path} lacks or garbles {err}.") from None
@@ -186,6 +230,12 @@ def _check(p: Protocol) -> None:
         problems += [f"`{e.kind}` names the margin {m!r}, not defined" for m in e.margins if m not in p.margins]
         if e.testable is not None and e.testable not in TESTABLE:
             problems.append(f"`{e.kind}` is testable under {e.testable!r}, not one of {', '.join(TESTABLE)}")
+    for a in p.amendments:
+        problems += [
+            f"the amendment of {a.date} changes the rule {r!r}, not one of {', '.join(RULE_NAMES)}"
+            for r in a.rules
+            if r not in RULE_NAMES
+        ]
     counts: dict[str, set[int]] = {}
     for family in p.families.values():
         for entry, n in family.planned_seeds.items():
@@ -212,6 +262,7 @@ class Dates:
     commit: str | None
     committed: datetime | None
     why: str = ""
+    amended: dict[int, datetime] = field(default_factory=dict)  # each amendment (its issue) -> its date
 
 
 def _git(cwd: Path, *args: str) -> str | None:
@@ -257,9 +308,8 @@ def entry_dates(p: Protocol) -> Dates:
     and its margins'; a line not yet committed counts as now (the rule is not registered)."""
     blamed = _blame(p.path)
     if isinstance(blamed, str):
-        stated = datetime.fromisoformat(p.registered)
-        stated = stated if stated.tzinfo else stated.replace(tzinfo=UTC)
-        return Dates({k: stated for k in p.verdicts}, "stated", None, None, blamed)
+        amended = {a.issue: _stated(a.date) for a in p.amendments}
+        return Dates({k: _stated(p.registered) for k in p.verdicts}, "stated", None, None, blamed, amended)
     lines, newest = blamed
     now = datetime.now(UTC)
 
@@ -272,7 +322,30 @@ def entry_dates(p: Protocol) -> Dates:
         if e.family is not None:
             spans.append(p.lines[f"families.{e.family}"])
         by_kind[kind] = max(newest_of(s) for s in spans)
-    return Dates(by_kind, "git", newest, max(lines.values()))
+    amended = {a.issue: newest_of(a.lines) for a in p.amendments}
+    return Dates(by_kind, "git", newest, max(lines.values()), amended=amended)
+
+
+def _stated(date: str) -> datetime:
+    stated = datetime.fromisoformat(date)
+    return stated if stated.tzinfo else stated.replace(tzinfo=UTC)
+
+
+def first_committed(records_dir: Path) -> dict[str, datetime]:
+    """Run name -> when its record (``records_dir``/<run>.json) was first committed, from git history ({} where it
+    cannot be read): a run rerun after its result was committed is, for a registration, as old as that result."""
+    if not records_dir.is_dir():
+        return {}
+    out = _git(records_dir, "log", "--diff-filter=A", "--format=%x00%ct", "--name-only", "--", ".")
+    first: dict[str, datetime] = {}
+    when = None
+    for line in (out or "").splitlines():
+        if line.startswith("\0"):
+            when = datetime.fromtimestamp(int(line[1:]), UTC)
+        elif line.endswith(".json") and when is not None:
+            name = Path(line).stem
+            first[name] = min(first.get(name, when), when)
+    return first
 
 
 def registration(fixed: datetime, starts: Mapping[str, datetime | None]) -> tuple[str, int, int]:
@@ -295,9 +368,14 @@ def as_dict(p: Protocol, dates: Dates) -> dict[str, Any]:
         "why_stated": dates.why or None,
         "registered": p.registered,
         "level": p.level,
-        "study_wide": {"method": "holm", "level": p.study_wide_level},
         "power": p.power,
+        "max_seeds": p.max_seeds,
         "margins": {k: {"value": m.value, "unit": m.unit, "reason": m.reason} for k, m in p.margins.items()},
         "families": {k: {"reads": f.reads, "planned_seeds": f.planned_seeds} for k, f in p.families.items()},
         "fixed": {k: d.isoformat() for k, d in dates.by_kind.items()},
+        "amendments": [
+            {"issue": a.issue, "date": a.date, "rules": list(a.rules), "cost_device": a.cost_device, **a.text}
+            | ({"committed": dates.amended[a.issue].isoformat()} if a.issue in dates.amended else {})
+            for a in p.amendments
+        ],
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from ega_lightning.experiments import (
     protocol,
     provenance,
     report_markdown,
+    report_summary,
     results_json,
     rundirs,
     sizes,
@@ -55,6 +57,10 @@ def read_rows(spec_paths: list[Path], runs_dir: Path, records_dir: Path) -> tupl
     return run_rows(loaded, codes), known
 
 
+def _earlier(a: datetime | None, b: datetime | None) -> datetime | None:
+    return min(x for x in (a, b) if x is not None) if a is not None or b is not None else None
+
+
 def write_report(
     spec_paths: list[Path],
     runs_dir: Path,
@@ -80,17 +86,26 @@ def write_report(
     )
     measured = studies.measure(inputs, studies_run)
     found = studies.run_studies(inputs, measured)
-    starts = {r.run.run_name: r.started for r in runs} | {BENCH_RUN: bench_date(timed[0])}
+    # a run counts from its start, or from the first commit of its record where that is older (a rerun of a result
+    # committed before a rule is as old as that result)
+    committed = protocol.first_committed(records_dir)
+    starts = {r.run.run_name: _earlier(r.started, committed.get(r.run.run_name)) for r in runs}
+    starts[BENCH_RUN] = bench_date(timed[0])
     dates = protocol.entry_dates(PROTOCOL)
     found = conclude(found, starts, dates)
     # written beside --out and moved in when whole: a stop before leaves --out as it was (its other files too)
     with staged_files(out) as stage:
         drawn, by_study = figure_choice.draw(stage, inputs, measured)
         scale = sizes.sizes(runs)
+        payload = json.dumps(
+            results_json.results(inputs, found, command, scale, dates, measured), indent=2, allow_nan=False
+        )
+        # the summary is written from results.json as the file holds it: every number of it is one of the file's
+        leaderboard = next(iter(by_study.get("leaderboard", [])), (None, None))[1]
+        summary = report_summary.summary(json.loads(payload), leaderboard)
         text = report_markdown.markdown(
-            inputs, found, drawn, command, runs_dir, scale, known, dates, measured, by_study
+            inputs, found, drawn, command, runs_dir, scale, known, dates, measured, by_study, summary
         )
         write_atomic(stage / "REPORT.md", text)
-        payload = results_json.results(inputs, found, command, scale, dates, measured)
-        write_atomic(stage / "results.json", json.dumps(payload, indent=2, allow_nan=False) + "\n")
+        write_atomic(stage / "results.json", payload + "\n")
     return runs, out / "REPORT.md"

@@ -15,7 +15,7 @@ from typing import Any
 from ega_lightning.experiments import paper, protocol, provenance, sizes
 from ega_lightning.experiments.comparisons import Row, RunData, Table, Variant, shape, shape_text, split_text
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
-from ega_lightning.experiments.rules import PROTOCOL, RULES, Verdict
+from ega_lightning.experiments.rules import PROTOCOL, RULES
 from ega_lightning.experiments.study import Drawn, Measured, ReportInputs
 from ega_lightning.experiments.text import fmt_summary, interval_cell, num
 
@@ -25,24 +25,24 @@ from ega_lightning.experiments.text import fmt_summary, interval_cell, num
 def claims_table(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> list[str]:
     lines = [
         "| claim of the paper | paper | ours (95% CI, seeds) | family-wise (Bonferroni) | measured in | verdict "
-        "| study-wide (Holm) | registered | code | evidence |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| registered | code | evidence |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for claim, f in claims(found, extra):
         if f is None:
-            lines.append(f"| {claim.text} | {claim.figure} | — | — | — | not measured by these runs | — | — | — | — |")
+            lines.append(f"| {claim.text} | {claim.figure} | — | — | — | not measured by these runs | — | — | — |")
             continue
         subject = f" ({f.claim_subject()})" if f.claim_subject() else ""
         lines.append(
             f"| {claim.text}{subject} | {claim.figure} | {f.ours_cell()} | {f.family_cell()} | {f.regime} "
-            f"| {f.verdict_cell()} | {f.holm_cell()} | {f.registration_cell()} | {f.code_cell()} | {f.evidence()} |"
+            f"| {f.verdict_cell()} | {f.registration_cell()} | {f.code_cell()} | {f.evidence()} |"
         )
     return lines
 
 
 def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[str]:
     """What the verdicts are read against: the registered protocol, its commit and date, the registration marks
-    and the study-wide Holm reading with the verdicts that survive it."""
+    and each amendment of it."""
     p = PROTOCOL
     if dates is None:
         where = "configs/protocol.yaml"
@@ -54,17 +54,6 @@ def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[st
             f"configs/protocol.yaml (git history cannot be read here: {dates.why}; the dates are the file's own, "
             f"{p.registered})"
         )
-    read_verdicts = [
-        f for f in found if f.confirmatory and f.verdict not in (None, Verdict.NO_DATA, Verdict.NOT_TESTABLE)
-    ]
-    read = len(read_verdicts)
-    sizes = sum(1 for f in read_verdicts if f.rule_name == "effect" and f.paper is not None and f.reads)
-    tested = [(f, "") for f in found if f.holm is not None] + [(f, "size") for f in found if f.holm_size is not None]
-    survive = [
-        f"{f.label()} ({f.claim}{', its size' if which else ''})"
-        for f, which in tested
-        if (f.holm_size if which else f.holm)
-    ]
     marks: dict[str, int] = {}
     for f in found:
         if f.registration is not None and f.verdict is not None:
@@ -76,23 +65,24 @@ def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[st
         "",
         "- margins: " + "; ".join(f"{name} {m.value:g} {m.unit} ({m.reason})" for name, m in p.margins.items()),
         "- registration: each verdict is marked by when its protocol entry (its lines, its family's, its margins') "
-        "was committed against the start of every run it reads (a record without a start: its finished_at minus "
-        "its wall seconds): **registered** (the rule before every run), **partly registered** (k of n runs after "
-        "the rule), **exploratory** (the rule after every run). Here: "
+        "was committed against the start of every run its label rests on: the runs whose seeds enter the intervals "
+        "that give the label (those that give it alone where one does: the gate that clears the positive control's "
+        "threshold, the gate that beats EGA-1; else every interval it reads), not every run of its variants. A "
+        "record without a start: its finished_at minus its wall seconds; a run rerun after its record was first "
+        "committed counts from that commit (a rerun of a committed result decides nothing new). **registered** (the "
+        "rule before every such run), **partly registered** (k of n runs after the rule), **exploratory** (the rule "
+        "after every such run). Here: "
         + (", ".join(f"{n} {mark}" for mark, n in sorted(marks.items())) or "none")
         + ".",
-        f"- study-wide: every confirmatory verdict is also read at one Holm step-down at "
-        f"{100 * p.study_wide_level:.0f}% over all {read} confirmatory verdicts and the {sizes} sizes of the effects "
-        "among them (each one's p: the smallest α at which its rule still gives it from its intervals each at "
-        "1 − α/r, r the intervals it reads; a bench's cost: the sign test of its repetitions). "
-        + (
-            f"{len(survive)} of the {len(tested)} decided ones survive it: " + "; ".join(survive) + "."
-            if tested
-            else "No verdict is decided."
-        ),
+        *(_amendment_line(a) for a in p.amendments),
         "",
     ]
     return lines
+
+
+def _amendment_line(a: protocol.Amendment) -> str:
+    said = " ".join(text for key, text in a.text.items() if key != "why")
+    return f"- amendment of {a.date} (issue {a.issue}): {a.text.get('why', '')} {said}"
 
 
 def method_note(found: list[Finding]) -> list[str]:
@@ -311,8 +301,10 @@ def markdown(
     dates: protocol.Dates | None = None,
     measured: Sequence[Measured] = (),
     study_figures: Mapping[str, Drawn] | None = None,
+    summary: Sequence[str] = (),
 ) -> str:
-    """REPORT.md: the claims (the paper's and each study's own), the method, each study's section that comes
+    """REPORT.md: the ``summary`` (`report_summary`, written from results.json), the claims (the paper's and each
+    study's own), the method, each study's section that comes
     first, the sections by group with their tables and figures (``figures``: by table title), each other study's
     section (``study_figures``: each study's drawn figures, by its name), the diagnostics, provenance and runs."""
     tables, runs = list(inputs.tables), list(inputs.runs)
@@ -324,6 +316,7 @@ def markdown(
     lines = [
         "# EGA experiment report",
         "",
+        *summary,
         f"`{command}`, from {', '.join(f'`{s}`' for s in specs)}: **{len(done)} of {len(runs)} runs finished**"
         + (" (the others are listed at the end and are in no number)." if missing else ".")
         + " Every number is also in `results.json`.",

@@ -13,11 +13,12 @@ interval kept beside it. "Leaves" a margin means wholly outside it, "within" who
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from ega_lightning.experiments import paper, protocol
-from ega_lightning.experiments.stats import Difference, decides_with_power, widen
+from ega_lightning.experiments.stats import Difference, decides_with_power, simulated
 
 # every margin, level and count below is the registered protocol's (configs/protocol.yaml, with its reasons)
 PROTOCOL = protocol.load()
@@ -30,6 +31,8 @@ TAU_KEEP = PROTOCOL.margin("tau_keep")  # slope of final tau on tau_init: within
 COST_MARGIN = PROTOCOL.margin("cost")  # step-time ratio EGA-1 / baseline: at most this is no cost
 MIN_REPETITIONS = PROTOCOL.verdicts["cost"].min_repetitions or 0  # of the bench the cost verdict reads
 MAX_SEEDS = PROTOCOL.max_seeds  # the most seeds an undecided verdict is projected to (seeds_for_power)
+# the device whose bench the cost claim is read from (the amendment of 2026-12-05; before it: any)
+COST_DEVICE = next((a.cost_device for a in PROTOCOL.amendments if a.cost_device), "gpu")
 POWER = PROTOCOL.power
 
 
@@ -40,6 +43,7 @@ class Verdict(enum.Enum):
     CONSISTENT = "consistent"
     NOT_CONSISTENT = "not consistent"
     HOLDS = "holds"
+    NEGLIGIBLE = "negligible"
     DOES_NOT_HOLD = "does not hold"
     NO_DATA = "no finished runs"
     NOT_TESTABLE = "not testable here"
@@ -65,32 +69,44 @@ def stated(name: str, text: str) -> Callable[[_F], _F]:
 
 @stated(
     "effect",
-    "an effect the paper gives a figure for is read twice. Its direction **holds** when the interval of the "
-    "difference (family level) lies wholly above 0, **does not hold** when wholly below 0, else **too few seeds "
-    "to tell**. Its size is **reproduced** when the interval holds the paper's figure and excludes 0, **not "
-    "reproduced** when it lies wholly on one side of the figure, else undecided; it is given as the fraction of "
-    "the paper's figure with its interval. A claim the regime cannot test (the generalization gap, where the "
-    "baseline's own gap is smaller than the reduction the paper reports) reads **not testable here**.",
+    f"an effect the paper gives a figure for is read against the registered smallest effect m = {MARGIN} "
+    "nats/char, three ways, and its size against the figure. It **holds** when the interval of the difference "
+    "(family level) lies wholly above +m, it is **negligible** when the interval lies within ±m, it **does not "
+    "hold** when it lies wholly below −m (the opposite effect, large enough to matter), else **too few seeds to "
+    "tell** (the interval straddles +m or −m). Its size is **reproduced** when the interval holds the paper's "
+    "figure and the effect holds, **not reproduced** when it lies wholly on one side of the figure, else "
+    "undecided; it is given as the fraction of the paper's figure with its interval, and read only in the paper's "
+    "regime (the generalization gap: where the baseline's own gap reaches the paper's overfitting line, "
+    f"{paper.OVERFIT_GAP}; elsewhere **not the paper's regime**). A claim the regime cannot test at all (the gap, "
+    "where the baseline's own gap is smaller than the reduction the paper reports) reads **not testable here**.",
 )
-def effect_rule(d: Difference | None) -> Verdict:
-    """The direction of an effect: ``d`` a difference whose positive sign is the paper's claim."""
+def effect_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
+    """An effect three ways against ``margin``: ``d`` a difference whose positive sign is the paper's claim."""
     if d is None:
         return Verdict.NO_DATA
     if d.low is None or d.high is None:
         return Verdict.TOO_FEW_SEEDS
-    if d.low > 0:
+    if d.low > margin:
         return Verdict.HOLDS
-    if d.high < 0:
+    if -margin <= d.low and d.high <= margin:
+        return Verdict.NEGLIGIBLE
+    if d.high < -margin:
         return Verdict.DOES_NOT_HOLD
     return Verdict.TOO_FEW_SEEDS
 
 
-def size_reading(d: Difference | None, figure: float) -> str | None:
-    """The size of an effect against the paper's ``figure``: reproduced / not reproduced / undecided."""
+NOT_PAPER_REGIME = "not the paper's regime"  # an effect's size where the regime is not the paper's
+
+
+def size_reading(d: Difference | None, figure: float, margin: float = MARGIN, regime: bool = True) -> str | None:
+    """The size of an effect against the paper's ``figure``: reproduced / not reproduced / undecided, or not the
+    paper's regime (``regime`` False)."""
     if d is None or d.low is None or d.high is None:
         return None
+    if not regime:
+        return NOT_PAPER_REGIME
     if d.low <= figure <= d.high:
-        return "undecided" if d.low <= 0.0 <= d.high else "reproduced"
+        return "reproduced" if d.low > margin else "undecided"
     return "not reproduced"
 
 
@@ -115,20 +131,18 @@ def level_rule(d: Difference | None, figure: float, width: float) -> Verdict:
 
 @stated(
     "worse",
-    "a gate is worse than EGA-1 (**holds**) when the whole interval of EGA-1 − gate lies below 0, "
-    "**does not hold** when it lies above 0, else **too few seeds to tell**.",
+    "a gate is worse than EGA-1 (**holds**) when the whole interval of EGA-1 − gate lies below −m (the loss "
+    "margin), **negligible** when it lies within ±m, **does not hold** when it lies above +m (the gate is better "
+    "by more than m), else **too few seeds to tell**.",
 )
-def worse_rule(d: Difference | None) -> Verdict:
-    """``d`` = EGA-1 − gate (final val loss)."""
-    if d is None:
-        return Verdict.NO_DATA
-    if d.low is None or d.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if d.high < 0:
-        return Verdict.HOLDS
-    if d.low > 0:
-        return Verdict.DOES_NOT_HOLD
-    return Verdict.TOO_FEW_SEEDS
+def worse_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
+    """``d`` = EGA-1 − gate (final val loss): the effect rule with the claim's sign the other way."""
+    flipped = None if d is None else Difference(-d.estimate, _neg(d.high), _neg(d.low), d.n, d.df, d.method, d.level)
+    return effect_rule(flipped, margin)
+
+
+def _neg(x: float | None) -> float | None:
+    return None if x is None else -x
 
 
 @stated(
@@ -152,39 +166,31 @@ def equivalence_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
 
 @stated(
     "best",
-    "EGA-1 is the best of the ablation (**holds**) when every other paper gate's interval of gate − EGA-1 "
-    "lies above 0; **does not hold** when any lies below 0 (that gate is measurably better); "
-    "else **too few seeds to tell**.",
+    "EGA-1 is the best of the ablation (**holds**) when every other paper gate's interval of gate − EGA-1 lies "
+    "above +m (each is worse by more than the loss margin); **does not hold** when any lies below −m (that gate is "
+    "better by more than m); else **too few seeds to tell**.",
 )
-def best_rule(*diffs: Difference | None) -> Verdict:
+def best_rule(*diffs: Difference | None, margin: float = MARGIN) -> Verdict:
     """``diffs``: gate − EGA-1 for every other gate of the paper's ablation."""
     known = [d for d in diffs if d is not None]
     if not known:
         return Verdict.NO_DATA
-    if any(d.high is not None and d.high < 0 for d in known):
+    if any(d.high is not None and d.high < -margin for d in known):
         return Verdict.DOES_NOT_HOLD
-    if len(known) == len(diffs) and all(d.low is not None and d.low > 0 for d in known):
+    if len(known) == len(diffs) and all(d.low is not None and d.low > margin for d in known):
         return Verdict.HOLDS
     return Verdict.TOO_FEW_SEEDS
 
 
 @stated(
     "grows",
-    "the advantage grows with context (**holds**) when the interval of (Δ at the longest block − Δ at the "
-    f"shortest), per seed, lies above 0; **does not hold** when its upper end is below +{MARGIN} (any growth "
-    "is within the equivalence margin); else **too few seeds to tell**.",
+    "the advantage grows with context, read as an effect (three ways against the loss margin m) of (Δ at the "
+    "longest block − Δ at the shortest), per seed: **holds** above +m, **negligible** within ±m, **does not "
+    "hold** below −m (it shrinks), else **too few seeds to tell**.",
 )
 def growth_rule(contrast: Difference | None, margin: float = MARGIN) -> Verdict:
     """``contrast``: (Δ at the longest block − Δ at the shortest), per seed."""
-    if contrast is None:
-        return Verdict.NO_DATA
-    if contrast.low is None or contrast.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if contrast.low > 0:
-        return Verdict.HOLDS
-    if contrast.high < margin:
-        return Verdict.DOES_NOT_HOLD
-    return Verdict.TOO_FEW_SEEDS
+    return effect_rule(contrast, margin)
 
 
 @stated(
@@ -279,21 +285,13 @@ def control_rule(*diffs: Difference | None, threshold: float = paper.POSITIVE_CO
 
 @stated(
     "lower",
-    "a peer's own claim, a lower loss than the baseline (**holds**) when the whole interval of baseline − "
-    "gate lies above 0; **does not hold** when it lies below 0 (the baseline is measurably better); else "
-    "**too few seeds to tell**.",
+    "a peer's own claim, a lower loss than the baseline, is read as an effect of baseline − gate, three ways "
+    "against the loss margin m: **holds** above +m, **negligible** within ±m, **does not hold** below −m (the "
+    "baseline is better by more than m), else **too few seeds to tell**.",
 )
-def lower_rule(d: Difference | None) -> Verdict:
+def lower_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
     """``d`` = baseline − gate (final val loss): a peer's claim of a lower loss."""
-    if d is None:
-        return Verdict.NO_DATA
-    if d.low is None or d.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if d.low > 0:
-        return Verdict.HOLDS
-    if d.high < 0:
-        return Verdict.DOES_NOT_HOLD
-    return Verdict.TOO_FEW_SEEDS
+    return effect_rule(d, margin)
 
 
 @stated(
@@ -301,14 +299,25 @@ def lower_rule(d: Difference | None) -> Verdict:
     f"no measurable cost (**holds**) when the distribution-free 95% interval of the median of `ega bench`'s "
     f"per-repetition step-time ratio EGA-1 / baseline lies wholly at or below ×{COST_MARGIN} (the registered "
     f"smallest cost of interest), **does not hold** when it lies wholly above ×{COST_MARGIN}, else **too few "
-    f"seeds to tell**; read from one bench run of at least {MIN_REPETITIONS} repetitions (fewer: too few), "
-    "with the kernel floor of the design beside it (the same fused kernel at head size + 1, the padded channel "
-    "the gate's log g rides, against head size, on the same shapes).",
+    f"seeds to tell**; read from one bench run of at least {MIN_REPETITIONS} repetitions (fewer: too few) on the "
+    f"device the claim concerns, a {COST_DEVICE.upper()} (the margin's reason is a GPU target; the paper trained "
+    "on one): a bench on another device is reported as its ratio there, the claim **not testable here**. The "
+    "kernel floor of the design stands beside it (the same fused kernel at head size + 1, the padded channel the "
+    "gate's log g rides, against head size, on the same shapes).",
 )
-def cost_rule(low: float | None, high: float | None, repetitions: int = MIN_REPETITIONS) -> Verdict:
-    """``low``, ``high``: the interval of the median step-time ratio over ``repetitions`` repetitions."""
+def cost_rule(
+    low: float | None, high: float | None, repetitions: int = MIN_REPETITIONS, device: str = COST_DEVICE
+) -> Verdict:
+    """``low``, ``high``: the interval of the median step-time ratio over ``repetitions`` repetitions, timed on
+    ``device`` (``cpu`` / ``gpu``)."""
     if low is None or high is None:
         return Verdict.NO_DATA
+    if device != COST_DEVICE:
+        return Verdict.NOT_TESTABLE
+    return _cost_on_any_device(low, high, repetitions)
+
+
+def _cost_on_any_device(low: float, high: float, repetitions: int) -> Verdict:
     if repetitions < MIN_REPETITIONS:
         return Verdict.TOO_FEW_SEEDS
     if high <= COST_MARGIN:
@@ -324,7 +333,8 @@ def cost_rule(low: float | None, high: float | None, repetitions: int = MIN_REPE
     "probability, at the verdict's level, if the mean and std of each of its intervals' per-seed values are the "
     "true ones (each interval's mean and std drawn as a sample of n from them: the normal mean and the "
     "chi-square std, 4,000 draws, the intervals drawn independently), and the range of n when the stds are "
-    f"instead at the ends of their own 95% intervals; '> {MAX_SEEDS}' when no n up to {MAX_SEEDS} does.",
+    f"instead at the ends of their own 95% intervals; '> {MAX_SEEDS}' when no n up to {MAX_SEEDS} does. It names the "
+    f"verdict the rule most often reaches in those draws at that n (at {MAX_SEEDS} beyond it).",
 )
 def seeds_for_power(rule: Rule, intervals: Sequence[Difference | None], level: float) -> tuple[int, int, int] | None:
     """The paired seeds at which ``rule`` of ``intervals`` (each at ``level``) decides with probability POWER,
@@ -339,6 +349,69 @@ def seeds_for_power(rule: Rule, intervals: Sequence[Difference | None], level: f
         return None
     n, low, high = (x if x is not None else MAX_SEEDS + 1 for x in found)
     return n, min(low, high), max(low, high)
+
+
+def likely_verdict(rule: Rule, intervals: Sequence[Difference | None], level: float, n: int) -> Verdict | None:
+    """The decided verdict ``rule`` most often reaches in the draws of `seeds_for_power` at n paired seeds (at
+    MAX_SEEDS beyond it); None when none decides or they cannot be projected."""
+    drawn = simulated(intervals, level, min(n, MAX_SEEDS))
+    counts = Counter(rule(*ds) for ds in drawn or [])
+    decided = [(c, v) for v, c in counts.items() if v not in (Verdict.TOO_FEW_SEEDS, Verdict.NO_DATA)]
+    return max(decided, key=lambda cv: cv[0])[1] if decided else None
+
+
+# ----------------------------------------------------------------------------- the rules before an amendment
+
+
+def _against_zero(d: Difference | None) -> Verdict:
+    """effect and lower as registered on 2026-12-02: the direction against 0."""
+    if d is None:
+        return Verdict.NO_DATA
+    if d.low is None or d.high is None:
+        return Verdict.TOO_FEW_SEEDS
+    return Verdict.HOLDS if d.low > 0 else Verdict.DOES_NOT_HOLD if d.high < 0 else Verdict.TOO_FEW_SEEDS
+
+
+def _worse_against_zero(d: Difference | None) -> Verdict:
+    return _against_zero(None if d is None else Difference(-d.estimate, _neg(d.high), _neg(d.low), d.n, d.df, d.method))
+
+
+def _grows_as_registered(contrast: Difference | None) -> Verdict:
+    """grows as registered on 2026-12-02: holds above 0, does not hold below +m."""
+    if contrast is None or contrast.low is None or contrast.high is None:
+        return _against_zero(contrast)
+    return (
+        Verdict.HOLDS
+        if contrast.low > 0
+        else Verdict.DOES_NOT_HOLD
+        if contrast.high < MARGIN
+        else Verdict.TOO_FEW_SEEDS
+    )
+
+
+def _cost_as_registered(low: float | None, high: float | None, repetitions: int = MIN_REPETITIONS) -> Verdict:
+    """cost as registered on 2026-12-02: a bench of any device."""
+    return Verdict.NO_DATA if low is None or high is None else _cost_on_any_device(low, high, repetitions)
+
+
+# amendment (its issue) -> each rule it changes, as it read before: a label the two readings give alike keeps its
+# registration, one they give apart is dated by the amendment (`findings.amended_label`)
+BEFORE: dict[int, dict[str, Callable[..., Verdict]]] = {
+    51: {
+        "effect": _against_zero,
+        "lower": _against_zero,
+        "worse": _worse_against_zero,
+        "best": lambda *diffs: best_rule(*diffs, margin=0.0),
+        "grows": _grows_as_registered,
+        "cost": _cost_as_registered,
+    }
+}
+SIZE_BEFORE: dict[int, Callable[[Difference | None, float], str | None]] = {
+    51: lambda d, figure: size_reading(d, figure, margin=0.0)  # the size against 0, in every regime
+}
+for _a in PROTOCOL.amendments:  # every rule an amendment changes has its reading before it here
+    if missing := set(_a.rules) - set(BEFORE.get(_a.issue, {})):
+        raise protocol.ProtocolError(f"rules.BEFORE lacks the amendment of {_a.date}'s rules before it: {missing}")
 
 
 BY_NAME: dict[str, Rule] = {
@@ -368,26 +441,3 @@ def registered(kind: str, claim: str | None) -> tuple[str, Rule]:
         raise protocol.ProtocolError(f"configs/protocol.yaml registers no rule for the `{kind}` finding.")
     name = entry.rule_for(claim)
     return name, BY_NAME[name]
-
-
-def decision_p(rule: Rule, intervals: Sequence[Difference | None], verdict: Verdict) -> float | None:
-    """The smallest α at which ``rule`` still gives ``verdict`` from ``intervals`` each taken at 1 − α / r (r:
-    the intervals it reads, a Bonferroni inside one verdict): the verdict's own p for the study-wide Holm
-    step-down. None for a verdict that rejects nothing (too few seeds, no data, not testable, a level
-    reproduced: an interval narrow enough around the paper's figure is an estimate, not a test)."""
-    if verdict in (Verdict.TOO_FEW_SEEDS, Verdict.NO_DATA, Verdict.NOT_TESTABLE, Verdict.REPRODUCED) or not intervals:
-        return None
-    r = len(intervals)
-
-    def same(alpha: float) -> bool:
-        return rule(*(widen(d, 1.0 - alpha / r) for d in intervals)) is verdict
-
-    if same(1e-12):
-        return 1e-12
-    if not same(0.9999):  # not even the loosest intervals give it: no p
-        return None
-    low, high = 1e-12, 0.9999  # same(high), not same(low)
-    for _ in range(60):
-        mid = (low * high) ** 0.5
-        low, high = (low, mid) if same(mid) else (mid, high)
-    return high

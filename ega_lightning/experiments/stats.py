@@ -155,20 +155,13 @@ def with_n(d: Difference, n: int) -> Difference:
     return Difference(d.estimate, d.estimate - half, d.estimate + half, n, float(n - 1), d.method, d.level)
 
 
-def decides_with_power(
-    decided: Callable[..., bool],
-    intervals: Sequence[Difference | None],
-    level: float,
-    power: float,
-    max_n: int,
-    std_end: int = 0,
-    draws: int = 4000,
-) -> int | None:
-    """The smallest n above every interval's own n at which ``decided`` (of the intervals, each at ``level``)
-    is true in at least ``power`` of ``draws`` simulated studies of n paired seeds, each interval's per-seed
-    values normal with its observed mean and std (``std_end`` -1 / +1: the std at the low / high end of its
-    own 95% chi-square interval instead); ``max_n`` + 1 when none up to ``max_n`` is; None when an interval
-    has no std to project. Draws are seeded by n (deterministic); n is found by bisection (power grows with n)."""
+def simulated(
+    intervals: Sequence[Difference | None], level: float, n: int, std_end: int = 0, draws: int = 4000
+) -> list[tuple[Difference, ...]] | None:
+    """``draws`` simulated studies of n paired seeds, each a tuple of the ``intervals`` as they would read at
+    ``level``: each interval's per-seed values normal with its observed mean and std (``std_end`` -1 / +1: the std
+    at the low / high end of its own 95% chi-square interval instead), its mean and std drawn as a sample of n from
+    them. Seeded by n (deterministic); None when an interval has no std to project."""
     import numpy as np
     from scipy import stats
 
@@ -181,25 +174,39 @@ def decides_with_power(
         sds = [sd * math.sqrt((d.n - 1) / float(stats.chi2.ppf(q, d.n - 1))) for d, sd in zip(known, sds, strict=True)]
     mu = np.array([d.estimate for d in known])
     sd = np.array(sds, dtype=float)
+    rng = np.random.default_rng(n)
+    means = rng.normal(mu, sd / math.sqrt(n), (draws, len(known)))
+    half = _quantile(level, n - 1) * sd * np.sqrt(rng.chisquare(n - 1, (draws, len(known))) / (n - 1)) / math.sqrt(n)
+    return [
+        tuple(
+            Difference(float(m), float(m - h), float(m + h), n, float(n - 1), d.method, level)
+            for m, h, d in zip(ms, hs, known, strict=True)
+        )
+        for ms, hs in zip(means, half, strict=True)
+    ]
+
+
+def decides_with_power(
+    decided: Callable[..., bool],
+    intervals: Sequence[Difference | None],
+    level: float,
+    power: float,
+    max_n: int,
+    std_end: int = 0,
+    draws: int = 4000,
+) -> int | None:
+    """The smallest n above every interval's own n at which ``decided`` (of the intervals, each at ``level``)
+    is true in at least ``power`` of ``draws`` simulated studies of n paired seeds (`simulated`); ``max_n`` + 1
+    when none up to ``max_n`` is; None when an interval has no std to project. n is found by bisection (power
+    grows with n)."""
+    if simulated(intervals, level, 2, std_end, 1) is None:
+        return None
 
     def enough(n: int) -> bool:
-        rng = np.random.default_rng(n)
-        means = rng.normal(mu, sd / math.sqrt(n), (draws, len(known)))
-        half = (
-            _quantile(level, n - 1) * sd * np.sqrt(rng.chisquare(n - 1, (draws, len(known))) / (n - 1)) / math.sqrt(n)
-        )
-        hits = sum(
-            decided(
-                *(
-                    Difference(float(m), float(m - h), float(m + h), n, float(n - 1), d.method, level)
-                    for m, h, d in zip(ms, hs, known, strict=True)
-                )
-            )
-            for ms, hs in zip(means, half, strict=True)
-        )
-        return hits >= power * draws
+        studies = simulated(intervals, level, n, std_end, draws) or []
+        return sum(decided(*ds) for ds in studies) >= power * draws
 
-    low, high = max(d.n for d in known) + 1, max_n
+    low, high = max(d.n for d in intervals if d is not None) + 1, max_n
     if low > high or not enough(high):
         return max_n + 1
     while low < high:  # enough(high) holds

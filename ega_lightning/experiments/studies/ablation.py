@@ -3,6 +3,7 @@ paper row against the row the paper sets it against (worse than EGA-1, or about 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import ClassVar
@@ -10,6 +11,8 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference, find_reference, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
+from ega_lightning.experiments.rules import MARGIN
+from ega_lightning.experiments.stats import LEVEL, widen
 from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
@@ -34,14 +37,37 @@ class Best(Finding):
 
     kind: ClassVar[str] = "ablation_best"
     measures: ClassVar[tuple[str, ...]] = ("ablation:best",)
-    rank: int  # EGA-1's place among the paper's rows
+    rank: int  # EGA-1's place among the paper's rows by mean final val loss (seed counts differ: not the verdict's)
     paper_rows: int
+    others: list[str]  # the paper gates it reads against EGA-1, in the order of its ``reads``
+    beating: list[str] | None = None  # `beaten_by`, once its family is read (`family_read`)
+
+    def beaten_by(self) -> list[str]:
+        """The gates better than EGA-1 by more than the loss margin, each at the family's level (`rules.best_rule`)."""
+        level = self.family_level if self.family_level is not None else LEVEL
+        wide = [widen(d, level) for _, d in self.reads]
+        return [
+            g
+            for g, d in zip(self.others, wide, strict=True)
+            if d is not None and d.high is not None and d.high < -MARGIN
+        ]
+
+    def family_read(self) -> Best:
+        return dataclasses.replace(self, beating=self.beaten_by())
+
+    def comparison(self) -> str:
+        """What the verdict rests on, in words: the gates that beat EGA-1, paired seed by seed."""
+        beaten = self.beaten_by()
+        if beaten:
+            names = " and ".join([", ".join(beaten[:-1]), beaten[-1]] if len(beaten) > 1 else beaten)
+            return f"{names} beat{'s' if len(beaten) == 1 else ''} it by more than {MARGIN} (paired, family level)"
+        return f"no paper gate beats it by more than {MARGIN} (paired, family level)"
 
     def measured(self) -> str:
-        return f"{self.subject} ranks {self.rank} of {self.paper_rows} paper rows; EGA-1 best{self.verdict_text}."
+        return f"EGA-1 best of the paper's gates: {self.comparison()}{self.verdict_text}."
 
     def ours_cell(self) -> str:
-        return f"rank {self.rank} of {self.paper_rows}"
+        return self.comparison()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,8 +105,11 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
         others = [v for v in ranked if v.paper_name and v is not ega1 and v.gate != "none"]
         reads = [(pair(v, ega1), difference(v, ega1, "final_val_loss")) for v in others]
         in_paper = [v for v in ranked if v.paper_name]
-        rank = {"rank": in_paper.index(ega1) + 1, "paper_rows": len(in_paper), "code": code_of(*in_paper)}
-        best = where._replace(subject=name(ega1))
+        code = code_of(*in_paper, compared=[(v, ega1) for v in others])
+        rank = {"rank": in_paper.index(ega1) + 1, "paper_rows": len(in_paper), "code": code}
+        rank["others"] = [v.paper_name or v.label for v in others]
+        # measured with every gate it reads, not EGA-1's runs alone (EGA-4 has more parameters)
+        best = where._replace(subject=name(ega1), regime=measured_with(ega1, *others))
         out.append(judged(Best, best, reads, claim="ablation:best", family="ablation", **rank))
     return out + [_pair(table, v, variants) for v in ranked if v.paper_name in paper.ABLATION]
 

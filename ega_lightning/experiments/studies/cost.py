@@ -4,7 +4,6 @@ runs are timed on a shared machine; the bench times EGA-1 and the baseline side 
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -13,8 +12,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments.findings import Code, Finding
-from ega_lightning.experiments.rules import COST_MARGIN, MIN_REPETITIONS, Verdict, registered
+from ega_lightning.experiments.findings import Code, Finding, amendment_of, plain_label
+from ega_lightning.experiments.rules import BEFORE, COST_DEVICE, MIN_REPETITIONS, Verdict, registered
 from ega_lightning.experiments.stats import Summary, median_interval
 from ega_lightning.experiments.study import Bench, ReportInputs, Study
 from ega_lightning.experiments.text import num
@@ -35,6 +34,8 @@ class Cost(Finding):
     kernel_floor: float | None  # the fused kernel at head size + 1 over head size, same shapes (the design's floor)
     size: str | None  # the size it was timed at
     source: str  # the bench's table, relative to the report
+    device: str = "unknown"  # cpu | gpu: what it was timed on (`bench_device`)
+    device_name: str | None = None  # the CPU's or GPU's name, as `ega bench` recorded it
 
     def ours_cell(self) -> str:
         if not isinstance(self.ours, Summary):
@@ -139,16 +140,6 @@ def timed_gates(found: list[Bench], shape: dict[str, Any], batch_size: Any) -> d
     return timed
 
 
-def sign_test_p(ratios: list[float], line: float) -> float:
-    """Two-sided sign test of the median of ``ratios`` against ``line`` (ties dropped): the cost verdict's p."""
-    above = sum(r > line for r in ratios)
-    n = above + sum(r < line for r in ratios)
-    if n == 0:
-        return 1.0
-    tail = min(above, n - above)
-    return min(1.0, 2 * math.fsum(math.comb(n, k) for k in range(tail + 1)) / 2**n)
-
-
 def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
     """The paper's cost claim against `ega bench`'s first size that times EGA-1 (rules.cost_rule): the median of
     the per-repetition ratios EGA-1 / baseline and its distribution-free interval, from one bench run."""
@@ -162,12 +153,26 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
     repetitions = int((row or {}).get("repeats") or 0)
     ratios = [float(r) for r in (row or {}).get("time_ratios") or []]
     ci = median_interval(ratios) if len(ratios) >= 2 else None
+    device = bench_device(bench or {}, source)
+    device_name = ((bench or {}).get("environment") or {}).get("device_name")
     _, cost_rule = registered(Cost.kind, "cost")
-    verdict = cost_rule(*(ci or (None, None)), repetitions) if row is not None else Verdict.NO_DATA
+    verdict = cost_rule(*(ci or (None, None)), repetitions, device) if row is not None else Verdict.NO_DATA
     if row is not None and ci is None:
         verdict = Verdict.TOO_FEW_SEEDS  # a bench that kept no per-repetition ratios gives no interval
-    decided = verdict in (Verdict.HOLDS, Verdict.DOES_NOT_HOLD)
     ours = None if row is None else Summary(row.get("time_ratio"), None, repetitions)
+    untested = None
+    if verdict is Verdict.NOT_TESTABLE:
+        untested = (
+            f"×{num(ours.mean if ours else None)} on {device.upper()}: {device_name or 'not named'}, {repetitions} "
+            f"repetitions; the paper's {COST_DEVICE.upper()} claim is untested, no {COST_DEVICE.upper()} bench is "
+            "committed"
+        )
+    amended: dict[str, Any] = {}
+    amendment = amendment_of("cost")
+    if amendment is not None and ci is not None and row is not None:  # the label the rule gave before it
+        before = BEFORE[amendment.issue]["cost"](*ci, repetitions)
+        if before is not verdict:
+            amended = {"amended_from": plain_label(before), "amended_by": amendment.issue}
     return Cost(
         section="cost",
         corpus="",
@@ -184,9 +189,25 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
         kernel_floor=(row or {}).get("kernel_floor"),
         size=size,
         source=source,
-        p=sign_test_p(ratios, COST_MARGIN) if decided else None,
+        device=device,
+        device_name=device_name,
+        not_testable=untested,
         code=Code([], None, [], [BENCH_RUN]) if bench is not None else None,
+        **amended,
     )
+
+
+def bench_device(result: dict[str, Any], source: str) -> str:
+    """``cpu`` or ``gpu``: the device an `ega bench` result timed, from the name `ega bench` gives its file
+    (bench-<cpu|cuda>-<precision>...), else from its device's name (a CPU's names its logical cores, `host.cpu_name`);
+    ``unknown`` where neither says."""
+    name = Path(source).name
+    if name.startswith("bench-cuda"):
+        return "gpu"
+    if name.startswith("bench-cpu"):
+        return "cpu"
+    device_name = str((result.get("environment") or {}).get("device_name") or "")
+    return ("cpu" if "logical cores" in device_name else "gpu") if device_name else "unknown"
 
 
 BENCH_RUN = "ega bench"  # the name the cost verdict's registration reads the bench's date under

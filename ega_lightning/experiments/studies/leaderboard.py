@@ -184,7 +184,7 @@ def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Find
         "resolution": resolution,
         "gates": len(entries),
         "finished": sum(e.diff is not None for e in entries),
-        "code": code_of(baseline, *(e.variant for e in entries)),
+        "code": code_of(baseline, *(e.variant for e in entries), compared=[(baseline, e.variant) for e in entries]),
     }
     where = Where(
         LEADERBOARD, baseline.corpus, measured_with(baseline, *(e.variant for e in entries)), "every gate", None

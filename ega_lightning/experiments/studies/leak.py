@@ -117,7 +117,7 @@ def _as_trained(table: Table, row: Row, where: Where, causal: Variant | None) ->
     measured = {
         "causal": difference(base, causal, "final_val_loss") if causal else None,
         "causal_subject": name(causal) if causal else None,
-        "code": code_of(v, base, causal),
+        "code": code_of(v, base, causal, compared=[(v, base)]),
     }
     figure = paper.IMPROVEMENT.get(table.corpus)
     if figure is None:

@@ -62,6 +62,16 @@ class Gap(Finding):
             f"{paper.GAP['none']} − {paper.GAP['linear']} = {paper.GAP_REDUCTION:+.3f}; {where}{self.verdict_text}."
         )
 
+    def size_regime(self) -> bool:
+        """The paper's reduction is a claim about its overfitting regime: its size is read only there."""
+        return self.paper_regime is not False
+
+    def regime_text(self) -> str:
+        return (
+            f" (the baseline's gap {num(self.baseline_gap)} stays below the paper's overfitting line "
+            f"{paper.OVERFIT_GAP}; its baseline's was {paper.GAP['none']})"
+        )
+
 
 @dataclass(frozen=True, kw_only=True)
 class Tau(Finding):

@@ -1,0 +1,100 @@
+"""REPORT.md's first screen (issue 51): a summary read in five minutes, every number of it results.json's."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from ega_lightning.experiments import report_summary
+
+from .helpers import REPO
+
+RESULTS = REPO / "results"
+NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _summary(text: str) -> list[str]:
+    """The summary section of a REPORT.md: from its heading to the line before the report's command."""
+    lines = text.splitlines()
+    start = lines.index("## Summary")
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("`ega report "))
+    return lines[start:end]
+
+
+def _numbers(value: object) -> set[str]:
+    """Every number a results.json value holds, as the summary may print it: at 0 to 3 decimals, as a share in
+    percent too, the numbers inside its strings (a regime's '0.82M'), a list's length; signs dropped."""
+    out: set[str] = set()
+    if isinstance(value, bool) or value is None:
+        return out
+    if isinstance(value, int | float):
+        for x in (abs(value), abs(100 * value)):
+            out |= {f"{x:.{d}f}" for d in range(4)}
+        return out
+    if isinstance(value, str):
+        return set(NUMBER.findall(value))
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        out.add(str(len(value)))
+        for v in value:
+            out |= _numbers(v)
+    return out
+
+
+def _printed(cell: str) -> list[str]:
+    """The numbers a summary cell prints, without those inside a gate's name (EGA-1, EGA-M-P)."""
+    return NUMBER.findall(re.sub(r"EGA-[\w-]+", "", cell))
+
+
+def _stray_numbers(lines: list[str], results: dict) -> list[tuple[str, str]]:
+    """(claim, number) for every number of a summary row that no finding of its claim, nor the paper or the
+    protocol, holds in results.json."""
+    claims = {c["claim"]: c["key"] for c in results["paper"]["claims"]}
+    common = _numbers(results["paper"]) | _numbers(results["protocol"]["max_seeds"])
+    stray = []
+    for line in lines:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if not line.startswith("| ") or cells[0] not in claims:
+            continue
+        found = [f for f in results["findings"] if f["claim"] == claims[cells[0]]]
+        allowed = common | _numbers(found)
+        stray += [(cells[0], n) for cell in cells[1:] for n in _printed(cell) if n not in allowed]
+    return stray
+
+
+def test_the_summary_is_the_reports_first_screen():
+    """REPORT.md opens with the summary: its first section, about 40 lines, one row per claim of the paper it
+    reads, the positive control, the leaderboard figure and the marked place of the author's-EGA waterfall."""
+    text = (RESULTS / "REPORT.md").read_text()
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[0] == "## Summary" and headings[1] == "## Claims"
+    lines = _summary(text)
+    assert len(lines) <= 45 and text.splitlines().index("## Summary") < 5
+    results = json.loads((RESULTS / "results.json").read_text())
+    claims = {c["key"]: c["claim"] for c in results["paper"]["claims"]}
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| claim")]
+    assert [r.split(" | ")[0][2:] for r in rows] == [claims[key] for key, _ in report_summary.ROWS]
+    assert all(r.rstrip(" |").endswith("ours") for r in rows)  # every verdict is about our reconstruction today
+    assert any("](leaderboard-tinyshakespeare.png)" in line for line in lines)
+    assert report_summary.WATERFALL in lines
+    assert any(line.startswith("Positive control: **holds**") for line in lines)
+
+
+def test_every_number_of_the_summary_is_results_jsons():
+    """The committed summary is what results.json alone writes (re-rendered from the file, equal line for line), and
+    each number it prints is one that results.json holds for that claim's findings (or the paper's figures): a
+    summary number that differs from results.json fails here."""
+    text = (RESULTS / "REPORT.md").read_text()
+    results = json.loads((RESULTS / "results.json").read_text())
+    lines = _summary(text)
+    assert report_summary.summary(results, "leaderboard-tinyshakespeare.png") == lines
+    assert _stray_numbers(lines, results) == []
+    rows = [
+        i for i, line in enumerate(lines) if line.startswith("| EGA-1 lowers the final val loss on TinyShakespeare")
+    ]
+    tampered = list(lines)
+    tampered[rows[0]] = tampered[rows[0]].replace("+0.019", "+0.021", 1)  # one number off results.json's
+    assert tampered != lines and _stray_numbers(tampered, results) == [
+        ("EGA-1 lowers the final val loss on TinyShakespeare", "0.021")
+    ]
