@@ -415,3 +415,18 @@ def test_the_authors_evaluation_draws_the_same_random_batches_at_every_evaluatio
     ranks = [list(RandomEvalBatches(data, 16, 4, 50, 0, "val", rank, 2)) for rank in (0, 1)]
     dealt = batches[0][0::2] + batches[0][1::2]
     assert all(torch.equal(a[0], b[0]) for a, b in zip([*ranks[0], *ranks[1]], dealt, strict=True))
+
+
+def test_ega_fit_refuses_dropout_first_off_the_reference_path_and_evaluation_takes_any():
+    from ega_lightning.run_policy import RunRequest
+    from ega_lightning.run_policy import dropout_before_gate_trains_on_reference as refusal
+
+    def request(command: str, **model: object) -> RunRequest:
+        base = {"gate": "author", "dropout_before_gate": True, "dropout": 0.1, "attention": "fused"}
+        return RunRequest(command, {"model": {**base, **model}}, frozenset(), None)
+
+    assert "--model.attention=reference" in refusal(request("fit"), None)
+    assert refusal(request("fit", attention="reference"), None) is None
+    assert refusal(request("fit", dropout=0.0), None) is None  # no dropout: both orders are one formula
+    assert refusal(request("fit", dropout_before_gate=False), None) is None
+    assert refusal(request("validate"), None) is None
