@@ -235,12 +235,22 @@ def _causal(ctx: _Context) -> tuple[bool, str]:
                         f"changing token {t} moved the {label.get(what, what)} at {int((moved > 0).sum())} of the "
                         f"{t} positions "
                         f"before it (the first: {first}) by up to {moved.max().item():.3g} ({attention} attention): "
-                        "the gate reads the future"
+                        "the gate reads the future" + _window_hint(ctx)
                     )
     paths = ", ".join(available_attention_impls())
     return True, (
         f"changing token t, for every t < {T}, left every earlier {GATE_OUTPUT[ctx.kind]}, attention output and logit "
         f"bit-identical ({paths})"
+    )
+
+
+def _window_hint(ctx: _Context) -> str:
+    """Where the leak is when the options name it: the z-norm over the whole window."""
+    if ctx.kind != ENERGY or ctx.gate_options().get("znorm") != "window":
+        return ""
+    return (
+        " (gate option znorm: window takes z's mean and std over the whole window, later positions included; "
+        "znorm: prefix is the causal z-norm)"
     )
 
 

@@ -24,7 +24,19 @@ from ega_lightning.gates.registry import is_builtin
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, has_hooks, require_flex_attention
 from ega_lightning.seeding import derive_seed
 
-SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "bias", "gate", "gate_options", "vocab", "output_gate")
+SHAPE_KEYS = (
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "block_size",
+    "bias",
+    "gate",
+    "gate_options",
+    "vocab",
+    "output_gate",
+    "qkv_bias",
+    "dropout_before_gate",
+)
 # Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
 # checkpoint's value (every other hyper-parameter comes from the checkpoint).
 RUNTIME_KEYS = ("attention", "eval_znorm", "compile")
@@ -58,6 +70,11 @@ def check_model_matches(
             "the checkpoint decide the model (`ega validate/test --ckpt_path` without those arguments, "
             "`CharLM.load_from_checkpoint(path)` in Python), or start a new run (--run_name) from scratch."
         )
+
+
+# CharLM's tau_init and alpha_init: at these values they leave a gate with defaults of its own (``Gate.model_init``
+# False) at its own
+MODEL_INIT = {"tau_init": 0.0, "alpha_init": 1.0}
 
 
 class NonFiniteLossError(RuntimeError):
@@ -100,10 +117,26 @@ def check_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     options = dict(a.gate_options or {})
     # each slot's gate resolved once, for every layer; an unknown name is refused listing the registered ones
     gates = {slot: resolve_gate(args[slot], slot) for slot in ("gate", "output_gate")}
-    if gates["gate"].cls is not None and issubclass(gates["gate"].cls, Gate):
+    energy_gate = gates["gate"].cls is not None and issubclass(gates["gate"].cls, Gate)
+    if energy_gate and gates["gate"].cls.model_init:
         clash = {"tau_init", "alpha_init"} & options.keys()
         _require(not clash, f"Set {', '.join(sorted(clash))} as model.* arguments, not in model.gate_options.")
         options.update(tau_init=a.tau_init, alpha_init=a.alpha_init)
+    elif energy_gate:  # a gate with defaults of its own (the author's alpha_init 2.0): only a value moved from
+        # CharLM's defaults reaches it, so that base.yaml's 0.0 and 1.0 leave its own in place
+        moved = {k: args[k] for k, default in MODEL_INIT.items() if args[k] != default}
+        clash = sorted(moved.keys() & options.keys())
+        _require(
+            not clash,
+            f"{', '.join(f'model.{k}={moved[k]}' for k in clash)} and model.gate_options set the same initial value "
+            f"of the gate {a.gate}: set it in one place (its gate config sets it in model.gate_options).",
+        )
+        options.update(moved)
+    _require(
+        not a.dropout_before_gate or energy_gate,
+        f"model.dropout_before_gate orders attention dropout and an energy gate; the gate {a.gate} is none. "
+        "Drop the option, or choose an energy gate.",
+    )
     gates["gate"].check_options(options)
     return options, gates
 
@@ -120,7 +153,9 @@ class CharLM(L.LightningModule):
             (``my_gates.AbsEnergyGate``); see gates.registry.
         output_gate: the output gate (``none``, ``output_headwise``, ``output_elementwise``, or an OutputGate
             subclass's name or import path), beside any key gate.
-        tau_init, alpha_init: initial threshold and scale of every energy gate head (ignored by other gates).
+        tau_init, alpha_init: initial threshold and scale of every energy gate head (ignored by other gates; the
+            author's gate has its own, tau_init 0 and alpha_init 2.0: these reach it only when set to other values
+            than 0.0 and 1.0, and not beside the same option in gate_options).
         gate_options: further options of the chosen gate (see its docstring); every gate also takes
             ``znorm`` (``prefix``, the causal default, or ``window``, a leaky diagnostic) and
             ``learn_tau`` (false: tau stays at tau_init).
@@ -133,8 +168,19 @@ class CharLM(L.LightningModule):
             gate callbacks) run eager, so the probes see every gate.
         lr, min_lr, warmup_steps: AdamW learning rate, linear warm-up then cosine decay to
             ``min_lr`` at ``trainer.max_steps``.
-        weight_decay: AdamW decay of the 2-D weights; biases, LayerNorms and gates (both slots) get none.
+        weight_decay: AdamW decay of the 2-D weights; biases, LayerNorms and gates (both slots) get none (unless
+            ``decay_every_parameter``).
         betas: AdamW betas.
+        qkv_bias: the Q/K/V projection's bias; None (the default): as ``bias``. False with ``bias`` True is the
+            author's model (q/k/v without bias, c_proj, the MLP and the LayerNorms with).
+        scale_residual_init: the residual projections' (c_proj's) init std 0.02 / sqrt(2 n_layer), nanoGPT's
+            (the default); False: 0.02, the author's. Either way drawn from the paired seeding's generators.
+        dropout_before_gate: the author's attention order, dropout on the weights first, then the energy gate,
+            then renormalise (which also undoes dropout's scaling); the default gates and renormalises first.
+            Needs an energy gate; with dropout > 0 it trains on ``attention: reference`` only (the fast paths
+            never materialise the weights), and evaluates on any path (no dropout: both orders are one formula).
+        decay_every_parameter: AdamW's weight decay on every parameter, biases, LayerNorms and gates included
+            (the author's); the default decays the 2-D weights only.
     """
 
     def __init__(
@@ -159,6 +205,10 @@ class CharLM(L.LightningModule):
         weight_decay: float = 0.1,
         betas: tuple[float, float] = (0.9, 0.99),
         output_gate: str = NO_GATE,
+        qkv_bias: bool | None = None,
+        scale_residual_init: bool = True,
+        dropout_before_gate: bool = False,
+        decay_every_parameter: bool = False,
     ) -> None:
         super().__init__()
         arguments = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # by their names
@@ -334,9 +384,11 @@ class CharLM(L.LightningModule):
         gate_params = {id(p) for g in [*self.model.gates, *self.model.output_gates] for p in g.parameters()}
         decay, no_decay = [], []
         for p in self.model.parameters():
-            (decay if p.dim() >= 2 and id(p) not in gate_params else no_decay).append(p)
+            decayed = hp.decay_every_parameter or (p.dim() >= 2 and id(p) not in gate_params)
+            (decay if decayed else no_decay).append(p)
+        groups = [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
         optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": hp.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+            [group for group in groups if group["params"]],  # decay_every_parameter leaves no_decay empty
             lr=hp.lr,
             betas=tuple(hp.betas),
         )

@@ -432,6 +432,21 @@ def max_steps_positive(request: RunRequest, plan: RunPlan) -> str | None:
     )
 
 
+def dropout_before_gate_trains_on_reference(request: RunRequest, plan: RunPlan) -> str | None:
+    """The author's order (dropout, gate, renormalise) acts on the attention weights, which only the reference
+    path materialises; evaluation has no dropout, where every path computes it."""
+    model = request.config.get("model") or {}
+    if request.command != "fit" or not model.get("dropout_before_gate") or not model.get("dropout"):
+        return None
+    if model.get("attention", "fused") == "reference":
+        return None
+    return (
+        f"model.dropout_before_gate with model.dropout {model['dropout']} trains on model.attention=reference only "
+        f"(the {model.get('attention', 'fused')} path never materialises the attention weights that dropout acts "
+        "on). Add --model.attention=reference, or train without model.dropout_before_gate."
+    )
+
+
 def val_check_interval_positive(request: RunRequest, plan: RunPlan) -> str | None:
     interval = request.config["trainer"]["val_check_interval"]
     if not isinstance(interval, int | float) or interval > 0:
@@ -566,6 +581,7 @@ REFUSALS: tuple[Refusal, ...] = (
     checkpoint_holds_the_optimizer,
     max_steps_positive,
     gradient_clip_val_not_negative,
+    dropout_before_gate_trains_on_reference,
     continuing_trains_something,
     val_check_interval_positive,
     accumulate_grad_batches_positive,

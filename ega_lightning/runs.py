@@ -179,6 +179,8 @@ def default_run_name(config: Any) -> str:
     (``config``: a command's parsed config, or the same as plain dicts, with ``model`` and ``data`` sections)."""
     m, data = config["model"], config["data"]
     gate = "_".join([m["gate"], *(f"{k}{v}" for k, v in sorted((m.get("gate_options") or {}).items()))])
+    if m.get("dropout_before_gate"):  # the author's attention order: not the same model as the gate's own
+        gate += "_dropoutfirst"
     if m.get("output_gate", "none") != "none":
         gate += f"+{m['output_gate']}"
     shape = f"{m['n_layer']}x{m['n_head']}x{m['n_embd']}-T{m['block_size']}"

@@ -17,6 +17,7 @@ SIZES = sorted(CONFIGS.glob("size/*.yaml"))
 CORPORA_CFG = sorted(CONFIGS.glob("corpus/*.yaml"))
 GATES = sorted(CONFIGS.glob("gate/*.yaml"))
 OUTPUT_GATES = sorted(CONFIGS.glob("output_gate/*.yaml"))
+RECIPES = sorted(CONFIGS.glob("recipe/*.yaml"))  # composed in tests/test_author_ega.py
 COMBOS = list(itertools.product(SIZES, CORPORA_CFG, GATES))
 
 
@@ -25,7 +26,7 @@ SWEEPS = sorted(CONFIGS.glob("sweeps/*.yaml"))
 
 def test_every_yaml_is_covered_by_a_composition():
     shipped = set(CONFIGS.rglob("*.yaml")) - set(SWEEPS) - {CONFIGS / "protocol.yaml"}  # tests/test_protocol.py
-    covered = {CONFIGS / "base.yaml", *SIZES, *CORPORA_CFG, *GATES, *OUTPUT_GATES}
+    covered = {CONFIGS / "base.yaml", *SIZES, *CORPORA_CFG, *GATES, *OUTPUT_GATES, *RECIPES}
     assert shipped == covered, f"configs not exercised by this test: {sorted(shipped - covered)}"
     for path in shipped:
         assert isinstance(yaml.safe_load(path.read_text()), dict), path

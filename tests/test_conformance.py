@@ -132,7 +132,7 @@ def test_each_defect_fails_its_property_and_only_it(gate, failed, detail):
     assert detail in report[failed[0]].detail
 
 
-@pytest.mark.parametrize("gate", ["linear", "db2"])
+@pytest.mark.parametrize("gate", ["linear", "db2", "author"])
 def test_the_leak_audit_gate_is_caught_by_the_same_checker_users_get(gate):
     # z over the whole window (gate option znorm: window, the study's leak audit) reads the future
     leaky = check_gate(gate, {"znorm": "window"}, properties=["causal"])

@@ -72,7 +72,7 @@ def test_a_class_object_is_a_gate_too():
         ("my_gates.G", "x = (\n", r"importing my_gates failed: SyntaxError: .*my_gates.py, line 1\)"),
         ("my_gates.G", "import not_there\n", r"No module named 'not_there' .*line 1\). Install the missing module"),
         ("my_gates.G", "raise RuntimeError('boom')\n", r"importing my_gates failed: RuntimeError: boom .*line 1"),
-        ("wavelet", None, r"Unknown gate 'wavelet'. Registered gates: none, alibi, db2, .* by its import path"),
+        ("wavelet", None, r"Unknown gate 'wavelet'. Registered gates: none, alibi, author, db2, .* by its import path"),
     ],
 )
 def test_a_bad_gate_path_is_a_user_error_naming_the_fix(gate_sandbox, path, source, match):

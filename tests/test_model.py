@@ -151,8 +151,8 @@ def test_gate_parameters_are_named_tau_and_alpha_and_get_gradients():
 
 def test_unknown_gate_lists_registered_ones():
     registered = (
-        "none, alibi, db2, db4, fox, linear, morlet, morlet_param, multiscale, output_elementwise, output_headwise, "
-        "wavelet_packet"
+        "none, alibi, author, db2, db4, fox, linear, morlet, morlet_param, multiscale, output_elementwise, "
+        "output_headwise, wavelet_packet"
     )
     with pytest.raises(ValueError, match=rf"Unknown gate 'wavelet'. Registered gates: {registered}\."):
         CharLM(TINY_VOCAB, gate="wavelet")

@@ -195,7 +195,7 @@ def scalars_layout(n_layer: int, energy: bool, diagnostics: dict[str, str]) -> d
     }
     for layer in range(n_layer):
         charts: dict[str, list[Any]] = {}
-        heads = rf"layer_{layer}/head_\d+$"
+        heads = rf"layer_{layer}/head_\d+(/scale_\d+)?$"  # a mixture of gates per head: one tag per gate
         if energy:
             charts["tau"] = ["Multiline", [rf"^gate/tau/{heads}"]]
             tail = [rf"^gate/frac_above_tau/{heads}", rf"^gate/normal_tail/{heads}"]

@@ -8,7 +8,7 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 
-from ega_lightning.data.datamodule import SequentialWindows
+from ega_lightning.data.datamodule import RandomEvalBatches, SequentialWindows
 
 
 class GeneralizationGap(L.Callback):
@@ -16,7 +16,9 @@ class GeneralizationGap(L.Callback):
     (no dropout), as many windows as the validation set; and ``gap = val/loss - train_eval/loss``.
 
     The training windows are evenly spaced over the training split and the same at every
-    check and for every model. Under DDP each rank evaluates its share and the sums are reduced.
+    check and for every model (with ``data.random_eval_batches``, the author's evaluation, as many random
+    batches of the training split as of the validation split, drawn as those are). Under DDP each rank
+    evaluates its share and the sums are reduced.
 
     Args:
         max_windows: cap on the number of training windows (default: the validation set's size).
@@ -25,8 +27,10 @@ class GeneralizationGap(L.Callback):
     def __init__(self, max_windows: int | None = None) -> None:
         self.max_windows = max_windows
 
-    def _windows(self, trainer: L.Trainer) -> SequentialWindows:
+    def _windows(self, trainer: L.Trainer) -> SequentialWindows | RandomEvalBatches:
         dm = trainer.datamodule
+        if dm.random_eval_batches is not None:  # the author's: as many random batches of train as of val
+            return dm.eval_windows("train")
         n_val = SequentialWindows(dm.splits["val"], dm.block_size, dm.eval_batch_size, dm.max_eval_windows).num_windows
         n = min(n_val, self.max_windows or n_val)
         return SequentialWindows(

@@ -14,6 +14,8 @@ from ega_lightning.model.attention import CausalSelfAttention
 
 class GateProbe:
     """While active, accumulates per layer and head: keys seen, keys with z > tau, sum of gate values.
+    A mixture of K gates per head (`Gate.energies_per_head`) counts z > tau per gate: per entry of its tau
+    (K nh of them, row k nh + h), beside one sum of gate values per head.
 
     The z is recomputed from the gate's input (only while probing), so the gates
     themselves stay free of bookkeeping. With ``keep_last=True`` the last gate
@@ -30,7 +32,7 @@ class GateProbe:
 
     def reset(self) -> None:
         self.keys = torch.zeros(())
-        self.above = [torch.zeros(g.n_head) for g in self.gates]  # (nh,) per layer
+        self.above = [torch.zeros(g.tau.numel()) for g in self.gates]  # (nh,) per layer; (K nh,) for a mixture
         self.gate_sum = [torch.zeros(g.n_head) for g in self.gates]
         self.last: list[torch.Tensor] = [torch.empty(0) for _ in self.gates]
         bins = 0 if self.z_edges is None else len(self.z_edges) + 1
@@ -68,11 +70,12 @@ class GateProbe:
         return torch.cat([torch.stack(self.above).flatten(), torch.stack(self.gate_sum).flatten(), self.keys[None]])
 
     def fractions(self, totals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """From (reduced) totals: fraction of keys with z > tau and mean gate value, each (n_layer, nh)."""
-        n = len(self.gates) * self.gates[0].n_head
+        """From (reduced) totals: fraction of keys with z > tau (n_layer, tau entries: nh, or K nh for a mixture)
+        and mean gate value (n_layer, nh)."""
+        n_above, n_gate = len(self.gates) * self.gates[0].tau.numel(), len(self.gates) * self.gates[0].n_head
         keys = totals[-1].clamp_min(1)
-        above = totals[:n].view(len(self.gates), -1) / keys
-        mean_gate = totals[n : 2 * n].view(len(self.gates), -1) / keys
+        above = totals[:n_above].view(len(self.gates), -1) / keys
+        mean_gate = totals[n_above : n_above + n_gate].view(len(self.gates), -1) / keys
         return above, mean_gate
 
 

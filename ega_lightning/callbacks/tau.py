@@ -21,6 +21,13 @@ def _normal_tail(tau: float) -> float:
     return 0.5 * math.erfc(tau / math.sqrt(2.0))
 
 
+def tau_labels(gate: Gate) -> list[str]:
+    """The tag of each entry of a gate's tau: ``head_H``; ``head_H/scale_K`` for a mixture of gates per head."""
+    if gate.energies_per_head == 1:
+        return [f"head_{h}" for h in range(gate.n_head)]
+    return [f"head_{h}/scale_{k}" for k in range(gate.energies_per_head) for h in range(gate.n_head)]
+
+
 class TauTracker(L.Callback):
     """Logs every gate head's tau and alpha, and on the validation windows the fraction of keys
     with z > tau and the mean gate value; detects when tau has converged; writes a JSON summary.
@@ -89,17 +96,18 @@ class TauTracker(L.Callback):
         # every rank saw its own share of the windows: one sum over ranks, outside any rank-zero block
         totals = trainer.strategy.reduce(probe.totals().to(pl_module.device), reduce_op="sum")
         above, mean_gate = probe.fractions(totals)
-        tau = torch.stack([g.tau.detach().float() for g in probe.gates])  # (n_layer, nh)
+        tau = torch.stack([g.tau.detach().float() for g in probe.gates])  # (n_layer, nh), or (n_layer, K nh)
         alpha = torch.stack([g.alpha.detach().float() for g in probe.gates])
+        heads = tau_labels(probe.gates[0])
         metrics: dict[str, float] = {}
         for layer in range(tau.shape[0]):
-            for head in range(tau.shape[1]):
-                metrics[f"gate/tau/layer_{layer}/head_{head}"] = tau[layer, head].item()
-                metrics[f"gate/alpha/layer_{layer}/head_{head}"] = alpha[layer, head].item()
+            for i, head in enumerate(heads):
+                metrics[f"gate/tau/layer_{layer}/{head}"] = tau[layer, i].item()
+                metrics[f"gate/alpha/layer_{layer}/{head}"] = alpha[layer, i].item()
             metrics[f"gate/frac_above_tau/layer_{layer}"] = above[layer].mean().item()
-            for head in range(tau.shape[1]):  # beside 1 - Phi(tau) per head: the tail identity of a normal z
-                metrics[f"gate/frac_above_tau/layer_{layer}/head_{head}"] = above[layer, head].item()
-                metrics[f"gate/normal_tail/layer_{layer}/head_{head}"] = _normal_tail(tau[layer, head].item())
+            for i, head in enumerate(heads):  # beside 1 - Phi(tau) per head: the tail identity of a normal z
+                metrics[f"gate/frac_above_tau/layer_{layer}/{head}"] = above[layer, i].item()
+                metrics[f"gate/normal_tail/layer_{layer}/{head}"] = _normal_tail(tau[layer, i].item())
             metrics[f"gate/mean_gate/layer_{layer}"] = mean_gate[layer].mean().item()
         summary = {
             "gate/tau_mean": tau.mean().item(),

@@ -78,6 +78,45 @@ class SequentialWindows(IterableDataset):
             yield _windows(self.data, starts, self.block_size)
 
 
+# the first key of a random evaluation batch's seed (`RandomEvalBatches`): apart from the training batches' keys
+RANDOM_EVAL_KEY = 2**32
+SPLIT_KEYS = {"train": 0, "val": 1, "test": 2}
+
+
+class RandomEvalBatches(IterableDataset):
+    """The author's evaluation windows of a split: `num_batches` batches of `batch_size` random windows each.
+
+    Batch k is drawn from (seed, split, k) alone, as the author's `get_batch` draws its starts (uniform in
+    [0, len - T)): the same batches at every evaluation and for every model given the same seed. Batches are
+    dealt round-robin to the `world_size` ranks, so every batch is counted exactly once.
+    """
+
+    def __init__(
+        self,
+        data: torch.Tensor,
+        block_size: int,
+        batch_size: int,
+        num_batches: int,
+        seed: int,
+        split: str,
+        rank: int = 0,
+        world_size: int = 1,
+    ) -> None:
+        self.data, self.block_size, self.batch_size = data, block_size, batch_size
+        self.seed, self.split = seed, SPLIT_KEYS[split]
+        self.indices = range(num_batches)[rank::world_size]
+
+    @property
+    def num_windows(self) -> int:
+        return len(self.indices) * self.batch_size
+
+    def __iter__(self) -> Iterator[Batch]:
+        for k in self.indices:
+            gen = torch.Generator().manual_seed(derive_seed(RANDOM_EVAL_KEY, self.seed, self.split, k))
+            starts = torch.randint(0, len(self.data) - self.block_size, (self.batch_size,), generator=gen)
+            yield _windows(self.data, starts, self.block_size)
+
+
 class CharDataModule(L.LightningDataModule):
     """Character-level TinyShakespeare or PTB.
 
@@ -94,6 +133,12 @@ class CharDataModule(L.LightningDataModule):
         batch_size: training windows per step and device.
         eval_batch_size: windows per validation/test batch (default: ``batch_size``).
         max_eval_windows: evaluate on this many evenly spaced windows instead of the whole split.
+        random_eval_batches: the author's evaluation instead of ours: the loss is the mean over this many
+            batches of ``eval_batch_size`` random windows of each split (the author: 50 batches of the training
+            batch size), drawn from ``random_eval_seed`` alone, so every evaluation of every run sees the same
+            windows. None (the default): the whole split (or ``max_eval_windows``), in order.
+        random_eval_seed: the seed of those batches (not the run's: one checkpoint evaluated later by
+            `ega validate` sees the windows its training run saw).
         seed: seed of the training windows (linked from ``seed_everything``).
     """
 
@@ -106,6 +151,8 @@ class CharDataModule(L.LightningDataModule):
         eval_batch_size: int | None = None,
         max_eval_windows: int | None = None,
         seed: int = 1337,
+        random_eval_batches: int | None = None,
+        random_eval_seed: int = 0,
     ) -> None:
         super().__init__()
         self.corpus = get_corpus(corpus)
@@ -116,12 +163,22 @@ class CharDataModule(L.LightningDataModule):
             raise ValueError(f"data.eval_batch_size must be a positive integer or null, got {eval_batch_size}.")
         if max_eval_windows is not None and max_eval_windows < 1:
             raise ValueError(f"data.max_eval_windows must be a positive integer or null, got {max_eval_windows}.")
+        if random_eval_batches is not None and random_eval_batches < 1:
+            raise ValueError(f"data.random_eval_batches must be a positive integer or null, got {random_eval_batches}.")
+        if random_eval_batches is not None and max_eval_windows is not None:
+            raise ValueError(
+                "data.random_eval_batches and data.max_eval_windows choose the evaluation windows two ways: "
+                "set one of them (the other null)."
+            )
+        if not 0 <= random_eval_seed < 2**63:
+            raise ValueError(f"data.random_eval_seed must be in [0, 2**63), got {random_eval_seed}.")
         self.save_hyperparameters()
         self.data_dir = data_dir
         self.block_size = block_size
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.max_eval_windows = max_eval_windows
+        self.random_eval_batches, self.random_eval_seed = random_eval_batches, random_eval_seed
         self.seed = seed
         self.tokenizer = CharTokenizer(self.corpus.vocab)
         self.splits: dict[str, torch.Tensor] = {}
@@ -175,8 +232,19 @@ class CharDataModule(L.LightningDataModule):
         dataset = RandomWindows(self.splits["train"], self.block_size, self.batch_size, self.seed, start, rank)
         return DataLoader(dataset, batch_size=None)
 
-    def eval_windows(self, split: str) -> SequentialWindows:
+    def eval_windows(self, split: str) -> SequentialWindows | RandomEvalBatches:
         rank, world_size = self._rank_and_world()
+        if self.random_eval_batches is not None:
+            return RandomEvalBatches(
+                self.splits[split],
+                self.block_size,
+                self.eval_batch_size,
+                self.random_eval_batches,
+                self.random_eval_seed,
+                split,
+                rank,
+                world_size,
+            )
         return SequentialWindows(
             self.splits[split], self.block_size, self.eval_batch_size, self.max_eval_windows, rank, world_size
         )

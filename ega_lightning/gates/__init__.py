@@ -1,6 +1,6 @@
 """Attention gates by name, entry point or import path. Importing this package registers every shipped gate."""
 
-from ega_lightning.gates import alibi, fox, linear, multiscale, output, wavelet  # noqa: F401  (registers them)
+from ega_lightning.gates import alibi, author, fox, linear, multiscale, output, wavelet  # noqa: F401  (registers them)
 from ega_lightning.gates.base import ZNORM_MODES, Gate, GateState, causal_znorm, window_znorm
 from ega_lightning.gates.registry import (
     NO_GATE,

@@ -30,6 +30,12 @@ ZNORM_MODES = ("prefix", "window")
 COMMON_OPTIONS: dict[str, Any] = {"znorm": "prefix", "learn_tau": True}
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """t in fp32, the gates' precision under any autocast; a float64 t (a float64 model, the tests' exact
+    comparisons) stays float64."""
+    return t if t.dtype == torch.float64 else t.float()
+
+
 @dataclass
 class PrefixStats:
     """Running statistics of a prefix e_1..e_n of the energy, per (B, nh): what z-normalising
@@ -41,7 +47,19 @@ class PrefixStats:
     total_sq: torch.Tensor  # (B, nh, 1): sum of c^2
 
 
-def _znorm_continue(e: torch.Tensor, prefix: PrefixStats | None) -> tuple[torch.Tensor, PrefixStats]:
+def _scaled(centred: torch.Tensor, var: torch.Tensor, std_floor: float | None) -> torch.Tensor:
+    """z from the centred energy and its variance: / sqrt(var + 1e-5) (ours), or / max(std, std_floor) (the
+    author's, `gates.author`)."""
+    if std_floor is None:
+        return centred / torch.sqrt(var + ZNORM_EPS)
+    # max(std, floor) as sqrt(max(var, floor^2)): the same value, but a zero variance (always at the first
+    # position) gets a zero gradient, where sqrt's at 0 would make it NaN
+    return centred / torch.sqrt(var.clamp_min(std_floor**2))
+
+
+def _znorm_continue(
+    e: torch.Tensor, prefix: PrefixStats | None, std_floor: float | None = None
+) -> tuple[torch.Tensor, PrefixStats]:
     """z of new positions e (B, nh, t) that follow `prefix` (None: e starts the sequence)."""
     # z is shift-invariant; centring on the first value keeps the running sums small in fp32
     first = e[..., :1] if prefix is None else prefix.first
@@ -51,11 +69,13 @@ def _znorm_continue(e: torch.Tensor, prefix: PrefixStats | None) -> tuple[torch.
     s, sq = total + c.cumsum(-1), total_sq + c.square().cumsum(-1)
     mean = s / n
     var = (sq / n - mean.square()).clamp_min(0.0)
-    z = (c - mean) / torch.sqrt(var + ZNORM_EPS)
+    z = _scaled(c - mean, var, std_floor)
     return z, PrefixStats(first, start + e.shape[-1], s[..., -1:], sq[..., -1:])
 
 
-def _znorm_next(e: torch.Tensor, prefix: PrefixStats) -> tuple[torch.Tensor, PrefixStats]:
+def _znorm_next(
+    e: torch.Tensor, prefix: PrefixStats, std_floor: float | None = None
+) -> tuple[torch.Tensor, PrefixStats]:
     """`_znorm_continue` for one new position e (B, nh, 1), bit for bit: a one-element cumsum is the
     element itself and the count a Python number, which saves the arange and both cumsums of
     every cached generation step."""
@@ -64,7 +84,7 @@ def _znorm_next(e: torch.Tensor, prefix: PrefixStats) -> tuple[torch.Tensor, Pre
     s, sq = prefix.total + c, prefix.total_sq + c.square()
     mean = s / n
     var = (sq / n - mean.square()).clamp_min(0.0)
-    z = (c - mean) / torch.sqrt(var + ZNORM_EPS)
+    z = _scaled(c - mean, var, std_floor)
     return z, PrefixStats(prefix.first, n, s, sq)
 
 
@@ -118,6 +138,17 @@ class Gate(KeyBias):
 
     receptive_field: int = 1
     znorm: str = "prefix"  # see ZNORM_MODES; an evaluation may switch it (CharLM's eval_znorm)
+    # None: z divides by sqrt(var + 1e-5) (EGA_SPEC.md section 2); a number: by max(std, std_floor), the
+    # author's formula (`gates.author`), in both z-norms and in cached generation
+    std_floor: float | None = None
+    # K > 1: a mixture of K gates per head (the author's EGA-K). energy() then returns (B, K nh, T), row
+    # k nh + h the energy of head h's k-th gate; tau and alpha hold one value per row; log_gate_from_z
+    # maps z (B, K nh, T) to one log g (B, nh, T) per head
+    energies_per_head: int = 1
+    # True: model.tau_init and model.alpha_init initialise the gate (CharLM merges them into its options).
+    # False: the gate has defaults of its own (the author's alpha_init 2.0), set in gate_options; the model's
+    # reach it only when moved from CharLM's defaults 0.0 and 1.0 (see module.check_arguments)
+    model_init: bool = True
 
     def __init__(self, n_embd: int, n_head: int, tau_init: float = 0.0, alpha_init: float = 1.0) -> None:
         super().__init__(n_embd, n_head)
@@ -139,11 +170,18 @@ class Gate(KeyBias):
 
     def normalise(self, e: torch.Tensor) -> torch.Tensor:
         """z (B, nh, T) of the energy e (B, nh, T), as ``znorm`` says."""
+        if self.std_floor is not None:
+            if self.znorm == "prefix":
+                return _znorm_continue(e, None, self.std_floor)[0]
+            # the author's: population std over the window, floored; T = 1 gives e - e = 0, their z
+            std = e.std(-1, keepdim=True, correction=0).clamp_min(self.std_floor)
+            return (e - e.mean(-1, keepdim=True)) / std
         return causal_znorm(e) if self.znorm == "prefix" else window_znorm(e)
 
     @abstractmethod
     def energy(self, x: torch.Tensor) -> torch.Tensor:
-        """Per-head energy (B, nh, T) of the LayerNorm-ed hidden state x (B, T, C)."""
+        """Per-head energy (B, nh, T) of the LayerNorm-ed hidden state x (B, T, C) ((B, K nh, T) for a
+        mixture of K gates per head, see ``energies_per_head``)."""
 
     def input_projection(self) -> nn.Linear | None:
         """The linear map the energy starts with, if any (see the class docstring)."""
@@ -156,7 +194,7 @@ class Gate(KeyBias):
     def z(self, x: torch.Tensor) -> torch.Tensor:
         """Z-normalised energy (B, nh, T) (causally, unless znorm says otherwise), in fp32 even under autocast."""
         with torch.autocast(x.device.type, enabled=False):
-            return self.normalise(self.energy(x.float()).float())
+            return self.normalise(_wide(self.energy(_wide(x))))
 
     def step(
         self, x: torch.Tensor, state: GateState | None, projection: torch.Tensor | None = None
@@ -174,16 +212,16 @@ class Gate(KeyBias):
         # entering torch.autocast costs as much as a small op: only when there is an autocast to leave
         autocast = torch.is_autocast_enabled(x.device.type)
         with torch.autocast(x.device.type, enabled=False) if autocast else nullcontext():
-            new = x.float() if projection is None else projection.float()  # (B, t, C) or (B, t, m)
+            new = _wide(x) if projection is None else _wide(projection)  # (B, t, C) or (B, t, m)
             t, R = new.shape[1], self.receptive_field
             # (B, R - 1 + t, .); with R = 1 there is no tail to prepend
             window = new if state is None or R == 1 else torch.cat([state.x_tail, new], dim=1)
             e = self.energy(window) if projection is None else self.energy_from_projection(window)
-            e = (e if R == 1 else e[..., -t:]).float()  # (B, nh, t)
+            e = _wide(e if R == 1 else e[..., -t:])  # (B, nh, t)
             if state is not None and t == 1:  # the usual generation step
-                z, prefix = _znorm_next(e, state.prefix)
+                z, prefix = _znorm_next(e, state.prefix, self.std_floor)
             else:
-                z, prefix = _znorm_continue(e, None if state is None else state.prefix)
+                z, prefix = _znorm_continue(e, None if state is None else state.prefix, self.std_floor)
             tail = window[:, max(0, window.shape[1] - (R - 1)) :] if state is None or R > 1 else state.x_tail
             return self.log_gate_from_z(z), GateState(tail, prefix)
 
@@ -193,11 +231,11 @@ class Gate(KeyBias):
 
     def log_gate_from_energy(self, e: torch.Tensor) -> torch.Tensor:
         """log g (B, nh, T) from the energy e (B, nh, T)."""
-        return self.log_gate_from_z(self.normalise(e.float()))
+        return self.log_gate_from_z(self.normalise(_wide(e)))
 
     def log_gate_from_projection(self, p: torch.Tensor) -> torch.Tensor:
         """log g (B, nh, T) from p = input_projection()(x) (B, T, m)."""
-        return self.log_gate_from_energy(self.energy_from_projection(p.float()))
+        return self.log_gate_from_energy(self.energy_from_projection(_wide(p)))
 
     def set_identity(self) -> bool:
         with torch.no_grad():
@@ -207,7 +245,7 @@ class Gate(KeyBias):
     def forward(self, x: torch.Tensor, projection: torch.Tensor | None = None) -> torch.Tensor:
         """log g (B, nh, T) in fp32 from x (B, T, C), or from its precomputed `input_projection` (B, T, m)."""
         with torch.autocast(x.device.type, enabled=False):
-            e = self.energy(x.float()) if projection is None else self.energy_from_projection(projection.float())
+            e = self.energy(_wide(x)) if projection is None else self.energy_from_projection(_wide(projection))
             # no backward to prepare for; or the compiler's partitioner chooses what to recompute itself
             if not torch.is_grad_enabled() or torch.compiler.is_compiling():
                 return self.log_gate_from_energy(e)

@@ -66,6 +66,29 @@ def gated_attention_reference(
     return att @ v
 
 
+# the author's floor under a renormalised row's sum (`dropout_first_attention_reference`): a row whose every kept
+# key dropout dropped is all zeros, so its output is 0, not NaN
+RENORMALISE_FLOOR = 1e-8
+
+
+def dropout_first_attention_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, dropout_p: float = 0.0
+) -> torch.Tensor:
+    """The author's order: dropout on the attention weights first, then times the gate, then renormalise.
+
+    q, k, v (B, nh, T, hs); g (B, nh, T) -> (B, nh, T, hs). a'_ij = d_ij a_ij g_j / max(sum_k d_ik a_ik g_k,
+    1e-8) with d the dropout mask scaled by 1 / (1 - p): the renormalisation also undoes dropout's scaling.
+    At p = 0 it is `gated_attention_reference` (up to the floor, which only a row of gates < 1e-8 reaches).
+    """
+    T, hs = q.shape[-2], q.shape[-1]
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)  # (B, nh, T, T)
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    att = F.dropout(att.masked_fill(~causal, float("-inf")).softmax(dim=-1), p=dropout_p)
+    att = att * g[:, :, None, :].to(att.dtype)  # d_ij a_ij g_j
+    att = att / att.sum(dim=-1, keepdim=True).clamp_min(RENORMALISE_FLOOR)
+    return att @ v
+
+
 def biased_attention_reference(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, dropout_p: float = 0.0
 ) -> torch.Tensor:
@@ -87,12 +110,21 @@ class CausalSelfAttention(nn.Module):
         gate: KeyBias | None,
         impl: str = "fused",
         output_gate: OutputGate | None = None,
+        qkv_bias: bool | None = None,
+        dropout_before_gate: bool = False,
     ) -> None:
+        """``qkv_bias``: c_attn's bias (None: as ``bias``, which c_proj keeps). ``dropout_before_gate``: the
+        author's order, attention dropout before the energy gate and the renormalisation
+        (`dropout_first_attention_reference`); it needs an energy gate, and with dropout in training the
+        reference implementation (`forward`), the one that materialises the weights dropout acts on."""
         super().__init__()
         if impl not in ATTENTION_IMPLS:
             raise ValueError(f"Unknown attention implementation {impl!r}; choose one of {ATTENTION_IMPLS}.")
+        if dropout_before_gate and not isinstance(gate, Gate):
+            raise ValueError("dropout_before_gate orders dropout and an energy gate; this layer has no energy gate.")
         self.n_head, self.n_embd, self.dropout, self.impl = n_head, n_embd, dropout, impl
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)
+        self.dropout_before_gate = dropout_before_gate
+        self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias if qkv_bias is None else qkv_bias)
         self.c_proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.resid_dropout = nn.Dropout(dropout)
         self.gate = gate
@@ -109,13 +141,22 @@ class CausalSelfAttention(nn.Module):
         """
         dropout_p = self.dropout if self.training else 0.0
         if self.impl != "reference" or cache is not None:
+            # with no dropout both orders are one formula, which the fast paths compute
+            if self.dropout_before_gate and dropout_p > 0:
+                raise ValueError(
+                    f"dropout_before_gate with attention dropout {dropout_p} trains on attention=reference only: "
+                    f"the {self.impl} path never materialises the weights that dropout acts on."
+                )
             return self.resid_dropout(self._fast(x, cache, dropout_p))
         q, k, v = self._heads(x)  # (B, nh, T, hs) each
         if self.gate is None:
             y = gated_attention_reference(q, k, v, None, dropout_p)  # softmax(q k^T / sqrt(hs)), j <= i
         elif isinstance(self.gate, Gate):
             g = self.gate(x).exp()  # (B, nh, T): the gate of each key, from its log g
-            y = gated_attention_reference(q, k, v, g, dropout_p)  # a_ij g_j, renormalised
+            if self.dropout_before_gate:
+                y = dropout_first_attention_reference(q, k, v, g, dropout_p)  # d_ij a_ij g_j, renormalised
+            else:
+                y = gated_attention_reference(q, k, v, g, dropout_p)  # a_ij g_j, renormalised
         else:
             b = self.gate(x)  # (B or 1, nh, T), fp32
             y = biased_attention_reference(q, k, v, relative_bias(b, b), dropout_p)  # + b_j - b_i
@@ -312,6 +353,7 @@ __all__ = [
     "CausalSelfAttention",
     "available_attention_impls",
     "biased_attention_reference",
+    "dropout_first_attention_reference",
     "gated_attention_reference",
     "has_hooks",
 ]

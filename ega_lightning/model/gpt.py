@@ -28,6 +28,9 @@ class GPTConfig:
     gate_options: dict[str, Any] = field(default_factory=dict)  # passed to the gate's __init__
     attention: str = "fused"
     output_gate: str | type[OutputGate] = NO_GATE  # the output gate's slot (see gates.slots)
+    qkv_bias: bool | None = None  # the Q/K/V projection's bias; None: as `bias` (False: the author's)
+    scale_residual_init: bool = True  # c_proj's init std 0.02 / sqrt(2 n_layer); False: 0.02 (the author's)
+    dropout_before_gate: bool = False  # attention dropout, then the energy gate and renormalise (the author's)
 
 
 class MLP(nn.Module):
@@ -89,9 +92,10 @@ def _check_energy_shape(gate: Gate, cfg: GPTConfig, resolved: ResolvedGate) -> N
         if is_builtin(type(gate)):
             raise
         raise _user_gate_failed(resolved, f"energy(x) for x of shape (B, T, C) = (1, {T}, {C})", err) from err
-    expected = (1, cfg.n_head, T)
+    rows = gate.energies_per_head * cfg.n_head  # n_head, or K n_head for a mixture of K gates per head
+    expected = (1, rows, T)
     if shape != expected:
-        transposed = shape == (1, T, cfg.n_head)
+        transposed = shape == (1, T, rows)
         hint = " (it looks like (B, T, n_head): transpose it with .transpose(1, 2))" if transposed else ""
         name = resolved.name
         raise GateError(
@@ -134,7 +138,15 @@ class Block(nn.Module):
         gate, output_gate = _build_gate(cfg, gates, "gate"), _build_gate(cfg, gates, "output_gate")
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.attn = CausalSelfAttention(
-            cfg.n_embd, cfg.n_head, cfg.dropout, cfg.bias, gate, cfg.attention, output_gate=output_gate
+            cfg.n_embd,
+            cfg.n_head,
+            cfg.dropout,
+            cfg.bias,
+            gate,
+            cfg.attention,
+            output_gate=output_gate,
+            qkv_bias=cfg.qkv_bias,
+            dropout_before_gate=cfg.dropout_before_gate,
         )
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
@@ -168,7 +180,8 @@ class GPT(nn.Module):
             _check_output_shape(self.output_gates[0], cfg, self.resolved_gates["output_gate"])
 
     def _init_weights(self, seed: int) -> None:
-        """nanoGPT's init: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 n_layer).
+        """nanoGPT's init: N(0, 0.02) weights, zero biases, residual projections scaled by 1/sqrt(2 n_layer)
+        (unscaled with ``scale_residual_init`` False, the author's init).
 
         Shared weights, key-gate weights and output-gate weights come from three generators seeded from
         one draw of the global RNG, so a gated model and the baseline built from the same seed start from
@@ -182,7 +195,8 @@ class GPT(nn.Module):
         for name, module in self.named_modules():
             if name == "lm_head" or not isinstance(module, nn.Linear | nn.Embedding):
                 continue  # lm_head is tied to wte
-            std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if name.endswith("c_proj") else 0.02
+            scaled = self.cfg.scale_residual_init and name.endswith("c_proj")
+            std = 0.02 / math.sqrt(2 * self.cfg.n_layer) if scaled else 0.02
             nn.init.normal_(module.weight, mean=0.0, std=std, generator=generator.get(id(module), shared))
             if getattr(module, "bias", None) is not None:
                 nn.init.zeros_(module.bias)
