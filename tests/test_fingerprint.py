@@ -110,6 +110,30 @@ def test_a_real_change_of_arithmetic_changes_it(name, change):
     assert code_fingerprint({**linear, **change}) != code_fingerprint(linear), name
 
 
+# the author's EGA-1 as published (issue 50): trains on the reference attention with dropout before the gate
+AUTHOR = {**SMALL, "gate": "author", "gate_options": {"znorm": "window"}, "attention": "reference", "dropout": 0.1}
+
+
+@pytest.mark.parametrize(
+    ("name", "change"),
+    [
+        ("the attention order", {"dropout_before_gate": True}),
+        ("the residual projections' init unscaled", {"scale_residual_init": False}),
+        ("q, k, v without bias", {"qkv_bias": False}),
+        ("the author's gate made causal", {"gate_options": {"znorm": "prefix"}}),
+    ],
+)
+def test_each_option_of_the_authors_model_changes_it(name, change):
+    assert code_fingerprint({**AUTHOR, **change}) != code_fingerprint(AUTHOR), name
+
+
+def test_the_attention_order_without_dropout_is_one_formula_and_one_fingerprint():
+    """Dropout first, then gate and renormalise, is the gate-first formula when nothing is dropped: the paths
+    differ in rounding only (float64, ~1e-16), which the grid does not see."""
+    quiet = {**AUTHOR, "dropout": 0.0}
+    assert code_fingerprint({**quiet, "dropout_before_gate": True}) == code_fingerprint(quiet)
+
+
 @pytest.mark.parametrize("gate", ["linear", "multiscale", "db2"])
 def test_the_z_norms_eps_changes_it_and_only_for_gated_models(monkeypatch, gate):
     before = code_fingerprint({**SMALL, "gate": gate})
