@@ -7,18 +7,22 @@ only when all have a record. A seed that an earlier sitting left part-done (some
 it, not all records) is rerun whole: its records and run directories are removed first, so no seed's pairs
 straddle two sittings, let alone two CPU kinds. Records land in ``--records_dir`` (outside the checkout: they
 are committed from there, one seed at a time, after the seed is done); each seed's CPU is written beside them
-(``<records_dir>/seed<N>.cpu``).
+(``<records_dir>/seed<N>.cpu``). With ``--whole_split``, once a seed's runs are done each run's final checkpoint is
+also evaluated over the whole validation split (`ega validate`, the default evaluation), into
+``<records_dir>/whole_split/<run>.json``: for a study whose recorded val/loss is another estimate (the author's
+50 random batches), the number it is read beside.
 
 Pause it while a benchmark times (``kill -STOP <pid>`` on its process group, ``kill -CONT`` after); stop it with
 SIGTERM (the run in progress stops at its next step; the seed is then rerun whole at the next sitting).
 
     nice -n 5 python scripts/seed_runner.py configs/sweeps/author.yaml --seeds 1 2 3 4 5 \\
-        --records_dir ../study-records --runs_dir ../study-runs
+        --records_dir ../study-records --runs_dir ../study-runs --whole_split
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -28,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from ega_lightning.experiments.rundirs import read_scalars  # noqa: E402
 from ega_lightning.experiments.spec import collect_runs, load_spec  # noqa: E402
 
 
@@ -38,12 +43,36 @@ def cpu() -> str:
     return "unknown"
 
 
+def whole_split(run_name: str, runs_dir: Path, out: Path) -> int:
+    """The run's final checkpoint over the whole validation split, written to ``out`` (a JSON): `ega validate`
+    logs into ``<run>/validate``, whose event file keeps the loss at full precision."""
+    checkpoint = runs_dir / run_name / "checkpoints" / "last.ckpt"
+    command = ["ega", "validate", "--ckpt_path", str(checkpoint), "--trainer.enable_progress_bar=false"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
+        return done.returncode
+    (step, loss), *_ = read_scalars(runs_dir / run_name / "validate")["val/loss"][-1:]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    result = {
+        "run_name": run_name,
+        "step": step,  # the evaluation's step: the checkpoint's last training step, counted from 0
+        "val_loss_whole_split": loss,
+        "command": f"ega validate --ckpt_path <runs_dir>/{run_name}/checkpoints/last.ckpt",
+        "cpu": cpu(),
+    }
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{run_name}: whole validation split {loss:.4f} at step {step}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spec", type=Path)
     parser.add_argument("--seeds", type=int, nargs="+", required=True)
     parser.add_argument("--records_dir", type=Path, required=True)
     parser.add_argument("--runs_dir", type=Path, required=True)
+    parser.add_argument("--whole_split", action="store_true", help="evaluate each final checkpoint on the whole split")
     args = parser.parse_args(argv)
     runs = collect_runs([load_spec(args.spec)])
     args.records_dir.mkdir(parents=True, exist_ok=True)
@@ -53,24 +82,27 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed}: the spec has no run of it", file=sys.stderr)
             return 2
         records = [args.records_dir / f"{r.run_name}.json" for r in mine]
-        if all(p.is_file() for p in records):
-            print(f"seed {seed}: done ({len(mine)} records)", flush=True)
-            continue
-        for r, p in zip(mine, records, strict=True):  # part-done by another sitting: the seed starts over
-            if p.is_file() or (args.runs_dir / r.run_name).exists():
-                print(f"seed {seed}: removing {r.run_name}'s record and run directory (the seed reruns whole)")
-                p.unlink(missing_ok=True)
-                shutil.rmtree(args.runs_dir / r.run_name, ignore_errors=True)
-        (args.records_dir / f"seed{seed}.cpu").write_text(cpu() + "\n")
-        for r in mine:
-            start = time.monotonic()
-            command = ["ega", "sweep", str(args.spec), "--only", r.run_name]
-            command += ["--records_dir", str(args.records_dir), "--runs_dir", str(args.runs_dir)]
-            done = subprocess.run(command, cwd=REPO)
-            took = time.monotonic() - start
-            print(f"seed {seed}: {r.run_name} exited {done.returncode} after {took:.0f} s", flush=True)
-            if done.returncode != 0:
-                return done.returncode
+        if not all(p.is_file() for p in records):
+            for r, p in zip(mine, records, strict=True):  # part-done by another sitting: the seed starts over
+                if p.is_file() or (args.runs_dir / r.run_name).exists():
+                    print(f"seed {seed}: removing {r.run_name}'s record and run directory (the seed reruns whole)")
+                    p.unlink(missing_ok=True)
+                    shutil.rmtree(args.runs_dir / r.run_name, ignore_errors=True)
+            (args.records_dir / f"seed{seed}.cpu").write_text(cpu() + "\n")
+            for r in mine:
+                start = time.monotonic()
+                command = ["ega", "sweep", str(args.spec), "--only", r.run_name]
+                command += ["--records_dir", str(args.records_dir), "--runs_dir", str(args.runs_dir)]
+                done = subprocess.run(command, cwd=REPO)
+                took = time.monotonic() - start
+                print(f"seed {seed}: {r.run_name} exited {done.returncode} after {took:.0f} s", flush=True)
+                if done.returncode != 0:
+                    return done.returncode
+        for r in mine if args.whole_split else []:
+            out = args.records_dir / "whole_split" / f"{r.run_name}.json"
+            if not out.is_file() and (status := whole_split(r.run_name, args.runs_dir, out)) != 0:
+                return status
+        print(f"seed {seed}: done ({len(mine)} records)", flush=True)
     return 0
 
 
