@@ -193,3 +193,44 @@ def test_sweep_checks_every_run_as_ega_fit_would_before_the_first_starts(tmp_pat
         assert "(no-module: no-module-seed1)" in problems[2] and "no module 'no_such_module'" in problems[2]
         assert "(no-steps: no-steps-seed3)" in problems[3] and "trainer.max_steps is 0" in problems[3]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # no run directory, log, lock or record
+
+
+def test_a_resume_that_would_mix_two_runs_under_one_name_is_refused_and_its_own_command_resumes(tmp_path, data_dir):
+    """Issue 52: a resume with another batch size, seed, evaluation set, precision, a max_steps below its step, or
+    another run's last.ckpt continued the run as asked, and config.yaml recorded only the second set-up."""
+    env = env_for(data_dir)
+    run = ["fit", *TINY, "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false"]
+    for name, seed in (("a", 1), ("b", 2)):
+        made = run_ega(
+            [*run, "--trainer.max_steps=4", f"--seed_everything={seed}", f"--run_name={name}"], tmp_path, env
+        )
+        assert made.returncode == 0, made.stderr[-3000:]
+    run_dir = tmp_path / "lightning_logs/a"
+    resume = [*run, "--seed_everything=1", "--run_name=a", "--ckpt_path=last"]
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    for extra, says in [
+        (["--trainer.max_steps=6", "--data.batch_size=8"], "data.batch_size: checkpoint 4, this command 8"),
+        (["--trainer.max_steps=6", "--seed_everything=7"], "seed_everything: checkpoint 1, this command 7"),
+        (["--trainer.max_steps=6", "--data.max_eval_windows=64"], "data.max_eval_windows: checkpoint 4, this command"),
+        (["--trainer.max_steps=6", "--trainer.precision=bf16-mixed"], "trainer.precision: checkpoint '32-true', this"),
+        (["--trainer.max_steps=2"], "is at step 4 (its last.ckpt) and trainer.max_steps is 2"),
+    ]:
+        refused = run_ega([*resume, *extra], tmp_path, env)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert says in error_line(refused, "fit")
+        assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before  # config.yaml too
+    own = run_ega([*resume, "--trainer.max_steps=4"], tmp_path, env)  # the same command, another day
+    assert own.returncode == 0 and "finished at step 4 of 4" in own.stdout, own.stderr[-3000:]
+    longer = run_ega([*resume, "--trainer.max_steps=6"], tmp_path, env)  # a raised max_steps trains on
+    assert longer.returncode == 0 and "finished at step 6 of 6" in longer.stdout, longer.stderr[-3000:]
+
+    other = tmp_path / "lightning_logs/b/checkpoints/last.ckpt"  # a's checkpoint copied over b's
+    other.write_bytes((run_dir / "checkpoints/last.ckpt").read_bytes())
+    copied = run_ega(
+        [*run, "--trainer.max_steps=8", "--seed_everything=2", "--run_name=b", "--ckpt_path=last"], tmp_path, env
+    )
+    assert copied.returncode == 2, copied.stderr[-3000:]
+    line = error_line(copied, "fit")
+    assert (
+        "run_name: checkpoint 'a', this command 'b'" in line and "seed_everything: checkpoint 1, this command 2" in line
+    )
