@@ -96,6 +96,14 @@ def read_request(command: str | None, config: Any, argv: Sequence[str], missing_
     checkpoint (one rank of several, on a node that may lack it: the ranks say so together, `agreed_refusal`).
     """
     plain = config.as_dict()
+    for section in SECTIONS:  # `trainer: null` in a -c file parses, and would build a Trainer of nothing
+        if not isinstance(plain.get(section), dict):
+            raise UserError(
+                f"{section} is {yaml.safe_dump(plain.get(section)).split(chr(10))[0]} (in a -c file or a flag), and it "
+                f"must be a mapping of {section} options: that one would drop every default of base.yaml. Delete "
+                f"the line to keep the defaults, or give the options you change (e.g. {section}: "
+                f"{{{EXAMPLES[section]}}})."
+            )
     ckpt_path = plain.get("ckpt_path")
     path = None
     if ckpt_path == "last" and command == "fit":
@@ -179,6 +187,7 @@ def typed_keys(argv: Sequence[str]) -> frozenset[str]:
 
 # the config's sections whose flag takes a whole mapping (a file or YAML text), as -c takes the whole config
 SECTIONS = ("model", "data", "trainer")
+EXAMPLES = {"model": "n_embd: 64", "data": "batch_size: 16", "trainer": "max_steps: 500"}
 
 
 def _yaml_of(value: str | None) -> Any:
@@ -455,6 +464,18 @@ def precision_name(value: Any) -> str:
     return PRECISION_NAMES.get(str(value), str(value))
 
 
+def precision_as_asked(asked: Any, runs: str) -> str | None:
+    """Why a Trainer that ``runs`` another precision than the ``asked`` one must not start (None: it runs what was
+    asked): Lightning replaces fp16 AMP on CPU by bf16 with a warning, and config.yaml would record the one asked."""
+    if precision_name(asked) == precision_name(runs):
+        return None
+    return (
+        f"trainer.precision is {asked}, which Lightning does not run on this accelerator (fp16 AMP needs a GPU): it "
+        f"would run {runs} in its place, and the run's config.yaml would record {asked}. Give "
+        f"--trainer.precision={runs} (what would run), or 32-true."
+    )
+
+
 def _command_value(request: RunRequest, plan: RunPlan, key: str) -> Any:
     """The value of a dotted key that this command runs with (the run name: its directory's, also when derived)."""
     if key == "run_name":
@@ -619,6 +640,25 @@ def continuing_trains_something(request: RunRequest, plan: RunPlan) -> str | Non
     )
 
 
+def fit_writes_a_best_checkpoint(request: RunRequest, plan: RunPlan) -> str | None:
+    # a callbacks list replaces base.yaml's: `trainer: {callbacks: []}` trained without best.ckpt or the gate's
+    # diagnostics, and the summary said "no validation ran" of a run that validated
+    if request.command != "fit" or request.config["trainer"].get("fast_dev_run"):
+        return None
+    callbacks = request.config["trainer"].get("callbacks")
+    listed = callbacks if isinstance(callbacks, list) else [] if callbacks is None else [callbacks]
+    names = [str(c.get("class_path", "")) if isinstance(c, Mapping) else type(c).__name__ for c in listed]
+    if any(name.rsplit(".", 1)[-1] == "ModelCheckpoint" for name in names):
+        return None
+    return (
+        f"trainer.callbacks names no ModelCheckpoint ({', '.join(n.rsplit('.', 1)[-1] for n in names) or 'none'}): "
+        "a list of callbacks in a -c file or a flag replaces base.yaml's, it does not add to it, so the run would "
+        "write no best.ckpt, nor log what base.yaml's other callbacks do (tau, the gap, the gate map) unless your "
+        "list names them. Add a callback with --trainer.callbacks+=<class path>, or start your list from base.yaml's "
+        "(ega fit --print_config shows it)."
+    )
+
+
 def accumulate_grad_batches_positive(request: RunRequest, plan: RunPlan) -> str | None:
     batches = request.config["trainer"].get("accumulate_grad_batches", 1)
     if not isinstance(batches, int) or batches >= 1:
@@ -673,6 +713,7 @@ REFUSALS: tuple[Refusal, ...] = (
     continuing_trains_something,
     val_check_interval_positive,
     accumulate_grad_batches_positive,
+    fit_writes_a_best_checkpoint,
     checkpoint_every_not_negative,
     seed_in_range,
     run_name_is_a_name,

@@ -81,3 +81,10 @@ class WrongShapeOutputGate(HeadwiseOutputGate):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.proj(x))[..., None]
+
+
+class IntEnergyGate(_Projected):
+    """Returns its energy as integers (int64): no gradient reaches its projection, and attention fails on it."""
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        return super().energy(x).round().long()

@@ -33,7 +33,11 @@ CONFIG = {
         "lr": 1e-3,
     },
     "data": {"corpus": "tinyshakespeare", "seed": 7},
-    "trainer": {"max_steps": 100, "val_check_interval": 5},
+    "trainer": {
+        "max_steps": 100,
+        "val_check_interval": 5,
+        "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"filename": "best"}}],
+    },
     "runs_dir": "runs",
     "run_name": None,
     "ckpt_path": None,

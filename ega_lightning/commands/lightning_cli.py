@@ -147,6 +147,10 @@ class EgaCLI(LightningCLI):
         except (ValueError, MisconfigurationException) as err:  # the constructors' argument checks (the
             # Trainer's: an accelerator this machine lacks): a user's mistake, said in one line
             raise UserError(str(err)) from err
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        refusal = run_policy.precision_as_asked(config.trainer.precision, str(self.trainer.precision))
+        if refusal is not None:
+            raise UserError(refusal)
         plan = self.run_plan
         self._agree_before_the_first_collective()
         owner = rank_zero_only.rank == 0 and self._refusal is None  # a refused run's directory is left as it is
