@@ -234,3 +234,22 @@ def test_a_resume_that_would_mix_two_runs_under_one_name_is_refused_and_its_own_
     assert (
         "run_name: checkpoint 'a', this command 'b'" in line and "seed_everything: checkpoint 1, this command 2" in line
     )
+
+
+def test_check_gate_passes_no_property_on_nan_and_fails_a_gate_that_reads_its_batch(tmp_path):
+    """Issue 52: a gate whose outputs are all NaN passed causal and cached_equals_recompute (NaN is never larger than
+    a tolerance), and one that centres its energy on the batch mean passed every property."""
+    env = {"PYTHONPATH": str(REPO)}
+    only = ["--only", "causal", "cached_equals_recompute"]
+    nan = run_ega(["check-gate", "tests.hostile_gates.NanEnergyGate", *only], tmp_path, env=env)
+    assert nan.returncode == 1, nan.stderr[-3000:]
+    lines = {line.split()[1]: line for line in nan.stdout.splitlines() if line.startswith(("PASS", "FAIL"))}
+    assert lines.keys() == {"causal", "cached_equals_recompute"}
+    assert all(line.startswith("FAIL") and " NaN of " in line for line in lines.values()), nan.stdout
+
+    batch = run_ega(["check-gate", "tests.hostile_gates.BatchStatsGate"], tmp_path, env=env)
+    assert batch.returncode == 1, batch.stderr[-3000:]
+    failed = [line for line in batch.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].split()[1] == "batch_independent", batch.stdout
+    assert "moved sequence 0's log-gate" in failed[0] and "reads other sequences of its batch" in failed[0]
+    assert run_ega(["check-gate", "linear", "--only", "batch_independent"], tmp_path, env=env).returncode == 0
