@@ -532,6 +532,19 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, list | tuple) else value
 
 
+def max_epochs_unset(request: RunRequest, plan: RunPlan) -> str | None:
+    # the training windows are an endless stream: an epoch never ends, so max_epochs 0 stopped a run before its first
+    # step, exit 0, and `ega sweep` marked it DONE
+    epochs = request.config["trainer"].get("max_epochs")
+    if request.command != "fit" or epochs is None or epochs == -1:
+        return None
+    return (
+        f"trainer.max_epochs is {epochs}: the training windows are an endless stream, so an epoch never ends and "
+        "max_epochs could only stop the run before its first step; a run's length is trainer.max_steps. Drop "
+        "--trainer.max_epochs and set --trainer.max_steps=N."
+    )
+
+
 def gradient_clip_val_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
     clip = request.config["trainer"].get("gradient_clip_val")
     if clip is None or (isinstance(clip, int | float) and clip >= 0):
@@ -708,6 +721,7 @@ REFUSALS: tuple[Refusal, ...] = (
     checkpoint_holds_the_optimizer,
     resume_continues_one_run,
     max_steps_positive,
+    max_epochs_unset,
     resume_not_past_max_steps,
     gradient_clip_val_not_negative,
     continuing_trains_something,

@@ -156,6 +156,8 @@ class EgaCLI(LightningCLI):
         owner = rank_zero_only.rank == 0 and self._refusal is None  # a refused run's directory is left as it is
         if plan.clear_old_run and owner:  # every argument is known good now
             runs.clear_outputs(plan.run_dir)
+        if plan.resume_step is not None and owner:  # trained on, the run is no longer the one its DONE names
+            runs.clear_done(plan.run_dir)
         if plan.evaluation and owner:  # an evaluation replaces the previous one of its kind
             runs.clear_evaluation(plan.run_dir, plan.evaluation)
         for logger in self.trainer.loggers if plan.resume_step is not None else []:
