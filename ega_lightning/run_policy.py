@@ -456,18 +456,19 @@ CONTINUED: tuple[Continued, ...] = (
     Continued("trainer.precision", "--trainer.precision", "the arithmetic of every step"),
 )
 # Lightning's older spellings of a precision, by the name it runs them under (Trainer.precision)
-PRECISION_NAMES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed"}
+PRECISION_NAMES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "None": "32-true"}
 
 
 def precision_name(value: Any) -> str:
-    """A precision as Lightning names the one it runs (``32`` and ``"32"``: ``32-true``; ``bf16``: ``bf16-mixed``)."""
+    """A precision as Lightning names the one it runs (``32`` and ``"32"``: ``32-true``; ``bf16``: ``bf16-mixed``;
+    None, the Trainer's default: ``32-true``)."""
     return PRECISION_NAMES.get(str(value), str(value))
 
 
 def precision_as_asked(asked: Any, runs: str) -> str | None:
     """Why a Trainer that ``runs`` another precision than the ``asked`` one must not start (None: it runs what was
     asked): Lightning replaces fp16 AMP on CPU by bf16 with a warning, and config.yaml would record the one asked."""
-    if precision_name(asked) == precision_name(runs):
+    if asked is None or precision_name(asked) == precision_name(runs):  # None: Lightning's default, as it runs
         return None
     return (
         f"trainer.precision is {asked}, which Lightning does not run on this accelerator (fp16 AMP needs a GPU): it "
@@ -655,8 +656,11 @@ def continuing_trains_something(request: RunRequest, plan: RunPlan) -> str | Non
 
 def fit_writes_a_best_checkpoint(request: RunRequest, plan: RunPlan) -> str | None:
     # a callbacks list replaces base.yaml's: `trainer: {callbacks: []}` trained without best.ckpt or the gate's
-    # diagnostics, and the summary said "no validation ran" of a run that validated
+    # diagnostics, and the summary said "no validation ran" of a run that validated (asked of a list the user gave:
+    # the Python API without ega's configs keeps its own)
     if request.command != "fit" or request.config["trainer"].get("fast_dev_run"):
+        return None
+    if "trainer.callbacks" not in request.typed:
         return None
     callbacks = request.config["trainer"].get("callbacks")
     listed = callbacks if isinstance(callbacks, list) else [] if callbacks is None else [callbacks]
