@@ -76,7 +76,16 @@ def read_config(path: str | Path) -> dict[str, Any] | None:
     """A config file's mapping, None when it sets nothing (empty, or only comments); a UserError naming the
     file when it is no config (not YAML, not readable, not a mapping)."""
     try:
-        content = yaml.safe_load(Path(path).read_text())
+        text = Path(path).read_text()
+        size = expanded_size(yaml.compose(text, Loader=yaml.SafeLoader))
+        if size > MAX_VALUES:
+            raise UserError(
+                f"config file {path} expands to more than {MAX_VALUES:,} values through its YAML aliases (*name): "
+                "a config is at most a few hundred, and nested aliases (each repeating the one before) would take "
+                "minutes and gigabytes to expand before any key could be checked. Write the values out, or use "
+                "fewer aliases."
+            )
+        content = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
@@ -92,6 +101,36 @@ def read_config(path: str | Path) -> dict[str, Any] | None:
             "`model:`, `data:`, `trainer:` ... sections, as the packaged configs are (e.g. gate/db4.yaml)."
         )
     return content
+
+
+# The most values a config file may expand to through its YAML aliases: the packaged configs hold about a hundred,
+# and a few hundred bytes of nested aliases expand to billions (the "billion laughs"), which the parser builds in
+# full before it checks a key.
+MAX_VALUES = 10_000
+
+
+def expanded_size(node: yaml.Node | None, memo: dict[int, int] | None = None) -> int:
+    """The number of values (scalars, sequences, mappings) of a composed YAML document once its aliases are
+    expanded, counted without expanding them: each node once, an alias by the size of what it names. A node that
+    contains itself counts as more than `MAX_VALUES`."""
+    if node is None:
+        return 0
+    memo = {} if memo is None else memo
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = MAX_VALUES + 1  # while it is counted: met again inside itself, it never ends
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    elif isinstance(node, yaml.MappingNode):
+        children = [part for pair in node.value for part in pair]
+    total = 1
+    for child in children:
+        total += expanded_size(child, memo)
+        if total > MAX_VALUES:
+            break
+    memo[id(node)] = min(total, MAX_VALUES + 1)
+    return memo[id(node)]
 
 
 def resolve_config_args(argv: list[str], float_flags: Collection[str] = ()) -> list[str]:

@@ -12,6 +12,9 @@ gate it concerns (energy gate, key bias, output gate; see `gates.slots`):
 - causal: changing token t, for every position t of the window, never moves a gate's output (log-gate,
   bias or factor), an attention layer's output or a logit before t (bit for bit, on each attention path
   this torch has: fused, reference, and flex from torch 2.5 on);
+- batch_independent: changing the other sequences of a batch never moves a sequence's gate output, attention
+  outputs or logits (a gate that normalises with statistics over the batch makes a sequence's result depend on
+  what it is batched with, and an evaluation's numbers on its batch size);
 - alpha_zero_is_baseline (energy gates): at alpha = 0 the model equals the baseline with the same shared weights;
 - identity_is_baseline (key biases): at its identity setting (ALiBi's slopes 0, FoX's forget bias +inf)
   the model equals the baseline;
@@ -21,6 +24,9 @@ gate it concerns (energy gate, key bias, output gate; see `gates.slots`):
 - params_per_layer: the documented count equals the gate's parameters, at two layer shapes;
 - fp32_under_autocast (key gates): under bf16 autocast the log-gate or bias is fp32 and equals the fp32 computation;
 - finite_on_constant_input: the gate's outputs and gradients are finite for a constant and a zero input.
+
+No property passes on a gate output or logit that is NaN or infinite anywhere in its check: a comparison with
+NaN is never "larger than the tolerance", so such a check would pass on nothing.
 """
 
 from __future__ import annotations
@@ -198,6 +204,39 @@ def _layer_outputs(model: GPT) -> Iterator[list[torch.Tensor]]:
             h.remove()
 
 
+@contextmanager
+def _non_finite_outputs() -> Iterator[list[str]]:
+    """Inside the block, what first came out NaN or infinite of a gate (log-gate, bias, factor) or of a model (its
+    logits), anywhere: one sentence each."""
+    found: list[str] = []
+
+    def hook(module: Any, args: Any, out: Any) -> None:
+        if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+            return
+        try:
+            if torch.isfinite(out).all():
+                return
+        except RuntimeError:  # inside a transform (FlexAttention's vmap): the other paths show the same output
+            return
+        if isinstance(module, GPT):
+            found.append(f"the logits are {_non_finite_kind(out)}")
+        elif isinstance(module, KeyBias | OutputGate):
+            found.append(f"the gate's {GATE_OUTPUT[gate_kind(type(module))]} is {_non_finite_kind(out)}")
+
+    handle = torch.nn.modules.module.register_module_forward_hook(hook)
+    try:
+        yield found
+    finally:
+        handle.remove()
+
+
+def _non_finite_kind(value: torch.Tensor) -> str:
+    nan = int(torch.isnan(value).sum())
+    inf = int(torch.isinf(value).sum())
+    parts = [f"{nan} NaN" if nan else "", f"{inf} infinite" if inf else ""]
+    return f"{' and '.join(p for p in parts if p)} of {value.numel()} values"
+
+
 def _traced(model: GPT, idx: torch.Tensor) -> dict[str, torch.Tensor]:
     """What the causal property compares, each with the position on dim 0: log-gates, layer outputs, logits."""
     with torch.no_grad(), _gate_calls(model) as calls, _layer_outputs(model) as layers:
@@ -252,6 +291,41 @@ def _window_hint(ctx: _Context) -> str:
         " (gate option znorm: window takes z's mean and std over the whole window, later positions included; "
         "znorm: prefix is the causal z-norm)"
     )
+
+
+def _batch_independent(ctx: _Context) -> tuple[bool, str]:
+    # A gate that normalises its energy with statistics over the batch (a batch norm's mean) passes causal, since
+    # every sequence keeps its own past; but sequence 0's gate then moves with what the other sequences hold.
+    T, V = ctx.shape.block_size, ctx.shape.vocab_size
+    label = {"gate output": GATE_OUTPUT[ctx.kind]}
+    worst = 0.0
+    for attention in available_attention_impls():
+        model = ctx.model(attention)
+        idx = ctx.tokens(3, T)
+        others = idx.clone()
+        others[1:] = (others[1:] + torch.arange(1, 3)[:, None]) % V  # sequences 1 and 2 changed, 0 kept
+        before, after = _first_sequence(model, idx), _first_sequence(model, others)
+        for what in before:
+            moved = (before[what] - after[what]).abs().max().item()
+            worst = max(worst, moved)
+            if moved > TOLERANCE * max(1.0, before[what].abs().max().item()):
+                return False, (
+                    f"changing the other 2 sequences of a batch of 3 moved sequence 0's {label.get(what, what)} by up "
+                    f"to {moved:.3g} ({attention} attention): the gate reads other sequences of its batch (statistics "
+                    "over the batch?), so a sequence's result depends on what it is batched with"
+                )
+    return True, f"changing the other 2 sequences of a batch of 3 moved sequence 0's outputs by at most {worst:.2g}"
+
+
+def _first_sequence(model: GPT, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Sequence 0's gate outputs (every layer's, flattened; ALiBi's bias has batch 1), attention outputs and logits."""
+    with torch.no_grad(), _gate_calls(model) as calls, _layer_outputs(model) as layers:
+        logits = model(idx)
+    return {
+        "gate output": torch.cat([out[0].flatten() for _, _, out in calls]),
+        "attention output": torch.stack([out[0] for out in layers]),  # (n_layer, T, C)
+        "logits": logits[0],  # (T, V)
+    }
 
 
 def _equals_baseline(ctx: _Context, at_setting: Callable[[str], GPT | None], setting: str) -> tuple[bool, str]:
@@ -421,6 +495,7 @@ ALL_KINDS = (ENERGY, KEY_BIAS, OUTPUT)
 # each property with the kinds of gate it concerns
 PROPERTIES: dict[str, tuple[Callable[[_Context], tuple[bool, str]], tuple[str, ...]]] = {
     "causal": (_causal, ALL_KINDS),
+    "batch_independent": (_batch_independent, ALL_KINDS),
     "alpha_zero_is_baseline": (_alpha_zero_is_baseline, (ENERGY,)),
     "identity_is_baseline": (_identity_is_baseline, (KEY_BIAS,)),
     "fused_equals_reference": (_fused_equals_reference, ALL_KINDS),
@@ -480,7 +555,10 @@ def check_gate(
                 if (properties and prop not in properties) or ctx.kind not in kinds:
                     continue
                 try:
-                    passed, detail = check(ctx)
+                    with _non_finite_outputs() as non_finite:
+                        passed, detail = check(ctx)
+                    if passed and non_finite:  # NaN compares as no difference: the check measured nothing
+                        passed, detail = False, f"{non_finite[0]}, so nothing was measured ({detail})"
                 except Exception as err:  # the gate's own code failed inside the check: that is the finding
                     passed, detail = False, f"raised {type(err).__name__}: {err}"
                 report.results.append(PropertyResult(prop, passed, detail))

@@ -13,9 +13,15 @@ def usable_device(name: str) -> torch.device:
     try:
         device = torch.device(name)
         torch.empty(0, device=device)
+        if device.type in NO_DATA:
+            raise RuntimeError(f"a {device.type} tensor holds no data: no weights load there, nothing is computed")
     except (RuntimeError, AssertionError) as err:  # an unknown name, a missing device; torch without CUDA asserts
         raise UserError(
             f"--device {name} cannot be used on this machine ({str(err).splitlines()[0]}). "
             f"Use --device cpu{', or cuda' if torch.cuda.is_available() else ''}."
         ) from None
     return device
+
+
+# torch's device types that hold shapes but no values: a tool's model cannot run there
+NO_DATA = ("meta",)

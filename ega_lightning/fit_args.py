@@ -59,7 +59,7 @@ class EgaArgumentParser(LightningArgumentParser):
             super().error(message, ex)  # raises: the caller handles it
         parser = getattr(ex, "subcommand_parser", None) or self
         command = next((c for c in LIGHTNING_SUBCOMMANDS if parser.prog.split()[-1:] == [c]), "fit")
-        text = one_line(message)
+        text = parser_message(message)
         key = re.search(r'Parser key "([^"]+)"', text)
         where = f"--{key.group(1)}: " if key else ""
         print(
@@ -71,6 +71,22 @@ class EgaArgumentParser(LightningArgumentParser):
 
 def one_line(message: str) -> str:
     return " ".join(line.strip() for line in message.strip().splitlines())
+
+
+# jsonargparse's words for a link whose source is no option (the data module's vocab is a property, linked at
+# instantiation), and what `ega` says instead
+VOCAB_LINK = 'Linked "model.vocab" must be given via "data.vocab"'
+VOCAB_GIVEN = (
+    "model.vocab cannot be given: it is the corpus's characters, which the model takes from the data module "
+    "(--data.corpus) when it is built. Drop --model.vocab (and model.vocab from -c files), and choose the corpus "
+    "with --data.corpus; a checkpoint's model keeps its own."
+)
+
+
+def parser_message(message: str) -> str:
+    """The parser's error as one line, in ega's words where jsonargparse's would name an option that is not there."""
+    text = one_line(message)
+    return VOCAB_GIVEN if VOCAB_LINK in text else text
 
 
 def add_run_arguments(parser: LightningArgumentParser) -> None:
@@ -160,7 +176,7 @@ def problems(argv: list[str]) -> list[str]:
         resolved = resolve_config_args(argv, FLOAT_FLAGS)
         config = _parser().parse_args(resolved)
     except (ArgumentError, UserError, ValueError) as err:
-        return [one_line(str(err))]
+        return [parser_message(str(err))]
     command = config.get("subcommand")
     config = config[command]
     found = []

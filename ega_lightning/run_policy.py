@@ -24,13 +24,14 @@ restores) decides, the same on every rank, before Lightning's first collective (
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from ega_lightning import runs
+from ega_lightning.callbacks.last import RUN_KEY
 from ega_lightning.checkpoint_io import load_checkpoint
 from ega_lightning.errors import UserError
 from ega_lightning.io import read_yaml
@@ -48,6 +49,9 @@ class CheckpointFacts:
     # (num_nodes, devices) it was saved with: recorded in it (module.WORLD_KEY), else, for a checkpoint from before
     # that record, its run's config.yaml; None: neither tells
     world: tuple[int, int] | None = None
+    # what the checkpoint says of the run that saved it, by the config's dotted keys (data.batch_size, data.seed,
+    # run_name, trainer.precision, ...): the datamodule's arguments and ega's record (callbacks.last.RUN_KEY)
+    saved: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,14 @@ def read_request(command: str | None, config: Any, argv: Sequence[str], missing_
     checkpoint (one rank of several, on a node that may lack it: the ranks say so together, `agreed_refusal`).
     """
     plain = config.as_dict()
+    for section in SECTIONS:  # `trainer: null` in a -c file parses, and would build a Trainer of nothing
+        if not isinstance(plain.get(section), dict):
+            raise UserError(
+                f"{section} is {yaml.safe_dump(plain.get(section)).split(chr(10))[0]} (in a -c file or a flag), and it "
+                f"must be a mapping of {section} options: that one would drop every default of base.yaml. Delete "
+                f"the line to keep the defaults, or give the options you change (e.g. {section}: "
+                f"{{{EXAMPLES[section]}}})."
+            )
     ckpt_path = plain.get("ckpt_path")
     path = None
     if ckpt_path == "last" and command == "fit":
@@ -104,17 +116,30 @@ def read_request(command: str | None, config: Any, argv: Sequence[str], missing_
 
 def read_checkpoint(path: Path) -> CheckpointFacts:
     ckpt = load_checkpoint(path)
-    corpus = ckpt.get("datamodule_hyper_parameters", {}).get("corpus")
+    data = ckpt.get("datamodule_hyper_parameters", {})
+    saved = {f"data.{key}": value for key, value in data.items() if not key.startswith("_")}
+    saved.update(ckpt.get(RUN_KEY) or {})
     recorded = ckpt.get(WORLD_KEY)
     world = world_of(recorded) if isinstance(recorded, Mapping) else None
-    if recorded is None and path.parent.name == "checkpoints":  # saved before ega recorded it: its run's word
-        config_path = path.parent.parent / "config.yaml"
-        try:
-            config = read_yaml(config_path) if config_path.is_file() else None
-        except (OSError, ValueError, yaml.YAMLError):
-            config = None
-        world = world_of(config.get("trainer") or {}) if isinstance(config, dict) else None
-    return CheckpointFacts(path, ckpt["hyper_parameters"], ckpt.get("global_step"), corpus, world)
+    if recorded is None or "trainer.precision" not in saved:  # saved before ega recorded it: its run's word
+        trainer = _run_config(path).get("trainer")
+        trainer = trainer if isinstance(trainer, dict) else {}
+        world = world_of(trainer) if recorded is None and trainer else world
+        if "trainer.precision" not in saved and trainer.get("precision") is not None:
+            saved["trainer.precision"] = trainer["precision"]
+    return CheckpointFacts(path, ckpt["hyper_parameters"], ckpt.get("global_step"), data.get("corpus"), world, saved)
+
+
+def _run_config(path: Path) -> dict[str, Any]:
+    """The config.yaml of the run a checkpoint file lies in (``<run>/checkpoints/<file>``); {} where there is none."""
+    config_path = path.parent.parent / "config.yaml"
+    if path.parent.name != "checkpoints" or not config_path.is_file():
+        return {}
+    try:
+        config = read_yaml(config_path)
+    except (OSError, ValueError, yaml.YAMLError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def world_of(trainer: Mapping[str, Any]) -> tuple[int, int] | None:
@@ -162,6 +187,7 @@ def typed_keys(argv: Sequence[str]) -> frozenset[str]:
 
 # the config's sections whose flag takes a whole mapping (a file or YAML text), as -c takes the whole config
 SECTIONS = ("model", "data", "trainer")
+EXAMPLES = {"model": "n_embd: 64", "data": "batch_size: 16", "trainer": "max_steps: 500"}
 
 
 def _yaml_of(value: str | None) -> Any:
@@ -405,8 +431,119 @@ def checkpoint_holds_the_optimizer(request: RunRequest, plan: RunPlan) -> str | 
     )
 
 
+@dataclass(frozen=True)
+class Continued:
+    """A value that a run resumed from its last.ckpt shares with the run that saved it: changed on a resume, the run's
+    curves would join two set-ups (or two runs) under one name, and its config.yaml would record only the second."""
+
+    key: str  # the config's dotted key, and the checkpoint's (`CheckpointFacts.saved`)
+    flag: str  # how a command line sets it
+    decides: str  # what it decides in the run
+
+
+# What `ega fit --ckpt_path last` refuses to change (asked where the checkpoint records the value; a checkpoint from
+# before a record is not asked): a new evaluation option of the data is one more row.
+CONTINUED: tuple[Continued, ...] = (
+    Continued("run_name", "--run_name", "the run that saved it"),
+    Continued("data.corpus", "--data.corpus", "the text it trains and evaluates on"),
+    Continued("data.seed", "--seed_everything", "the training windows and dropout masks of every step"),
+    Continued("data.batch_size", "--data.batch_size", "the training windows of every step"),
+    Continued(
+        "data.max_eval_windows",
+        "--data.max_eval_windows",
+        "the validation windows that val/loss and best.ckpt are measured on",
+    ),
+    Continued("trainer.precision", "--trainer.precision", "the arithmetic of every step"),
+)
+# Lightning's older spellings of a precision, by the name it runs them under (Trainer.precision)
+PRECISION_NAMES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "None": "32-true"}
+
+
+def precision_name(value: Any) -> str:
+    """A precision as Lightning names the one it runs (``32`` and ``"32"``: ``32-true``; ``bf16``: ``bf16-mixed``;
+    None, the Trainer's default: ``32-true``)."""
+    return PRECISION_NAMES.get(str(value), str(value))
+
+
+def precision_as_asked(asked: Any, runs: str) -> str | None:
+    """Why a Trainer that ``runs`` another precision than the ``asked`` one must not start (None: it runs what was
+    asked): Lightning replaces fp16 AMP on CPU by bf16 with a warning, and config.yaml would record the one asked."""
+    if asked is None or precision_name(asked) == precision_name(runs):  # None: Lightning's default, as it runs
+        return None
+    return (
+        f"trainer.precision is {asked}, which Lightning does not run on this accelerator (fp16 AMP needs a GPU): it "
+        f"would run {runs} in its place, and the run's config.yaml would record {asked}. Give "
+        f"--trainer.precision={runs} (what would run), or 32-true."
+    )
+
+
+def _command_value(request: RunRequest, plan: RunPlan, key: str) -> Any:
+    """The value of a dotted key that this command runs with (the run name: its directory's, also when derived)."""
+    if key == "run_name":
+        return plan.run_dir.name
+    value: Any = request.config
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return precision_name(value) if key == "trainer.precision" else value
+
+
+def resume_continues_one_run(request: RunRequest, plan: RunPlan) -> str | None:
+    """A resume (``last``) whose command differs from its checkpoint's run in a row of ``CONTINUED``."""
+    ckpt = request.checkpoint
+    if request.command != "fit" or plan.ckpt_path != "last" or ckpt is None:
+        return None
+    differ = []
+    for row in CONTINUED:
+        if row.key not in ckpt.saved:
+            continue
+        saved = precision_name(ckpt.saved[row.key]) if row.key == "trainer.precision" else ckpt.saved[row.key]
+        asked = _command_value(request, plan, row.key)
+        if _plain(saved) != _plain(asked):
+            name = row.flag.removeprefix("--")
+            differ.append(f"{name}: checkpoint {_plain(saved)!r}, this command {_plain(asked)!r} ({row.decides})")
+    if not differ:
+        return None
+    at = f" at step {ckpt.global_step}" if ckpt.global_step is not None else ""
+    return (
+        f"--ckpt_path last continues the run in {plan.run_dir}, and {ckpt.path} was saved{at} by a run that differs "
+        f"from this command: {'; '.join(differ)}. Resumed, the run would be two runs under one name, recorded as "
+        "the second. Resume with the checkpoint's values (the run's own command, or its config.yaml, plus "
+        "--ckpt_path last; a last.ckpt copied from another run cannot continue this one), start the run over "
+        "with yours (--overwrite=true), or train them as a new run (another --run_name)."
+    )
+
+
+def resume_not_past_max_steps(request: RunRequest, plan: RunPlan) -> str | None:
+    # a resume with max_steps below its step would train nothing and record a run shorter than the one trained
+    ckpt, steps = request.checkpoint, request.config["trainer"]["max_steps"]
+    if request.command != "fit" or plan.ckpt_path != "last" or ckpt is None or ckpt.global_step is None:
+        return None
+    if steps is None or steps < 1 or ckpt.global_step <= steps:  # max_steps below 1: max_steps_positive says it
+        return None
+    return (
+        f"the run in {plan.run_dir} is at step {ckpt.global_step} (its last.ckpt) and trainer.max_steps is {steps}: "
+        f"a resume cannot end before the step it starts at, and its config.yaml would record {steps} steps of a run "
+        f"that trained {ckpt.global_step}. Resume with --trainer.max_steps={ckpt.global_step} or more (a finished "
+        f"run's own command ends at once), evaluate it with ega validate --ckpt_path "
+        f"{plan.run_dir / 'checkpoints' / 'best.ckpt'}, or start it over with --overwrite=true."
+    )
+
+
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, list | tuple) else value
+
+
+def max_epochs_unset(request: RunRequest, plan: RunPlan) -> str | None:
+    # the training windows are an endless stream: an epoch never ends, so max_epochs 0 stopped a run before its first
+    # step, exit 0, and `ega sweep` marked it DONE
+    epochs = request.config["trainer"].get("max_epochs")
+    if request.command != "fit" or epochs is None or epochs == -1:
+        return None
+    return (
+        f"trainer.max_epochs is {epochs}: the training windows are an endless stream, so an epoch never ends and "
+        "max_epochs could only stop the run before its first step; a run's length is trainer.max_steps. Drop "
+        "--trainer.max_epochs and set --trainer.max_steps=N."
+    )
 
 
 def gradient_clip_val_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
@@ -532,6 +669,28 @@ def continuing_trains_something(request: RunRequest, plan: RunPlan) -> str | Non
     )
 
 
+def fit_writes_a_best_checkpoint(request: RunRequest, plan: RunPlan) -> str | None:
+    # a callbacks list replaces base.yaml's: `trainer: {callbacks: []}` trained without best.ckpt or the gate's
+    # diagnostics, and the summary said "no validation ran" of a run that validated (asked of a list the user gave:
+    # the Python API without ega's configs keeps its own)
+    if request.command != "fit" or request.config["trainer"].get("fast_dev_run"):
+        return None
+    if "trainer.callbacks" not in request.typed:
+        return None
+    callbacks = request.config["trainer"].get("callbacks")
+    listed = callbacks if isinstance(callbacks, list) else [] if callbacks is None else [callbacks]
+    names = [str(c.get("class_path", "")) if isinstance(c, Mapping) else type(c).__name__ for c in listed]
+    if any(name.rsplit(".", 1)[-1] == "ModelCheckpoint" for name in names):
+        return None
+    return (
+        f"trainer.callbacks names no ModelCheckpoint ({', '.join(n.rsplit('.', 1)[-1] for n in names) or 'none'}): "
+        "a list of callbacks in a -c file or a flag replaces base.yaml's, it does not add to it, so the run would "
+        "write no best.ckpt, nor log what base.yaml's other callbacks do (tau, the gap, the gate map) unless your "
+        "list names them. Add a callback with --trainer.callbacks+=<class path>, or start your list from base.yaml's "
+        "(ega fit --print_config shows it)."
+    )
+
+
 def accumulate_grad_batches_positive(request: RunRequest, plan: RunPlan) -> str | None:
     batches = request.config["trainer"].get("accumulate_grad_batches", 1)
     if not isinstance(batches, int) or batches >= 1:
@@ -579,12 +738,16 @@ REFUSALS: tuple[Refusal, ...] = (
     checkpoint_holds_the_model,
     checkpoint_decides_the_corpus,
     checkpoint_holds_the_optimizer,
+    resume_continues_one_run,
     max_steps_positive,
+    max_epochs_unset,
+    resume_not_past_max_steps,
     gradient_clip_val_not_negative,
     dropout_before_gate_trains_on_reference,
     continuing_trains_something,
     val_check_interval_positive,
     accumulate_grad_batches_positive,
+    fit_writes_a_best_checkpoint,
     checkpoint_every_not_negative,
     seed_in_range,
     run_name_is_a_name,

@@ -38,7 +38,11 @@ LAST = Path("checkpoints") / "last.ckpt"
 # (hpc_ckpt_N.ckpt, which Lightning restores by itself under SLURM) is one: ega turns that requeue off, and one
 # left by another tool or version must neither survive an overwrite nor let the directory pass for fresh
 HPC_GLOB = "hpc_ckpt_*.ckpt"
+# `ega sweep`'s mark of a run that finished as its spec gives it (experiments.spec.done_marker): a fit that trains
+# the run again (--overwrite=true, or by hand with --ckpt_path last) makes it stale, and deletes it
+DONE = "DONE"
 TRAINING_GLOBS = (
+    DONE,
     "checkpoints",
     "events.out.tfevents.*",
     "config.yaml",
@@ -99,6 +103,11 @@ def clear_outputs(run_dir: Path) -> None:
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
+
+
+def clear_done(run_dir: Path) -> None:
+    """Deletes the run's DONE: a fit that trains the run on (a resume by hand) is not the run the DONE names."""
+    (run_dir / DONE).unlink(missing_ok=True)
 
 
 def remove_temporaries(run_dir: Path) -> None:

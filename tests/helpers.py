@@ -91,6 +91,18 @@ class SleepEachStep(L.Callback):
         time.sleep(self.seconds)
 
 
+class StopAtStep(L.Callback):
+    """Stops training once ``step`` optimizer steps are done, as an early-stopping callback or a time limit does:
+    `ega fit` exits 0 short of its max_steps."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args, **kwargs) -> None:
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
+
 class PoisonLossAt(L.Callback):
     """Makes the gradients NaN at one step, as a diverging run would."""
 

@@ -81,3 +81,27 @@ class WrongShapeOutputGate(HeadwiseOutputGate):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.proj(x))[..., None]
+
+
+class IntEnergyGate(_Projected):
+    """Returns its energy as integers (int64): no gradient reaches its projection, and attention fails on it."""
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        return super().energy(x).round().long()
+
+
+class NanEnergyGate(_Projected):
+    """Its energy is NaN everywhere, always: every comparison with it is False, so a check that only looks for a
+    difference larger than its tolerance passes it."""
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        return super().energy(x) * torch.nan
+
+
+class BatchStatsGate(_Projected):
+    """Centres its energy on the mean over the batch (as a batch norm does): causal, since every sequence keeps its
+    own past, but a sequence's gate moves with the other sequences it is batched with."""
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        e = super().energy(x)  # (B, nh, T)
+        return e - e.mean(dim=0, keepdim=True)

@@ -169,7 +169,7 @@ def test_the_cli_prints_one_line_per_property_and_exits_by_verdict(capsys):
     assert [line.split()[:2] for line in out[1:-1]] == [
         ["FAIL" if p == "params_per_layer" else "PASS", p] for p, (_, kinds) in PROPERTIES.items() if ENERGY in kinds
     ]
-    assert out[-1] == "7 properties, 1 failed: params_per_layer."
+    assert out[-1] == "8 properties, 1 failed: params_per_layer."
     assert main(["linear", "--only", "causal"]) == 0
 
 

@@ -81,11 +81,11 @@ def test_a_resume_with_another_world_size_is_refused_unless_allowed(ddp_run):
     """The 2-process run resumed by one process: refused before anything is built (no process group), with the
     way out; allowed by the flag, which its config.yaml keeps."""
     work, env = ddp_run
-    run_dir = work / "lightning_logs/resized"
+    run_dir = work / "resized/ddp"  # a copy under its own name: a checkpoint continues its own run only
     shutil.copytree(work / "lightning_logs/ddp", run_dir)
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
     resume = ["fit", *COMPOSE, *TINY, "--trainer.devices=1", "--trainer.max_steps=6", "--trainer.val_check_interval=3"]
-    resume += ["--run_name=resized", "--ckpt_path=last"]
+    resume += ["--runs_dir=resized", "--run_name=ddp", "--ckpt_path=last"]
 
     refused = run_ega(resume, cwd=work, env=env, timeout=600)
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-4000:]

@@ -6,6 +6,7 @@ import dataclasses
 import fcntl
 import json
 import math
+import os
 import re
 import shlex
 import shutil
@@ -19,11 +20,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from ega_lightning.cli import main as ega_main
 from ega_lightning.commands import report
 from ega_lightning.config_files import PACKAGED_CONFIGS
+from ega_lightning.errors import MACHINE_REFUSED
 from ega_lightning.experiments import comparisons, records, rundirs, stats, sweep
 from ega_lightning.experiments.spec import static_value
 from ega_lightning.fingerprint import code_fingerprint
 
-from .helpers import CONFIGS, TINY_MODEL, TINY_VOCAB, landscape_json, run_ega
+from .helpers import CONFIGS, REPO, TINY_MODEL, TINY_VOCAB, landscape_json, run_ega
 
 # ----------------------------------------------------------------------------- statistics
 
@@ -1184,3 +1186,62 @@ def test_an_evaluation_of_a_finished_sweep_run_leaves_its_record_as_it_was(tmp_p
     assert report.returncode == 0, report.stderr[-3000:]
     rebuilt = json.loads((tmp_path / "rec/r-seed1.json").read_text())
     assert rebuilt["scalars"] == written["scalars"] and rebuilt["scalars"]["val/loss"]
+
+
+@pytest.mark.slow
+def test_a_sweep_s_done_records_and_report_say_what_ran(tmp_path, data_dir):
+    """Issue 52: a records directory that cannot be written, a run stopped short of its max_steps (DONE after 0 of 20
+    steps), a sweep run restarted by hand with other arguments (its old DONE kept, the record rewritten under the
+    spec's arguments), a record whose curves stop early (counted as finished), and specs that name no size file
+    ("Sizes run: none.")."""
+    tiny = [*(f"--model.{k}={v}" for k, v in TINY_MODEL.items()), "--data.batch_size=4", "--data.max_eval_windows=4"]
+    args = [*tiny, "--trainer.max_steps=4", "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false"]
+    stop = ["--trainer.callbacks+=tests.helpers.StopAtStep", "--trainer.callbacks.step=2"]
+    runs = [{"name": "full", "seeds": [1, 2], "group": "main"}, {"name": "short", "seeds": [1], "args": stop}]
+    path = write_spec(tmp_path / "spec.yaml", {"name": "d", "args": args, "runs": runs})
+    env = {"EGA_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO)}
+    where = ["--runs_dir", "runs", "--records_dir", "rec"]
+
+    epochs = write_spec(
+        tmp_path / "epochs.yaml", {"name": "e", "args": [*args, "--trainer.max_epochs=0"], "runs": runs[:1]}
+    )
+    refused = run_ega(["sweep", str(epochs), *where], tmp_path, env=env)
+    assert (
+        refused.returncode == 2
+        and "trainer.max_epochs is 0: the training windows are an endless stream" in refused.stderr
+    )
+    faults = str(REPO / "tests" / "faults")
+    read_only = {**env, "PYTHONPATH": os.pathsep.join([faults, str(REPO)]), "EGA_TEST_FAULT": f"EROFS:{tmp_path}/rec*"}
+    refused = run_ega(["sweep", str(path), *where], tmp_path, env=read_only)
+    assert refused.returncode == MACHINE_REFUSED, refused.stdout + refused.stderr
+    assert "--records_dir rec cannot be written, so no run would leave its record" in refused.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["epochs.yaml", "spec.yaml"]  # nothing ran
+
+    swept = run_ega(["sweep", str(path), *where], tmp_path, env=env)
+    assert swept.returncode == 1, swept.stdout[-3000:] + swept.stderr[-3000:]
+    assert "short-seed1: failed: it exited 0 at step 2 of its 4 (trainer.max_steps)" in swept.stdout
+    assert not (tmp_path / "runs/short-seed1/DONE").exists() and not (tmp_path / "rec/short-seed1.json").exists()
+    assert (tmp_path / "runs/full-seed1/DONE").is_file()
+
+    recorded = (tmp_path / "rec/full-seed1.json").read_text()
+    by_hand = ["fit", *args, "--seed_everything=1", "--run_name=full-seed1", "--runs_dir=runs", "--overwrite=true"]
+    redone = run_ega([*by_hand, "--model.lr=0.02", "--model.warmup_steps=0"], tmp_path, env=env)
+    assert redone.returncode == 0, redone.stderr[-3000:]
+    assert not (tmp_path / "runs/full-seed1/DONE").exists()  # the DONE named the spec's run, which is gone
+
+    cut = json.loads((tmp_path / "rec/full-seed2.json").read_text())
+    cut["scalars"]["val/loss"] = cut["scalars"]["val/loss"][:1]  # the curve stops at its first validation
+    (tmp_path / "rec/full-seed2.json").write_text(json.dumps(cut))
+    shutil.rmtree(tmp_path / "runs/full-seed2")  # as in a fresh clone: the record alone
+    report = run_ega(["report", str(path), *where, "--out", "out"], tmp_path, env=env)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert (tmp_path / "rec/full-seed1.json").read_text() == recorded  # not rewritten with the lr 0.02 numbers
+    text = (tmp_path / "out/REPORT.md").read_text()
+    missing = text.split("## Missing and incomplete runs", 1)[1]
+    (seed2,) = [line for line in missing.splitlines() if "`full-seed2`" in line]
+    assert (
+        "its val/loss stops at step 1 (as logged) of a run of 4 steps, whose last validation is logged at step 3"
+        in seed2
+    )
+    assert "`short-seed1`" in missing
+    assert "Sizes run: no size file (2×2×32 T32" in text

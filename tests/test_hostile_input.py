@@ -193,3 +193,63 @@ def test_sweep_checks_every_run_as_ega_fit_would_before_the_first_starts(tmp_pat
         assert "(no-module: no-module-seed1)" in problems[2] and "no module 'no_such_module'" in problems[2]
         assert "(no-steps: no-steps-seed3)" in problems[3] and "trainer.max_steps is 0" in problems[3]
         assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml"]  # no run directory, log, lock or record
+
+
+def test_a_resume_that_would_mix_two_runs_under_one_name_is_refused_and_its_own_command_resumes(tmp_path, data_dir):
+    """Issue 52: a resume with another batch size, seed, evaluation set, precision, a max_steps below its step, or
+    another run's last.ckpt continued the run as asked, and config.yaml recorded only the second set-up."""
+    env = env_for(data_dir)
+    run = ["fit", *TINY, "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false"]
+    for name, seed in (("a", 1), ("b", 2)):
+        made = run_ega(
+            [*run, "--trainer.max_steps=4", f"--seed_everything={seed}", f"--run_name={name}"], tmp_path, env
+        )
+        assert made.returncode == 0, made.stderr[-3000:]
+    run_dir = tmp_path / "lightning_logs/a"
+    resume = [*run, "--seed_everything=1", "--run_name=a", "--ckpt_path=last"]
+    before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+    for extra, says in [
+        (["--trainer.max_steps=6", "--data.batch_size=8"], "data.batch_size: checkpoint 4, this command 8"),
+        (["--trainer.max_steps=6", "--seed_everything=7"], "seed_everything: checkpoint 1, this command 7"),
+        (["--trainer.max_steps=6", "--data.max_eval_windows=64"], "data.max_eval_windows: checkpoint 4, this command"),
+        (["--trainer.max_steps=6", "--trainer.precision=bf16-mixed"], "trainer.precision: checkpoint '32-true', this"),
+        (["--trainer.max_steps=2"], "is at step 4 (its last.ckpt) and trainer.max_steps is 2"),
+    ]:
+        refused = run_ega([*resume, *extra], tmp_path, env)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert says in error_line(refused, "fit")
+        assert {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()} == before  # config.yaml too
+    own = run_ega([*resume, "--trainer.max_steps=4"], tmp_path, env)  # the same command, another day
+    assert own.returncode == 0 and "finished at step 4 of 4" in own.stdout, own.stderr[-3000:]
+    longer = run_ega([*resume, "--trainer.max_steps=6"], tmp_path, env)  # a raised max_steps trains on
+    assert longer.returncode == 0 and "finished at step 6 of 6" in longer.stdout, longer.stderr[-3000:]
+
+    other = tmp_path / "lightning_logs/b/checkpoints/last.ckpt"  # a's checkpoint copied over b's
+    other.write_bytes((run_dir / "checkpoints/last.ckpt").read_bytes())
+    copied = run_ega(
+        [*run, "--trainer.max_steps=8", "--seed_everything=2", "--run_name=b", "--ckpt_path=last"], tmp_path, env
+    )
+    assert copied.returncode == 2, copied.stderr[-3000:]
+    line = error_line(copied, "fit")
+    assert (
+        "run_name: checkpoint 'a', this command 'b'" in line and "seed_everything: checkpoint 1, this command 2" in line
+    )
+
+
+def test_check_gate_passes_no_property_on_nan_and_fails_a_gate_that_reads_its_batch(tmp_path):
+    """Issue 52: a gate whose outputs are all NaN passed causal and cached_equals_recompute (NaN is never larger than
+    a tolerance), and one that centres its energy on the batch mean passed every property."""
+    env = {"PYTHONPATH": str(REPO)}
+    only = ["--only", "causal", "cached_equals_recompute"]
+    nan = run_ega(["check-gate", "tests.hostile_gates.NanEnergyGate", *only], tmp_path, env=env)
+    assert nan.returncode == 1, nan.stderr[-3000:]
+    lines = {line.split()[1]: line for line in nan.stdout.splitlines() if line.startswith(("PASS", "FAIL"))}
+    assert lines.keys() == {"causal", "cached_equals_recompute"}
+    assert all(line.startswith("FAIL") and " NaN of " in line for line in lines.values()), nan.stdout
+
+    batch = run_ega(["check-gate", "tests.hostile_gates.BatchStatsGate"], tmp_path, env=env)
+    assert batch.returncode == 1, batch.stderr[-3000:]
+    failed = [line for line in batch.stdout.splitlines() if line.startswith("FAIL")]
+    assert len(failed) == 1 and failed[0].split()[1] == "batch_independent", batch.stdout
+    assert "moved sequence 0's log-gate" in failed[0] and "reads other sequences of its batch" in failed[0]
+    assert run_ega(["check-gate", "linear", "--only", "batch_independent"], tmp_path, env=env).returncode == 0

@@ -4,6 +4,7 @@ decides and what the command keeps, the resume point, the lock, and each refusal
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,11 @@ CONFIG = {
         "lr": 1e-3,
     },
     "data": {"corpus": "tinyshakespeare", "seed": 7},
-    "trainer": {"max_steps": 10, "val_check_interval": 5},
+    "trainer": {
+        "max_steps": 100,
+        "val_check_interval": 5,
+        "callbacks": [{"class_path": "lightning.pytorch.callbacks.ModelCheckpoint", "init_args": {"filename": "best"}}],
+    },
     "runs_dir": "runs",
     "run_name": None,
     "ckpt_path": None,
@@ -131,7 +136,7 @@ def test_an_evaluation_refuses_only_the_model_arguments_the_user_typed():
         ("test", {"seed_everything": 2**40}, f"seed_everything is {2**40}; set an integer in [0, 2**32)"),
         ("fit", {"run_name": "r" * 256}, f"--run_name '{'r' * 256}' is 256 bytes long"),
         ("validate", {}, "no --ckpt_path: ega validate evaluates a checkpoint"),
-        ("fit", {"ckpt": checkpoint(step=10)}, "other/model.ckpt is at step 10 and trainer.max_steps is 10"),
+        ("fit", {"ckpt": checkpoint(step=10), "trainer.max_steps": 10}, "other/model.ckpt is at step 10 and trainer"),
     ],
 )
 def test_each_refusal_says_what_is_wrong(command, changes, message):
@@ -142,6 +147,66 @@ def test_each_refusal_says_what_is_wrong(command, changes, message):
     with pytest.raises(UserError) as refused:
         plan_run(request(command, ckpt=ckpt, **changes))
     assert str(refused.value).startswith(message)
+
+
+# what a resumed run's last.ckpt says of the run that saved it (read_checkpoint: the datamodule's, ega's record)
+SAVED = {
+    "run_name": "r",
+    "data.corpus": "tinyshakespeare",
+    "data.seed": 7,
+    "data.batch_size": 8,
+    "data.max_eval_windows": 4,
+    "trainer.precision": "32-true",
+}
+RESUMED = {
+    "run_name": "r",
+    "ckpt_path": "last",
+    "data.batch_size": 8,
+    "data.max_eval_windows": 4,
+    "trainer.max_steps": 20,
+}
+
+
+def resumed_from(**saved: object) -> CheckpointFacts:
+    return replace(checkpoint("runs/r/checkpoints/last.ckpt", step=20, corpus="tinyshakespeare"), saved=saved)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"data.batch_size": 16}, "data.batch_size: checkpoint 8, this command 16 (the training windows"),
+        ({"data.seed": 1}, "seed_everything: checkpoint 7, this command 1 (the training windows and dropout"),
+        ({"data.max_eval_windows": 64}, "data.max_eval_windows: checkpoint 4, this command 64 (the validation"),
+        ({"data.max_eval_windows": None}, "data.max_eval_windows: checkpoint 4, this command None"),
+        ({"trainer.precision": "bf16-mixed"}, "trainer.precision: checkpoint '32-true', this command 'bf16-mixed'"),
+        ({"run_name": "b"}, "run_name: checkpoint 'r', this command 'b' (the run that saved it)"),
+    ],
+)
+def test_a_resume_that_would_mix_two_runs_under_one_name_is_refused_naming_both_values(changes, message):
+    refused = run_policy.resume_continues_one_run
+    own = request(ckpt=resumed_from(**SAVED), **RESUMED, **{"trainer.precision": "32-true"})
+    assert refused(own, run_policy.decide(own)) is None  # a study's own resume: the same command, another day
+    with pytest.raises(UserError) as err:
+        plan_run(request(ckpt=resumed_from(**SAVED), **{**RESUMED, "trainer.precision": "32-true", **changes}))
+    assert message in str(err.value) and "--overwrite=true" in str(err.value)
+    assert refused in run_policy.REFUSALS
+
+
+def test_a_resume_compares_only_what_its_checkpoint_records_and_precisions_by_the_name_lightning_runs():
+    plan_run(request(ckpt=resumed_from(), **{**RESUMED, "data.batch_size": 16}))  # a checkpoint before the record
+    for spelling in (32, "32", "32-true"):
+        plan_run(request(ckpt=resumed_from(**SAVED), **RESUMED, **{"trainer.precision": spelling}))
+    # a file into a new run is another run, whose config records its own values
+    other = replace(resumed_from(**SAVED), path=Path("other/model.ckpt"))
+    new_run = {"run_name": "new", "ckpt_path": str(other.path), "data.batch_size": 16, "trainer.max_steps": 30}
+    plan_run(request(ckpt=other, **new_run))
+
+
+def test_a_resume_below_its_checkpoint_s_step_is_refused_and_at_it_ends_at_once():
+    ckpt = resumed_from(**SAVED)
+    with pytest.raises(UserError, match=r"runs/r is at step 20 \(its last.ckpt\) and trainer.max_steps is 10"):
+        plan_run(request(ckpt=ckpt, **{**RESUMED, "trainer.precision": "32-true", "trainer.max_steps": 10}))
+    assert plan_run(request(ckpt=ckpt, **RESUMED, **{"trainer.precision": "32-true"})).resume_step == 20  # finished
 
 
 @pytest.mark.parametrize("changes", [{"trainer.max_steps": 0}, {"trainer.max_steps": None}])
@@ -198,7 +263,7 @@ def test_read_request_reads_the_checkpoint_the_command_would_read(tmp_path):
         return run_policy.read_request(command, parsed, [command, "--model.n_embd=32"])
 
     resumed = read("fit", "last")
-    assert resumed.checkpoint == CheckpointFacts(run_dir / runs.LAST, hparams, 12, "ptb")
+    assert resumed.checkpoint == CheckpointFacts(run_dir / runs.LAST, hparams, 12, "ptb", saved={"data.corpus": "ptb"})
     assert resumed.typed == {"model.n_embd"} and resumed.config["model"]["n_embd"] == 32
     assert read("validate", "last").checkpoint is None  # refused by the plan, never read
     assert read("validate", str(run_dir / runs.LAST)).checkpoint.global_step == 12
@@ -279,11 +344,11 @@ def test_a_section_flag_types_the_keys_of_its_mapping(tmp_path):
 
 
 def test_a_fit_from_another_run_s_checkpoint_needs_steps_left_to_train():
-    ckpt = checkpoint(step=10)  # CONFIG's max_steps: 10
+    ckpt, ten = checkpoint(step=10), {"trainer.max_steps": 10}
     with pytest.raises(UserError, match=r"max_steps is 10, so continuing it would train nothing"):
-        plan_run(request(ckpt=ckpt, ckpt_path=str(ckpt.path)))
+        plan_run(request(ckpt=ckpt, ckpt_path=str(ckpt.path), **ten))
     assert plan_run(request(ckpt=ckpt, ckpt_path=str(ckpt.path), **{"trainer.max_steps": 11})).merge_checkpoint_model
-    assert plan_run(request(ckpt=ckpt, ckpt_path="last")).resume_step == 10  # a finished run's resume ends at once
+    assert plan_run(request(ckpt=ckpt, ckpt_path="last", **ten)).resume_step == 10  # a finished run's: ends at once
     assert plan_run(request("validate", ckpt=ckpt, ckpt_path=str(ckpt.path))).evaluation == "validate"
 
 

@@ -49,6 +49,23 @@ def odd_size_configs(tmp_path: Path) -> Path:
     return root
 
 
+def block_size_one_configs(tmp_path: Path) -> Path:
+    """A configs directory for `ega bench --configs` whose size one has block_size 1."""
+    root = tmp_path / "one_configs"
+    for sub in ("size", "gate"):
+        (root / sub).mkdir(parents=True)
+    (root / "gate/none.yaml").write_text("model:\n  gate: none\n")
+    size = "model:\n  n_layer: 1\n  n_head: 2\n  n_embd: 32\n  block_size: 1\ndata:\n  batch_size: 2\n"
+    (root / "size/one.yaml").write_text(size)
+    return root
+
+
+def nested_aliases(path: Path, levels: int = 9) -> Path:
+    """A config of under 300 bytes whose YAML aliases expand to 4**levels values, under a key no option has."""
+    lines = ["  a0: &a0 [x, x, x, x]"] + [f"  a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 4)}]" for i in range(1, levels)]
+    return write(path, "bogus:\n" + "\n".join(lines) + "\n")
+
+
 def write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
@@ -148,6 +165,10 @@ def test_a_mistake_gets_one_paragraph_no_traceback_and_leaves_nothing(command, m
         "<a corpus that is a directory>": str(corrupt_dir(tmp_path / "e", None)),
         "<a 300-character name>": "r" * 300,
         "<configs with a size of n_head 3>": str(odd_size_configs(tmp_path)),
+        "<configs with a size of block_size 1>": str(block_size_one_configs(tmp_path)),
+        "<a config with trainer null>": str(write(tmp_path / "trainer-null.yaml", "trainer: null\n")),
+        "<a config with no callbacks>": str(write(tmp_path / "no-callbacks.yaml", "trainer:\n  callbacks: []\n")),
+        "<a config of nested aliases>": str(nested_aliases(tmp_path / "aliases.yaml")),
     }
     (tmp_path / "e/corpora/tinyshakespeare/input.txt").mkdir()
     filled = HOLE.sub(lambda hole: shlex.quote(fill[hole.group()]), command)  # a placeholder not here: KeyError
@@ -262,3 +283,17 @@ def test_ega_data_dir_naming_a_file_gets_one_paragraph_and_leaves_nothing(tmp_pa
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("ega fit: error: ")]
     assert len(error_lines) == 1 and f"EGA_DATA_DIR {not_a_dir} is a file, not a directory" in error_lines[0]
     assert written(cwd) == []  # not even the run directory's .lock
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.is_available(), reason="Lightning runs 16-mixed on a GPU as asked")
+def test_a_precision_lightning_would_replace_is_refused_not_recorded(tmp_path, data_dir):
+    """Issue 52: `--trainer.precision=16-mixed` on a CPU trained in bf16 and recorded 16-mixed in config.yaml."""
+    result = run_ega(
+        ["fit", *TINY, *SHORT, "--trainer.precision=16-mixed"], tmp_path, env={"EGA_DATA_DIR": str(data_dir)}
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("ega fit: error: ")]
+    assert "trainer.precision is 16-mixed, which Lightning does not run on this accelerator" in line
+    assert "it would run bf16-mixed in its place" in line and "--trainer.precision=bf16-mixed" in line
+    assert written(tmp_path) == []

@@ -12,6 +12,8 @@ from ega_lightning.config_files import SIZE_KEYS, read_config
 from ega_lightning.errors import UserError
 from ega_lightning.gates import gate_names, resolve_gate
 
+MIN_BLOCK_SIZE = 2  # an energy gate's (CharLM refuses block_size 1 with one)
+
 
 def load_yaml_model(path: Path) -> dict[str, Any]:
     return (read_config(path) or {}).get("model", {}) or {}
@@ -31,6 +33,15 @@ def size_settings(configs: Path, size: str) -> tuple[dict[str, Any], int]:
         raise UserError(f"size config {path} must set {wanted}; see --configs.") from None
     n_embd, n_head = model.get("n_embd"), model.get("n_head")
     # said before anything is timed: the model's own check would stop the bench midway, as a traceback
+    for key, value, least in [*((f"model.{k}", model[k], 1) for k in SIZE_KEYS), ("data.batch_size", batch_size, 1)]:
+        if not isinstance(value, int) or isinstance(value, bool) or value < least:
+            raise UserError(f"size config {path} sets {key} {value!r}: it must be a positive integer; see --configs.")
+    if model["block_size"] < MIN_BLOCK_SIZE:
+        raise UserError(
+            f"size config {path} sets model.block_size {model['block_size']}: the bench times energy gates, which "
+            f"z-normalise over the positions seen so far and need at least {MIN_BLOCK_SIZE} (with one, the gate "
+            "is a constant and the model refuses it). Give the size a larger block_size; see --configs."
+        )
     if isinstance(n_embd, int) and isinstance(n_head, int) and (n_head < 1 or n_embd % n_head):
         raise UserError(
             f"size config {path} sets model.n_embd {n_embd} and model.n_head {n_head}: n_embd must be divisible "

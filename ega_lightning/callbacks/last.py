@@ -10,6 +10,11 @@ from lightning.pytorch.callbacks import Checkpoint
 
 from ega_lightning.lightning_private import validation_follows
 
+# ega's record of the run that saved a checkpoint, beside Lightning's (the datamodule's arguments, the step): the
+# run's name and the precision its steps ran at, by the config's dotted keys. `ega fit --ckpt_path last` compares
+# them with the command's (run_policy.CONTINUED): a resume continues one run, never another's checkpoint.
+RUN_KEY = "ega_run"
+
 
 class LastCheckpoint(Checkpoint):
     """Writes ``<dirpath>/last.ckpt`` every ``every_n_steps`` optimizer steps and at the end of fit.
@@ -42,6 +47,10 @@ class LastCheckpoint(Checkpoint):
         # the full state, through the trainer's CheckpointIO (atomic), on every rank
         trainer.save_checkpoint(self.path, weights_only=False)
         self._saved_step = trainer.global_step
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        # every checkpoint of the run (best.ckpt too), whichever callback saves it
+        checkpoint[RUN_KEY] = {"run_name": self.dirpath.parent.name, "trainer.precision": str(trainer.precision)}
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.global_step % self.every_n_steps or trainer.global_step == self._saved_step:

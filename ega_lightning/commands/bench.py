@@ -92,6 +92,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--repeats must be at least 3 for a median with min and max to mean anything")
     if args.compile and args.warmup < 1:
         parser.error("--compile needs --warmup >= 1: compilation happens in the first step, which is not timed")
+    if args.new_tokens < 1:  # a timing of no tokens would publish 0, or a negative rate
+        parser.error(f"--new_tokens must be positive, got {args.new_tokens}")
+    if args.batch_size is not None and args.batch_size < 1:
+        parser.error(f"--batch_size must be positive (or left out: each size's own), got {args.batch_size}")
+    if args.warmup < 0:
+        parser.error(f"--warmup must be >= 0, got {args.warmup}")
     if args.generation_repeats < 1:
         parser.error(f"--generation_repeats must be positive, got {args.generation_repeats}")
     if args.generation_only and (args.no_generation or args.compile or args.pipeline):

@@ -147,11 +147,17 @@ class EgaCLI(LightningCLI):
         except (ValueError, MisconfigurationException) as err:  # the constructors' argument checks (the
             # Trainer's: an accelerator this machine lacks): a user's mistake, said in one line
             raise UserError(str(err)) from err
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        refusal = run_policy.precision_as_asked(config.trainer.precision, str(self.trainer.precision))
+        if refusal is not None:
+            raise UserError(refusal)
         plan = self.run_plan
         self._agree_before_the_first_collective()
         owner = rank_zero_only.rank == 0 and self._refusal is None  # a refused run's directory is left as it is
         if plan.clear_old_run and owner:  # every argument is known good now
             runs.clear_outputs(plan.run_dir)
+        if plan.resume_step is not None and owner:  # trained on, the run is no longer the one its DONE names
+            runs.clear_done(plan.run_dir)
         if plan.evaluation and owner:  # an evaluation replaces the previous one of its kind
             runs.clear_evaluation(plan.run_dir, plan.evaluation)
         for logger in self.trainer.loggers if plan.resume_step is not None else []:

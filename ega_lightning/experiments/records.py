@@ -155,6 +155,24 @@ def check_ran_as_specified(run: Run, configs: Sequence[str], args: Sequence[str]
         )
 
 
+def unfinished(record: Record) -> str | None:
+    """Why the record's curves do not reach its max_steps (None: they do, or it holds no val/loss or max_steps to
+    tell): a run that stopped early would lend its last value to the report as a final loss. Validations are
+    logged one below their step, so the first at val_check_interval - 1 and the last at the highest multiple of
+    the interval up to max_steps, minus one."""
+    points = record.scalars.get("val/loss") or []
+    if not points or not isinstance(record.max_steps, int):
+        return None
+    every = int(points[0][0]) + 1
+    expected, last = (record.max_steps // every) * every - 1, int(points[-1][0])
+    if last >= expected:
+        return None
+    return (
+        f"its val/loss stops at step {last} (as logged) of a run of {record.max_steps} steps, whose last validation "
+        f"is logged at step {expected}: the run ended before its max_steps, and its last value is no final loss"
+    )
+
+
 # ----------------------------------------------------------------------------- format 1
 
 
@@ -264,6 +282,9 @@ def load_record(run: Run, records_dir: Path) -> Record | None:
             "the run."
         )
     check_ran_as_specified(run, record.configs or [], record.args or [], path)
+    reason = unfinished(record)
+    if reason is not None:
+        raise RecordError(f"{path}: {reason}. Delete it (and the run's DONE) to rerun the run.")
     return record
 
 

@@ -32,6 +32,7 @@ from ega_lightning.experiments.records import (
     load_record,
     parameter_counts,
     record_path,
+    unfinished,
     write_record,
 )
 from ega_lightning.experiments.spec import DONE_FILE, Run, ran_with, static_value, user_command
@@ -159,7 +160,7 @@ def make_record(run: Run, run_dir: Path) -> Record:
             f"{run_dir} ran with seed {ran_seed} (its config.yaml), but {run.run_name} is seed {run.seed}: a run "
             "directory keeps its run's name. Move it back, or delete it to rerun the run."
         )
-    return Record(
+    record = Record(
         run_name=run.run_name,
         configs=configs,
         args=args,
@@ -181,6 +182,10 @@ def make_record(run: Run, run_dir: Path) -> Record:
         gate_summary=gate_summary,
         scalars={tag: [[step, value] for step, value in scalars[tag]] for tag in RECORD_TAGS if tag in scalars},
     )
+    reason = unfinished(record)
+    if reason is not None:
+        raise RecordError(f"{run_dir} is DONE, but {reason}: delete the run directory to rerun the run.")
+    return record
 
 
 def record_run(run: Run, run_dir: Path, records_dir: Path) -> Path:

@@ -22,19 +22,23 @@ def sizes(runs: list[RunData]) -> dict[str, Any]:
     the devices the runs ran on."""
     done = [r for r in runs if r.status == "done"]
     used: dict[Path, list[RunData]] = {}
+    unsized: list[RunData] = []  # runs whose specs name no size file: their shapes come from their own arguments
     for r in done:
-        for c in r.run.configs:
-            if Path(c).parent.name == "size":
-                used.setdefault(Path(c).resolve(), []).append(r)
+        named = [Path(c) for c in r.run.configs if Path(c).parent.name == "size"]
+        for c in named:
+            used.setdefault(c.resolve(), []).append(r)
+        if not named:
+            unsized.append(r)
+    groups: list[tuple[str | None, list[RunData]]] = [(p.stem, rs) for p, rs in used.items()]
     ran = [
         {
-            "size": p.stem,
+            "size": name,  # None: the runs of no size file
             "model": sorted({_model_text(r.hparams) for r in rs}),
             "params": sorted({r.n_params for r in rs if r.n_params}),
             "steps": sorted({r.max_steps for r in rs if r.max_steps}),
             "runs": len(rs),
         }
-        for p, rs in used.items()
+        for name, rs in groups + ([(None, unsized)] if unsized else [])
     ]
     not_run = []
     template = {k: v for k, v in done[0].hparams.items() if k != "seed"} if done else {}
@@ -50,6 +54,10 @@ def sizes(runs: list[RunData]) -> dict[str, Any]:
     return {"ran": ran, "not_run": not_run, "devices": sorted({device(r.machine) for r in done})}
 
 
+def _size_name(size: str | None) -> str:
+    return "no size file" if size is None else f"`{size}`"
+
+
 def paragraph(scale: dict[str, Any] | None) -> list[str]:
     """Which sizes and devices the finished runs used, and which sizes none used, from the records."""
     if not scale:
@@ -63,7 +71,7 @@ def paragraph(scale: dict[str, Any] | None) -> list[str]:
         return " — the paper's size" if near else ""
 
     ran = "; ".join(
-        f"`{s['size']}` ({', '.join(s['model'])}, {params(s['params'])} parameters, "
+        f"{_size_name(s['size'])} ({', '.join(s['model'])}, {params(s['params'])} parameters, "
         f"{'/'.join(f'{n:,}' for n in s['steps'])} steps, {s['runs']} runs{papers(s['params'])})"
         for s in scale["ran"]
     )

@@ -45,12 +45,13 @@ import yaml
 from ega_lightning.config_files import find_config, packaged_names
 from ega_lightning.errors import UserError
 from ega_lightning.io import read_yaml
+from ega_lightning.runs import DONE
 
 SPEC_KEYS = ("name", "configs", "args", "runs")
 RUN_KEYS = ("name", "configs", "seeds", "args", "group", "also_in", "variant")
 # the sweep sets these itself, per run; a spec that set them would break resuming and naming
 RESERVED_ARGS = ("--seed_everything", "--run_name", "--runs_dir", "--ckpt_path", "--overwrite")
-DONE_FILE, LOG_FILE = "DONE", "sweep.log"
+DONE_FILE, LOG_FILE = DONE, "sweep.log"
 LOG_HEADER = "====="  # opens each attempt's part of sweep.log: "===== <start time> ega sweep <spec>: <state>"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]*$")  # one directory name, nothing a shell mangles
 

@@ -9,7 +9,8 @@ distinct configs and args), and every problem found is listed at once: nothing r
 Each run is ``ega fit -c <sweep configs> -c <run configs> <sweep args> <run args>
 --seed_everything=<seed> --run_name=<name>-seed<seed> --runs_dir=<runs dir>`` (run with this
 interpreter), its output appended to ``<runs dir>/<run name>/sweep.log``. A run whose directory
-holds ``DONE`` (written after the run exits 0) is skipped; one with ``checkpoints/last.ckpt`` but
+holds ``DONE`` (written after the run exits 0 at its max_steps; one that exits 0 short of them, stopped by a
+callback or a time limit, failed) is skipped; one with ``checkpoints/last.ckpt`` but
 no ``DONE`` was interrupted and is resumed with ``--ckpt_path last``; anything else starts fresh.
 So a sweep can be stopped at any point (Ctrl-C, SIGKILL, a job's time limit) and rerun with the
 same command. A run still running in another process (say, the orphan of a killed sweep, or
@@ -28,25 +29,40 @@ flags a comparison whose pairs ran on two machines.
 A finished run also leaves its record, ``<records dir>/<run name>.json`` (see
 `ega_lightning.experiments.records`): commit it, and a fresh clone's sweep skips the run and its
 report still counts it. A record or finished directory that ran with other configs or arguments
-than the spec now gives is refused (the run fails, naming it and the fix). Delete a run's record,
+than the spec now gives is refused (the run fails, naming it and the fix), and so is a record whose curves stop
+before its max_steps. `ega fit` into a run's directory by hand (``--overwrite=true``, or a resume) deletes its
+``DONE``: the run is no longer the one the sweep finished, and its record keeps the sweep's numbers. A
+``--records_dir`` that cannot be written is refused (exit 74) before the first run. Delete a run's record,
 ``DONE`` and directory to run it again.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import yaml
+
 from ega_lightning import runs
-from ega_lightning.errors import RUN_BUSY, STOPPED, CommandParser, UserError
+from ega_lightning.errors import (
+    MACHINE_REFUSED,
+    RUN_BUSY,
+    STOPPED,
+    CommandParser,
+    UserError,
+    describe_refusal,
+    machine_refusal,
+)
 from ega_lightning.experiments import spec as spec_module
 from ega_lightning.experiments.records import RecordError, load_record, record_path
 from ega_lightning.experiments.rundirs import (
@@ -71,7 +87,7 @@ from ega_lightning.experiments.spec import (
     select,
     shard,
 )
-from ega_lightning.io import write_atomic
+from ega_lightning.io import TEMPORARY_SUFFIX, read_yaml, write_atomic
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -202,6 +218,10 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str, terminatio
         if returncode != 0:
             print(f"{prefix} failed ({returncode}); the end of {log_path}:\n{_log_tail(log_path, offset)}", flush=True)
             return "failed"
+        short = stopped_short(run_dir)
+        if short is not None:  # exit 0 before max_steps (max_time, a callback that stops the trainer): not DONE
+            print(f"{prefix} failed: {short}; no DONE written, the end of {log_path}:\n{_log_tail(log_path, offset)}")
+            return "failed"
         finished_at = datetime.now(UTC).isoformat(timespec="seconds")
         # the code path the run trained, as this checkout computes it (the run started from it)
         where["code_fingerprint"] = run_fingerprint(run_dir)
@@ -211,6 +231,37 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str, terminatio
         print(f"{prefix} done in {wall:.0f} s", flush=True)
         _record(run, run_dir, records_dir, prefix)
         return "done"
+
+
+def stopped_short(run_dir: Path) -> str | None:
+    """Why a run that exited 0 did not reach its max_steps (its last.ckpt's step against its config.yaml's), None
+    when it did, or when it keeps no last.ckpt to tell (checkpoint_every_n_steps: 0)."""
+    from ega_lightning.summary import checkpoint_step  # torch: not for `ega sweep --help`
+
+    last = run_dir / runs.LAST
+    try:
+        max_steps = (read_yaml(run_dir / "config.yaml").get("trainer") or {}).get("max_steps")
+    except (OSError, ValueError, AttributeError, yaml.YAMLError):
+        max_steps = None
+    step = checkpoint_step(last) if last.is_file() else None
+    if step is None or not isinstance(max_steps, int) or step >= max_steps:
+        return None
+    return f"it exited 0 at step {step} of its {max_steps} (trainer.max_steps): something stopped it before its end"
+
+
+def check_writable(flag: str, path: Path, what: str) -> None:
+    """An OSError (the machine's refusal) when no file can be written into ``path`` (made if missing, then removed
+    again with the parents made for it): said before the first run, not after it, as a record that was not written."""
+    made = [d for d in (path, *path.parents) if not d.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".ega-sweep-check.", suffix=TEMPORARY_SUFFIX)
+        os.close(fd)
+        os.unlink(probe)
+    finally:
+        for folder in made:  # innermost first; a folder that holds something now is not ours to remove
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _first_start(log_path: Path) -> str | None:
@@ -371,6 +422,18 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"ega sweep: error: {err}", file=sys.stderr)
         return 2
+    if not args.dry_run:
+        try:
+            check_writable("--records_dir", args.records_dir, "the runs' records")
+        except OSError as err:
+            if machine_refusal(err) is None:
+                raise
+            refusal = UserError(
+                f"--records_dir {args.records_dir} cannot be written, so no run would leave its record: "
+                f"{describe_refusal(err)} Nothing was run."
+            )
+            print(f"ega sweep: error: {refusal}", file=sys.stderr)
+            return MACHINE_REFUSED
     try:
         code = run_sweep(runs, args.runs_dir, args.records_dir, dry_run=args.dry_run)
         if args.dry_run:

@@ -87,11 +87,13 @@ def _check_energy_shape(gate: Gate, cfg: GPTConfig, resolved: ResolvedGate) -> N
     x = torch.linspace(-1.0, 1.0, T * C).view(1, T, C)
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):  # no effect on the run's random stream
-            shape = tuple(gate.energy(x).shape)
+            energy = gate.energy(x)
+            shape = tuple(energy.shape)
     except Exception as err:
         if is_builtin(type(gate)):
             raise
         raise _user_gate_failed(resolved, f"energy(x) for x of shape (B, T, C) = (1, {T}, {C})", err) from err
+    _check_floating(energy, "energy(x)", resolved)
     rows = gate.energies_per_head * cfg.n_head  # n_head, or K n_head for a mixture of K gates per head
     expected = (1, rows, T)
     if shape != expected:
@@ -105,6 +107,19 @@ def _check_energy_shape(gate: Gate, cfg: GPTConfig, resolved: ResolvedGate) -> N
         )
 
 
+def _check_floating(value: torch.Tensor, what: str, resolved: ResolvedGate) -> None:
+    """A gate's output must be a floating-point tensor: an integer one carries no gradient to the gate's weights, and
+    the z-normalisation and attention fail on it deep inside a step."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return
+    dtype = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
+    raise GateError(
+        f"Gate {resolved.name!r}: {what} returned {dtype}, not a floating-point tensor: an integer "
+        "output carries no gradient to the gate's weights, and attention cannot use it. Return it in x's dtype "
+        f"(drop .long() or .int()); `ega check-gate {resolved.name}` checks it."
+    )
+
+
 def _check_output_shape(gate: OutputGate, cfg: GPTConfig, resolved: ResolvedGate) -> None:
     """The factor must be (B, n_head, T, 1) or (B, n_head, T, head_size): said once here, not as a size mismatch
     (or a silent broadcast) deep inside attention."""
@@ -112,11 +127,13 @@ def _check_output_shape(gate: OutputGate, cfg: GPTConfig, resolved: ResolvedGate
     x = torch.linspace(-1.0, 1.0, T * C).view(1, T, C)
     try:
         with torch.no_grad(), torch.random.fork_rng(devices=[]):  # no effect on the run's random stream
-            shape = tuple(gate(x).shape)
+            factor = gate(x)
+            shape = tuple(factor.shape)
     except Exception as err:
         if is_builtin(type(gate)):
             raise
         raise _user_gate_failed(resolved, f"forward(x) for x of shape (B, T, C) = (1, {T}, {C})", err) from err
+    _check_floating(factor, "forward(x)", resolved)
     per_head, per_channel = (1, nh, T, 1), (1, nh, T, C // nh)
     if shape not in (per_head, per_channel):
         transposed = len(shape) == 4 and shape[:3] == (1, T, nh)
