@@ -718,6 +718,8 @@ def test_code_status_compares_a_records_code_fingerprint_with_todays_of_its_own_
     # a gate today's code no longer has: not known to be today's code
     gone = dataclasses.replace(linear, hparams={**hparams, "gate": "gone_gate"})
     assert status(gone)["status"] == "unknown"
+    # a comparison whose runs differ from today's code, one of them not even known: flagged "different"
+    linear = dataclasses.replace(linear, fingerprint="e" * 16)
     linear = dataclasses.replace(linear, code=status(linear))
     shape = {k: linear.hparams[k] for k in SHAPE_KEYS}  # one variant is one model shape
     old = dataclasses.replace(old, code=status(old), hparams={**old.hparams, **shape})
