@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +26,16 @@ from ega_lightning.experiments import comparisons, records, rundirs, stats, swee
 from ega_lightning.experiments.spec import static_value
 from ega_lightning.fingerprint import code_fingerprint
 
-from .helpers import CONFIGS, REPO, TINY_MODEL, TINY_VOCAB, landscape_json, run_ega
+from .helpers import (
+    CONFIGS,
+    REPO,
+    TINY_MODEL,
+    TINY_VOCAB,
+    git_commit_all,
+    landscape_json,
+    package_checkout,
+    run_ega,
+)
 
 # ----------------------------------------------------------------------------- statistics
 
@@ -293,15 +303,18 @@ def fake_run(
     resumed_from: float | None = None,
     converged: bool | None = None,
     block_size: int = TINY_MODEL["block_size"],
+    done_with: dict | None = None,
+    recipe: dict | None = None,
 ) -> Path:
-    """A run directory as `ega fit` + `ega sweep` leave it, with chosen numbers (evaluations at steps 2, 5, ...)."""
+    """A run directory as `ega fit` + `ega sweep` leave it, with chosen numbers (evaluations at steps 2, 5, ...);
+    ``done_with``: what its DONE holds (a start, the tree it ran from), ``recipe``: hyper-parameters changed."""
     from torch.utils.tensorboard import SummaryWriter
 
     run_dir = runs_dir / name
     run_dir.mkdir(parents=True)
     hparams = {**TINY_MODEL, "block_size": block_size, "gate": gate, "gate_options": options, "tau_init": tau_init}
     hparams["vocab"] = TINY_VOCAB
-    hparams |= {"corpus": "tinyshakespeare", "batch_size": 8, "max_eval_windows": 16, "seed": 1}
+    hparams |= {"corpus": "tinyshakespeare", "batch_size": 8, "max_eval_windows": 16, "seed": 1, **(recipe or {})}
     (run_dir / "hparams.yaml").write_text(yaml.safe_dump(hparams))
     config = {"data": {"corpus": "tinyshakespeare"}, "model": {"gate": gate}, "trainer": {"max_steps": 3 * len(val)}}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
@@ -322,7 +335,7 @@ def fake_run(
         summary = {"converged": converged, "converged_step": 5 if converged else None, "final": {"tau_mean": tau[-1]}}
         (run_dir / "gate_summary.json").write_text(json.dumps(summary))
     if done:
-        (run_dir / "DONE").write_text("{}")
+        (run_dir / "DONE").write_text(json.dumps(done_with or {}))
     return run_dir
 
 
@@ -1245,3 +1258,75 @@ def test_a_sweep_s_done_records_and_report_say_what_ran(tmp_path, data_dir):
     )
     assert "`short-seed1`" in missing
     assert "Sizes run: no size file (2×2×32 T32" in text
+
+
+# ----------------------------------------------------------------------------- the protocol edited after the data
+
+
+def _improvement(out: Path) -> dict:
+    (found,) = findings_of(out, "improvement")
+    return found
+
+
+@pytest.mark.slow
+def test_a_protocols_level_is_checked_and_its_edit_dates_the_verdicts_it_changes(tmp_path):
+    """Issue 52: `level: 95` (a percentage) was read as a fraction (intervals "at 3233.33%"); `level: 0.50` edited in
+    and not committed changed labels whose registration stayed; a shallow clone dated the protocol by the file's own
+    words, upgrading rows. Through `ega report` in a checkout of its own (protocol committed 1 Jan, runs started
+    1 Jun): EGA-1's improvement (per-seed differences 0.02, 0.03, 0.01) is undecided and registered at 0.95; at an
+    uncommitted 0.50 it holds, and reads exploratory with its former label; `level: 95` is one paragraph, exit 2,
+    nothing written; in a shallow clone no verdict is marked registered and the method note says why."""
+    checkout = package_checkout(tmp_path / "checkout", "2026-01-01T10:00:00+00:00")
+    runs = tmp_path / "runs"
+    started = {"started_at": "2026-06-01T10:00:00+00:00"}
+    for seed, (base, gain) in enumerate([(1.50, 0.02), (1.60, 0.03), (1.55, 0.01)], 1):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, base], done_with=started)
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, base - gain], done_with=started)
+    spec = {
+        "name": "level",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"},
+        ],
+    }
+    path = write_spec(tmp_path / "spec.yaml", spec)
+
+    def report_in(where: Path, out: str):
+        args = ["report", str(path), "--runs_dir", str(runs), "--out", str(tmp_path / out)]
+        return run_ega([*args, "--records_dir", str(tmp_path / out / "runs")], cwd=where)
+
+    done = report_in(checkout, "registered")
+    assert done.returncode == 0, done.stderr[-3000:]
+    f = _improvement(tmp_path / "registered")
+    assert (f["verdict"], f["registration"]["mark"]) == ("too few seeds to tell", "registered")
+
+    protocol_file = checkout / "ega_lightning" / "configs" / "protocol.yaml"
+    text = protocol_file.read_text()
+    protocol_file.write_text(text.replace("\nlevel: 0.95", "\nlevel: 0.50", 1))  # not committed
+    done = report_in(checkout, "edited")
+    assert done.returncode == 0, done.stderr[-3000:]
+    f = _improvement(tmp_path / "edited")
+    assert f["verdict"] == "holds" and f["family_level"] == pytest.approx(0.5)
+    assert f["registration"]["mark"] == "exploratory"
+    assert f["registration"]["level_was"].startswith("too few seeds to tell")
+    assert "the edit of the family-wise level" in (tmp_path / "edited" / "REPORT.md").read_text()
+
+    protocol_file.write_text(text.replace("\nlevel: 0.95", "\nlevel: 95", 1))
+    done = report_in(checkout, "percent")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "level is 95, not a fraction in (0, 1)" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "percent").exists()
+
+    protocol_file.write_text(text.replace("\nlevel: 0.95", "\nlevel: 0.50", 1))
+    git_commit_all(checkout, "level 0.50", "2026-07-01T10:00:00+00:00")  # after the runs: still exploratory
+    shallow = tmp_path / "shallow"
+    clone = ["git", "clone", "-q", "--depth", "1", f"file://{checkout}", str(shallow)]
+    subprocess.run(clone, check=True, capture_output=True)
+    done = report_in(shallow, "shallow")
+    assert done.returncode == 0, done.stderr[-3000:]
+    f = _improvement(tmp_path / "shallow")
+    assert f["verdict"] == "holds" and f["registration"]["mark"] == "not dated"
+    assert all(
+        (x.get("registration") or {}).get("mark") in (None, "not dated") for x in findings_of(tmp_path / "shallow")
+    )
+    assert "git history cannot date it here: a shallow clone" in (tmp_path / "shallow" / "REPORT.md").read_text()

@@ -434,3 +434,80 @@ def test_an_amendment_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path
     assert a.registration.text() == "exploratory; the amendment of 2026-12-05 changed its label (was: does not hold)"
     assert b.verdict is rules.Verdict.HOLDS and b.amended_from is None
     assert b.registration.text() == "registered"
+
+
+def test_a_level_edit_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path):
+    """The protocol committed on 1 Dec, the runs started on 2 Dec, the family-wise level edited to 0.50 and
+    committed on 3 Dec: a peer whose interval straddles +0.005 at 0.95 and leaves it at 0.50 changed its label, so
+    the edit fixes it (exploratory, its former label said); a peer beyond +0.005 at both keeps its registration. The
+    same edit not committed dates the changed one at the report's moment."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    path = repo / "protocol.yaml"
+    text = protocol.PATH.read_text()
+    path.write_text(text)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "protocol", date="2026-12-01T10:00:00+00:00")
+    path.write_text(text.replace("\nlevel: 0.95", "\nlevel: 0.50", 1))
+    uncommitted = protocol.entry_dates(protocol.load(path)).level_edit
+    assert uncommitted is not None and uncommitted.before == 0.95
+    assert uncommitted.date > datetime(2026, 12, 5, tzinfo=UTC)  # now
+    _git(repo, "commit", "-qam", "level", date="2026-12-03T10:00:00+00:00")
+    dates = protocol.entry_dates(protocol.load(path))
+    assert dates.level_edit == protocol.LevelEdit(datetime(2026, 12, 3, 10, tzinfo=UTC), 0.95)
+    assert dates.by_kind["peer"] == datetime(2026, 12, 1, 10, tzinfo=UTC)  # no entry's line moved
+
+    def peer(gate: str, d: Difference) -> findings.Finding:
+        where = findings.Where("peers", "tinyshakespeare", "r", gate, "baseline `none`")
+        code = findings.Code([], None, [], [f"{gate}-seed1", "none-seed1"])
+        return findings.judged(peers.Peer, where, [(gate, d)], claim=f"peer:{gate}", code=code, source="s")
+
+    # this process reads its own protocol (0.95; k = 2: each interval at 97.5%), so the edit is told it came from
+    # 0.20 (each at 60%): alibi's [-0.005, +0.045] at 95% straddles 0 and +0.005 at 97.5% (undecided before the
+    # amendment of 2026-12-05 as after it) and lies above +0.005 at 60%
+    changed = peer("alibi", Difference(0.02, -0.005, 0.045, 3, 2.0, "paired"))
+    kept = peer("fox", Difference(0.07, 0.05, 0.09, 10, 9.0, "paired"))
+    edit = dataclasses.replace(dates, level_edit=protocol.LevelEdit(datetime(2026, 12, 3, 10, tzinfo=UTC), 0.20))
+    starts = {f"{g}-seed1": datetime(2026, 12, 2, tzinfo=UTC) for g in ("alibi", "fox", "none")}
+    a, b = findings.conclude(findings.correct([changed, kept]), starts, edit)
+    assert (a.verdict, b.verdict) == (rules.Verdict.TOO_FEW_SEEDS, rules.Verdict.HOLDS)
+    assert a.registration.text() == (
+        "exploratory; the edit of the family-wise level (2026-12-03) changed its label (was: holds)"
+    )
+    assert b.registration.level_was is None and b.registration.text() == "registered"
+
+
+def test_every_field_of_the_protocol_is_checked_when_it_is_read(tmp_path):
+    """A level as a percentage, a negative margin, a power of 80, a count of seeds as a word, a confirmatory mark
+    as a word, an amendment without a date: each is named with its value in one message, before any is used."""
+    text = protocol.PATH.read_text()
+    edits = [
+        ("\nlevel: 0.95", "\nlevel: 95"),
+        ("    value: 0.03\n", "    value: -0.03\n"),
+        ("\npower: 0.80", "\npower: 80"),
+        ("ts-db2: 5", "ts-db2: five"),
+        (
+            "peer: {rule: lower, family: peers, confirmatory: true}",
+            "peer: {rule: lower, family: peers, confirmatory: yes please}",
+        ),
+        ('  - date: "2026-12-05"', '  - date: "soon"'),
+    ]
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    bad = tmp_path / "protocol.yaml"
+    bad.write_text(text)
+    with pytest.raises(protocol.ProtocolError) as err:
+        protocol.load(bad)
+    said = str(err.value)
+    for part in (
+        "level is 95, not a fraction in (0, 1)",
+        "margins.tail.value is -0.03, not a positive number",
+        "power is 80, not a fraction in (0, 1)",
+        "families.ablation.planned_seeds.ts-db2 is 'five', not a count of seeds >= 1",
+        "verdicts.peer.confirmatory is 'yes please', not true or false",
+        "amendments[0].date is 'soon', not a date",
+    ):
+        assert part in said, part
+    assert "\n" not in said

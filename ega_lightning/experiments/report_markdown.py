@@ -49,6 +49,11 @@ def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[st
     elif dates.source == "git":
         when = dates.committed.strftime("%Y-%m-%d %H:%M UTC") if dates.committed else "?"
         where = f"configs/protocol.yaml (last changed in commit {(dates.commit or '?')[:10]}, {when})"
+    elif dates.source == protocol.UNDATED:
+        where = (
+            f"configs/protocol.yaml (git history cannot date it here: {dates.why}; so no verdict is marked "
+            "registered: fetch the whole history, `git fetch --unshallow`, and report again)"
+        )
     else:
         where = (
             f"configs/protocol.yaml (git history cannot be read here: {dates.why}; the dates are the file's own, "
@@ -64,8 +69,9 @@ def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[st
         f"runs and the stopping rule ({p.stopping}). {p.decisions}",
         "",
         "- margins: " + "; ".join(f"{name} {m.value:g} {m.unit} ({m.reason})" for name, m in p.margins.items()),
-        "- registration: each verdict is marked by when its protocol entry (its lines, its family's, its margins') "
-        "was committed against the start of every run its label rests on: the runs whose seeds enter the intervals "
+        "- registration: each verdict is marked by when its protocol entry (its lines, its family's, its margins'; "
+        "the family-wise level's where its last edit changed the label; a line not committed: now) was committed "
+        "against the start of every run its label rests on: the runs whose seeds enter the intervals "
         "that give the label (those that give it alone where one does: the gate that clears the positive control's "
         "threshold, the gate that beats EGA-1; else every interval it reads), not every run of its variants. A "
         "record without a start: its finished_at minus its wall seconds; a run rerun after its record was first "
