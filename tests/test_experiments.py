@@ -1177,6 +1177,65 @@ def test_a_seed_of_another_model_shape_is_left_out_of_its_variant(tmp_path):
     assert "`linear`: `ega1-seed2` is left out of every number: its model is 2×2×48 T32" in text
 
 
+def test_a_seed_of_another_recipe_is_left_out_of_its_variant_and_named(tmp_path):
+    """Issue 52: a config file edited between seeds (lr 0.001 -> 0.01, same path) had its seeds pooled and paired
+    without a word (the code fingerprint does not cover the optimizer). Now a seed whose recorded recipe is not its
+    variant's is left out and named, as another model shape is: EGA-1's seed 3 at lr 0.01, and the baseline's seed 2
+    evaluated on the author's 50 random batches (an option added after the records: read at its default)."""
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        lr = {"lr": 0.01} if seed == 3 else {"lr": 0.001}
+        evaluation = {"random_eval_batches": 50} if seed == 2 else {}
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.5 + 0.01 * seed], recipe={"lr": 0.001, **evaluation})
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, 1.40 + 0.01 * seed], tau=[0.1, 0.3], recipe=lr)
+    spec = {
+        "name": "edited",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"},
+        ],
+    }
+    out = tmp_path / "results"
+    assert report_into(write_spec(tmp_path / "spec.yaml", spec), runs, out) == 0
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["variant"]: r for g in results["groups"] for r in g["variants"]}
+    assert rows["linear"]["seeds_done"] == [1, 2] and list(rows["linear"]["seeds_left_out"]) == ["3"]
+    assert "lr 0.01 (the variant's 0.001)" in rows["linear"]["seeds_left_out"]["3"]
+    assert rows["none"]["seeds_done"] == [1, 3] and list(rows["none"]["seeds_left_out"]) == ["2"]
+    assert "random_eval_batches 50 (the variant's null)" in rows["none"]["seeds_left_out"]["2"]
+    diff = rows["linear"]["diff_final_val_loss"]
+    assert diff["n"] == 1 and diff["estimate"] == pytest.approx(1.51 - 1.41)  # seed 1, the one both sides keep
+    text = (out / "REPORT.md").read_text()
+    assert "2/3 (left out, another recipe: seed 3 (lr 0.01))" in text
+    assert "`linear`: `ega1-seed3` is left out of every number: its recorded recipe is not the variant's" in text
+    missing = text.split("## Missing and incomplete runs")[1]
+    assert "| `ega1-seed3` |" in missing and "| `none-seed2` |" in missing
+
+
+def test_a_recipe_key_a_record_lacks_is_read_at_the_default_the_code_trains_with():
+    """Every argument of CharLM and CharDataModule but the model's shape, the seed, the corpus and compile is part of
+    a run's recipe, and a record made before it existed is read at the argument's default: a new option (issue 50's
+    qkv_bias, random_eval_batches, ...) set at its default in a new seed does not set an old seed apart."""
+    import inspect
+
+    from ega_lightning import CharDataModule, CharLM
+
+    defaults = {}
+    for cls in (CharLM, CharDataModule):
+        for name, p in inspect.signature(cls.__init__).parameters.items():
+            if p.default is not inspect.Parameter.empty and name not in (*comparisons.NOT_RECIPE, "data_dir"):
+                defaults[name] = list(p.default) if isinstance(p.default, tuple) else p.default
+    assert comparisons.RECIPE_DEFAULTS == defaults
+    old = comparisons.RunData(
+        run=None, status="done", reason="", corpus="c", gate="linear", hparams={"lr": 0.001}, max_steps=20
+    )
+    new = dataclasses.replace(old, hparams={"lr": 0.001, **defaults})
+    assert comparisons.recipe(old) == comparisons.recipe(new)
+    assert comparisons.recipe_difference(dataclasses.replace(new, max_steps=30), comparisons.recipe(old)) == [
+        "max_steps 30 (the variant's 20)"
+    ]
+
+
 @pytest.mark.slow
 def test_an_evaluation_of_a_finished_sweep_run_leaves_its_record_as_it_was(tmp_path, data_dir):
     """Issue 40, case 1: `ega validate` of a finished sweep run's best.ckpt, then `ega report` rebuilding the record

@@ -13,7 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from ega_lightning.experiments import paper, protocol, provenance, sizes
-from ega_lightning.experiments.comparisons import Row, RunData, Table, Variant, shape, shape_text, split_text
+from ega_lightning.experiments.comparisons import (
+    Row,
+    RunData,
+    Table,
+    Variant,
+    recipe,
+    recipe_difference,
+    shape,
+    shape_text,
+    split_text,
+)
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
 from ega_lightning.experiments.rules import PROTOCOL, RULES
 from ega_lightning.experiments.study import Drawn, Measured, ReportInputs
@@ -156,11 +166,22 @@ def _model_text(row: Row) -> str:
 
 
 def _seeds_text(v: Variant) -> str:
-    """Seeds finished of the variant's; those left out for another model shape named with theirs."""
+    """Seeds finished of the variant's; those left out for another model shape or recipe named with theirs."""
     if not v.left_out:
         return f"{len(v.done)}/{len(v.runs)}"
-    apart = ", ".join(f"seed {r.run.seed} at {shape_text(shape(r))}" for r in v.left_out)
-    return f"{len(v.done)}/{len(v.runs)} (left out, another model: {apart})"
+    own = v.done[0] if v.done else None
+    model = [r for r in v.left_out if own is None or shape(r) != shape(own)]
+    other = [r for r in v.left_out if r not in model]
+    apart = []
+    if model:
+        apart.append("another model: " + ", ".join(f"seed {r.run.seed} at {shape_text(shape(r))}" for r in model))
+    if other and own is not None:
+
+        def changed(r: RunData) -> str:  # "lr 0.01" of "lr 0.01 (the variant's 0.001)"
+            return ", ".join(d.split(" (the variant's", 1)[0] for d in recipe_difference(r, recipe(own)))
+
+        apart.append("another recipe: " + ", ".join(f"seed {r.run.seed} ({changed(r)})" for r in other))
+    return f"{len(v.done)}/{len(v.runs)} (left out, {'; '.join(apart)})"
 
 
 def table_line(row: Row) -> str:
