@@ -963,6 +963,39 @@ def test_a_diverged_run_is_recorded_and_reported(tmp_path):
     assert not list((tmp_path / "out" / "runs").glob("*.tmp"))
 
 
+def test_a_diverged_seed_is_named_beside_each_verdict_that_reads_it_and_listed_with_the_missing_runs(tmp_path):
+    """Issue 52: a seed whose final val loss is NaN was dropped from the comparison without a sentence ("paired over
+    2 seeds": survivorship, unsaid). Now EGA-1's seed 2 diverged: the improvement still reads seeds 1 and 3 (the
+    protocol's rule, its amendment for a diverged seed), and its sentence, the variant's row and the list of missing
+    and incomplete runs each name it."""
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.5 + 0.01 * seed])
+        final = math.nan if seed == 2 else 1.40 + 0.01 * seed
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, final], tau=[0.1, 0.3])
+    spec = {
+        "name": "nan",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"},
+        ],
+    }
+    out = tmp_path / "results"
+    assert report_into(write_spec(tmp_path / "spec.yaml", spec), runs, out) == 0
+    (improvement,) = findings_of(out, "improvement")
+    assert improvement["ours"]["n"] == 2 and improvement["code"]["diverged"] == ["ega1-seed2"]
+    results = json.loads((out / "results.json").read_text())
+    assert variant(results, "main", "linear")["seeds_diverged"] == [2]
+    assert next(r for r in results["runs"] if r["run_name"] == "ega1-seed2")["status"] == "diverged"
+    text = (out / "REPORT.md").read_text()
+    sentence = next(line for line in text.splitlines() if line.startswith("- ") and "improvement" in line.lower())
+    assert "⚠ Diverged (final val loss not finite): `ega1-seed2`; the protocol's rule, its amendment of" in sentence
+    assert "left out of every interval, the verdict read over the seeds that did not diverge" in sentence
+    assert "| 2/3 (diverged: seed 2) |" in text
+    missing = text.split("## Missing and incomplete runs")[1]
+    assert "| `ega1-seed2` |" in missing and "| diverged | it diverged: its final val loss is nan" in missing
+
+
 # ----------------------------------------------------------------------------- the real thing
 
 
@@ -1225,7 +1258,7 @@ def test_a_recipe_key_a_record_lacks_is_read_at_the_default_the_code_trains_with
         for name, p in inspect.signature(cls.__init__).parameters.items():
             if p.default is not inspect.Parameter.empty and name not in (*comparisons.NOT_RECIPE, "data_dir"):
                 defaults[name] = list(p.default) if isinstance(p.default, tuple) else p.default
-    assert comparisons.RECIPE_DEFAULTS == defaults
+    assert defaults == comparisons.RECIPE_DEFAULTS
     old = comparisons.RunData(
         run=None, status="done", reason="", corpus="c", gate="linear", hparams={"lr": 0.001}, max_steps=20
     )

@@ -74,6 +74,7 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "random_eval_seed": 0,
 }
 LEFT_OUT = "left out"  # the status of a finished run whose model shape or recipe is not its variant's (`set_apart`)
+DIVERGED = "diverged"  # the status of a finished run whose final val loss is not finite (`set_apart_diverged`)
 METRICS = ("final_val_loss", "best_val_loss", "final_gap", "final_tau_mean", "final_frac_above_tau", "tokens_per_sec")
 DIFF_METRICS = ("final_val_loss", "best_val_loss", "final_gap")
 UNKNOWN_CODE = {"fingerprint": None, "status": "unknown", "how": ""}  # a run whose code nothing established
@@ -86,7 +87,8 @@ class RunData:
     model shape already left out): no later stage rewrites a row."""
 
     run: Run
-    status: str  # done | incomplete | missing | left out (finished, another model shape or recipe than its variant's)
+    # done | incomplete | missing | left out (finished, another model shape or recipe than its variant's) | diverged
+    status: str
     reason: str
     corpus: str
     gate: str  # the key-bias slot (`model.gate`)
@@ -191,7 +193,7 @@ def run_rows(loaded: Sequence[Loaded], codes: Mapping[str, dict[str, Any]]) -> l
     # spec entry's other seeds: one entry is one set of configs
     entry_corpus = {(x.run.spec, x.run.entry): corpus(x) for x in loaded if corpus(x) != "?"}
     rows = [_row(x, entry_corpus.get((x.run.spec, x.run.entry), corpus(x)), codes.get(x.run.run_name)) for x in loaded]
-    return set_apart(rows)
+    return set_apart(set_apart_diverged(rows))
 
 
 def started(record: Record) -> datetime | None:
@@ -263,6 +265,11 @@ class Variant:
         return [r for r in self.runs if r.status == LEFT_OUT]
 
     @property
+    def diverged(self) -> list[RunData]:
+        """Finished runs whose final val loss is not finite (`set_apart_diverged`): in no number, named."""
+        return [r for r in self.runs if r.status == DIVERGED]
+
+    @property
     def gate(self) -> str:
         """Both slots (`gate_name`): a model with an output gate is no baseline, whatever its key bias."""
         first = (self.done or self.runs)[0]
@@ -321,6 +328,41 @@ def _variant_keys(runs: Sequence[RunData]) -> dict[tuple[str, str, str], list[in
         for group in r.run.groups:
             keys.setdefault((group, r.corpus, r.run.variant), []).append(i)
     return keys
+
+
+def set_apart_diverged(runs: Sequence[RunData]) -> list[RunData]:
+    """``runs`` with each finished run whose final val loss is NaN or infinite ``diverged``: it has no final loss
+    to difference, so no number of its variant counts it, and every verdict that reads its variant names it (the
+    protocol's rule for a diverged seed: `protocol.Protocol.rule_text`)."""
+    out = []
+    for r in runs:
+        final = r.metrics.get("final_val_loss") if r.status == "done" else 0.0
+        if final is not None and math.isfinite(final):
+            out.append(r)
+            continue
+        points = r.scalars.get("val/loss") or []
+        first = next(((step, v) for step, v in points if not math.isfinite(v)), None)
+        at = f" (first {first[1]} at step {first[0]}, as logged)" if first is not None else ""
+        reason = (
+            f"it diverged: its final val loss is {final}{at}. It has no final loss to difference, so it is in no "
+            "number of its variant, and each verdict that reads the variant names it ("
+            f"{diverged_rule()})"
+        )
+        out.append(replace(r, status=DIVERGED, reason=reason))
+    return out
+
+
+def diverged_rule() -> str:
+    """How a verdict treats a diverged seed, as the protocol states it (its amendment), in a few words."""
+    from ega_lightning.experiments.rules import PROTOCOL  # the registered protocol, loaded once
+
+    found = PROTOCOL.rule_text("diverged")
+    if found is None:
+        return "left out of every interval; the protocol states no rule for it"
+    return (
+        f"the protocol's rule, its amendment of {found[0]}: left out of every interval, the verdict read over the "
+        "seeds that did not diverge"
+    )
 
 
 def recipe(r: RunData) -> dict[str, str]:

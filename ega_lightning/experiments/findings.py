@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from ega_lightning.experiments import paper, protocol
-from ega_lightning.experiments.comparisons import RunData, Variant, device, split_seeds, split_text
+from ega_lightning.experiments.comparisons import RunData, Variant, device, diverged_rule, split_seeds, split_text
 from ega_lightning.experiments.rules import (
     BEFORE,
     BY_NAME,
@@ -76,6 +76,7 @@ class Code:
     split: list[int] = field(default_factory=list, metadata=NOT_IN_RESULTS)
     # per comparison it reads (in the order of the finding's ``reads``), the runs whose seeds enter its interval
     entered: list[list[str]] = field(default_factory=list)
+    diverged: list[str] = field(default_factory=list)  # runs of its sides whose final val loss is not finite
 
 
 @dataclass(frozen=True)
@@ -204,8 +205,15 @@ class Finding:
         """The finding as it reads in its section: what was measured and its verdict, then its family's
         correction, the seeds that would decide it and the code its sides ran."""
         seeds = self.seeds_text()
-        extras = [self._family_sentence(), seeds.capitalize() + "." if seeds else "", self._code_sentence()]
-        return " ".join([self.measured(), *(x for x in extras if x)])
+        extras = [self._family_sentence(), seeds.capitalize() + "." if seeds else "", self._diverged_sentence()]
+        return " ".join([self.measured(), *(x for x in [*extras, self._code_sentence()] if x)])
+
+    def _diverged_sentence(self) -> str:
+        """The seeds its sides lost to divergence, and how its verdict treats them (the protocol's rule)."""
+        if self.code is None or not self.code.diverged:
+            return ""
+        runs = ", ".join(f"`{r}`" for r in self.code.diverged)
+        return f"⚠ Diverged (final val loss not finite): {runs}; {diverged_rule()}."
 
     def _corrected_text(self) -> str:
         scale, digits, signed = self.interval_format
@@ -427,7 +435,9 @@ def code_of(*variants: Variant | None, compared: Sequence[Sequence[Variant | Non
         dict.fromkeys(r.run.run_name for v in variants if v is not None for r in v.runs if r.status != "done")
     )
     entered = [entering(*sides) for sides in (compared if compared is not None else [variants])]
-    return Code(sides, flag, [run for run, _ in flagged], read, pending, split_seeds(*variants), entered=entered)
+    diverged = list(dict.fromkeys(r.run.run_name for v in variants if v is not None for r in v.diverged))
+    flagged_runs = [run for run, _ in flagged]
+    return Code(sides, flag, flagged_runs, read, pending, split_seeds(*variants), entered=entered, diverged=diverged)
 
 
 # ----------------------------------------------------------------------------- families and seeds

@@ -104,6 +104,11 @@ class Protocol:
     def entry(self, kind: str) -> Entry | None:
         return self.verdicts.get(kind)
 
+    def rule_text(self, key: str) -> tuple[str, str] | None:
+        """(date, text) of the latest amendment that states ``key`` (``diverged``: how a verdict treats a diverged
+        seed); None where none does."""
+        return next(((a.date, a.text[key]) for a in reversed(self.amendments) if key in a.text), None)
+
     def planned(self) -> dict[str, int]:
         """Every spec entry the protocol plans seeds for, with its count (one count per entry, checked)."""
         out: dict[str, int] = {}

@@ -167,8 +167,9 @@ def _model_text(row: Row) -> str:
 
 def _seeds_text(v: Variant) -> str:
     """Seeds finished of the variant's; those left out for another model shape or recipe named with theirs."""
+    diverged = f" (diverged: seed {', '.join(str(r.run.seed) for r in v.diverged)})" if v.diverged else ""
     if not v.left_out:
-        return f"{len(v.done)}/{len(v.runs)}"
+        return f"{len(v.done)}/{len(v.runs)}{diverged}"
     own = v.done[0] if v.done else None
     model = [r for r in v.left_out if own is None or shape(r) != shape(own)]
     other = [r for r in v.left_out if r not in model]
@@ -181,7 +182,7 @@ def _seeds_text(v: Variant) -> str:
             return ", ".join(d.split(" (the variant's", 1)[0] for d in recipe_difference(r, recipe(own)))
 
         apart.append("another recipe: " + ", ".join(f"seed {r.run.seed} ({changed(r)})" for r in other))
-    return f"{len(v.done)}/{len(v.runs)} (left out, {'; '.join(apart)})"
+    return f"{len(v.done)}/{len(v.runs)} (left out, {'; '.join(apart)}){diverged}"
 
 
 def table_line(row: Row) -> str:
