@@ -996,6 +996,83 @@ def test_a_diverged_seed_is_named_beside_each_verdict_that_reads_it_and_listed_w
     assert "| `ega1-seed2` |" in missing and "| diverged | it diverged: its final val loss is nan" in missing
 
 
+def test_a_run_from_a_modified_tree_is_not_todays_code(tmp_path):
+    """Issue 52: runs made from a modified, uncommitted tree were marked "today's code" (the report never read the
+    record's git_dirty; the fingerprint does not cover the recipe or data code). Now a record keeps the modified
+    paths of the package and configs (git_modified); every EGA-1 seed here has today's fingerprint: seed 1's tree was
+    modified and its paths not recorded (as the FoX reruns of results/runs) -> unknown, a rerun from a clean tree
+    would establish it; seed 2's differed outside the package and configs -> today's; seed 3's in the package ->
+    modified, its paths said."""
+    runs = tmp_path / "runs"
+    trees = {
+        1: {"git_dirty": True},
+        2: {"git_dirty": True, "git_modified": []},
+        3: {"git_dirty": True, "git_modified": ["ega_lightning/experiments/sweep.py"]},
+    }
+    for seed, tree in trees.items():
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.5 + 0.01 * seed])
+        run_dir = fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, 1.40 + 0.01 * seed], tau=[0.1, 0.3])
+        for name in (f"none-seed{seed}", f"ega1-seed{seed}"):
+            hparams = yaml.safe_load((runs / name / "hparams.yaml").read_text())
+            ran = {"code_fingerprint": code_fingerprint(hparams), "git_dirty": False}
+            (runs / name / "DONE").write_text(json.dumps(ran | (tree if runs / name == run_dir else {})))
+    spec = {
+        "name": "tree",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"},
+        ],
+    }
+    out = tmp_path / "results"
+    assert report_into(write_spec(tmp_path / "spec.yaml", spec), runs, out) == 0
+    results = json.loads((out / "results.json").read_text())
+    code = {r["run_name"]: r["code"] for r in results["runs"]}
+    assert {name: c["status"] for name, c in code.items() if c["status"] != "today"} == {
+        "ega1-seed1": "unknown",
+        "ega1-seed3": "modified",
+    }
+    assert code["ega1-seed1"]["how"].startswith("unknown: a modified tree whose paths were not recorded")
+    assert "ega_lightning/experiments/sweep.py" in code["ega1-seed3"]["how"]
+    assert json.loads((out / "runs" / "ega1-seed3.json").read_text())["git_modified"] == trees[3]["git_modified"]
+    (improvement,) = findings_of(out, "improvement")
+    assert improvement["code"]["flag"] == "unknown" and improvement["code"]["runs"] == ["ega1-seed1", "ega1-seed3"]
+    text = (out / "REPORT.md").read_text()
+    assert "- 4 of 6 finished runs ran today's code; not established: `ega1-seed1`, `ega1-seed3`." in text
+    assert "`ega1-seed1`: made from a modified tree whose paths were not recorded" in text
+    assert "a rerun from a clean tree would establish it." in text
+
+
+@pytest.mark.slow
+def test_a_sweeps_done_keeps_the_modified_paths_of_the_package_and_configs(tmp_path):
+    """What `ega sweep` writes into a run's DONE (rundirs.run_environment), run from a checkout of its own: a clean
+    tree names no path; a modified module, a new file in the package and a changed file outside it name the first
+    two; more than MAX_MODIFIED are counted."""
+    checkout = package_checkout(tmp_path / "checkout", "2026-01-01T10:00:00+00:00")
+    (checkout / "results").mkdir()
+    (checkout / "results" / "REPORT.md").write_text("a report\n")
+    git_commit_all(checkout, "results", "2026-01-02T10:00:00+00:00")
+    probe = [
+        sys.executable,
+        "-c",
+        "import json; from ega_lightning.experiments import rundirs as r; "
+        "e = r.run_environment(); print(json.dumps([e['git_dirty'], e['git_modified']]))",
+    ]
+
+    def environment() -> list:
+        done = subprocess.run(probe, cwd=checkout, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout)
+
+    assert environment() == [False, []]
+    sweep_py = checkout / "ega_lightning" / "experiments" / "sweep.py"
+    sweep_py.write_text(sweep_py.read_text() + "\n# edited\n")
+    (checkout / "ega_lightning" / "gates" / "mine.py").write_text("# a gate of my own\n")
+    (checkout / "results" / "REPORT.md").write_text("edited\n")
+    assert environment() == [True, ["ega_lightning/experiments/sweep.py", "ega_lightning/gates/mine.py"]]
+    many = "\n".join(f" M ega_lightning/m{i}.py" for i in range(rundirs.MAX_MODIFIED + 3))
+    kept = rundirs.modified_paths(many)
+    assert len(kept) == rundirs.MAX_MODIFIED + 1 and kept[-1] == "... and 3 more"
+
+
 # ----------------------------------------------------------------------------- the real thing
 
 
