@@ -365,3 +365,25 @@ def busy_loops(n: int, seconds: int = 600) -> Iterator[None]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(loop.pid, signal.SIGKILL)
             loop.wait()
+
+
+# ----------------------------------------------------------------------------- a checkout of its own
+
+
+def git_commit_all(repo: Path, message: str, date: str) -> None:
+    """Commits every file of ``repo`` (``git init`` first where it is none) with author and committer ``date``."""
+    env = {**os.environ, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+    for args in (["init", "-q"] if not (repo / ".git").exists() else [], ["add", "-A"], ["commit", "-qm", message]):
+        if args:
+            git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args]
+            subprocess.run(git, cwd=repo, check=True, capture_output=True, env=env)
+
+
+def package_checkout(root: Path, date: str) -> Path:
+    """A git checkout of this package's working tree (its configs/protocol.yaml included) at ``root``, committed on
+    ``date``: `run_ega` with ``cwd=root`` runs its code, so a test may edit and commit its protocol."""
+    import shutil
+
+    shutil.copytree(REPO / "ega_lightning", root / "ega_lightning", ignore=shutil.ignore_patterns("__pycache__"))
+    git_commit_all(root, "the package", date)
+    return root

@@ -10,6 +10,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +26,16 @@ from ega_lightning.experiments import comparisons, records, rundirs, stats, swee
 from ega_lightning.experiments.spec import static_value
 from ega_lightning.fingerprint import code_fingerprint
 
-from .helpers import CONFIGS, REPO, TINY_MODEL, TINY_VOCAB, landscape_json, run_ega
+from .helpers import (
+    CONFIGS,
+    REPO,
+    TINY_MODEL,
+    TINY_VOCAB,
+    git_commit_all,
+    landscape_json,
+    package_checkout,
+    run_ega,
+)
 
 # ----------------------------------------------------------------------------- statistics
 
@@ -293,15 +303,18 @@ def fake_run(
     resumed_from: float | None = None,
     converged: bool | None = None,
     block_size: int = TINY_MODEL["block_size"],
+    done_with: dict | None = None,
+    recipe: dict | None = None,
 ) -> Path:
-    """A run directory as `ega fit` + `ega sweep` leave it, with chosen numbers (evaluations at steps 2, 5, ...)."""
+    """A run directory as `ega fit` + `ega sweep` leave it, with chosen numbers (evaluations at steps 2, 5, ...);
+    ``done_with``: what its DONE holds (a start, the tree it ran from), ``recipe``: hyper-parameters changed."""
     from torch.utils.tensorboard import SummaryWriter
 
     run_dir = runs_dir / name
     run_dir.mkdir(parents=True)
     hparams = {**TINY_MODEL, "block_size": block_size, "gate": gate, "gate_options": options, "tau_init": tau_init}
     hparams["vocab"] = TINY_VOCAB
-    hparams |= {"corpus": "tinyshakespeare", "batch_size": 8, "max_eval_windows": 16, "seed": 1}
+    hparams |= {"corpus": "tinyshakespeare", "batch_size": 8, "max_eval_windows": 16, "seed": 1, **(recipe or {})}
     (run_dir / "hparams.yaml").write_text(yaml.safe_dump(hparams))
     config = {"data": {"corpus": "tinyshakespeare"}, "model": {"gate": gate}, "trainer": {"max_steps": 3 * len(val)}}
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
@@ -322,7 +335,7 @@ def fake_run(
         summary = {"converged": converged, "converged_step": 5 if converged else None, "final": {"tau_mean": tau[-1]}}
         (run_dir / "gate_summary.json").write_text(json.dumps(summary))
     if done:
-        (run_dir / "DONE").write_text("{}")
+        (run_dir / "DONE").write_text(json.dumps(done_with or {}))
     return run_dir
 
 
@@ -950,6 +963,116 @@ def test_a_diverged_run_is_recorded_and_reported(tmp_path):
     assert not list((tmp_path / "out" / "runs").glob("*.tmp"))
 
 
+def test_a_diverged_seed_is_named_beside_each_verdict_that_reads_it_and_listed_with_the_missing_runs(tmp_path):
+    """Issue 52: a seed whose final val loss is NaN was dropped from the comparison without a sentence ("paired over
+    2 seeds": survivorship, unsaid). Now EGA-1's seed 2 diverged: the improvement still reads seeds 1 and 3 (the
+    protocol's rule, its amendment for a diverged seed), and its sentence, the variant's row and the list of missing
+    and incomplete runs each name it."""
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.5 + 0.01 * seed])
+        final = math.nan if seed == 2 else 1.40 + 0.01 * seed
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, final], tau=[0.1, 0.3])
+    spec = {
+        "name": "nan",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"},
+        ],
+    }
+    out = tmp_path / "results"
+    assert report_into(write_spec(tmp_path / "spec.yaml", spec), runs, out) == 0
+    (improvement,) = findings_of(out, "improvement")
+    assert improvement["ours"]["n"] == 2 and improvement["code"]["diverged"] == ["ega1-seed2"]
+    results = json.loads((out / "results.json").read_text())
+    assert variant(results, "main", "linear")["seeds_diverged"] == [2]
+    assert next(r for r in results["runs"] if r["run_name"] == "ega1-seed2")["status"] == "diverged"
+    text = (out / "REPORT.md").read_text()
+    sentence = next(line for line in text.splitlines() if line.startswith("- ") and "improvement" in line.lower())
+    assert "⚠ Diverged (final val loss not finite): `ega1-seed2`; the protocol's rule, its amendment of" in sentence
+    assert "left out of every interval, the verdict read over the seeds that did not diverge" in sentence
+    assert "| 2/3 (diverged: seed 2) |" in text
+    missing = text.split("## Missing and incomplete runs")[1]
+    assert "| `ega1-seed2` |" in missing and "| diverged | it diverged: its final val loss is nan" in missing
+
+
+def test_a_run_from_a_modified_tree_is_not_todays_code(tmp_path):
+    """Issue 52: runs made from a modified, uncommitted tree were marked "today's code" (the report never read the
+    record's git_dirty; the fingerprint does not cover the recipe or data code). Now a record keeps the modified
+    paths of the package and configs (git_modified); every EGA-1 seed here has today's fingerprint: seed 1's tree was
+    modified and its paths not recorded (as the FoX reruns of results/runs) -> unknown, a rerun from a clean tree
+    would establish it; seed 2's differed outside the package and configs -> today's; seed 3's in the package ->
+    modified, its paths said."""
+    runs = tmp_path / "runs"
+    trees = {
+        1: {"git_dirty": True},
+        2: {"git_dirty": True, "git_modified": []},
+        3: {"git_dirty": True, "git_modified": ["ega_lightning/experiments/sweep.py"]},
+    }
+    for seed, tree in trees.items():
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.5 + 0.01 * seed])
+        run_dir = fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, 1.40 + 0.01 * seed], tau=[0.1, 0.3])
+        for name in (f"none-seed{seed}", f"ega1-seed{seed}"):
+            hparams = yaml.safe_load((runs / name / "hparams.yaml").read_text())
+            ran = {"code_fingerprint": code_fingerprint(hparams), "git_dirty": False}
+            (runs / name / "DONE").write_text(json.dumps(ran | (tree if runs / name == run_dir else {})))
+    spec = {
+        "name": "tree",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"},
+        ],
+    }
+    out = tmp_path / "results"
+    assert report_into(write_spec(tmp_path / "spec.yaml", spec), runs, out) == 0
+    results = json.loads((out / "results.json").read_text())
+    code = {r["run_name"]: r["code"] for r in results["runs"]}
+    assert {name: c["status"] for name, c in code.items() if c["status"] != "today"} == {
+        "ega1-seed1": "unknown",
+        "ega1-seed3": "modified",
+    }
+    assert code["ega1-seed1"]["how"].startswith("unknown: a modified tree whose paths were not recorded")
+    assert "ega_lightning/experiments/sweep.py" in code["ega1-seed3"]["how"]
+    assert json.loads((out / "runs" / "ega1-seed3.json").read_text())["git_modified"] == trees[3]["git_modified"]
+    (improvement,) = findings_of(out, "improvement")
+    assert improvement["code"]["flag"] == "unknown" and improvement["code"]["runs"] == ["ega1-seed1", "ega1-seed3"]
+    text = (out / "REPORT.md").read_text()
+    assert "- 4 of 6 finished runs ran today's code; not established: `ega1-seed1`, `ega1-seed3`." in text
+    assert "`ega1-seed1`: made from a modified tree whose paths were not recorded" in text
+    assert "a rerun from a clean tree would establish it." in text
+
+
+@pytest.mark.slow
+def test_a_sweeps_done_keeps_the_modified_paths_of_the_package_and_configs(tmp_path):
+    """What `ega sweep` writes into a run's DONE (rundirs.run_environment), run from a checkout of its own: a clean
+    tree names no path; a modified module, a new file in the package and a changed file outside it name the first
+    two; more than MAX_MODIFIED are counted."""
+    checkout = package_checkout(tmp_path / "checkout", "2026-01-01T10:00:00+00:00")
+    (checkout / "results").mkdir()
+    (checkout / "results" / "REPORT.md").write_text("a report\n")
+    git_commit_all(checkout, "results", "2026-01-02T10:00:00+00:00")
+    probe = [
+        sys.executable,
+        "-c",
+        "import json; from ega_lightning.experiments import rundirs as r; "
+        "e = r.run_environment(); print(json.dumps([e['git_dirty'], e['git_modified']]))",
+    ]
+
+    def environment() -> list:
+        done = subprocess.run(probe, cwd=checkout, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout)
+
+    assert environment() == [False, []]
+    sweep_py = checkout / "ega_lightning" / "experiments" / "sweep.py"
+    sweep_py.write_text(sweep_py.read_text() + "\n# edited\n")
+    (checkout / "ega_lightning" / "gates" / "mine.py").write_text("# a gate of my own\n")
+    (checkout / "results" / "REPORT.md").write_text("edited\n")
+    assert environment() == [True, ["ega_lightning/experiments/sweep.py", "ega_lightning/gates/mine.py"]]
+    many = "\n".join(f" M ega_lightning/m{i}.py" for i in range(rundirs.MAX_MODIFIED + 3))
+    kept = rundirs.modified_paths(many)
+    assert len(kept) == rundirs.MAX_MODIFIED + 1 and kept[-1] == "... and 3 more"
+
+
 # ----------------------------------------------------------------------------- the real thing
 
 
@@ -1164,6 +1287,65 @@ def test_a_seed_of_another_model_shape_is_left_out_of_its_variant(tmp_path):
     assert "`linear`: `ega1-seed2` is left out of every number: its model is 2×2×48 T32" in text
 
 
+def test_a_seed_of_another_recipe_is_left_out_of_its_variant_and_named(tmp_path):
+    """Issue 52: a config file edited between seeds (lr 0.001 -> 0.01, same path) had its seeds pooled and paired
+    without a word (the code fingerprint does not cover the optimizer). Now a seed whose recorded recipe is not its
+    variant's is left out and named, as another model shape is: EGA-1's seed 3 at lr 0.01, and the baseline's seed 2
+    evaluated on the author's 50 random batches (an option added after the records: read at its default)."""
+    runs = tmp_path / "runs"
+    for seed in (1, 2, 3):
+        lr = {"lr": 0.01} if seed == 3 else {"lr": 0.001}
+        evaluation = {"random_eval_batches": 50} if seed == 2 else {}
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, 1.5 + 0.01 * seed], recipe={"lr": 0.001, **evaluation})
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, 1.40 + 0.01 * seed], tau=[0.1, 0.3], recipe=lr)
+    spec = {
+        "name": "edited",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"},
+        ],
+    }
+    out = tmp_path / "results"
+    assert report_into(write_spec(tmp_path / "spec.yaml", spec), runs, out) == 0
+    results = json.loads((out / "results.json").read_text())
+    rows = {r["variant"]: r for g in results["groups"] for r in g["variants"]}
+    assert rows["linear"]["seeds_done"] == [1, 2] and list(rows["linear"]["seeds_left_out"]) == ["3"]
+    assert "lr 0.01 (the variant's 0.001)" in rows["linear"]["seeds_left_out"]["3"]
+    assert rows["none"]["seeds_done"] == [1, 3] and list(rows["none"]["seeds_left_out"]) == ["2"]
+    assert "random_eval_batches 50 (the variant's null)" in rows["none"]["seeds_left_out"]["2"]
+    diff = rows["linear"]["diff_final_val_loss"]
+    assert diff["n"] == 1 and diff["estimate"] == pytest.approx(1.51 - 1.41)  # seed 1, the one both sides keep
+    text = (out / "REPORT.md").read_text()
+    assert "2/3 (left out, another recipe: seed 3 (lr 0.01))" in text
+    assert "`linear`: `ega1-seed3` is left out of every number: its recorded recipe is not the variant's" in text
+    missing = text.split("## Missing and incomplete runs")[1]
+    assert "| `ega1-seed3` |" in missing and "| `none-seed2` |" in missing
+
+
+def test_a_recipe_key_a_record_lacks_is_read_at_the_default_the_code_trains_with():
+    """Every argument of CharLM and CharDataModule but the model's shape, the seed, the corpus and compile is part of
+    a run's recipe, and a record made before it existed is read at the argument's default: a new option (issue 50's
+    qkv_bias, random_eval_batches, ...) set at its default in a new seed does not set an old seed apart."""
+    import inspect
+
+    from ega_lightning import CharDataModule, CharLM
+
+    defaults = {}
+    for cls in (CharLM, CharDataModule):
+        for name, p in inspect.signature(cls.__init__).parameters.items():
+            if p.default is not inspect.Parameter.empty and name not in (*comparisons.NOT_RECIPE, "data_dir"):
+                defaults[name] = list(p.default) if isinstance(p.default, tuple) else p.default
+    assert defaults == comparisons.RECIPE_DEFAULTS
+    old = comparisons.RunData(
+        run=None, status="done", reason="", corpus="c", gate="linear", hparams={"lr": 0.001}, max_steps=20
+    )
+    new = dataclasses.replace(old, hparams={"lr": 0.001, **defaults})
+    assert comparisons.recipe(old) == comparisons.recipe(new)
+    assert comparisons.recipe_difference(dataclasses.replace(new, max_steps=30), comparisons.recipe(old)) == [
+        "max_steps 30 (the variant's 20)"
+    ]
+
+
 @pytest.mark.slow
 def test_an_evaluation_of_a_finished_sweep_run_leaves_its_record_as_it_was(tmp_path, data_dir):
     """Issue 40, case 1: `ega validate` of a finished sweep run's best.ckpt, then `ega report` rebuilding the record
@@ -1245,3 +1427,75 @@ def test_a_sweep_s_done_records_and_report_say_what_ran(tmp_path, data_dir):
     )
     assert "`short-seed1`" in missing
     assert "Sizes run: no size file (2×2×32 T32" in text
+
+
+# ----------------------------------------------------------------------------- the protocol edited after the data
+
+
+def _improvement(out: Path) -> dict:
+    (found,) = findings_of(out, "improvement")
+    return found
+
+
+@pytest.mark.slow
+def test_a_protocols_level_is_checked_and_its_edit_dates_the_verdicts_it_changes(tmp_path):
+    """Issue 52: `level: 95` (a percentage) was read as a fraction (intervals "at 3233.33%"); `level: 0.50` edited in
+    and not committed changed labels whose registration stayed; a shallow clone dated the protocol by the file's own
+    words, upgrading rows. Through `ega report` in a checkout of its own (protocol committed 1 Jan, runs started
+    1 Jun): EGA-1's improvement (per-seed differences 0.02, 0.03, 0.01) is undecided and registered at 0.95; at an
+    uncommitted 0.50 it holds, and reads exploratory with its former label; `level: 95` is one paragraph, exit 2,
+    nothing written; in a shallow clone no verdict is marked registered and the method note says why."""
+    checkout = package_checkout(tmp_path / "checkout", "2026-01-01T10:00:00+00:00")
+    runs = tmp_path / "runs"
+    started = {"started_at": "2026-06-01T10:00:00+00:00"}
+    for seed, (base, gain) in enumerate([(1.50, 0.02), (1.60, 0.03), (1.55, 0.01)], 1):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, base], done_with=started)
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, base - gain], done_with=started)
+    spec = {
+        "name": "level",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"},
+        ],
+    }
+    path = write_spec(tmp_path / "spec.yaml", spec)
+
+    def report_in(where: Path, out: str):
+        args = ["report", str(path), "--runs_dir", str(runs), "--out", str(tmp_path / out)]
+        return run_ega([*args, "--records_dir", str(tmp_path / out / "runs")], cwd=where)
+
+    done = report_in(checkout, "registered")
+    assert done.returncode == 0, done.stderr[-3000:]
+    f = _improvement(tmp_path / "registered")
+    assert (f["verdict"], f["registration"]["mark"]) == ("too few seeds to tell", "registered")
+
+    protocol_file = checkout / "ega_lightning" / "configs" / "protocol.yaml"
+    text = protocol_file.read_text()
+    protocol_file.write_text(text.replace("\nlevel: 0.95", "\nlevel: 0.50", 1))  # not committed
+    done = report_in(checkout, "edited")
+    assert done.returncode == 0, done.stderr[-3000:]
+    f = _improvement(tmp_path / "edited")
+    assert f["verdict"] == "holds" and f["family_level"] == pytest.approx(0.5)
+    assert f["registration"]["mark"] == "exploratory"
+    assert f["registration"]["level_was"].startswith("too few seeds to tell")
+    assert "the edit of the family-wise level" in (tmp_path / "edited" / "REPORT.md").read_text()
+
+    protocol_file.write_text(text.replace("\nlevel: 0.95", "\nlevel: 95", 1))
+    done = report_in(checkout, "percent")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "level is 95, not a fraction in (0, 1)" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "percent").exists()
+
+    protocol_file.write_text(text.replace("\nlevel: 0.95", "\nlevel: 0.50", 1))
+    git_commit_all(checkout, "level 0.50", "2026-07-01T10:00:00+00:00")  # after the runs: still exploratory
+    shallow = tmp_path / "shallow"
+    clone = ["git", "clone", "-q", "--depth", "1", f"file://{checkout}", str(shallow)]
+    subprocess.run(clone, check=True, capture_output=True)
+    done = report_in(shallow, "shallow")
+    assert done.returncode == 0, done.stderr[-3000:]
+    f = _improvement(tmp_path / "shallow")
+    assert f["verdict"] == "holds" and f["registration"]["mark"] == "not dated"
+    assert all(
+        (x.get("registration") or {}).get("mark") in (None, "not dated") for x in findings_of(tmp_path / "shallow")
+    )
+    assert "git history cannot date it here: a shallow clone" in (tmp_path / "shallow" / "REPORT.md").read_text()

@@ -56,7 +56,7 @@ def test_the_amendment_is_read_with_its_own_lines_and_no_entry_reaches_into_them
     last verdict entry ends before the comment that opens the amendments, so committing an amendment re-dates no
     entry by blame alone."""
     p = protocol.load()
-    (amendment,) = p.amendments
+    amendment = next(a for a in p.amendments if a.issue == 51)
     assert (amendment.date, amendment.issue, amendment.cost_device) == ("2026-12-05", 51, "gpu")
     assert set(amendment.rules) == {"effect", "lower", "worse", "best", "grows", "cost"}
     lines = protocol.PATH.read_text().splitlines()
@@ -196,7 +196,9 @@ def test_every_label_of_the_committed_report_recomputes_from_results_json_under_
     results = json.loads((REPO / "results" / "results.json").read_text())
     registered = yaml.safe_load(protocol.PATH.read_text())
     margins = registered["margins"]
-    (amendment,) = registered["amendments"]
+    amendment = next(a for a in registered["amendments"] if a["issue"] == 51)
+    # the amendment of issue 52 (how a diverged seed is read) changes no rule's reading
+    assert all(not a["rules"] for a in registered["amendments"] if a is not amendment)
     m = margins["loss"]["value"]
     overfit = 0.3  # the paper's overfitting line (its baseline's gap: 0.331), as the amendment states it
     checked, amended = 0, set()
@@ -413,7 +415,7 @@ def test_an_amendment_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path
     path.write_text(text)
     _git(repo, "commit", "-qam", "amendment", date="2026-12-05T10:00:00+00:00")
     dates = protocol.entry_dates(protocol.load(path))
-    assert dates.amended == {51: datetime(2026, 12, 5, 10, tzinfo=UTC)}
+    assert dates.amended[51] == datetime(2026, 12, 5, 10, tzinfo=UTC)
     assert dates.by_kind["peer"] == datetime(2026, 12, 1, 10, tzinfo=UTC)  # the amendment touched no entry's line
 
     def peer(gate: str, d: Difference) -> findings.Finding:
@@ -434,3 +436,80 @@ def test_an_amendment_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path
     assert a.registration.text() == "exploratory; the amendment of 2026-12-05 changed its label (was: does not hold)"
     assert b.verdict is rules.Verdict.HOLDS and b.amended_from is None
     assert b.registration.text() == "registered"
+
+
+def test_a_level_edit_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path):
+    """The protocol committed on 1 Dec, the runs started on 2 Dec, the family-wise level edited to 0.50 and
+    committed on 3 Dec: a peer whose interval straddles +0.005 at 0.95 and leaves it at 0.50 changed its label, so
+    the edit fixes it (exploratory, its former label said); a peer beyond +0.005 at both keeps its registration. The
+    same edit not committed dates the changed one at the report's moment."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    path = repo / "protocol.yaml"
+    text = protocol.PATH.read_text()
+    path.write_text(text)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "protocol", date="2026-12-01T10:00:00+00:00")
+    path.write_text(text.replace("\nlevel: 0.95", "\nlevel: 0.50", 1))
+    uncommitted = protocol.entry_dates(protocol.load(path)).level_edit
+    assert uncommitted is not None and uncommitted.before == 0.95
+    assert uncommitted.date > datetime(2026, 12, 5, tzinfo=UTC)  # now
+    _git(repo, "commit", "-qam", "level", date="2026-12-03T10:00:00+00:00")
+    dates = protocol.entry_dates(protocol.load(path))
+    assert dates.level_edit == protocol.LevelEdit(datetime(2026, 12, 3, 10, tzinfo=UTC), 0.95)
+    assert dates.by_kind["peer"] == datetime(2026, 12, 1, 10, tzinfo=UTC)  # no entry's line moved
+
+    def peer(gate: str, d: Difference) -> findings.Finding:
+        where = findings.Where("peers", "tinyshakespeare", "r", gate, "baseline `none`")
+        code = findings.Code([], None, [], [f"{gate}-seed1", "none-seed1"])
+        return findings.judged(peers.Peer, where, [(gate, d)], claim=f"peer:{gate}", code=code, source="s")
+
+    # this process reads its own protocol (0.95; k = 2: each interval at 97.5%), so the edit is told it came from
+    # 0.20 (each at 60%): alibi's [-0.005, +0.045] at 95% straddles 0 and +0.005 at 97.5% (undecided before the
+    # amendment of 2026-12-05 as after it) and lies above +0.005 at 60%
+    changed = peer("alibi", Difference(0.02, -0.005, 0.045, 3, 2.0, "paired"))
+    kept = peer("fox", Difference(0.07, 0.05, 0.09, 10, 9.0, "paired"))
+    edit = dataclasses.replace(dates, level_edit=protocol.LevelEdit(datetime(2026, 12, 3, 10, tzinfo=UTC), 0.20))
+    starts = {f"{g}-seed1": datetime(2026, 12, 2, tzinfo=UTC) for g in ("alibi", "fox", "none")}
+    a, b = findings.conclude(findings.correct([changed, kept]), starts, edit)
+    assert (a.verdict, b.verdict) == (rules.Verdict.TOO_FEW_SEEDS, rules.Verdict.HOLDS)
+    assert a.registration.text() == (
+        "exploratory; the edit of the family-wise level (2026-12-03) changed its label (was: holds)"
+    )
+    assert b.registration.level_was is None and b.registration.text() == "registered"
+
+
+def test_every_field_of_the_protocol_is_checked_when_it_is_read(tmp_path):
+    """A level as a percentage, a negative margin, a power of 80, a count of seeds as a word, a confirmatory mark
+    as a word, an amendment without a date: each is named with its value in one message, before any is used."""
+    text = protocol.PATH.read_text()
+    edits = [
+        ("\nlevel: 0.95", "\nlevel: 95"),
+        ("    value: 0.03\n", "    value: -0.03\n"),
+        ("\npower: 0.80", "\npower: 80"),
+        ("ts-db2: 5", "ts-db2: five"),
+        (
+            "peer: {rule: lower, family: peers, confirmatory: true}",
+            "peer: {rule: lower, family: peers, confirmatory: yes please}",
+        ),
+        ('  - date: "2026-12-05"', '  - date: "soon"'),
+    ]
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    bad = tmp_path / "protocol.yaml"
+    bad.write_text(text)
+    with pytest.raises(protocol.ProtocolError) as err:
+        protocol.load(bad)
+    said = str(err.value)
+    for part in (
+        "level is 95, not a fraction in (0, 1)",
+        "margins.tail.value is -0.03, not a positive number",
+        "power is 80, not a fraction in (0, 1)",
+        "families.ablation.planned_seeds.ts-db2 is 'five', not a count of seeds >= 1",
+        "verdicts.peer.confirmatory is 'yes please', not true or false",
+        "amendments[0].date is 'soon', not a date",
+    ):
+        assert part in said, part
+    assert "\n" not in said

@@ -56,12 +56,14 @@ def test_atomic_write_leaves_the_old_file_and_no_temporary_on_failure(tmp_path):
 
 
 def test_every_shipped_record_is_a_record_and_the_schema_writes_it_back_as_it_is():
-    fields = [f.name for f in dataclasses.fields(records.Record)]
+    # git_modified (issue 52): written where a sweep kept it, left out where not, so records before it keep their bytes
+    fields = [f.name for f in dataclasses.fields(records.Record) if f.name != "git_modified"]
     complete = 0
     for path in sorted((REPO / "results" / "runs").glob("*.json")):
         record = records.read(path)
         text = path.read_text()
         assert record.run_name == path.stem and record.scalars["val/loss"], path
+        assert record.git_modified is None  # no shipped record kept its modified paths: made before they were
         if list(json.loads(text)) == fields:  # every field of today's schema, in its order
             assert record.to_json() == text, path
             complete += 1

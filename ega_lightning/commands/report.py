@@ -14,10 +14,12 @@ missing or incomplete and are in no number. Differences are baseline minus varia
 the variant has the lower loss), paired by seed over the seeds both sides ran; the decision rule
 of each verdict is stated in the report's method note.
 
-A variant's seeds must be one model: its shape is the shape (n_layer × n_head × n_embd, block_size)
-most of its finished seeds trained, a tie going to the lowest seed's. A finished run of another shape
-(its config edited between seeds) is left out: in no mean, pair or interval; the variant's row names it
-and the runs table says why.
+A variant's seeds must be one model and one recipe: its shape is the shape (n_layer × n_head × n_embd,
+block_size) most of its finished seeds trained, a tie going to the lowest seed's, and its recipe (every
+other recorded hyper-parameter: optimizer, schedule, dropout, gate, data, evaluation, max_steps) the one
+most of those recorded. A finished run of another shape or recipe (its config edited between seeds) is
+left out: in no mean, pair or interval; the variant's row names it and the list of missing and
+incomplete runs says why.
 """
 
 from __future__ import annotations

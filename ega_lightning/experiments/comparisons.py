@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -43,7 +43,38 @@ SETUP_KEYS = (
 )
 # A model's shape: the seeds of one variant must share it, or their numbers are not one configuration's
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
-LEFT_OUT = "left out"  # the status of a finished run whose model shape is not its variant's (`set_apart_shapes`)
+# A run's recipe is every hyper-parameter it recorded but its shape and these (the seed, the corpus a variant is
+# of, its vocabulary, and compile, which changes no arithmetic): the optimizer, its schedule, dropout, the gate, the
+# data and the evaluation, and the step budget (``max_steps``). A key a record made before it existed lacks is read
+# at its default (the arguments of CharLM and CharDataModule; tests/test_experiments.py holds them equal).
+NOT_RECIPE = ("seed", "corpus", "vocab", "compile", *SHAPE_KEYS)
+RECIPE_DEFAULTS: dict[str, Any] = {
+    "dropout": 0.0,
+    "bias": True,
+    "gate": "linear",
+    "tau_init": 0.0,
+    "alpha_init": 1.0,
+    "gate_options": None,
+    "eval_znorm": None,
+    "attention": "fused",
+    "lr": 1e-3,
+    "min_lr": 1e-4,
+    "warmup_steps": 100,
+    "weight_decay": 0.1,
+    "betas": [0.9, 0.99],
+    "output_gate": "none",
+    "qkv_bias": None,
+    "scale_residual_init": True,
+    "dropout_before_gate": False,
+    "decay_every_parameter": False,
+    "batch_size": 64,
+    "eval_batch_size": None,
+    "max_eval_windows": None,
+    "random_eval_batches": None,
+    "random_eval_seed": 0,
+}
+LEFT_OUT = "left out"  # the status of a finished run whose model shape or recipe is not its variant's (`set_apart`)
+DIVERGED = "diverged"  # the status of a finished run whose final val loss is not finite (`set_apart_diverged`)
 METRICS = ("final_val_loss", "best_val_loss", "final_gap", "final_tau_mean", "final_frac_above_tau", "tokens_per_sec")
 DIFF_METRICS = ("final_val_loss", "best_val_loss", "final_gap")
 UNKNOWN_CODE = {"fingerprint": None, "status": "unknown", "how": ""}  # a run whose code nothing established
@@ -56,7 +87,8 @@ class RunData:
     model shape already left out): no later stage rewrites a row."""
 
     run: Run
-    status: str  # done | incomplete | missing | left out (finished, another model shape than its variant's)
+    # done | incomplete | missing | left out (finished, another model shape or recipe than its variant's) | diverged
+    status: str
     reason: str
     corpus: str
     gate: str  # the key-bias slot (`model.gate`)
@@ -152,7 +184,7 @@ def _row(loaded: Loaded, corpus: str, code: dict[str, Any] | None) -> RunData:
 def run_rows(loaded: Sequence[Loaded], codes: Mapping[str, dict[str, Any]]) -> list[RunData]:
     """Every run the reader loaded (`rundirs.read_runs`) as its row, each built once with what the report knows
     of it: ``codes`` (run name -> `provenance.code_status`) for the finished ones, the corpus of its spec entry,
-    and ``left out`` for a finished run of another model shape than its variant's (`set_apart_shapes`)."""
+    and ``left out`` for a finished run of another model shape or recipe than its variant's (`set_apart`)."""
 
     def corpus(x: Loaded) -> str:
         return str((x.record.corpus if x.record is not None else x.corpus) or "?")
@@ -161,7 +193,7 @@ def run_rows(loaded: Sequence[Loaded], codes: Mapping[str, dict[str, Any]]) -> l
     # spec entry's other seeds: one entry is one set of configs
     entry_corpus = {(x.run.spec, x.run.entry): corpus(x) for x in loaded if corpus(x) != "?"}
     rows = [_row(x, entry_corpus.get((x.run.spec, x.run.entry), corpus(x)), codes.get(x.run.run_name)) for x in loaded]
-    return set_apart_shapes(rows)
+    return set_apart(set_apart_diverged(rows))
 
 
 def started(record: Record) -> datetime | None:
@@ -229,8 +261,13 @@ class Variant:
 
     @property
     def left_out(self) -> list[RunData]:
-        """Finished runs of another model shape than the variant's (`set_apart_shapes`): in no number."""
+        """Finished runs of another model shape or recipe than the variant's (`set_apart`): in no number."""
         return [r for r in self.runs if r.status == LEFT_OUT]
+
+    @property
+    def diverged(self) -> list[RunData]:
+        """Finished runs whose final val loss is not finite (`set_apart_diverged`): in no number, named."""
+        return [r for r in self.runs if r.status == DIVERGED]
 
     @property
     def gate(self) -> str:
@@ -293,24 +330,80 @@ def _variant_keys(runs: Sequence[RunData]) -> dict[tuple[str, str, str], list[in
     return keys
 
 
-def set_apart_shapes(runs: Sequence[RunData]) -> list[RunData]:
-    """``runs`` with each finished run of another model shape than its variant's ``left out``. The variant's shape
-    is the one most of its finished seeds trained (a tie: the lowest seed's of the tied shapes); a finished run of
-    another shape (its config edited between seeds) is paired with nothing: no number of the variant, no pair, no
-    interval counts it, and its reason says why. Variants are read in spec order, and a run left out of one is
-    not a finished run of the next."""
+def set_apart_diverged(runs: Sequence[RunData]) -> list[RunData]:
+    """``runs`` with each finished run whose final val loss is NaN or infinite ``diverged``: it has no final loss
+    to difference, so no number of its variant counts it, and every verdict that reads its variant names it (the
+    protocol's rule for a diverged seed: `protocol.Protocol.rule_text`)."""
+    out = []
+    for r in runs:
+        final = r.metrics.get("final_val_loss") if r.status == "done" else 0.0
+        if final is not None and math.isfinite(final):
+            out.append(r)
+            continue
+        points = r.scalars.get("val/loss") or []
+        first = next(((step, v) for step, v in points if not math.isfinite(v)), None)
+        at = f" (first {first[1]} at step {first[0]}, as logged)" if first is not None else ""
+        reason = (
+            f"it diverged: its final val loss is {final}{at}. It has no final loss to difference, so it is in no "
+            "number of its variant, and each verdict that reads the variant names it ("
+            f"{diverged_rule()})"
+        )
+        out.append(replace(r, status=DIVERGED, reason=reason))
+    return out
+
+
+def diverged_rule() -> str:
+    """How a verdict treats a diverged seed, as the protocol states it (its amendment), in a few words."""
+    from ega_lightning.experiments.rules import PROTOCOL  # the registered protocol, loaded once
+
+    found = PROTOCOL.rule_text("diverged")
+    if found is None:
+        return "left out of every interval; the protocol states no rule for it"
+    return (
+        f"the protocol's rule, its amendment of {found[0]}: left out of every interval, the verdict read over the "
+        "seeds that did not diverge"
+    )
+
+
+def recipe(r: RunData) -> dict[str, str]:
+    """A finished run's recipe (see ``NOT_RECIPE``): each key with its value as JSON, a key its record lacks at its
+    default."""
+    keys = (set(RECIPE_DEFAULTS) | set(r.hparams)) - set(NOT_RECIPE)
+    values = {k: r.hparams.get(k, RECIPE_DEFAULTS.get(k)) for k in sorted(keys)} | {"max_steps": r.max_steps}
+    return {k: json.dumps(v, sort_keys=True) for k, v in values.items()}
+
+
+def recipe_difference(r: RunData, own: dict[str, str]) -> list[str]:
+    """Each key of ``r``'s recipe that is not ``own``'s: ``lr 0.01 (the variant's 0.001)``."""
+    mine = recipe(r)
+    return [f"{k} {mine.get(k, 'null')} (the variant's {v})" for k, v in own.items() if mine.get(k, "null") != v] + [
+        f"{k} {v} (the variant's null)" for k, v in mine.items() if k not in own and v != "null"
+    ]
+
+
+def _most_common(done: list[int], key: Callable[[int], Any]) -> Any:
+    """The value of ``key`` most of the runs ``done`` (indices, sorted by seed) share; a tie: the lowest seed's."""
+    counts: dict[Any, int] = {}
+    for i in done:
+        counts[key(i)] = counts.get(key(i), 0) + 1
+    most = max(counts.values())
+    return next(key(i) for i in done if counts[key(i)] == most)
+
+
+def set_apart(runs: Sequence[RunData]) -> list[RunData]:
+    """``runs`` with each finished run of another model shape, or of another recipe, than its variant's ``left
+    out``. The variant's shape is the one most of its finished seeds trained (a tie: the lowest seed's), and its
+    recipe the one most of the seeds of that shape recorded (a tie likewise); a finished run of another (its config
+    edited between seeds) is paired with nothing: no number of the variant, no pair, no interval counts it, and its
+    reason says why. Variants are read in spec order, and a run left out of one is not a finished run of the next."""
     reasons: dict[int, str] = {}
     for (_, _, label), members in _variant_keys(runs).items():
         done = sorted(
             (i for i in members if runs[i].status == "done" and i not in reasons), key=lambda i: runs[i].run.seed
         )
-        counts: dict[tuple[Any, ...], int] = {}
-        for i in done:
-            counts[shape(runs[i])] = counts.get(shape(runs[i]), 0) + 1
-        if len(counts) < 2:
+        if not done:
             continue
-        most = max(counts.values())
-        own = next(shape(runs[i]) for i in done if counts[shape(runs[i])] == most)  # sorted by seed: the lowest's
+        own = _most_common(done, lambda i: shape(runs[i]))
         for i in done:
             r = runs[i]
             if shape(r) != own:
@@ -320,6 +413,16 @@ def set_apart_shapes(runs: Sequence[RunData]) -> list[RunData]:
                     f"'{label}' is {shape_text(own)} (most of its seeds, ties to the lowest seed): the config "
                     "changed between seeds, so it is paired with nothing. Rerun it at the variant's shape, or give "
                     "its spec entry another `variant:`."
+                )
+        done = [i for i in done if i not in reasons]
+        own_recipe = json.loads(_most_common(done, lambda i: json.dumps(recipe(runs[i]), sort_keys=True)))
+        for i in done:
+            if differs := recipe_difference(runs[i], own_recipe):
+                reasons[i] = (
+                    f"its recorded recipe is not the variant's '{label}' (most of its seeds of its shape, ties to the "
+                    f"lowest seed): {'; '.join(differs)}. The config changed between seeds, so it is paired with "
+                    "nothing (the code fingerprint does not cover the recipe). Rerun it with the variant's recipe, or "
+                    "give its spec entry another `variant:`."
                 )
     return [replace(r, status=LEFT_OUT, reason=reasons[i]) if i in reasons else r for i, r in enumerate(runs)]
 

@@ -17,7 +17,7 @@ from functools import partial
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from ega_lightning.experiments import paper, protocol
-from ega_lightning.experiments.comparisons import RunData, Variant, device, split_seeds, split_text
+from ega_lightning.experiments.comparisons import RunData, Variant, device, diverged_rule, split_seeds, split_text
 from ega_lightning.experiments.rules import (
     BEFORE,
     BY_NAME,
@@ -76,6 +76,7 @@ class Code:
     split: list[int] = field(default_factory=list, metadata=NOT_IN_RESULTS)
     # per comparison it reads (in the order of the finding's ``reads``), the runs whose seeds enter its interval
     entered: list[list[str]] = field(default_factory=list)
+    diverged: list[str] = field(default_factory=list)  # runs of its sides whose final val loss is not finite
 
 
 @dataclass(frozen=True)
@@ -98,14 +99,23 @@ class Registration:
     runs: int  # runs it reads
     fixed: str  # the date its protocol entry was committed (or stated); an amendment's, where it changed the label
     amended: str | None = None  # the label before the amendment that changed it (None: no amendment changed it)
+    # the label at the family-wise level before its last edit, where that edit changed it (it then fixes the date)
+    level_was: str | None = None
 
     def text(self) -> str:
+        if self.mark == NOT_DATED:
+            return f"{NOT_DATED} (git history cannot date the protocol here)"
         mark = self.mark
         if self.mark == "partly registered":
             mark = f"partly registered ({self.after} of {self.runs} runs after the rule)"
         if self.amended is not None:
             mark += f"; the amendment of {self.fixed[:10]} changed its label (was: {self.amended})"
+        if self.level_was is not None:
+            mark += f"; the edit of the family-wise level ({self.fixed[:10]}) changed its label (was: {self.level_was})"
         return mark
+
+
+NOT_DATED = "not dated"  # a registration git history cannot date (a shallow clone): nothing is marked registered
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -195,8 +205,15 @@ class Finding:
         """The finding as it reads in its section: what was measured and its verdict, then its family's
         correction, the seeds that would decide it and the code its sides ran."""
         seeds = self.seeds_text()
-        extras = [self._family_sentence(), seeds.capitalize() + "." if seeds else "", self._code_sentence()]
-        return " ".join([self.measured(), *(x for x in extras if x)])
+        extras = [self._family_sentence(), seeds.capitalize() + "." if seeds else "", self._diverged_sentence()]
+        return " ".join([self.measured(), *(x for x in [*extras, self._code_sentence()] if x)])
+
+    def _diverged_sentence(self) -> str:
+        """The seeds its sides lost to divergence, and how its verdict treats them (the protocol's rule)."""
+        if self.code is None or not self.code.diverged:
+            return ""
+        runs = ", ".join(f"`{r}`" for r in self.code.diverged)
+        return f"⚠ Diverged (final val loss not finite): {runs}; {diverged_rule()}."
 
     def _corrected_text(self) -> str:
         scale, digits, signed = self.interval_format
@@ -418,7 +435,9 @@ def code_of(*variants: Variant | None, compared: Sequence[Sequence[Variant | Non
         dict.fromkeys(r.run.run_name for v in variants if v is not None for r in v.runs if r.status != "done")
     )
     entered = [entering(*sides) for sides in (compared if compared is not None else [variants])]
-    return Code(sides, flag, [run for run, _ in flagged], read, pending, split_seeds(*variants), entered=entered)
+    diverged = list(dict.fromkeys(r.run.run_name for v in variants if v is not None for r in v.diverged))
+    flagged_runs = [run for run, _ in flagged]
+    return Code(sides, flag, flagged_runs, read, pending, split_seeds(*variants), entered=entered, diverged=diverged)
 
 
 # ----------------------------------------------------------------------------- families and seeds
@@ -543,15 +562,40 @@ def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates:
     study-wide Holm step-down)."""
     out = []
     for f in (_registered_rule(f) for f in found):
+        runs = resting_on(f)
+        if dates.source == protocol.UNDATED:
+            if runs and f.kind in PROTOCOL.verdicts:
+                f = replace(f, registration=Registration(NOT_DATED, 0, len(runs), ""))
+            out.append(f)
+            continue
         # an amendment that changed its label fixes it anew; one that left it as it was does not
         fixed = dates.amended.get(f.amended_by) if f.amended_by is not None else dates.by_kind.get(f.kind)
-        runs = resting_on(f)
+        # so does an edit of the family-wise level that changed it
+        level_was = _label_at_level(f, dates.level_edit.before) if dates.level_edit is not None else None
+        if level_was is not None and fixed is not None and dates.level_edit is not None:
+            fixed = max(fixed, dates.level_edit.date)
         if fixed is not None and runs:
             mark, after, n = protocol.registration(fixed, {r: starts.get(r) for r in runs})
             when = fixed.isoformat(timespec="minutes")
-            f = replace(f, registration=Registration(mark, after, n, when, f.amended_from))
+            f = replace(f, registration=Registration(mark, after, n, when, f.amended_from, level_was))
         out.append(f)
     return out
+
+
+def _label_at_level(f: Finding, level: float) -> str | None:
+    """The label ``f`` would have at the family-wise ``level`` (its k intervals at 1 - (1 - level) / k), where it
+    differs from its label now; None where it is the same or the finding reads no family's intervals."""
+    if f.family_k is None or f.rule is None or not f.reads or f.verdict is None or level == PROTOCOL.level:
+        return None
+    wide = [widen(d, bonferroni_level(f.family_k, level)) for _, d in f.reads]
+    size_now = f.magnitude.reading if f.magnitude is not None else None
+    size_then = None
+    if size_now is not None and f.paper and f.interval is not None:
+        size_then = size_reading(
+            widen(f.interval, bonferroni_level(f.family_k, level)), f.paper, regime=f.size_regime()
+        )
+    was, now = plain_label(f.rule(*wide), size_then), plain_label(f.verdict, size_now)
+    return None if was == now else was
 
 
 def claims(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> list[tuple[paper.Claim, Finding | None]]:

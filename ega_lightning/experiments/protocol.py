@@ -8,6 +8,7 @@ of its margins, from ``git blame``), or the date the file states where git histo
 
 from __future__ import annotations
 
+import math
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -103,6 +104,11 @@ class Protocol:
     def entry(self, kind: str) -> Entry | None:
         return self.verdicts.get(kind)
 
+    def rule_text(self, key: str) -> tuple[str, str] | None:
+        """(date, text) of the latest amendment that states ``key`` (``diverged``: how a verdict treats a diverged
+        seed); None where none does."""
+        return next(((a.date, a.text[key]) for a in reversed(self.amendments) if key in a.text), None)
+
     def planned(self) -> dict[str, int]:
         """Every spec entry the protocol plans seeds for, with its count (one count per entry, checked)."""
         out: dict[str, int] = {}
@@ -154,6 +160,11 @@ def load(path: Path = PATH) -> Protocol:
         raise ProtocolError(f"the protocol {path} cannot be read: {err}") from None
     if not isinstance(data, dict) or data.get("format") != 1:
         raise ProtocolError(f"the protocol {path} is not a mapping of format 1.")
+    if problems := _field_problems(data):
+        raise ProtocolError(
+            f"the protocol {path} is not valid: {'; '.join(problems)}. Correct the field(s) (its header says what "
+            "each one means), or restore the committed file (git checkout -- configs/protocol.yaml)."
+        )
     nodes = _children(root)
     try:
         margins = {k: Margin(float(v["value"]), str(v["unit"]), str(v["reason"])) for k, v in data["margins"].items()}
@@ -181,6 +192,7 @@ def load(path: Path = PATH) -> Protocol:
             for kind, v in data["verdicts"].items()
         }
         lines = {f"margins.{k}": _trimmed(s, text_lines) for k, s in _spans(nodes["margins"]).items()}
+        lines["level"] = _trimmed(_spans(root)["level"], text_lines)
         lines.update({f"families.{k}": _trimmed(s, text_lines) for k, s in _spans(nodes["families"]).items()})
         amended = data.get("amendments") or []
         spans = _amendment_spans(nodes.get("amendments"), text_lines)
@@ -213,6 +225,84 @@ def load(path: Path = PATH) -> Protocol:
         raise ProtocolError(f"the protocol {path} lacks or garbles {err}.") from None
     _check(protocol)
     return protocol
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _date(x: Any) -> bool:
+    try:
+        datetime.fromisoformat(str(x))
+    except ValueError:
+        return False
+    return isinstance(x, str)
+
+
+def _strings(x: Any) -> bool:
+    return isinstance(x, list) and all(isinstance(v, str) for v in x)
+
+
+def _field_problems(data: dict[str, Any]) -> list[str]:
+    """Each field of the protocol's data that is missing, of another type or out of its range, said as a user
+    reads it (``level is 95, not ...``): a level of 95 read as a fraction would make every interval a nonsense."""
+    problems = []
+
+    def check(ok: bool, where: str, value: Any, want: str) -> None:
+        if not ok:
+            problems.append(f"{where} is {value!r}, not {want}")
+
+    check(_date(data.get("registered")), "registered", data.get("registered"), 'a date ("YYYY-MM-DD")')
+    for key in ("level", "power"):
+        value = data.get(key)
+        check(_number(value) and 0 < value < 1, key, value, "a fraction in (0, 1) (0.95 for 95%)")
+    seeds = data.get("max_seeds")
+    check(isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 2, "max_seeds", seeds, "an integer >= 2")
+    for key in ("stopping", "decisions"):
+        check(isinstance(data.get(key), str) and bool(data.get(key)), key, data.get(key), "a text")
+    sections = {"margins": dict, "families": dict, "verdicts": dict}
+    for key, kind in sections.items():
+        check(isinstance(data.get(key), kind), key, type(data.get(key)).__name__, "a mapping")
+    for name, m in (data.get("margins") or {}).items() if isinstance(data.get("margins"), dict) else []:
+        m = m if isinstance(m, dict) else {}
+        value = m.get("value")
+        check(_number(value) and value > 0, f"margins.{name}.value", value, "a positive number")
+        for key in ("unit", "reason"):
+            check(isinstance(m.get(key), str), f"margins.{name}.{key}", m.get(key), "a text")
+    for name, f in (data.get("families") or {}).items() if isinstance(data.get("families"), dict) else []:
+        f = f if isinstance(f, dict) else {}
+        check(isinstance(f.get("reads"), str), f"families.{name}.reads", f.get("reads"), "a text")
+        planned = f.get("planned_seeds") or {}
+        for entry, n in planned.items() if isinstance(planned, dict) else [("", planned)]:
+            ok = isinstance(n, int) and not isinstance(n, bool) and n >= 1
+            check(ok, f"families.{name}.planned_seeds{'.' + entry if entry else ''}", n, "a count of seeds >= 1")
+        check(isinstance(f.get("plan") or "", str), f"families.{name}.plan", f.get("plan"), "a text")
+    for kind, v in (data.get("verdicts") or {}).items() if isinstance(data.get("verdicts"), dict) else []:
+        v = v if isinstance(v, dict) else {}
+        where = f"verdicts.{kind}"
+        check(isinstance(v.get("confirmatory"), bool), f"{where}.confirmatory", v.get("confirmatory"), "true or false")
+        for key in ("family", "rule", "testable"):
+            check(v.get(key) is None or isinstance(v.get(key), str), f"{where}.{key}", v.get(key), "a name")
+        check(_strings(v.get("margins") or []), f"{where}.margins", v.get("margins"), "a list of margin names")
+        claims = v.get("by_claim") or {}
+        ok = isinstance(claims, dict) and all(isinstance(r, str) for r in claims.values())
+        check(ok, f"{where}.by_claim", claims, "a mapping of claim to rule name")
+        reps = v.get("min_repetitions")
+        ok = reps is None or (isinstance(reps, int) and not isinstance(reps, bool) and reps >= 1)
+        check(ok, f"{where}.min_repetitions", reps, "a count >= 1")
+        check(isinstance(v.get("why") or "", str), f"{where}.why", v.get("why"), "a text")
+    amendments = data.get("amendments") or []
+    check(isinstance(amendments, list), "amendments", type(amendments).__name__, "a list")
+    for i, a in enumerate(amendments if isinstance(amendments, list) else []):
+        a = a if isinstance(a, dict) else {}
+        where = f"amendments[{i}]"
+        check(_date(a.get("date")), f"{where}.date", a.get("date"), 'a date ("YYYY-MM-DD")')
+        issue = a.get("issue")
+        check(isinstance(issue, int) and not isinstance(issue, bool), f"{where}.issue", issue, "an issue number")
+        check(_strings(a.get("rules") or []), f"{where}.rules", a.get("rules"), "a list of rule names")
+        device = a.get("cost_device")
+        check(device is None or isinstance(device, str), f"{where}.cost_device", device, "a device name")
+    return problems
 
 
 def _check(p: Protocol) -> None:
@@ -253,9 +343,23 @@ def _check(p: Protocol) -> None:
 
 
 @dataclass(frozen=True)
+class LevelEdit:
+    """The family-wise level's last edit after the file's first commit: when (a line not committed: now) and the
+    level before it. A verdict whose label the level before would give otherwise is fixed at the edit."""
+
+    date: datetime
+    before: float
+
+
+UNDATED = "undated"  # Dates.source where git history exists but cannot date the protocol (a shallow clone)
+
+
+@dataclass(frozen=True)
 class Dates:
     """When each verdict kind's rule was fixed; ``source``: "git" (blame of its lines, with the commit the file
-    was last changed in) or "stated" (the file's own date, where git history cannot be read, and why)."""
+    was last changed in), "stated" (the file's own date, where there is no git history to read: an install, and
+    why) or "undated" (a shallow clone: its oldest commit stands for every older one, so no date can be trusted
+    and no verdict is marked registered; ``by_kind`` is empty)."""
 
     by_kind: dict[str, datetime]
     source: str
@@ -263,6 +367,7 @@ class Dates:
     committed: datetime | None
     why: str = ""
     amended: dict[int, datetime] = field(default_factory=dict)  # each amendment (its issue) -> its date
+    level_edit: LevelEdit | None = None
 
 
 def _git(cwd: Path, *args: str) -> str | None:
@@ -273,17 +378,30 @@ def _git(cwd: Path, *args: str) -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
-def _blame(path: Path) -> tuple[dict[int, datetime], str | None] | str:
-    """Per line (1-based) the committer date of the commit that last changed it (a line not committed: now),
-    and the newest commit of the file; or why git cannot say."""
+UNCOMMITTED = "0" * 40  # git blame's commit of a line not committed
+
+
+@dataclass(frozen=True)
+class _Blamed:
+    commit_of: dict[int, str]  # line (1-based) -> the commit that last changed it (UNCOMMITTED: not committed)
+    when: dict[int, datetime]  # line -> that commit's date (now for a line not committed)
+    newest: str | None  # the file's newest commit (None: the file is not committed)
+
+
+def _blame(path: Path) -> _Blamed | str:
+    """Per line (1-based) the commit that last changed it and its committer date (a line not committed, or a file
+    not committed at all: now), and the newest commit of the file; or why git cannot say (not a checkout: the
+    file's stated dates stand; SHALLOW: nothing can be dated)."""
     cwd = path.resolve().parent
     if _git(cwd, "rev-parse", "--is-inside-work-tree") is None:
         return "not in a git checkout"
     if (_git(cwd, "rev-parse", "--is-shallow-repository") or "").strip() == "true":
-        return "a shallow clone (its oldest commit stands for every older one)"
+        return SHALLOW
+    now = datetime.now(UTC)
     out = _git(cwd, "blame", "--porcelain", "--", path.resolve().name)
-    if out is None:
-        return "the file is not committed"
+    if out is None:  # in a checkout but never committed: every line is an edit not committed
+        count = len(path.read_text(encoding="utf-8").splitlines())
+        return _Blamed(dict.fromkeys(range(1, count + 1), UNCOMMITTED), dict.fromkeys(range(1, count + 1), now), None)
     commit_of: dict[int, str] = {}
     when: dict[str, datetime] = {}
     current = None
@@ -294,27 +412,42 @@ def _blame(path: Path) -> tuple[dict[int, datetime], str | None] | str:
             commit_of[int(head[2])] = current
         elif line.startswith("committer-time ") and current is not None:
             when[current] = datetime.fromtimestamp(int(head[1]), UTC)
-    uncommitted = "0" * 40
-    now = datetime.now(UTC)
-    lines = {n: now if c == uncommitted else when[c] for n, c in commit_of.items()}
-    committed = [c for c in when if c != uncommitted]
-    if not committed:
-        return "the file is not committed"
-    return lines, max(committed, key=lambda c: when[c])
+    lines = {n: now if c == UNCOMMITTED else when[c] for n, c in commit_of.items()}
+    committed = [c for c in when if c != UNCOMMITTED]
+    return _Blamed(commit_of, lines, max(committed, key=lambda c: when[c]) if committed else None)
+
+
+SHALLOW = "a shallow clone (its oldest commit stands for every older one)"
+
+
+def _level_before(path: Path, commit: str) -> float | None:
+    """The family-wise level the file held before ``commit`` (UNCOMMITTED: the level committed last); None where
+    the file did not exist there or held none (its first commit: no edit)."""
+    cwd = path.resolve().parent
+    rev = "HEAD" if commit == UNCOMMITTED else f"{commit}^"
+    text = _git(cwd, "show", f"{rev}:./{path.resolve().name}")
+    try:
+        level = (yaml.safe_load(text) or {}).get("level") if text is not None else None
+    except (yaml.YAMLError, AttributeError):
+        return None
+    return float(level) if _number(level) else None
 
 
 def entry_dates(p: Protocol) -> Dates:
     """When each verdict kind's rule was fixed: the newest commit among the lines of its entry, its family's
-    and its margins'; a line not yet committed counts as now (the rule is not registered)."""
+    and its margins'; a line not yet committed counts as now (the rule is not registered). The family-wise level's
+    last edit is kept beside them (``level_edit``): it fixes the verdicts whose label it changed
+    (`findings.conclude`)."""
     blamed = _blame(p.path)
+    if blamed == SHALLOW:
+        return Dates({}, UNDATED, None, None, SHALLOW)
     if isinstance(blamed, str):
         amended = {a.issue: _stated(a.date) for a in p.amendments}
         return Dates({k: _stated(p.registered) for k in p.verdicts}, "stated", None, None, blamed, amended)
-    lines, newest = blamed
     now = datetime.now(UTC)
 
     def newest_of(span: tuple[int, int]) -> datetime:
-        return max(lines.get(n, now) for n in range(span[0], span[1] + 1))
+        return max(blamed.when.get(n, now) for n in range(span[0], span[1] + 1))
 
     by_kind = {}
     for kind, e in p.verdicts.items():
@@ -323,7 +456,14 @@ def entry_dates(p: Protocol) -> Dates:
             spans.append(p.lines[f"families.{e.family}"])
         by_kind[kind] = max(newest_of(s) for s in spans)
     amended = {a.issue: newest_of(a.lines) for a in p.amendments}
-    return Dates(by_kind, "git", newest, max(lines.values()), amended=amended)
+    level_edit = None
+    first, last = p.lines["level"]
+    commit = max(range(first, last + 1), key=lambda n: blamed.when.get(n, now))
+    before = _level_before(p.path, blamed.commit_of.get(commit, UNCOMMITTED))
+    if before is not None:
+        level_edit = LevelEdit(newest_of((first, last)), before)
+    committed = max(blamed.when.values(), default=None)
+    return Dates(by_kind, "git", blamed.newest, committed, amended=amended, level_edit=level_edit)
 
 
 def _stated(date: str) -> datetime:

@@ -36,12 +36,39 @@ def load(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def code_status(fingerprint: str | None, hparams: dict[str, Any]) -> dict[str, Any]:
+# the status of a run made from a tree whose package or configs were modified: the fingerprint may agree, the recipe
+# and data code it does not cover may not
+MODIFIED = "modified"
+NOT_RECORDED = "unknown: a modified tree whose paths were not recorded"
+
+
+def code_status(
+    fingerprint: str | None,
+    hparams: dict[str, Any],
+    git_dirty: bool | None = None,
+    git_modified: list[str] | None = None,
+) -> dict[str, Any]:
     """Which code a finished run ran, from its record's ``code_fingerprint`` (kept at run time, or established
     from git history by `scripts/provenance.py`) and its ``hparams``: ``status`` ``today`` (the configuration's
     fingerprint computed here from the record's own hyper-parameters is the same), ``differs`` or ``unknown``
     (no code fingerprint, or a configuration today's code cannot build), with the fingerprint and how it is known.
-    The fingerprint is the code's, not the CPU's (`ega_lightning.fingerprint`): any machine reads the same."""
+    The fingerprint is the code's, not the CPU's (`ega_lightning.fingerprint`): any machine reads the same; it
+    covers the model's arithmetic, not the recipe or the data code, so a run whose record says its tree was modified
+    (``git_dirty``) is today's only where the paths it kept (``git_modified``) hold none of the package or configs:
+    ``modified`` where they do, ``unknown`` where it kept none (records before they were kept)."""
+    status = _status(fingerprint, hparams)
+    if status["status"] != "today" or not git_dirty:
+        return status
+    if git_modified is None:
+        how = f"{NOT_RECORDED} (git_dirty): a rerun from a clean tree would establish it"
+        return {**status, "status": "unknown", "how": how}
+    if git_modified:
+        how = f"made from a tree whose package or configs were modified: {', '.join(git_modified)}"
+        return {**status, "status": MODIFIED, "how": how}
+    return status
+
+
+def _status(fingerprint: str | None, hparams: dict[str, Any]) -> dict[str, Any]:
     if fingerprint is None:
         return {
             "fingerprint": None,
@@ -89,8 +116,10 @@ def section(provenance: dict[str, Any] | None, runs: list[RunData]) -> list[str]
         "float64 SGD steps of its model, rounded scalars hashed: one value for the same code on any CPU); records "
         "made before 2026-12-05 had theirs established from git history by `scripts/provenance.py`, at the commit "
         "they ran or, for a record without one, the same at every commit it can have run. A run ran today's code "
-        "when its fingerprint is its configuration's today. The fingerprint covers the model's forward and "
-        "backward, not the optimizer's recipe or the data pipeline.",
+        "when its fingerprint is its configuration's today, and its tree was the commit's in the package and its "
+        "configs: the fingerprint covers the model's forward and backward, not the optimizer's recipe or the data "
+        "pipeline, so a run whose record says its tree was modified (`git_dirty`) is today's code only where the "
+        "modified paths it kept (`git_modified`) lie outside them.",
         "",
     ]
     by_key: dict[str, list[RunData]] = {}
@@ -121,9 +150,16 @@ def section(provenance: dict[str, Any] | None, runs: list[RunData]) -> list[str]
     lines += [
         f"- {len(done) - len(unknown)} of {len(done)} finished runs ran today's code"
         + (f"; not established: {', '.join(f'`{n}`' for n in unknown)}." if unknown else "."),
-        "",
     ]
-    return lines
+    unrecorded = [r.run.run_name for r in done if r.code["how"].startswith(NOT_RECORDED)]
+    if unrecorded:
+        lines.append(
+            f"- {', '.join(f'`{n}`' for n in unrecorded)}: made from a modified tree whose paths were not recorded "
+            "(`git_dirty` true, no `git_modified`: records before issue 52 kept none), so which code they ran is "
+            "unknown, whatever their fingerprint; a rerun from a clean tree would establish it."
+        )
+    lines += [f"- `{r.run.run_name}`: {r.code['how']}." for r in done if r.code["status"] == MODIFIED]
+    return [*lines, ""]
 
 
 def _changes(config: dict[str, Any]) -> str:

@@ -73,6 +73,8 @@ class Record:
     machine: str | None = None
     git_commit: str | None = None
     git_dirty: bool | None = None
+    # the paths of the package and its configs that differed from the commit (None: not recorded, records before it)
+    git_modified: list[str] | None = None
     versions: dict[str, str | None] | None = None
     # fp32 bits of three AdamW steps (records before 2026-12-05): they follow the CPU's kernels, so only kept
     fingerprint: str | None = None
@@ -102,6 +104,8 @@ class Record:
         data = asdict(self)
         if data["done"]["started_at"] is None:  # records before it keep their bytes
             del data["done"]["started_at"]
+        if data["git_modified"] is None:  # likewise
+            del data["git_modified"]
         return data
 
     def to_json(self) -> str:
@@ -253,6 +257,9 @@ def _check_types(data: dict[str, Any]) -> None:
     for key in ("configs", "args"):
         if not isinstance(data.get(key) or [], list) or not all(isinstance(x, str) for x in data.get(key) or []):
             raise TypeError(f"{key} must be a list of strings")
+    modified = data.get("git_modified")
+    if modified is not None and not (isinstance(modified, list) and all(isinstance(x, str) for x in modified)):
+        raise TypeError("git_modified must be a list of paths")
     for key in ("done", "hparams", "gate_summary", "scalars"):
         if not isinstance(data.get(key) or {}, dict):
             raise TypeError(f"{key} must be an object")

@@ -50,7 +50,9 @@ def read_rows(spec_paths: list[Path], runs_dir: Path, records_dir: Path) -> tupl
         )
     known = provenance.load(records_dir.parent / provenance.FILE)
     codes = {
-        x.run.run_name: provenance.code_status(x.record.code_fingerprint, x.record.hparams or {})
+        x.run.run_name: provenance.code_status(
+            x.record.code_fingerprint, x.record.hparams or {}, x.record.git_dirty, x.record.git_modified
+        )
         for x in loaded
         if x.record is not None
     }

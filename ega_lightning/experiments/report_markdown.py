@@ -13,7 +13,17 @@ from pathlib import Path
 from typing import Any
 
 from ega_lightning.experiments import paper, protocol, provenance, sizes
-from ega_lightning.experiments.comparisons import Row, RunData, Table, Variant, shape, shape_text, split_text
+from ega_lightning.experiments.comparisons import (
+    Row,
+    RunData,
+    Table,
+    Variant,
+    recipe,
+    recipe_difference,
+    shape,
+    shape_text,
+    split_text,
+)
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
 from ega_lightning.experiments.rules import PROTOCOL, RULES
 from ega_lightning.experiments.study import Drawn, Measured, ReportInputs
@@ -49,6 +59,11 @@ def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[st
     elif dates.source == "git":
         when = dates.committed.strftime("%Y-%m-%d %H:%M UTC") if dates.committed else "?"
         where = f"configs/protocol.yaml (last changed in commit {(dates.commit or '?')[:10]}, {when})"
+    elif dates.source == protocol.UNDATED:
+        where = (
+            f"configs/protocol.yaml (git history cannot date it here: {dates.why}; so no verdict is marked "
+            "registered: fetch the whole history, `git fetch --unshallow`, and report again)"
+        )
     else:
         where = (
             f"configs/protocol.yaml (git history cannot be read here: {dates.why}; the dates are the file's own, "
@@ -64,8 +79,9 @@ def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[st
         f"runs and the stopping rule ({p.stopping}). {p.decisions}",
         "",
         "- margins: " + "; ".join(f"{name} {m.value:g} {m.unit} ({m.reason})" for name, m in p.margins.items()),
-        "- registration: each verdict is marked by when its protocol entry (its lines, its family's, its margins') "
-        "was committed against the start of every run its label rests on: the runs whose seeds enter the intervals "
+        "- registration: each verdict is marked by when its protocol entry (its lines, its family's, its margins'; "
+        "the family-wise level's where its last edit changed the label; a line not committed: now) was committed "
+        "against the start of every run its label rests on: the runs whose seeds enter the intervals "
         "that give the label (those that give it alone where one does: the gate that clears the positive control's "
         "threshold, the gate that beats EGA-1; else every interval it reads), not every run of its variants. A "
         "record without a start: its finished_at minus its wall seconds; a run rerun after its record was first "
@@ -150,11 +166,23 @@ def _model_text(row: Row) -> str:
 
 
 def _seeds_text(v: Variant) -> str:
-    """Seeds finished of the variant's; those left out for another model shape named with theirs."""
+    """Seeds finished of the variant's; those left out for another model shape or recipe named with theirs."""
+    diverged = f" (diverged: seed {', '.join(str(r.run.seed) for r in v.diverged)})" if v.diverged else ""
     if not v.left_out:
-        return f"{len(v.done)}/{len(v.runs)}"
-    apart = ", ".join(f"seed {r.run.seed} at {shape_text(shape(r))}" for r in v.left_out)
-    return f"{len(v.done)}/{len(v.runs)} (left out, another model: {apart})"
+        return f"{len(v.done)}/{len(v.runs)}{diverged}"
+    own = v.done[0] if v.done else None
+    model = [r for r in v.left_out if own is None or shape(r) != shape(own)]
+    other = [r for r in v.left_out if r not in model]
+    apart = []
+    if model:
+        apart.append("another model: " + ", ".join(f"seed {r.run.seed} at {shape_text(shape(r))}" for r in model))
+    if other and own is not None:
+
+        def changed(r: RunData) -> str:  # "lr 0.01" of "lr 0.01 (the variant's 0.001)"
+            return ", ".join(d.split(" (the variant's", 1)[0] for d in recipe_difference(r, recipe(own)))
+
+        apart.append("another recipe: " + ", ".join(f"seed {r.run.seed} ({changed(r)})" for r in other))
+    return f"{len(v.done)}/{len(v.runs)} (left out, {'; '.join(apart)}){diverged}"
 
 
 def table_line(row: Row) -> str:

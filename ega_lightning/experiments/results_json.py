@@ -51,8 +51,9 @@ def _variant_dict(row: Row) -> dict[str, Any]:
         "runs": [r.run.run_name for r in v.runs],
         "seeds_done": sorted(r.run.seed for r in v.done),
         "seeds_not_done": sorted(r.run.seed for r in v.runs if r.status != "done"),
-        # finished at another model shape than the variant's: in no number (`comparisons.set_apart_shapes`)
+        # finished at another model shape or recipe than the variant's: in no number (`comparisons.set_apart`)
         "seeds_left_out": {str(r.run.seed): r.reason for r in v.left_out},
+        "seeds_diverged": sorted(r.run.seed for r in v.diverged),  # in no number (`comparisons.set_apart_diverged`)
         "n_params": v.n_params,
         "baseline": {"group": row.baseline.group, "variant": row.baseline.label} if row.baseline else None,
         "overhead_pct": row.overhead_pct,

@@ -70,17 +70,37 @@ def _git(*args: str) -> str | None:
     return done.stdout if done.returncode == 0 else None
 
 
+# what a run's code and configs are read from: a change there is a change of what ran (a record keeps which)
+RUN_PATHS = ("ega_lightning", "configs")
+MAX_MODIFIED = 20  # the modified paths a record keeps; more are counted
+
+
 def run_environment() -> dict[str, Any]:
     """Where a run runs: machine, git commit (None outside a git checkout), whether tracked files differ from it,
-    library versions. (Not the report's provenance, `experiments.provenance`: which code a record ran.)"""
+    which paths of the package and its configs differ (`modified_paths`), library versions. (Not the report's
+    provenance, `experiments.provenance`: which code a record ran.)"""
     commit = _git("rev-parse", "HEAD")
     status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
     return {
         "machine": machine(),
         "git_commit": commit.strip() if commit else None,
         "git_dirty": bool(status.strip()) if status is not None else None,
+        "git_modified": modified_paths(_git("status", "--porcelain", "--untracked-files=all", "--", *RUN_PATHS))
+        if commit
+        else None,
         "versions": {package: version(package) for package in VERSIONED},
     }
+
+
+def modified_paths(status: str | None) -> list[str] | None:
+    """The paths ``git status --porcelain`` names (modified, added, deleted, renamed: the new name; untracked), at
+    most MAX_MODIFIED, then ``... and N more``; None where git could not say. The code fingerprint covers the
+    model's arithmetic, not the recipe or the data code: these say whether the tree that ran was the commit's."""
+    if status is None:
+        return None
+    paths = [line[3:].split(" -> ")[-1] for line in status.splitlines() if len(line) > 3]
+    more = len(paths) - MAX_MODIFIED
+    return paths[:MAX_MODIFIED] + ([f"... and {more} more"] if more > 0 else [])
 
 
 def run_fingerprint(run_dir: Path) -> str | None:
@@ -172,6 +192,7 @@ def make_record(run: Run, run_dir: Path) -> Record:
         machine=done.get("machine") or machine(),
         git_commit=done.get("git_commit"),
         git_dirty=done.get("git_dirty"),
+        git_modified=done.get("git_modified"),
         versions=done.get("versions"),
         code_fingerprint=done.get("code_fingerprint"),
         corpus=(config.get("data") or {}).get("corpus") or hparams.get("corpus"),
