@@ -543,6 +543,10 @@ def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates:
     study-wide Holm step-down)."""
     out = []
     for f in (_registered_rule(f) for f in found):
+        entry, amendment = dates.by_kind.get(f.kind), dates.amended.get(f.amended_by or -1)
+        if entry is not None and amendment is not None and entry > amendment:
+            # an entry committed after the amendment was registered under it: its label was never read otherwise
+            f = replace(f, amended_from=None, amended_by=None)
         # an amendment that changed its label fixes it anew; one that left it as it was does not
         fixed = dates.amended.get(f.amended_by) if f.amended_by is not None else dates.by_kind.get(f.kind)
         runs = resting_on(f)
