@@ -25,7 +25,7 @@ from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.io import write_atomic
 from ega_lightning.tau_landscape import TAU_SHIFTS
 
-from .helpers import REPO, author_runs, landscape_json
+from .helpers import CONFIGS, REPO, author_runs, landscape_json
 
 # ----------------------------------------------------------------------------- intervals
 
@@ -961,3 +961,19 @@ def test_a_whole_split_file_that_is_not_one_is_refused_in_one_line(tmp_path):
     (tmp_path / "author-ega1-seed1.json").write_text(json.dumps(good))  # another run's result under this name
     with pytest.raises(UserError, match=r"author-ega1-seed1.json is not a whole-split evaluation.*'author-none-seed1'"):
         whole_split.load(tmp_path)
+
+
+def test_the_author_runs_are_counted_in_the_sizes_paragraph_by_their_recipe():
+    """The author's runs take their size from configs/recipe/author_phase1.yaml, no configs/size/ file: the sizes
+    paragraph counts them under that recipe, at the shape and budget of their records."""
+    from ega_lightning.experiments import sizes
+
+    recipe = str(CONFIGS / "recipe" / "author_phase1.yaml")
+    runs = [
+        dataclasses.replace(r, run=dataclasses.replace(r.run, configs=(recipe,))) for r in author_runs(author_losses())
+    ]
+    scale = sizes.sizes(runs)
+    assert [(s["size"], s["model"], s["steps"], s["runs"]) for s in scale["ran"]] == [
+        ("author_phase1", ["4×4×128 T128"], [3000], 30)
+    ]
+    assert "`author_phase1` (4×4×128 T128, 0.8M parameters, 3,000 steps, 30 runs)" in sizes.paragraph(scale)[0]

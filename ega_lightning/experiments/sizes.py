@@ -16,15 +16,19 @@ def _model_text(model: dict[str, Any]) -> str:
     return f"{model.get('n_layer')}×{model.get('n_head')}×{model.get('n_embd')} T{model.get('block_size')}"
 
 
+# the config directories that set a run's size: a size, or a recipe that sets it with the rest (the author's phase 1)
+SIZE_DIRS = ("size", "recipe")
+
+
 def sizes(runs: list[RunData]) -> dict[str, Any]:
-    """The sizes (``configs/size/*.yaml``) the finished runs used, with their parameter counts and budgets
-    from the records; the sizes beside them that no run used (parameters counted for their baseline);
-    the devices the runs ran on."""
+    """The sizes (``configs/size/*.yaml``, ``configs/recipe/*.yaml``) the finished runs used, with their parameter
+    counts and budgets from the records; the sizes beside them that no run used (parameters counted for their
+    baseline); the devices the runs ran on."""
     done = [r for r in runs if r.status == "done"]
     used: dict[Path, list[RunData]] = {}
     for r in done:
         for c in r.run.configs:
-            if Path(c).parent.name == "size":
+            if Path(c).parent.name in SIZE_DIRS:
                 used.setdefault(Path(c).resolve(), []).append(r)
     ran = [
         {
