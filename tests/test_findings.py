@@ -25,7 +25,7 @@ from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.io import write_atomic
 from ega_lightning.tau_landscape import TAU_SHIFTS
 
-from .helpers import CONFIGS, REPO, author_runs, landscape_json
+from .helpers import AUTHOR_GATES, CONFIGS, REPO, author_runs, landscape_json
 
 # ----------------------------------------------------------------------------- intervals
 
@@ -977,3 +977,50 @@ def test_the_author_runs_are_counted_in_the_sizes_paragraph_by_their_recipe():
         ("author_phase1", ["4×4×128 T128"], [3000], 30)
     ]
     assert "`author_phase1` (4×4×128 T128, 0.8M parameters, 3,000 steps, 30 runs)" in sizes.paragraph(scale)[0]
+
+
+def test_ega_report_over_the_author_records_writes_the_waterfall_and_reads_the_whole_split(tmp_path, monkeypatch):
+    """`ega report configs/sweeps/author.yaml` over fabricated records of its 30 runs (the committed format) and
+    their whole-split files beside the records (results/author-whole-split/): the waterfall PNG is written and
+    linked from the summary, the section reads both evaluations, and results.json's steps are the records'."""
+    monkeypatch.chdir(REPO)
+    template = json.loads((REPO / "results" / "runs" / "ts-none-seed1.json").read_text())
+    records, split = tmp_path / "results" / "runs", tmp_path / "results" / "author-whole-split"
+    records.mkdir(parents=True)
+    split.mkdir()
+    losses = author_losses()
+    for run in spec.collect_runs([spec.load_spec(Path("configs/sweeps/author.yaml"))]):
+        letter = next(x for x, (label, _) in author.VARIANTS.items() if label == run.entry)
+        gate, options = AUTHOR_GATES[letter]
+        loss = losses[letter][run.seed]
+        hparams = {**template["hparams"], "gate": gate, "gate_options": options, "seed": run.seed, "dropout": 0.1}
+        record = {**template, "run_name": run.run_name, "configs": list(run.configs), "args": list(run.args)}
+        record |= {"seed": run.seed, "gate": gate, "hparams": hparams, "max_steps": 3000, "code_fingerprint": None}
+        record |= {"scalars": {"val/loss": [[3000, loss]], "gap": [[3000, 0.1]]}, "command": "ega fit"}
+        (records / f"{run.run_name}.json").write_text(json.dumps(record))
+        whole = {
+            "run_name": run.run_name,
+            "step": 2999,
+            "val_loss_whole_split": loss + 0.01,
+            "command": "c",
+            "cpu": "x",
+        }
+        (split / f"{run.run_name}.json").write_text(json.dumps(whole))
+    out = tmp_path / "out"
+    args = ["configs/sweeps/author.yaml", "--runs_dir", str(tmp_path / "none"), "--records_dir", str(records)]
+    assert report.main([*args, "--out", str(out)]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert (out / "author-tinyshakespeare-waterfall.png").is_file()
+    assert (
+        "![the author's EGA-1's gain over their baseline, step by step](author-tinyshakespeare-waterfall.png)" in text
+    )
+    results = json.loads((out / "results.json").read_text())
+    (study,) = results["author"]
+    assert (study["runs_in"], study["runs_planned"]) == (30, 30)
+    steps = {s["key"]: s for s in study["steps"]}
+    for (x, y), values in AUTHOR_STEPS.items():
+        assert [steps[f"{x} − {y}"]["per_seed"][str(s)] for s in range(1, 6)] == pytest.approx(values, abs=1e-12)
+        assert steps[f"{x} − {y}"]["whole"]["estimate"] == pytest.approx(statistics.fmean(values), abs=1e-12)
+    assert all(f["verdict"] for f in results["findings"] if f["kind"] in ("author_gain", "author_step"))
+    assert "`author_phase1` (4×4×128 T128" in text  # the sizes paragraph counts them by their recipe
+    assert "- The leak study (configs/sweeps/short.yaml's group `leak`) is not in this report." in text

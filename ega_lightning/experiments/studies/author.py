@@ -339,13 +339,15 @@ def _leak_lines(d: Decomposition, leak: Sequence[Finding]) -> list[str]:
     step = next(s for s in d.steps if s.key == "B − C")
     ours = [f for f in leak if f.kind == "leak_increment" and f.corpus == d.corpus]
     here = f"{fmt_interval(step.family)} (family {GROUP}, {how(step.diff)})" if step.diff else "not yet measured"
-    lines = [f"- B − C here (the author's gate, dropout first, the author's recipe, {d.size}): {here}."]
-    lines += [
+    theirs = [
         f"- The leak study's step ({f.subject} against causal {f.against}, our gate and recipe, {f.regime}): "
         f"{fmt_interval(f.corrected or f.interval)} (family {f.family}, {how(f.interval)})."
         for f in ours
     ]
-    return lines or ["- The leak study (`linear_window` against causal `linear`) is not in this report."]
+    return [
+        f"- B − C here (the author's gate, dropout first, the author's recipe, {d.size}): {here}.",
+        *(theirs or ["- The leak study (configs/sweeps/short.yaml's group `leak`) is not in this report."]),
+    ]
 
 
 def section(inputs: ReportInputs, data: list[Decomposition], found: Sequence[Finding], drawn: Drawn) -> list[str]:
