@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -1023,4 +1024,6 @@ def test_ega_report_over_the_author_records_writes_the_waterfall_and_reads_the_w
         assert steps[f"{x} − {y}"]["whole"]["estimate"] == pytest.approx(statistics.fmean(values), abs=1e-12)
     assert all(f["verdict"] for f in results["findings"] if f["kind"] in ("author_gain", "author_step"))
     assert "`author_phase1` (4×4×128 T128" in text  # the sizes paragraph counts them by their recipe
+    # the whole split sits 0.01 above every run's estimate: it moves no step
+    assert re.search(r"The largest, [A-F] − [A-F], moves it by [+-]0\.0000, against the loss margin ±0\.005", text)
     assert "- The leak study (configs/sweeps/short.yaml's group `leak`) is not in this report." in text

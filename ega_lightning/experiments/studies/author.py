@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from ega_lightning.experiments import paper, plots
+from ega_lightning.experiments import paper, plots, whole_split
 from ega_lightning.experiments.comparisons import Variant
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
 from ega_lightning.experiments.rules import PROTOCOL
@@ -333,6 +333,24 @@ def _side_line(side: Side) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _moved_line(d: Decomposition) -> str:
+    """Whether the author's 50-batch estimate moves the steps from the whole split's, in words from the numbers."""
+    moved = [s for s in d.steps if s.moved is not None]
+    if not moved:
+        return (
+            "The whole validation split: no evaluation of these checkpoints is committed yet "
+            f"(results/{whole_split.DIRNAME}/<run>.json), so no step is read beside it."
+        )
+    largest = max(moved, key=lambda s: abs(s.moved.estimate) if s.moved else 0.0)
+    m = PROTOCOL.margin("loss")
+    return (
+        "Does the author's estimate move the number? Per step, the estimate's difference − the whole split's, paired "
+        "by seed (95%): " + "; ".join(f"{s.key} {fmt_interval(s.moved, digits=4)}" for s in moved) + f". The "
+        f"largest, {largest.key}, moves it by {num(largest.moved.estimate if largest.moved else None, 4, True)}, "
+        f"against the loss margin ±{m} (exploratory: no label)."
+    )
+
+
 def _leak_lines(d: Decomposition, leak: Sequence[Finding]) -> list[str]:
     """B − C beside the leak study's increment (`leak_increment`: EGA-1 z over the whole window against causal
     EGA-1, our gate and recipe): the same step, the author's gate and recipe against ours."""
@@ -386,6 +404,8 @@ def section(inputs: ReportInputs, data: list[Decomposition], found: Sequence[Fin
             "estimate − whole split (95%) |",
             "|---|---|---|---:|---|---|---|",
             *(_side_line(s) for s in d.sides.values()),
+            "",
+            _moved_line(d),
             "",
             "The leak, in the author's EGA and in ours:",
             "",
