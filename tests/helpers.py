@@ -387,3 +387,44 @@ def package_checkout(root: Path, date: str) -> Path:
     shutil.copytree(REPO / "ega_lightning", root / "ega_lightning", ignore=shutil.ignore_patterns("__pycache__"))
     git_commit_all(root, "the package", date)
     return root
+
+
+# the six variants of configs/sweeps/author.yaml (issue 50) by their letter: (gate, gate options)
+AUTHOR_GATES = {
+    "A": ("none", None),
+    "B": ("author", {"scales": 1, "znorm": "window"}),
+    "C": ("author", {"scales": 1, "znorm": "prefix"}),
+    "D": ("author", {"scales": 1, "znorm": "prefix"}),
+    "E": ("linear", None),
+    "F": ("author", {"scales": 4, "znorm": "window"}),
+}
+
+
+def author_runs(losses: dict[str, dict[int, float]], seeds: tuple[int, ...] = (1, 2, 3, 4, 5)):
+    """The runs of the author's-EGA study (letter -> seed -> its recorded val/loss) at the author's phase-1 size;
+    a seed of ``seeds`` a letter lacks is a planned run not yet finished."""
+    from ega_lightning.experiments.comparisons import RunData
+    from ega_lightning.experiments.spec import Run
+    from ega_lightning.experiments.studies.author import GROUP, VARIANTS
+
+    out = []
+    for letter, (gate, options) in AUTHOR_GATES.items():
+        label = VARIANTS[letter][0]
+        for seed in seeds:
+            run = Run(Path("configs/sweeps/author.yaml"), label, seed, (), (), GROUP, label)
+            common = {"run": run, "corpus": "tinyshakespeare", "gate": gate, "gate_options": options}
+            if seed not in losses.get(letter, {}):
+                out.append(RunData(status="missing", reason="not run", **common))
+                continue
+            model = {"n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128, "dropout": 0.1}
+            hparams = {"corpus": "tinyshakespeare", "gate": gate, "gate_options": options, "seed": seed, **model}
+            loss = losses[letter][seed]
+            metrics = {"final_val_loss": loss, "best_val_loss": loss, "final_gap": 0.1}
+            done = {
+                "hparams": hparams,
+                "metrics": metrics,
+                "max_steps": 3000,
+                "n_params": 800_000 + 1_000 * (gate != "none"),
+            }
+            out.append(RunData(status="done", reason="", **done, **common))
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -19,13 +20,13 @@ from ega_lightning.experiments.provenance import code_status
 from ega_lightning.experiments.provenance import load as provenance_load
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import ablation, cost, peers, tau_mechanism
+from ega_lightning.experiments.studies import ablation, author, cost, peers, tau_mechanism
 from ega_lightning.experiments.studies.frozen_tau import FrozenTau
 from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.io import write_atomic
 from ega_lightning.tau_landscape import TAU_SHIFTS
 
-from .helpers import REPO, landscape_json
+from .helpers import AUTHOR_GATES, CONFIGS, REPO, author_runs, landscape_json
 
 # ----------------------------------------------------------------------------- intervals
 
@@ -818,3 +819,213 @@ def test_a_family_interval_prints_the_side_of_the_margin_its_end_lies_on():
     far = Difference(0.012, 0.006, 0.018, 5, 4.0, "paired")
     (g,) = findings.correct([findings.judged(peers.Peer, where, [("fox", far)], claim="peer:fox", source="s")])
     assert "+0.012 [+0.006, +0.018]" in g.family_cell()  # no end near a margin: the table's usual digits
+
+
+# ----------------------------------------------------------------------------- the author's EGA, taken apart (issue 50)
+
+# per seed 1..5, each step X − Y = loss(Y) − loss(X): E − A clearly adds, D − E is within the margin, C − D takes
+# from the gain, B − C straddles the margin; F − A adds
+AUTHOR_STEPS = {
+    ("E", "A"): [0.028, 0.030, 0.032, 0.029, 0.031],
+    ("D", "E"): [0.001, -0.001, 0.0, 0.0005, -0.0005],
+    ("C", "D"): [-0.030, -0.028, -0.032, -0.031, -0.029],
+    ("B", "C"): [0.004, 0.008, 0.002, 0.006, 0.005],
+    ("F", "A"): [0.040, 0.045, 0.050, 0.042, 0.048],
+}
+
+
+def author_losses() -> dict[str, dict[int, float]]:
+    """Each variant's recorded loss per seed, built from A up by the steps above."""
+    losses: dict[str, dict[int, float]] = {"A": {s: 1.50 + 0.01 * s for s in range(1, 6)}}
+    for (x, y), steps in AUTHOR_STEPS.items():
+        losses[x] = {s: losses[y][s] - step for s, step in zip(range(1, 6), steps, strict=True)}
+    return losses
+
+
+def author_found(
+    losses: dict[str, dict[int, float]], whole: dict[str, float] | None = None
+) -> dict[str, findings.Finding]:
+    """The author study's findings (families corrected) over ``losses``, by their step; ``whole``: run name -> its
+    whole-split loss."""
+    from ega_lightning.experiments.study import ReportInputs
+    from ega_lightning.experiments.whole_split import WholeSplit
+
+    variants = build_variants(author_runs(losses))
+    split = tuple(WholeSplit(name, 2999, loss, "cpu") for name, loss in (whole or {}).items())
+    inputs = ReportInputs(tuple(build_tables(variants)), tuple(variants), whole_split=split)
+    found = studies.run_studies(inputs, studies.measure(inputs, [author.STUDY]))
+    return {f.key: f for f in found}
+
+
+def test_the_author_steps_sum_to_b_minus_a_per_seed_and_are_read_three_ways_at_k_6():
+    losses = author_losses()
+    found = author_found(losses)
+    assert list(found) == ["E − A", "D − E", "C − D", "B − C", "B − A", "F − A"]
+    for seed in range(1, 6):  # the telescoping sum, per seed, against the losses themselves
+        steps = sum(found[k].per_seed[seed] for k in ("E − A", "D − E", "C − D", "B − C"))
+        assert steps == pytest.approx(found["B − A"].per_seed[seed], abs=1e-12)
+        assert found["B − A"].per_seed[seed] == pytest.approx(losses["A"][seed] - losses["B"][seed], abs=1e-12)
+    level = 1 - 0.05 / 6
+    expected = {}
+    for key, f in found.items():  # scipy's interval at the family's level, read three ways by hand
+        x, y = key.split(" − ")
+        values = [losses[y][s] - losses[x][s] for s in range(1, 6)]
+        lo, hi = scipy.stats.ttest_1samp(values, 0.0).confidence_interval(level)
+        m = rules.MARGIN
+        expected[key] = (
+            "holds"
+            if lo > m
+            else "negligible"
+            if -m <= lo and hi <= m
+            else ("does not hold" if hi < -m else "too few seeds to tell")
+        )
+        assert (f.corrected.low, f.corrected.high) == pytest.approx((lo, hi), abs=1e-12)
+        assert (f.family, f.family_k, f.rule_name, f.runs_in, f.runs_planned) == ("author", 6, "effect", 30, 30)
+        assert f.verdict.value == expected[key], key
+    assert set(expected.values()) == {"holds", "negligible", "does not hold", "too few seeds to tell"}
+    assert found["F − A"].claim == "phase1:EGA-4" and found["B − A"].claim == "improvement:tinyshakespeare"
+    assert found["E − A"].ega != found["B − A"].ega == "the author's"  # E − A is our gate in their recipe
+    assert found["B − A"].magnitude is None  # not at the paper's size: no share of its +0.103 is read
+
+
+def test_the_author_study_reads_no_label_before_its_last_planned_run():
+    losses = author_losses()
+    del losses["D"][5]  # one of the 30 runs not finished
+    found = author_found(losses)
+    for f in found.values():
+        assert f.verdict is None and f.rule_name is None and (f.runs_in, f.runs_planned) == (29, 30)
+        assert "29 of 30 planned runs in" in f.verdict_cell() and "29 of 30" in f.measured()
+    assert found["B − A"].seeds == [1, 2, 3, 4] and found["F − A"].seeds == [1, 2, 3, 4, 5]
+    assert found["B − A"].interval.n == 4  # the interim numbers are shown, on the seeds every step shares
+    none = author_found({})
+    assert all(
+        f.interval is None and "not yet run (0 of 30 planned runs in)" in f.verdict_cell() for f in none.values()
+    )
+
+
+def test_the_author_study_reads_both_evaluations_and_what_the_estimate_moves():
+    losses = author_losses()
+    offset = {"A": 0.010, "B": 0.002, "C": 0.004, "D": 0.006, "E": 0.008, "F": 0.0}  # the whole split's loss above
+    whole = {
+        f"{author.VARIANTS[x][0]}-seed{s}": loss + offset[x] + 0.001 * s * (x == "B")
+        for x, by_seed in losses.items()
+        for s, loss in by_seed.items()
+    }
+    found = author_found(losses, whole)
+    for key, f in found.items():
+        x, y = key.split(" − ")
+        over_whole = [
+            whole[f"{author.VARIANTS[y][0]}-seed{s}"] - whole[f"{author.VARIANTS[x][0]}-seed{s}"] for s in range(1, 6)
+        ]
+        assert f.whole.estimate == pytest.approx(statistics.fmean(over_whole), abs=1e-12)
+        moved = [f.per_seed[s] - w for s, w in zip(range(1, 6), over_whole, strict=True)]
+        assert f.moved.estimate == pytest.approx(statistics.fmean(moved), abs=1e-12)
+    assert found["E − A"].moved.estimate == pytest.approx(-(offset["A"] - offset["E"]))
+    assert found["B − C"].moved.low < found["B − C"].moved.estimate < found["B − C"].moved.high  # B's varies by seed
+    # the labels read the author's estimate (the registered loss), whatever the whole split says
+    assert [f.verdict for f in found.values()] == [f.verdict for f in author_found(losses).values()]
+
+
+def test_every_row_of_a_whole_window_variant_says_non_causal():
+    found = author_found(author_losses())
+    for key, f in found.items():
+        window = bool({"B", "F"} & set(key.split(" − ")))  # B and F train z over the whole window
+        assert f.non_causal is window, key
+        assert ("non-causal" in f.claim_subject()) is window and ("non-causal" in f.measured()) is window
+        assert "4×4×128 T128, 3,000 steps" in f.claim_subject() and paper.TABLE_SIZE in f.claim_subject()
+
+
+def test_the_waterfall_climbs_from_a_by_each_step_to_b_minus_a():
+    data = author.measure(author_inputs := _author_inputs(author_losses()))
+    ((_, name, fig),) = author.figures(author_inputs, data)
+    bars = [p for p in fig.axes[0].patches if p.get_width() == pytest.approx(0.7)]
+    steps = {s.key: s.family.estimate for s in data[0].steps}
+    bottom = 0.0
+    for bar, key in zip(bars, ("E − A", "D − E", "C − D", "B − C"), strict=False):  # each from the sum before it
+        assert (bar.get_y(), bar.get_height()) == pytest.approx((bottom, steps[key]), abs=1e-12)
+        bottom += steps[key]
+    assert (bars[4].get_y(), bars[4].get_height()) == pytest.approx((0.0, steps["B − A"]), abs=1e-12)
+    assert bottom == pytest.approx(steps["B − A"], abs=1e-12) and name == "author-tinyshakespeare-waterfall.png"
+
+
+def _author_inputs(losses: dict[str, dict[int, float]]):
+    from ega_lightning.experiments.study import ReportInputs
+
+    variants = build_variants(author_runs(losses))
+    return ReportInputs(tuple(build_tables(variants)), tuple(variants))
+
+
+def test_a_whole_split_file_that_is_not_one_is_refused_in_one_line(tmp_path):
+    from ega_lightning.experiments import whole_split
+
+    good = {"run_name": "author-none-seed1", "step": 2999, "val_loss_whole_split": 1.5, "command": "c", "cpu": "x"}
+    (tmp_path / "author-none-seed1.json").write_text(json.dumps(good))
+    assert whole_split.load(tmp_path) == [whole_split.WholeSplit("author-none-seed1", 2999, 1.5, "x")]
+    (tmp_path / "author-ega1-seed1.json").write_text(json.dumps(good))  # another run's result under this name
+    with pytest.raises(UserError, match=r"author-ega1-seed1.json is not a whole-split evaluation.*'author-none-seed1'"):
+        whole_split.load(tmp_path)
+
+
+def test_the_author_runs_are_counted_in_the_sizes_paragraph_by_their_recipe():
+    """The author's runs take their size from configs/recipe/author_phase1.yaml, no configs/size/ file: the sizes
+    paragraph counts them under that recipe, at the shape and budget of their records."""
+    from ega_lightning.experiments import sizes
+
+    recipe = str(CONFIGS / "recipe" / "author_phase1.yaml")
+    runs = [
+        dataclasses.replace(r, run=dataclasses.replace(r.run, configs=(recipe,))) for r in author_runs(author_losses())
+    ]
+    scale = sizes.sizes(runs)
+    assert [(s["size"], s["model"], s["steps"], s["runs"]) for s in scale["ran"]] == [
+        ("author_phase1", ["4×4×128 T128"], [3000], 30)
+    ]
+    assert "`author_phase1` (4×4×128 T128, 0.8M parameters, 3,000 steps, 30 runs)" in sizes.paragraph(scale)[0]
+
+
+def test_ega_report_over_the_author_records_writes_the_waterfall_and_reads_the_whole_split(tmp_path, monkeypatch):
+    """`ega report configs/sweeps/author.yaml` over fabricated records of its 30 runs (the committed format) and
+    their whole-split files beside the records (results/author-whole-split/): the waterfall PNG is written and
+    linked from the summary, the section reads both evaluations, and results.json's steps are the records'."""
+    monkeypatch.chdir(REPO)
+    template = json.loads((REPO / "results" / "runs" / "ts-none-seed1.json").read_text())
+    records, split = tmp_path / "results" / "runs", tmp_path / "results" / "author-whole-split"
+    records.mkdir(parents=True)
+    split.mkdir()
+    losses = author_losses()
+    for run in spec.collect_runs([spec.load_spec(Path("configs/sweeps/author.yaml"))]):
+        letter = next(x for x, (label, _) in author.VARIANTS.items() if label == run.entry)
+        gate, options = AUTHOR_GATES[letter]
+        loss = losses[letter][run.seed]
+        hparams = {**template["hparams"], "gate": gate, "gate_options": options, "seed": run.seed, "dropout": 0.1}
+        record = {**template, "run_name": run.run_name, "configs": list(run.configs), "args": list(run.args)}
+        record |= {"seed": run.seed, "gate": gate, "hparams": hparams, "max_steps": 3000, "code_fingerprint": None}
+        record |= {"scalars": {"val/loss": [[3000, loss]], "gap": [[3000, 0.1]]}, "command": "ega fit"}
+        (records / f"{run.run_name}.json").write_text(json.dumps(record))
+        whole = {
+            "run_name": run.run_name,
+            "step": 2999,
+            "val_loss_whole_split": loss + 0.01,
+            "command": "c",
+            "cpu": "x",
+        }
+        (split / f"{run.run_name}.json").write_text(json.dumps(whole))
+    out = tmp_path / "out"
+    args = ["configs/sweeps/author.yaml", "--runs_dir", str(tmp_path / "none"), "--records_dir", str(records)]
+    assert report.main([*args, "--out", str(out)]) == 0
+    text = (out / "REPORT.md").read_text()
+    assert (out / "author-tinyshakespeare-waterfall.png").is_file()
+    assert (
+        "![the author's EGA-1's gain over their baseline, step by step](author-tinyshakespeare-waterfall.png)" in text
+    )
+    results = json.loads((out / "results.json").read_text())
+    (study,) = results["author"]
+    assert (study["runs_in"], study["runs_planned"]) == (30, 30)
+    steps = {s["key"]: s for s in study["steps"]}
+    for (x, y), values in AUTHOR_STEPS.items():
+        assert [steps[f"{x} − {y}"]["per_seed"][str(s)] for s in range(1, 6)] == pytest.approx(values, abs=1e-12)
+        assert steps[f"{x} − {y}"]["whole"]["estimate"] == pytest.approx(statistics.fmean(values), abs=1e-12)
+    assert all(f["verdict"] for f in results["findings"] if f["kind"] in ("author_gain", "author_step"))
+    assert "`author_phase1` (4×4×128 T128" in text  # the sizes paragraph counts them by their recipe
+    # the whole split sits 0.01 above every run's estimate: it moves no step
+    assert re.search(r"The largest, [A-F] − [A-F], moves it by [+-]0\.0000, against the loss margin ±0\.005", text)
+    assert "- The leak study (configs/sweeps/short.yaml's group `leak`) is not in this report." in text

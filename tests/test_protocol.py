@@ -14,12 +14,14 @@ import pytest
 import scipy.stats
 import yaml
 
-from ega_lightning.experiments import findings, paper, protocol, rules
+from ega_lightning.experiments import findings, paper, protocol, rules, studies
+from ega_lightning.experiments.comparisons import build_tables, build_variants
 from ega_lightning.experiments.spec import load_spec
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import ablation, peers
+from ega_lightning.experiments.studies import ablation, author, peers
+from ega_lightning.experiments.study import ReportInputs
 
-from .helpers import CONFIGS, REPO
+from .helpers import CONFIGS, REPO, author_runs
 
 
 def test_the_protocol_plans_the_seeds_each_spec_declares():
@@ -202,8 +204,15 @@ def test_every_label_of_the_committed_report_recomputes_from_results_json_under_
     m = margins["loss"]["value"]
     overfit = 0.3  # the paper's overfitting line (its baseline's gap: 0.331), as the amendment states it
     checked, amended = 0, set()
+    # the author's-EGA family (issue 50) is read once, when every planned run is in (the fixed stopping rule)
+    planned = registered["families"]["author"]["planned_seeds"]
+    runs_in = sum(r["status"] == "done" and r["variant"] in planned for r in results["runs"])
+    amendment_committed = datetime.fromisoformat(results["protocol"]["amendments"][0]["committed"])
     for f in results["findings"]:
         entry = registered["verdicts"].get(f["kind"])
+        if f["kind"] in ("author_gain", "author_step"):
+            assert (f["verdict"] is None) is (runs_in < sum(planned.values())), f["key"]
+            assert (f["runs_in"], f["runs_planned"]) == (runs_in, sum(planned.values()))
         if entry is None or f["verdict"] is None or f["kind"] == "tau_mechanism":
             continue
         rule = entry.get("rule") or entry["by_claim"][f["claim"]]
@@ -226,7 +235,9 @@ def test_every_label_of_the_committed_report_recomputes_from_results_json_under_
             _label(rule, ends, f, margins, results["paper"], 0),
         )
         assert now == f["verdict"], (f["kind"], f["subject"], k)
-        if rule == "effect" and ends[0] is not None:
+        if rule == "effect" and ends[0] is not None and f["paper"] is None:  # no figure (the author's size): no size
+            assert f["magnitude"] is None
+        elif rule == "effect" and ends[0] is not None:
             lo, hi = ends[0]
             fig = f["paper"]
             size = _size(lo, hi, fig, m, f["kind"] != "gap" or f["baseline_gap"] >= overfit)
@@ -234,7 +245,10 @@ def test_every_label_of_the_committed_report_recomputes_from_results_json_under_
                 f["ours"]["estimate"] / fig
             )
             now, then = f"{now}, size {size}", f"{then}, size {_size(lo, hi, fig, 0, True)}"
-        if rule in amendment["rules"]:
+        # an entry committed after the amendment was registered under it: no label of it was read otherwise
+        if rule in amendment["rules"] and datetime.fromisoformat(results["protocol"]["fixed"][f["kind"]]) <= (
+            amendment_committed
+        ):
             assert f["amended_from"] == (then if then != now else None), (f["kind"], f["subject"])
             assert f["amended_by"] == (amendment["issue"] if then != now else None)
         else:
@@ -513,3 +527,29 @@ def test_every_field_of_the_protocol_is_checked_when_it_is_read(tmp_path):
     ):
         assert part in said, part
     assert "\n" not in said
+
+
+def test_an_entry_registered_after_the_amendment_is_read_under_it_alone():
+    """The author's-EGA family (issue 50) was committed after the amendment of 2026-12-05, under it: a step that is
+    negligible within ±0.005 but above 0 (it would have 'held' against 0) keeps its label and its entry's date, with
+    no 'the amendment changed its label'; the same finding under an entry dated before the amendment is re-dated."""
+    small = [0.0020, 0.0021, 0.0019, 0.0020, 0.0022]  # every step, per seed: above 0, within the margin
+    losses = {"A": {s: 1.5 for s in range(1, 6)}}
+    for x, y in (("E", "A"), ("D", "E"), ("C", "D"), ("B", "C"), ("F", "A")):
+        losses[x] = {s: losses[y][s] - v for s, v in zip(range(1, 6), small, strict=True)}
+    variants = build_variants(author_runs(losses))
+    inputs = ReportInputs(tuple(build_tables(variants)), tuple(variants))
+    found = studies.run_studies(inputs, studies.measure(inputs, [author.STUDY]))
+    step = next(f for f in found if f.key == "D − E")
+    assert step.verdict is rules.Verdict.NEGLIGIBLE and step.amended_from == "holds"  # the two readings differ
+    starts = {run: datetime(2026, 12, 7, tzinfo=UTC) for run in step.code.read}
+
+    def dates(entry: datetime) -> protocol.Dates:
+        amended = {51: datetime(2026, 12, 5, tzinfo=UTC)}
+        return protocol.Dates({k: entry for k in protocol.load().verdicts}, "git", None, None, amended=amended)
+
+    (after,) = findings.conclude([step], starts, dates(datetime(2026, 12, 6, tzinfo=UTC)))
+    assert after.amended_from is None and after.registration.text() == "registered"
+    assert after.registration.fixed.startswith("2026-12-06")
+    (before,) = findings.conclude([step], starts, dates(datetime(2026, 12, 1, tzinfo=UTC)))
+    assert before.registration.text() == "registered; the amendment of 2026-12-05 changed its label (was: holds)"

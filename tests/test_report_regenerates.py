@@ -8,7 +8,7 @@ import pytest
 
 from .helpers import REPO, run_ega
 
-SPECS = ["configs/sweeps/short.yaml", "configs/sweeps/long.yaml", "configs/sweeps/peers.yaml"]
+SPECS = [f"configs/sweeps/{name}.yaml" for name in ("short", "long", "peers", "author")]
 GENERATED = ("REPORT.md", "results.json")
 
 

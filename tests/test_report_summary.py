@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 import re
 
-from ega_lightning.experiments import report_summary
+from ega_lightning.experiments import protocol, report_summary, results_json, studies
+from ega_lightning.experiments.comparisons import build_tables, build_variants
+from ega_lightning.experiments.findings import conclude
+from ega_lightning.experiments.rules import PROTOCOL
+from ega_lightning.experiments.study import ReportInputs
 
-from .helpers import REPO
+from .helpers import REPO, author_runs
 
 RESULTS = REPO / "results"
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
@@ -75,7 +79,10 @@ def test_the_summary_is_the_reports_first_screen():
     claims = {c["key"]: c["claim"] for c in results["paper"]["claims"]}
     rows = [line for line in lines if line.startswith("| ") and not line.startswith("| claim")]
     assert [r.split(" | ")[0][2:] for r in rows] == [claims[key] for key, _ in report_summary.ROWS]
-    assert all(r.rstrip(" |").endswith("ours") for r in rows)  # every verdict is about our reconstruction today
+    # each row says which EGA its verdicts are about: the author's-EGA rows the author's (issue 50), others ours
+    for row, (_, kinds) in zip(rows, report_summary.ROWS, strict=True):
+        assert row.rstrip(" |").endswith("the author's" if kinds == ("author_gain",) else "| ours"), row
+        assert ("non-causal" in row) is (kinds == ("author_gain",))  # B and F: z over the whole window
     assert any("](leaderboard-tinyshakespeare.png)" in line for line in lines)
     assert report_summary.WATERFALL in lines
     assert any(line.startswith("Positive control: **holds**") for line in lines)
@@ -88,7 +95,9 @@ def test_every_number_of_the_summary_is_results_jsons():
     text = (RESULTS / "REPORT.md").read_text()
     results = json.loads((RESULTS / "results.json").read_text())
     lines = _summary(text)
-    assert report_summary.summary(results, "leaderboard-tinyshakespeare.png") == lines
+    waterfall = "author-tinyshakespeare-waterfall.png"
+    drawn = waterfall if (RESULTS / waterfall).is_file() else None
+    assert report_summary.summary(results, "leaderboard-tinyshakespeare.png", drawn) == lines
     assert _stray_numbers(lines, results) == []
     rows = [
         i for i, line in enumerate(lines) if line.startswith("| EGA-1 lowers the final val loss on TinyShakespeare")
@@ -98,3 +107,35 @@ def test_every_number_of_the_summary_is_results_jsons():
     assert tampered != lines and _stray_numbers(tampered, results) == [
         ("EGA-1 lowers the final val loss on TinyShakespeare", "0.021")
     ]
+
+
+def test_once_every_author_run_is_in_the_summary_reads_their_rows_and_steps_with_labels():
+    """Fabricated records of all 30 runs of the author's-EGA study: the summary's rows for it say the author's and
+    non-causal, carry their labels, and its waterfall paragraph names every step with its interval and label; every
+    number is results.json's."""
+    steps = {"E": ("A", 0.03), "D": ("E", 0.0), "C": ("D", -0.002), "B": ("C", 0.01), "F": ("A", 0.02)}
+    losses = {"A": {s: 1.5 + 0.01 * s for s in range(1, 6)}}
+    for x, (y, step) in steps.items():  # X − Y = loss(Y) − loss(X), with a little seed noise
+        losses[x] = {s: losses[y][s] - step - 0.0005 * (s % 3 - 1) for s in range(1, 6)}
+    variants = build_variants(author_runs(losses))
+    inputs = ReportInputs(tuple(build_tables(variants)), tuple(variants), tuple(author_runs(losses)))
+    measured = studies.measure(inputs, [studies.author.STUDY])
+    dates = protocol.entry_dates(PROTOCOL)
+    found = conclude(studies.run_studies(inputs, measured), {}, dates)
+    results = json.loads(json.dumps(results_json.results(inputs, found, "ega report", None, dates, measured)))
+    lines = report_summary.summary(results, None, "author-tinyshakespeare-waterfall.png")
+    rows = [line for line in lines if line.startswith("| ") and "(**non-causal**" in line]
+    assert len(rows) == 2 and all(r.endswith("| the author's |") for r in rows)
+    labels = {f["key"]: f["verdict"] for f in results["findings"] if f["kind"].startswith("author")}
+    assert None not in labels.values() and labels["E − A"] == "holds"
+    (waterfall,) = [line for line in lines if "taken apart by seed" in line]
+    for key, label in labels.items():
+        assert f"{key} (" in waterfall and f": **{label}**" in waterfall.split(f"{key} (", 1)[1].split(";")[0]
+    assert "Not read yet" not in waterfall and "Not yet run" not in waterfall
+    assert (
+        "![the author's EGA-1's gain over their baseline, step by step](author-tinyshakespeare-waterfall.png)" in lines
+    )
+    assert "but those whose EGA column says the author's" in lines[2]
+    assert _stray_numbers(lines, results) == []
+    allowed = _numbers([f for f in results["findings"] if f["kind"].startswith("author")]) | _numbers(results["paper"])
+    assert [n for n in _printed(waterfall) if n not in allowed | _numbers(results["author"])] == []

@@ -568,6 +568,10 @@ def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates:
                 f = replace(f, registration=Registration(NOT_DATED, 0, len(runs), ""))
             out.append(f)
             continue
+        entry, amendment = dates.by_kind.get(f.kind), dates.amended.get(f.amended_by or -1)
+        if entry is not None and amendment is not None and entry > amendment:
+            # an entry committed after the amendment was registered under it: its label was never read otherwise
+            f = replace(f, amended_from=None, amended_by=None)
         # an amendment that changed its label fixes it anew; one that left it as it was does not
         fixed = dates.amended.get(f.amended_by) if f.amended_by is not None else dates.by_kind.get(f.kind)
         # so does an edit of the family-wise level that changed it

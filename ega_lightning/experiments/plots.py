@@ -121,3 +121,43 @@ def leaderboard_figure(
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     return fig
+
+
+# one bar of the waterfall: (label, estimate, low, high); no interval: low and high None
+Bar = tuple[str, float, float | None, float | None]
+
+
+def waterfall_figure(steps: Sequence[Bar], totals: Sequence[Bar], margin: float, title: str) -> Figure:
+    """A waterfall from 0 (the baseline): each step a bar from the sum of those before it, its interval drawn
+    around its own end; then each total (the sum the steps reach, and any other comparison with the same
+    baseline) as a bar from 0 with its interval, hatched. The loss margin at ±``margin`` around 0."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 4.8))
+    ax = fig.add_subplot()
+    start = 0.0
+    labels = ["A\nbaseline"]
+    ax.plot([-0.4, 0.4], [0.0, 0.0], color="black", linewidth=2)
+    for i, (label, estimate, low, high) in enumerate(steps, 1):
+        colour = "C2" if estimate >= 0 else "C3"
+        ax.bar(i, estimate, bottom=start, color=colour, alpha=0.7, width=0.7)
+        if low is not None and high is not None:
+            end = start + estimate
+            ax.errorbar(i, end, yerr=[[estimate - low], [high - estimate]], color="black", capsize=4)
+        ax.plot([i - 0.35, i + 1.35], [start + estimate] * 2, color="grey", linewidth=0.8, linestyle=":")
+        start += estimate
+        labels.append(label)
+    for j, (label, estimate, low, high) in enumerate(totals, len(steps) + 1):
+        ax.bar(j, estimate, color="C0", alpha=0.7, width=0.7, hatch="//")
+        if low is not None and high is not None:
+            ax.errorbar(j, estimate, yerr=[[estimate - low], [high - estimate]], color="black", capsize=4)
+        labels.append(label)
+    ax.axhspan(-margin, margin, color="grey", alpha=0.15, label=f"loss margin ±{margin}")
+    ax.axhline(0.0, color="grey", linewidth=0.8)
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set(ylabel="loss(A) − loss, cumulative (nats/char; up: lower loss)", title=title)
+    ax.title.set_fontsize(9)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    return fig

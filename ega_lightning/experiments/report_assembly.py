@@ -23,6 +23,7 @@ from ega_lightning.experiments import (
     rundirs,
     sizes,
     studies,
+    whole_split,
 )
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants, run_rows
 from ega_lightning.experiments.findings import conclude
@@ -83,8 +84,15 @@ def write_report(
     variants = build_variants(runs)
     tables = build_tables(variants)
     evaluations = landscape_results.load(records_dir.parent / landscape_results.DIRNAME)
+    whole = whole_split.load(records_dir.parent / whole_split.DIRNAME)
     inputs = ReportInputs(
-        tuple(tables), tuple(variants), tuple(runs), tuple(evaluations), tuple(benches(records_dir, out)), timed
+        tuple(tables),
+        tuple(variants),
+        tuple(runs),
+        tuple(evaluations),
+        tuple(benches(records_dir, out)),
+        timed,
+        tuple(whole),
     )
     measured = studies.measure(inputs, studies_run)
     found = studies.run_studies(inputs, measured)
@@ -104,7 +112,8 @@ def write_report(
         )
         # the summary is written from results.json as the file holds it: every number of it is one of the file's
         leaderboard = next(iter(by_study.get("leaderboard", [])), (None, None))[1]
-        summary = report_summary.summary(json.loads(payload), leaderboard)
+        waterfall = next(iter(by_study.get("author", [])), (None, None))[1]
+        summary = report_summary.summary(json.loads(payload), leaderboard, waterfall)
         text = report_markdown.markdown(
             inputs, found, drawn, command, runs_dir, scale, known, dates, measured, by_study, summary
         )

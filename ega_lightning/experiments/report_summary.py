@@ -1,5 +1,5 @@
 """The report's first screen: one line per claim of the paper in plain words (what the paper says, what we measured,
-the verdict, which EGA it is about), the leaderboard figure and the place of the author's-EGA waterfall.
+the verdict, which EGA it is about), the leaderboard figure and the author's-EGA waterfall with its steps.
 
 Written from results.json alone (the dict `results_json.results` returns, as the file holds it): every number here
 is one of its numbers, rounded, and tests/test_summary.py holds them equal.
@@ -10,10 +10,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ega_lightning.experiments.studies.author import TITLE
+from ega_lightning.experiments.text import anchor
+
 # the claims of the paper the summary reads, each from the kinds of finding that measure the claim itself (the leak
 # audit, the tail identity and frozen tau are side analyses: their rows stay in the claims table)
 ROWS = (
     ("improvement:tinyshakespeare", ("improvement",)),
+    ("improvement:tinyshakespeare", ("author_gain",)),  # the author's EGA-1 against their baseline (issue 50)
     ("improvement:ptb", ("improvement",)),
     ("gap", ("gap",)),
     ("tau", ("tau",)),
@@ -24,10 +28,12 @@ ROWS = (
         (f"ablation:{row}", ("ablation_pair",))
         for row in ("EGA-2", "EGA-4", "EGA-M-P", "EGA-DB2", "EGA-DB4", "EGA-M-F")
     ),
+    ("phase1:EGA-4", ("author_gain",)),  # the author's EGA-4 against their baseline, phase 1's own comparison
     ("cost", ("cost",)),
     ("context", ("context",)),
 )
 AUTHOR_GATES = ("author",)  # the gate names of the author's EGA (issue 50); a verdict reading one is about it
+AUTHOR_KINDS = ("author_gain", "author_step")  # read once every planned run is in: a row before that has no label
 WATERFALL = "<!-- the author's EGA: its waterfall goes here (issue 50) -->"
 UNDECIDED = ("too few seeds to tell", "no finished runs")
 
@@ -54,9 +60,28 @@ def _at(f: dict[str, Any]) -> str:
     return f"{CORPORA.get(f['corpus'], f['corpus'])} {params.group(1) if params else f['regime']}{seeds}"
 
 
+def _runs_in(f: dict[str, Any]) -> str:
+    """How many of an author's-EGA finding's planned runs are in, where not all are."""
+    if f["runs_in"] >= f["runs_planned"]:
+        return ""
+    return f"{'not yet run' if not f['runs_in'] else 'not read yet'}: {f['runs_in']} of {f['runs_planned']} runs in"
+
+
+def _author_measured(f: dict[str, Any]) -> str:
+    """An author's-EGA difference X − Y as loss(Y) − loss(X), at the author's size, marked non-causal where it is."""
+    x, y = f["key"].split(" − ")
+    mark = " (**non-causal**: z over the whole window)" if f["non_causal"] else ""
+    d = f["corrected"] or f["ours"]
+    if not d:
+        return f"{f['key']}, {f['what']}{mark}, at {f['size']}"
+    return f"{_at(f)}, {f['size']}: loss({y}) − loss({x}) {_interval(d)}{mark}"
+
+
 def measured(f: dict[str, Any]) -> str:
     """What a finding measured, at its family's level where it has one."""
     kind, d = f["kind"], f["corrected"] or f["ours"]
+    if kind in AUTHOR_KINDS:
+        return _author_measured(f)
     if kind == "cost":
         ours = f["ours"] or {}
         return (
@@ -83,6 +108,8 @@ def _short(name: str) -> str:
 
 def verdict(f: dict[str, Any], max_seeds: int) -> str:
     """Its label in plain words: the verdict, an effect's size, where the verdict would go with more seeds."""
+    if f["kind"] in AUTHOR_KINDS and _runs_in(f):
+        return f"**{_runs_in(f)}** (the protocol reads it when all are)"
     text = f"**{f['verdict']}**"
     m = f.get("magnitude")
     if m and m.get("reading"):
@@ -99,23 +126,91 @@ def verdict(f: dict[str, Any], max_seeds: int) -> str:
 
 
 def which_ega(f: dict[str, Any], gates: dict[str, str]) -> str:
-    """The EGA a verdict is about: the author's where a run it reads trained the author's gate, else ours."""
+    """The EGA a verdict is about: the finding's own word where it says (the author's-EGA study), else the author's
+    where a run it reads trained the author's gate, else ours."""
+    if f.get("ega"):
+        return f["ega"]
     runs = (f.get("code") or {}).get("read") or []
     return "the author's" if any(gates.get(r) in AUTHOR_GATES for r in runs) else "ours"
 
 
-def summary(results: dict[str, Any], leaderboard_figure: str | None = None) -> list[str]:
-    """The summary section of REPORT.md, from ``results`` (results.json's content) alone."""
+def _rows(results: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Each row of `ROWS` with its findings: those with a verdict, and the author's-EGA ones before their label."""
+    out = []
+    for key, kinds in ROWS:
+        found = [
+            f
+            for f in results["findings"]
+            if f["claim"] == key and f["kind"] in kinds and (f["verdict"] or f["kind"] in AUTHOR_KINDS)
+        ]
+        if key in {c["key"] for c in results["paper"]["claims"]} and found:
+            out.append((key, found))
+    return out
+
+
+def author_lines(results: dict[str, Any], figure: str | None) -> list[str]:
+    """The author's EGA, from results.json's ``author`` and its findings: the waterfall and its steps in one line."""
+    lines = ["### The author's EGA", "", WATERFALL]
+    studies = results.get("author") or []
+    if not studies:
+        return [
+            *lines,
+            "Not in this report: `ega report` with configs/sweeps/author.yaml reads the author's EGA (issue 50).",
+            "",
+        ]
+    for study in studies:
+        steps = [f for f in results["findings"] if f["kind"] in AUTHOR_KINDS and f["corpus"] == study["corpus"]]
+        if figure:
+            lines += [f"![the author's EGA-1's gain over their baseline, step by step]({figure})", ""]
+        said = "; ".join(
+            f"{f['key']} ({f['what'].split(':')[0]}{', non-causal' if f['non_causal'] else ''})"
+            + (f" {_interval(f['corrected'] or f['ours'])}" if f["ours"] else "")
+            + (f": **{f['verdict']}**" if f["verdict"] else "")
+            for f in steps
+        )
+        n, planned = study["runs_in"], study["runs_planned"]
+        state = (
+            f"**Not yet run: 0 of {planned} planned runs in.** "
+            if not n
+            else f"**Not read yet: {n} of {planned} planned runs in** (no label before the last). "
+            if n < planned
+            else ""
+        )
+        lines += [
+            f"{state}The author's EGA-1 as published (z over the whole window: non-causal; dropout first; their model "
+            f"and recipe) against their baseline A at their phase-1 size ({study['size']}; the paper's table: "
+            f"{results['paper']['table_size']}), its gain taken apart by seed into steps that sum to B − A, loss(A) − "
+            f"loss(B) (the author's estimate of the loss; intervals at the author family's level): {said}. Each "
+            f"step beside the whole validation split and the leak study: [{TITLE}](#{anchor(TITLE)}).",
+            "",
+        ]
+    return lines
+
+
+def summary(
+    results: dict[str, Any], leaderboard_figure: str | None = None, waterfall_figure: str | None = None
+) -> list[str]:
+    """The summary section of REPORT.md, from ``results`` (results.json's content) alone; the figures as the report
+    drew them."""
     claims = {c["key"]: c for c in results["paper"]["claims"]}
     gates = {r["run_name"]: r["gate"] for r in results["runs"]}
+    rows = _rows(results)
+    theirs = any(which_ega(f, gates) != "ours" for _, found in rows for f in found)
+    which = (
+        "**Every verdict below is about our reconstruction of EGA** (z over the causal prefix, our recipe, CPU "
+        "sizes), not the author's"
+        if not theirs
+        else "**Every verdict below is about our reconstruction of EGA** (z over the causal prefix, our recipe, CPU "
+        "sizes) but those whose EGA column says the author's: the author's EGA as published (z over the whole "
+        "window, non-causal; dropout first; their model and recipe) at their phase-1 size, not the paper's"
+    )
     lines = [
         "## Summary",
         "",
         "One line per claim of the paper: what it says, what we measured (each interval at its family's Bonferroni "
         "level, family-wise 95%; losses in nats/char, read against the registered smallest effect of "
-        f"{results['protocol']['margins']['loss']['value']}), the verdict and which EGA it is about. **Every "
-        "verdict below is about our reconstruction of EGA** (z over the causal prefix, our recipe, CPU sizes), "
-        "not the author's; how each was read, and every other verdict, follow.",
+        f"{results['protocol']['margins']['loss']['value']}), the verdict and which EGA it is about. {which}; how "
+        "each was read, and every other verdict, follow.",
         "",
     ]
     control = next((f for f in results["findings"] if f["kind"] == "control"), None)
@@ -129,27 +224,16 @@ def summary(results: dict[str, Any], leaderboard_figure: str | None = None) -> l
         "| claim of the paper | the paper | we measured | verdict | registered | EGA |",
         "|---|---|---|---|---|---|",
     ]
-    for key, kinds in ROWS:
-        found = [f for f in results["findings"] if f["claim"] == key and f["kind"] in kinds and f["verdict"]]
-        claim = claims.get(key)
-        if claim is None or not found:
-            continue
+    for key, found in rows:
+        claim = claims[key]
         cells = [
             "; ".join(measured(f) for f in found),
             "; ".join(verdict(f, results["protocol"]["max_seeds"]) for f in found),
-            "; ".join((f.get("registration") or {}).get("mark") or "—" for f in found),
+            "; ".join((f.get("registration") or {}).get("mark") or "—" if f["verdict"] else "—" for f in found),
             ", ".join(dict.fromkeys(which_ega(f, gates) for f in found)),
         ]
         lines.append(f"| {claim['claim']} | {claim['figure']} | " + " | ".join(cells) + " |")
     lines += [""]
     if leaderboard_figure:
         lines += [f"![every gate against the baseline, TinyShakespeare, cpu size]({leaderboard_figure})", ""]
-    lines += [
-        "### The author's EGA",
-        "",
-        WATERFALL,
-        "Not run yet: the author's EGA (window z-norm, dropout first, the author's recipe) and the waterfall of "
-        "its gain come with issue 50.",
-        "",
-    ]
-    return lines
+    return lines + author_lines(results, waterfall_figure)

@@ -16,15 +16,19 @@ def _model_text(model: dict[str, Any]) -> str:
     return f"{model.get('n_layer')}×{model.get('n_head')}×{model.get('n_embd')} T{model.get('block_size')}"
 
 
+# the config directories that set a run's size: a size, or a recipe that sets it with the rest (the author's phase 1)
+SIZE_DIRS = ("size", "recipe")
+
+
 def sizes(runs: list[RunData]) -> dict[str, Any]:
-    """The sizes (``configs/size/*.yaml``) the finished runs used, with their parameter counts and budgets
-    from the records; the sizes beside them that no run used (parameters counted for their baseline);
-    the devices the runs ran on."""
+    """The sizes (``configs/size/*.yaml``, ``configs/recipe/*.yaml``) the finished runs used, with their parameter
+    counts and budgets from the records; the sizes beside them that no run used (parameters counted for their
+    baseline); the devices the runs ran on."""
     done = [r for r in runs if r.status == "done"]
     used: dict[Path, list[RunData]] = {}
     unsized: list[RunData] = []  # runs whose specs name no size file: their shapes come from their own arguments
     for r in done:
-        named = [Path(c) for c in r.run.configs if Path(c).parent.name == "size"]
+        named = [Path(c) for c in r.run.configs if Path(c).parent.name in SIZE_DIRS]
         for c in named:
             used.setdefault(c.resolve(), []).append(r)
         if not named:

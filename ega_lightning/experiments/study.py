@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from ega_lightning.experiments.findings import Finding
     from ega_lightning.experiments.landscape_results import Evaluation
     from ega_lightning.experiments.paper import Claim
+    from ega_lightning.experiments.whole_split import WholeSplit
 
 Bench = tuple[dict[str, Any], str]  # an `ega bench` result and its table's path relative to the report
 Figure = tuple[str, str, Any]  # (caption, file name, the matplotlib figure) of one figure a study draws
@@ -30,7 +31,8 @@ Drawn = list[tuple[str, str]]  # (caption, file name) of each figure saved, as R
 class ReportInputs:
     """Everything a study may read, built once before the first study runs: the report's tables (one per section
     and corpus) and variants, every run's row, the checkpoints `ega landscape` evaluated, the `ega bench` results
-    beside the records, and the bench the cost claim reads (with its table's path, or why there is none)."""
+    beside the records, the bench the cost claim reads (with its table's path, or why there is none), and the
+    whole-split losses of final checkpoints, beside a study's other recorded estimate (`whole_split`)."""
 
     tables: tuple[Table, ...]
     variants: tuple[Variant, ...]
@@ -38,6 +40,7 @@ class ReportInputs:
     evaluations: tuple[Evaluation, ...] = ()
     benches: tuple[Bench, ...] = ()
     bench: tuple[dict[str, Any] | None, str] = (None, "")
+    whole_split: tuple[WholeSplit, ...] = ()  # final checkpoints' loss over the whole validation split
 
     def tables_of(self, groups: Sequence[str] | None) -> tuple[Table, ...]:
         """The tables of the sections ``groups`` names (None: every table), in the report's order."""

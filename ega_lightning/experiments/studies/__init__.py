@@ -13,6 +13,8 @@ section, figures and key of results.json. :data:`STUDIES` lists them; :func:`run
 - `tau_mechanism` (the study named `landscape` in results.json): the tail identity and why tau does not move,
   from the evaluated checkpoints (reads `frozen_tau`)
 - `cost`: the gate's step time, from `ega bench`
+- `author`: the author's EGA at their phase-1 size, its gain over their baseline taken apart in paired steps (its
+  section, waterfall figure and JSON)
 
 A study is added as its module and its line in :data:`STUDIES`; a claim in `paper` (or the study's own
 ``claims``) with its rule in configs/protocol.yaml. The order of :data:`STUDIES` is the order of the report's
@@ -30,6 +32,7 @@ from ega_lightning.experiments.findings import Finding, correct
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.studies import (
     ablation,
+    author,
     context,
     cost,
     frozen_tau,
@@ -55,6 +58,7 @@ STUDIES: tuple[Study, ...] = (
     leaderboard.STUDY,
     tau_mechanism.STUDY,
     cost.STUDY,
+    author.STUDY,
 )
 
 

@@ -1,0 +1,475 @@
+"""What in the author's EGA makes its gain (issue 50): the author's EGA-1 as published against their baseline, at
+their phase-1 size and recipe (configs/sweeps/author.yaml), its gain taken apart into four paired steps that sum to
+it seed by seed, and the author's EGA-4 against the same baseline (phase 1's own comparison).
+
+"X − Y" is loss(Y) − loss(X), positive when X has the lower loss; A to F are the spec's six variants (`VARIANTS`):
+B − A = (B − C: the leak) + (C − D: the order) + (D − E: the gate's form) + (E − A: our gate's gain). The loss read
+is the recorded val/loss (the author's estimate: 50 random batches); the whole validation split of the same final
+checkpoints (`whole_split`) is read beside it, exploratory. The family `author` is read once, when every planned run
+is finished (the protocol's fixed stopping rule): until then each row says how many runs are in, and no label.
+
+Plain data in (`measure`: per-seed losses, both evaluations), plain data out (`as_json`), prose from the results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import yaml
+
+from ega_lightning.experiments import paper, plots, whole_split
+from ega_lightning.experiments.comparisons import Variant
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
+from ega_lightning.experiments.rules import PROTOCOL
+from ega_lightning.experiments.stats import Difference, bonferroni_level, compare, summarize, widen
+from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
+from ega_lightning.experiments.text import anchor, fmt_interval, fmt_summary, how, num
+
+GROUP = "author"  # the spec group (configs/sweeps/author.yaml) and the protocol's family
+TITLE = "What in the author's EGA makes its gain"
+AUTHORS, OURS = "the author's", "ours, in the author's model and recipe"  # which EGA a verdict is about
+
+# letter -> (spec variant, what it is); the protocol plans each variant's seeds by the same names
+VARIANTS = {
+    "A": ("author-none", "the baseline (the author's model, no gate)"),
+    "B": ("author-ega1", "the author's EGA-1 as published (z over the whole window, dropout first)"),
+    "C": ("author-ega1-prefix", "B with the causal z over the prefix"),
+    "D": ("author-ega1-gatefirst", "C with the gate and the renormalisation before dropout"),
+    "E": ("author-linear", "our EGA-1 (`linear`) in the author's model and recipe"),
+    "F": ("author-ega4", "the author's EGA-4 as published (a mixture of 4 gates, z over the whole window)"),
+}
+# (X, Y, kind, what X − Y measures, which EGA), in the waterfall's order from A up, then B − A and F − A
+STEPS = (
+    ("E", "A", "author_step", "our gate's gain", OURS),
+    ("D", "E", "author_step", "the gate's form: the author's gate against our `linear`", AUTHORS),
+    ("C", "D", "author_step", "the order: dropout before the gate and the renormalisation against after", AUTHORS),
+    ("B", "C", "author_step", "the leak: z over the whole window against the causal prefix", AUTHORS),
+    ("B", "A", "author_gain", "the author's EGA-1's gain", AUTHORS),
+    ("F", "A", "author_gain", "the author's EGA-4's gain (phase 1's own comparison)", AUTHORS),
+)
+TELESCOPING = "ABCDE"  # the variants of B − A's steps: their seeds are the seeds every one of them finished
+PHASE1_CLAIM = "phase1:EGA-4"
+
+
+@dataclass(frozen=True)
+class Side:
+    """One variant of the study: per seed its recorded val/loss (the author's estimate) and its whole-split loss."""
+
+    letter: str
+    label: str
+    what: str
+    non_causal: bool  # z over the whole window: a key's gate reads later characters
+    estimate: dict[int, float]
+    whole: dict[int, float]
+    runs: list[str]  # its finished runs
+
+
+@dataclass(frozen=True)
+class Step:
+    """X − Y = loss(Y) − loss(X), per seed and as intervals: nominal 95%, at the family's level, over the whole
+    split (95%, exploratory), and how far the author's estimate moves it from the whole split's (95%)."""
+
+    x: str
+    y: str
+    kind: str
+    what: str
+    ega: str
+    seeds: list[int]
+    per_seed: dict[int, float]
+    diff: Difference | None
+    family: Difference | None
+    whole: Difference | None
+    moved: Difference | None
+
+    @property
+    def key(self) -> str:
+        return f"{self.x} − {self.y}"
+
+
+@dataclass(frozen=True)
+class Decomposition:
+    """The study over one corpus of the group: its sides, its steps, and how many of its planned runs are in."""
+
+    corpus: str
+    size: str  # the size and budget it ran at (from the records; before any: from its configs)
+    sides: dict[str, Side]
+    steps: list[Step]
+    runs_in: int
+    runs_planned: int
+    variants: dict[str, Variant]  # kept for the code and the regime of its findings (not in results.json)
+
+    @property
+    def complete(self) -> bool:
+        return self.runs_in >= self.runs_planned
+
+
+# ----------------------------------------------------------------------------- the findings
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuthorGain(Finding):
+    """B − A or F − A: the author's EGA as published against the baseline of the same model and recipe."""
+
+    kind: ClassVar[str] = "author_gain"
+    measures: ClassVar[tuple[str, ...]] = (*(f"improvement:{c}" for c in paper.IMPROVEMENT), PHASE1_CLAIM)
+    key: str  # "B − A"
+    what: str
+    ega: str  # which EGA the verdict is about: the author's, or ours in the author's model and recipe
+    non_causal: bool  # a side has z over the whole window
+    size: str
+    seeds: list[int]
+    per_seed: dict[int, float]
+    whole: Difference | None  # the same difference over the whole validation split (95%, exploratory)
+    moved: Difference | None  # the author's estimate − the whole split's, per seed (95%, exploratory)
+    runs_in: int
+    runs_planned: int
+
+    @property
+    def interim(self) -> bool:
+        return self.runs_in < self.runs_planned
+
+    def _state(self) -> str:
+        if not self.runs_in:
+            return f"not yet run (0 of {self.runs_planned} planned runs in)"
+        return (
+            f"not read yet: {self.runs_in} of {self.runs_planned} planned runs in (the protocol reads the family "
+            "once, when all are finished)"
+        )
+
+    def _mark(self) -> str:
+        return (
+            "; **non-causal** (z over the whole window: a key's gate reads later characters)" if self.non_causal else ""
+        )
+
+    def measured(self) -> str:
+        d = self.interval
+        text = f"{self.key}, {self.what} ({self.subject} against {self.against}{self._mark()})"
+        if d is None:
+            return f"{text}: {self._state()}."
+        text += f": {fmt_interval(d)} ({how(d)}; the author's estimate, 50 random batches)"
+        text += f"; over the whole validation split {fmt_interval(self.whole)} (exploratory)" if self.whole else ""
+        return text + (f"; {self._state()}." if self.interim else f"{self.verdict_text}.")
+
+    def claim_subject(self) -> str:
+        return (
+            f"EGA: {self.ega}. {self.key}, {self.what} ({self.subject} against {self.against}){self._mark()}; at the "
+            f"author's phase-1 size {self.size}, not the paper's {paper.TABLE_SIZE}"
+        )
+
+    def verdict_cell(self) -> str:
+        return f"**{self._state()}**" if self.interim else super().verdict_cell()
+
+    def evidence(self) -> str:
+        return f"[{TITLE}](#{anchor(TITLE)})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuthorStep(AuthorGain):
+    """One step of B − A (B − C, C − D, D − E, E − A): how much of the author's EGA-1's gain it carries."""
+
+    kind: ClassVar[str] = "author_step"
+    measures: ClassVar[tuple[str, ...]] = tuple(f"improvement:{c}" for c in paper.IMPROVEMENT)
+
+
+def findings(d: Decomposition) -> list[Finding]:
+    """One finding per step of ``d``: judged by the protocol's rule once every planned run is in, else its
+    intervals with no label."""
+    out: list[Finding] = []
+    for s in d.steps:
+        x, y = d.variants[s.x], d.variants[s.y]
+        regime = measured_with(x, y) if x.done and y.done else f"{GROUP} / {d.corpus}: {d.size} (planned)"
+        where = Where(GROUP, d.corpus, regime, f"{s.x} `{d.sides[s.x].label}`", f"{s.y} `{d.sides[s.y].label}`")
+        claim = PHASE1_CLAIM if s.x == "F" else f"improvement:{d.corpus}"
+        cls = AuthorGain if s.kind == "author_gain" else AuthorStep
+        reads = ((pair(x, y), s.diff),)
+        measured: dict[str, Any] = {
+            "key": s.key,
+            "what": s.what,
+            "ega": s.ega,
+            "non_causal": d.sides[s.x].non_causal or d.sides[s.y].non_causal,
+            "size": d.size,
+            "seeds": s.seeds,
+            "per_seed": s.per_seed,
+            "whole": s.whole,
+            "moved": s.moved,
+            "runs_in": d.runs_in,
+            "runs_planned": d.runs_planned,
+            "code": code_of(x, y),
+        }
+        if d.complete:
+            out.append(judged(cls, where, reads, claim=claim, family=GROUP, **measured))
+        else:  # no rule applied: no label is read before the last planned run (`correct` then widens, no more)
+            out.append(cls(**where._asdict(), ours=s.diff, claim=claim, family=GROUP, reads=reads, **measured))
+    return out
+
+
+# ----------------------------------------------------------------------------- what it measures
+
+
+def _planned_size(v: Variant) -> str:
+    """The size and budget a variant's configs set (its first run's, later files over earlier), '?' unread."""
+    model: dict[str, Any] = {}
+    trainer: dict[str, Any] = {}
+    for c in v.runs[0].run.configs if v.runs else ():
+        try:
+            config = yaml.safe_load(Path(c).read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        model |= config.get("model") or {}
+        trainer |= config.get("trainer") or {}
+    if not {"n_layer", "n_head", "n_embd", "block_size"} <= set(model) or "max_steps" not in trainer:
+        return "?"
+    m = model
+    return f"{m['n_layer']}×{m['n_head']}×{m['n_embd']} T{m['block_size']}, {trainer['max_steps']:,} steps"
+
+
+def _size(variants: Sequence[Variant]) -> str:
+    done = [r for v in variants for r in v.done]
+    if not done:
+        return _planned_size(variants[0]) if variants else "?"
+    h = done[0].hparams
+    steps = "/".join(f"{n:,}" for n in sorted({r.max_steps for r in done if r.max_steps}))
+    return f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}, {steps} steps"
+
+
+def _paired(sides: Mapping[str, Side], x: str, y: str, seeds: Sequence[int], whole: bool = False) -> dict[int, float]:
+    """loss(Y) − loss(X) per seed, on ``seeds`` (the whole split's where ``whole``; a seed without it is left out)."""
+    lx, ly = (sides[x].whole, sides[y].whole) if whole else (sides[x].estimate, sides[y].estimate)
+    return {s: ly[s] - lx[s] for s in seeds if s in lx and s in ly}
+
+
+def _interval(per_seed: Mapping[int, float]) -> Difference | None:
+    return compare(dict(per_seed), {s: 0.0 for s in per_seed}) if per_seed else None
+
+
+def decomposition(inputs: ReportInputs, corpus: str) -> Decomposition | None:
+    """The study on ``corpus``: None where the report reads no variant of it."""
+    found = {v.label: v for v in inputs.variants if v.group == GROUP and v.corpus == corpus}
+    if not all(label in found for label, _ in VARIANTS.values()):
+        return None
+    variants = {letter: found[label] for letter, (label, _) in VARIANTS.items()}
+    whole = {w.run_name: w.loss for w in inputs.whole_split}
+    sides = {}
+    for letter, (label, what) in VARIANTS.items():
+        v = variants[letter]
+        options = v.options if v.done else (v.runs[0].gate_options or {})
+        runs = {r.run.seed: r.run.run_name for r in v.done}
+        sides[letter] = Side(
+            letter,
+            label,
+            what,
+            options.get("znorm") == "window",
+            v.by_seed("final_val_loss"),
+            {seed: whole[name] for seed, name in runs.items() if name in whole},
+            list(runs.values()),
+        )
+    shared = sorted(set.intersection(*(set(sides[x].estimate) for x in TELESCOPING)))
+    level = bonferroni_level(len(STEPS), PROTOCOL.level)  # the family's k: each comparison of `STEPS` once
+    steps = []
+    for x, y, kind, what, ega in STEPS:
+        seeds = shared if x in TELESCOPING else sorted(set(sides[x].estimate) & set(sides[y].estimate))
+        per_seed = _paired(sides, x, y, seeds)
+        over_whole = _paired(sides, x, y, seeds, whole=True)
+        moved = {s: per_seed[s] - over_whole[s] for s in over_whole}
+        diff = _interval(per_seed)
+        steps.append(
+            Step(
+                x,
+                y,
+                kind,
+                what,
+                ega,
+                seeds,
+                per_seed,
+                diff,
+                widen(diff, level),
+                _interval(over_whole),
+                _interval(moved),
+            )
+        )
+    planned = PROTOCOL.families[GROUP].planned_seeds if GROUP in PROTOCOL.families else {}
+    runs_in = sum(min(len(variants[x].done), planned.get(label, 0)) for x, (label, _) in VARIANTS.items())
+    size = _size(list(variants.values()))
+    return Decomposition(corpus, size, sides, steps, runs_in, sum(planned.values()), variants)
+
+
+def measure(inputs: ReportInputs) -> list[Decomposition]:
+    corpora = dict.fromkeys(v.corpus for v in inputs.variants if v.group == GROUP)
+    return [d for c in corpora if (d := decomposition(inputs, c)) is not None]
+
+
+# ----------------------------------------------------------------------------- its section, figure and JSON
+
+
+def _step_line(s: Step, f: Finding | None, seeds: Sequence[int]) -> str:
+    label = f.verdict_cell() if f is not None else "—"
+    cells = [
+        f"{s.key}" + (" (= the sum of the four steps)" if s.key == "B − A" else ""),
+        s.what,
+        *(num(s.per_seed.get(seed), 4, True) for seed in seeds),
+        fmt_interval(s.diff),
+        fmt_interval(s.family),
+        label,
+        fmt_interval(s.whole),
+        fmt_interval(s.moved),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _side_line(side: Side) -> str:
+    moved = _interval({s: side.estimate[s] - side.whole[s] for s in side.whole if s in side.estimate})
+    cells = [
+        f"{side.letter} `{side.label}`",
+        side.what,
+        "whole window (**non-causal**)" if side.non_causal else "causal",
+        f"{len(side.estimate)}",
+        fmt_summary(summarize(list(side.estimate.values())), 4),
+        fmt_summary(summarize(list(side.whole.values())), 4) if side.whole else "—",
+        fmt_interval(moved, digits=4),
+    ]
+    return "| " + " | ".join(cells) + " |"
+
+
+def _moved_line(d: Decomposition) -> str:
+    """Whether the author's 50-batch estimate moves the steps from the whole split's, in words from the numbers."""
+    moved = [s for s in d.steps if s.moved is not None]
+    if not moved:
+        return (
+            "The whole validation split: no evaluation of these checkpoints is committed yet "
+            f"(results/{whole_split.DIRNAME}/<run>.json), so no step is read beside it."
+        )
+    largest = max(moved, key=lambda s: abs(s.moved.estimate) if s.moved else 0.0)
+    m = PROTOCOL.margin("loss")
+    return (
+        "Does the author's estimate move the number? Per step, the estimate's difference − the whole split's, paired "
+        "by seed (95%): " + "; ".join(f"{s.key} {fmt_interval(s.moved, digits=4)}" for s in moved) + f". The "
+        f"largest, {largest.key}, moves it by {num(largest.moved.estimate if largest.moved else None, 4, True)}, "
+        f"against the loss margin ±{m} (exploratory: no label)."
+    )
+
+
+def _leak_lines(d: Decomposition, leak: Sequence[Finding]) -> list[str]:
+    """B − C beside the leak study's increment (`leak_increment`: EGA-1 z over the whole window against causal
+    EGA-1, our gate and recipe): the same step, the author's gate and recipe against ours."""
+    step = next(s for s in d.steps if s.key == "B − C")
+    ours = [f for f in leak if f.kind == "leak_increment" and f.corpus == d.corpus]
+    here = f"{fmt_interval(step.family)} (family {GROUP}, {how(step.diff)})" if step.diff else "not yet measured"
+    theirs = [
+        f"- The leak study's step ({f.subject} against causal {f.against}, our gate and recipe, {f.regime}): "
+        f"{fmt_interval(f.corrected or f.interval)} (family {f.family}, {how(f.interval)})."
+        for f in ours
+    ]
+    return [
+        f"- B − C here (the author's gate, dropout first, the author's recipe, {d.size}): {here}.",
+        *(theirs or ["- The leak study (configs/sweeps/short.yaml's group `leak`) is not in this report."]),
+    ]
+
+
+def section(inputs: ReportInputs, data: list[Decomposition], found: Sequence[Finding], drawn: Drawn) -> list[str]:
+    lines: list[str] = []
+    for d in data:
+        mine = {f.key: f for f in found if isinstance(f, AuthorGain) and f.corpus == d.corpus}
+        seeds = sorted({s for step in d.steps for s in step.seeds})
+        level = bonferroni_level(len(STEPS), PROTOCOL.level)
+        state = (
+            f"all {d.runs_planned} planned runs are in"
+            if d.complete
+            else f"**{d.runs_in} of {d.runs_planned} planned runs are in**: no label is read before the last"
+        )
+        lines += [
+            f"## {TITLE}",
+            "",
+            f"The author's EGA at the author's phase-1 size and recipe ({d.size}, {d.corpus}; the paper's table: "
+            f"{paper.TABLE_SIZE}), paired by seed: "
+            + "; ".join(f"{s.letter} {s.what}" + (" (non-causal)" if s.non_causal else "") for s in d.sides.values())
+            + ". X − Y = loss(Y) − loss(X), positive when X has the lower loss; per seed the four steps E − A, D − E, "
+            "C − D and B − C sum to B − A. The loss is the recorded val/loss at the last step, the author's estimate "
+            f"(the mean of 50 random batches); one family, k = {len(STEPS)}, each interval at {100 * level:.2f}%, read "
+            f"three ways against the loss margin, once, when every planned run is finished: {state}. The whole "
+            "validation split of the same final checkpoints is read beside it, exploratory (no label).",
+            "",
+        ]
+        lines += [f"![{caption}]({file})" for caption, file in drawn if d.corpus in file] + [""]
+        head = ["step", "what it measures", *(f"seed {s}" for s in seeds), "95%", "family level", "label"]
+        head += ["whole split (95%, exploratory)", "estimate − whole split (95%)"]
+        lines += [
+            "| " + " | ".join(head) + " |",
+            "|---|---|" + "---:|" * len(seeds) + "---|---|---|---|---|",
+            *(_step_line(s, mine.get(s.key), seeds) for s in d.steps),
+            "",
+            "| variant | what | z | seeds | the author's estimate (50 random batches) | whole split | "
+            "estimate − whole split (95%) |",
+            "|---|---|---|---:|---|---|---|",
+            *(_side_line(s) for s in d.sides.values()),
+            "",
+            _moved_line(d),
+            "",
+            "The leak, in the author's EGA and in ours:",
+            "",
+            *_leak_lines(d, [f for f in found if f.kind == "leak_increment"]),
+            "",
+        ]
+    return lines
+
+
+def _bar(s: Step) -> plots.Bar:
+    """A step as the waterfall draws it: its interval at the family's level, labelled by what it measures."""
+    d = s.family
+    assert d is not None
+    short = s.what.split(":")[0].split(" (")[0].removesuffix("'s gain")
+    return (f"{s.key}\n{short}", d.estimate, d.low, d.high)
+
+
+def figures(inputs: ReportInputs, data: list[Decomposition]) -> list[Figure]:
+    """The waterfall of each corpus with a seed every variant of B − A finished: A, then E − A, D − E, C − D,
+    B − C, ending at B − A, and F − A beside it, each with its interval at the family's level."""
+    out = []
+    for d in data:
+        by_key = {s.key: s for s in d.steps}
+        if by_key["B − A"].diff is None:
+            continue
+
+        steps = [_bar(s) for s in d.steps if s.kind == "author_step"]
+        totals = [_bar(by_key["B − A"])] + ([_bar(by_key["F − A"])] if by_key["F − A"].diff is not None else [])
+        level = bonferroni_level(len(STEPS), PROTOCOL.level)
+        title = (
+            f"The author's EGA-1 from their baseline A to B, step by step ({d.corpus}, {d.size}; "
+            f"{len(by_key['B − A'].seeds)} seeds, intervals at {100 * level:.2f}%)"
+        )
+        fig = plots.waterfall_figure(steps, totals, PROTOCOL.margin("loss"), title)
+        out.append(("the author's EGA-1's gain, step by step", f"{GROUP}-{d.corpus}-waterfall.png", fig))
+    return out
+
+
+def as_json(inputs: ReportInputs, data: list[Decomposition]) -> list[dict[str, Any]]:
+    """results.json's ``author``: each corpus's sides and steps, per seed and as intervals."""
+    return [
+        {
+            "corpus": d.corpus,
+            "size": d.size,
+            "runs_in": d.runs_in,
+            "runs_planned": d.runs_planned,
+            "variants": {x: replace(s, runs=sorted(s.runs)) for x, s in d.sides.items()},
+            "steps": [{"key": s.key, **vars(s)} for s in d.steps],
+        }
+        for d in data
+    ]
+
+
+def _findings(inputs: ReportInputs, data: list[Decomposition], read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
+    return [f for d in data for f in findings(d)]
+
+
+# it reads the variants of the spec group `author` (`ReportInputs.variants`), not its tables, and the leak study's
+# findings from the report's (its section sets B − C beside them)
+STUDY = Study(
+    "author",
+    measure=measure,
+    findings=_findings,
+    section=section,
+    figures=figures,
+    json=as_json,
+)

@@ -1,0 +1,50 @@
+"""The whole-split losses of final checkpoints as plain data, for the report (which builds no model itself).
+
+A study whose recorded val/loss is another estimate than ours (the author's 50 random batches, issue 50) is read
+beside the loss of the same final checkpoint over the whole validation split. `scripts/seed_runner.py
+--whole_split` writes one JSON per run (`ega validate` of its last.ckpt, the loss at full precision from its
+event file): ``{"run_name", "step", "val_loss_whole_split", "command", "cpu"}``, committed as
+``results/author-whole-split/<run>.json`` (beside the records). Every JSON there is read here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ega_lightning.errors import UserError
+
+DIRNAME = "author-whole-split"  # beside the records directory: results/author-whole-split/
+
+
+@dataclass(frozen=True)
+class WholeSplit:
+    """One final checkpoint's loss over the whole validation split (nats/char)."""
+
+    run_name: str
+    step: int  # the checkpoint's last training step, counted from 0
+    loss: float
+    cpu: str  # the machine it was evaluated on
+
+
+def load(directory: Path) -> list[WholeSplit]:
+    """Every JSON in ``directory`` (none when it does not exist), in file order; a :class:`UserError` for one
+    that is not what `scripts/seed_runner.py --whole_split` writes, or whose file name is not its run's."""
+    out: list[WholeSplit] = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            result = json.loads(path.read_text())
+            loss = float(result["val_loss_whole_split"])
+            if not math.isfinite(loss):
+                raise ValueError(f"val_loss_whole_split is {loss}")
+            if result["run_name"] != path.stem:
+                raise ValueError(f"it names the run {result['run_name']!r}")
+            out.append(WholeSplit(str(result["run_name"]), int(result["step"]), loss, str(result.get("cpu") or "?")))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise UserError(
+                f"{path} is not a whole-split evaluation of the run its name gives ({type(err).__name__}: {err}). "
+                "Write it again with `python scripts/seed_runner.py SPEC --seeds N ... --whole_split` or remove it."
+            ) from None
+    return out
