@@ -453,6 +453,14 @@ CONTINUED: tuple[Continued, ...] = (
         "--data.max_eval_windows",
         "the validation windows that val/loss and best.ckpt are measured on",
     ),
+    # the author's evaluation (issue 50): the mean of this many random batches of eval_batch_size windows
+    Continued(
+        "data.random_eval_batches",
+        "--data.random_eval_batches",
+        "how val/loss and best.ckpt are estimated: that many random batches, or the whole split",
+    ),
+    Continued("data.random_eval_seed", "--data.random_eval_seed", "which random validation batches val/loss reads"),
+    Continued("data.eval_batch_size", "--data.eval_batch_size", "the windows of each random validation batch"),
     Continued("trainer.precision", "--trainer.precision", "the arithmetic of every step"),
 )
 # Lightning's older spellings of a precision, by the name it runs them under (Trainer.precision)

@@ -156,6 +156,9 @@ SAVED = {
     "data.seed": 7,
     "data.batch_size": 8,
     "data.max_eval_windows": 4,
+    "data.random_eval_batches": 50,
+    "data.random_eval_seed": 0,
+    "data.eval_batch_size": 32,
     "trainer.precision": "32-true",
 }
 RESUMED = {
@@ -163,6 +166,9 @@ RESUMED = {
     "ckpt_path": "last",
     "data.batch_size": 8,
     "data.max_eval_windows": 4,
+    "data.random_eval_batches": 50,
+    "data.random_eval_seed": 0,
+    "data.eval_batch_size": 32,
     "trainer.max_steps": 20,
 }
 
@@ -178,6 +184,10 @@ def resumed_from(**saved: object) -> CheckpointFacts:
         ({"data.seed": 1}, "seed_everything: checkpoint 7, this command 1 (the training windows and dropout"),
         ({"data.max_eval_windows": 64}, "data.max_eval_windows: checkpoint 4, this command 64 (the validation"),
         ({"data.max_eval_windows": None}, "data.max_eval_windows: checkpoint 4, this command None"),
+        # the author's evaluation (issue 50): the whole split after 50 random batches, or other batches
+        ({"data.random_eval_batches": None}, "data.random_eval_batches: checkpoint 50, this command None (how val"),
+        ({"data.random_eval_seed": 1}, "data.random_eval_seed: checkpoint 0, this command 1 (which random"),
+        ({"data.eval_batch_size": 64}, "data.eval_batch_size: checkpoint 32, this command 64 (the windows"),
         ({"trainer.precision": "bf16-mixed"}, "trainer.precision: checkpoint '32-true', this command 'bf16-mixed'"),
         ({"run_name": "b"}, "run_name: checkpoint 'r', this command 'b' (the run that saved it)"),
     ],
