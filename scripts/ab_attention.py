@@ -1,15 +1,16 @@
-"""Interleaved training-step times of the attention code at a base commit against the working tree's.
+"""Interleaved training-step times of an attention path at a base commit against the working tree's.
 
-For changes confined to `ega_lightning/model/attention.py` (its layer's methods: a base commit's
-attention.py that imports `model.fused`, `model.flex` or `model.cache` gets the working tree's): the
-base commit's `CausalSelfAttention` methods are swapped into one model, the working tree's run in
-another, and both beside the baseline `none`, one step each in turn (`ega bench`'s timing), so machine
-drift hits all three alike:
+For changes confined to one module of the attention paths (`ega_lightning/model/fused.py` by default,
+`--module` another, e.g. `ega_lightning/model/attention.py`): the base commit's copy of that module is
+loaded beside the working tree's (what it imports is the working tree's) and its class of each attention
+layer (by the class's name, `FusedAttention` for the default path) replaces the layer's class in one model;
+the working tree's runs in another, and both beside the baseline `none`, one step each in turn (`ega
+bench`'s timing), so machine drift hits all three alike:
 
-    python scripts/ab_attention.py 8077365 --size cpu --repeats 41
+    python scripts/ab_attention.py <base commit> --size cpu --repeats 41
 
 Prints each contender's median step time and its ratio to `none`, and new / base, as medians of
-per-repetition ratios with 95% intervals.
+per-repetition ratios with 95% intervals. The base commit must have the layer classes (issue 54's shape).
 """
 
 from __future__ import annotations
@@ -27,51 +28,39 @@ import torch
 
 from ega_lightning.bench import harness, settings
 from ega_lightning.experiments.stats import median_interval
-from ega_lightning.model import attention
+from ega_lightning.model import CausalSelfAttention
 
 ROOT = Path(__file__).resolve().parents[1]
-METHODS = (
-    "forward",
-    "_fast",
-    "_heads",
-    "_key_biased",
-    "_gated_qkv",
-    "_gated_compiled",
-    "_project_padded",
-    "_folded_projection",
-    "_qkv_weights",
-    "_padded_qkv_weights",
-    "_attend",
-)
 
 
-def base_module(commit: str, folder: Path) -> types.ModuleType:
-    source = subprocess.run(
-        ["git", "show", f"{commit}:ega_lightning/model/attention.py"], cwd=ROOT, capture_output=True, text=True
-    )
+def base_module(commit: str, module: str, folder: Path) -> types.ModuleType:
+    source = subprocess.run(["git", "show", f"{commit}:{module}"], cwd=ROOT, capture_output=True, text=True)
     if source.returncode != 0:
-        sys.exit(f"git show {commit}: {source.stderr.strip()}")
-    path = folder / "attention_base.py"
+        sys.exit(f"git show {commit}:{module}: {source.stderr.strip()}")
+    path = folder / Path(module).name
     path.write_text(source.stdout)
-    spec = importlib.util.spec_from_file_location("ega_lightning.model.attention_base", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    dotted = ".".join(Path(module).with_suffix("").parts)
+    spec = importlib.util.spec_from_file_location(f"{dotted}_base", path)
+    loaded = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = loaded  # dataclasses look their module up
+    spec.loader.exec_module(loaded)
+    return loaded
 
 
-def with_methods_of(model: torch.nn.Module, module: types.ModuleType) -> torch.nn.Module:
+def with_classes_of(model: torch.nn.Module, module: types.ModuleType) -> torch.nn.Module:
     for layer in model.modules():
-        if isinstance(layer, attention.CausalSelfAttention):
-            for name in METHODS:
-                if hasattr(module.CausalSelfAttention, name):
-                    setattr(layer, name, types.MethodType(getattr(module.CausalSelfAttention, name), layer))
+        if isinstance(layer, CausalSelfAttention):
+            name = type(layer).__name__
+            if not hasattr(module, name):
+                sys.exit(f"{module.__name__} has no class {name}: pass the --module that defines it")
+            layer.__class__ = getattr(module, name)
     return model
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("base", help="the commit whose attention.py is the base")
+    parser.add_argument("base", help="the commit whose module is the base")
+    parser.add_argument("--module", default="ega_lightning/model/fused.py", help="the module compared")
     parser.add_argument("--size", default="cpu", choices=("cpu", "paper", "long"))
     parser.add_argument("--gate", default="linear")
     parser.add_argument("--repeats", type=int, default=41)
@@ -80,17 +69,18 @@ def main() -> None:
     cpu = torch.device("cpu")
     batch = harness.fixed_batch(shape, batch_size, cpu)
     with tempfile.TemporaryDirectory() as folder:
-        base = base_module(args.base, Path(folder))
+        base = base_module(args.base, args.module, Path(folder))
         contenders = [
             harness.Contender("none", harness.build(shape, {"gate": "none"}, cpu, 0), batch, "32-true"),
             harness.Contender(
-                "base", with_methods_of(harness.build(shape, {"gate": args.gate}, cpu, 0), base), batch, "32-true"
+                "base", with_classes_of(harness.build(shape, {"gate": args.gate}, cpu, 0), base), batch, "32-true"
             ),
             harness.Contender("new", harness.build(shape, {"gate": args.gate}, cpu, 0), batch, "32-true"),
         ]
         harness.run_interleaved(contenders, args.repeats, 2)
     threads = torch.get_num_threads()
-    print(f"{args.size} size, {args.gate}, {args.repeats} repetitions, {threads} threads, base {args.base}")
+    base_name = f"{args.base}:{args.module}"
+    print(f"{args.size} size, {args.gate}, {args.repeats} repetitions, {threads} threads, base {base_name}")
     for name, c, ref in (
         ("base / none", contenders[1], contenders[0]),
         ("new / none", contenders[2], contenders[0]),

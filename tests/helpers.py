@@ -17,6 +17,8 @@ import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ega_lightning.data.corpora import CORPORA, DATA_DIR_ENV, CorpusError, ensure_corpus
+from ega_lightning.gates import KeyBias, OutputGate
+from ega_lightning.model import CausalSelfAttention, GPTConfig, attention_layer
 from ega_lightning.model.flex import has_flex_attention
 
 # FlexAttention exists from torch 2.5 on; the project supports 2.4
@@ -31,6 +33,14 @@ TINY_VOCAB = CORPORA["tinyshakespeare"].vocab
 # the real CLI at the test size, and a fit of two steps
 TINY = [*(f"--model.{k}={v}" for k, v in TINY_MODEL.items()), "--data.batch_size=4", "--data.max_eval_windows=4"]
 SHORT = ["--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.enable_progress_bar=false"]
+
+
+def attention(
+    n_embd: int, n_head: int, gate: KeyBias | None = None, impl: str = "fused", output_gate: OutputGate | None = None
+) -> CausalSelfAttention:
+    """One attention layer (no dropout, with biases) on the path ``impl`` (model.attention), as a model builds it."""
+    cfg = GPTConfig(vocab_size=len(TINY_VOCAB), n_embd=n_embd, n_head=n_head, attention=impl)
+    return attention_layer(cfg, gate, output_gate)
 
 
 def run_ega(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300):

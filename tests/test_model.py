@@ -1,17 +1,20 @@
 """The model against the spec: causality, the alpha = 0 identity, the explicit formula, parameter counts."""
 
+import ast
 import inspect
 import math
+import textwrap
 
 import pytest
 import torch
 
 from ega_lightning import CharLM
 from ega_lightning.gates import Gate, KeyBias, build_gate, causal_znorm, gate_class, gate_names
-from ega_lightning.model.attention import CausalSelfAttention, gated_attention_reference
+from ega_lightning.model import ATTENTION, ATTENTION_IMPLS, GPT, CausalSelfAttention, GPTConfig
+from ega_lightning.model.attention import gated_attention_reference
 from ega_lightning.module import check_arguments
 
-from .helpers import TINY_MODEL, TINY_VOCAB
+from .helpers import TINY_MODEL, TINY_VOCAB, attention
 
 GATED = [name for name in gate_names(Gate) if name != "none"]
 KEY_GATES = [name for name in gate_names(KeyBias) if name != "none"]
@@ -66,7 +69,7 @@ def test_attention_layer_equals_spec_formula(gate, impl):
     """The layer's output against softmax, times g, renormalise, written out one query at a time."""
     torch.manual_seed(2)
     C, nh, T = 24, 3, 19
-    layer = CausalSelfAttention(C, nh, 0.0, True, build_gate(gate, C, nh, tau_init=0.2, alpha_init=3.0), impl)
+    layer = attention(C, nh, build_gate(gate, C, nh, tau_init=0.2, alpha_init=3.0), impl)
     x = torch.randn(2, T, C)
     with torch.no_grad():
         q, k, v = layer.c_attn(x).view(2, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4)
@@ -82,6 +85,24 @@ def test_fused_model_equals_reference_model(gate):
     reference.load_state_dict(fused.state_dict())
     idx = torch.randint(0, len(TINY_VOCAB), (3, TINY_MODEL["block_size"]))
     torch.testing.assert_close(fused(idx), reference(idx), atol=1e-5, rtol=1e-5)
+
+
+def test_each_attention_path_is_a_class_chosen_when_the_model_is_built_and_the_reference_names_none():
+    """nanoGPT's shape (issue 54): the reference layer is the formula, with no branch on a path's name; each
+    fast path is its own class, which `model.attention` picks once, for every layer."""
+    for impl, cls in ATTENTION.items():
+        model = GPT(GPTConfig(len(TINY_VOCAB), **TINY_MODEL, gate="linear", attention=impl))
+        assert [type(block.attn) for block in model.blocks] == [cls] * TINY_MODEL["n_layer"] and cls.impl == impl
+        assert cls is CausalSelfAttention or issubclass(cls, CausalSelfAttention)
+    tree = ast.parse(textwrap.dedent(inspect.getsource(CausalSelfAttention)))
+    methods = [node for node in tree.body[0].body if isinstance(node, ast.FunctionDef)]
+    read = {n.attr for m in methods for n in ast.walk(m) if isinstance(n, ast.Attribute)}
+    strings = {n.value for m in methods for n in ast.walk(m) if isinstance(n, ast.Constant)}
+    assert "impl" not in read and "attention" not in read and not strings & set(ATTENTION_IMPLS)
+    with pytest.raises(ValueError, match=r"Unknown attention implementation 'fast'; choose one of \('fused'"):
+        GPT(GPTConfig(len(TINY_VOCAB), **TINY_MODEL, attention="fast"))
+    with pytest.raises(ValueError, match=r"Unknown position encoding 'rope'; choose one of \('learned',\)"):
+        GPT(GPTConfig(len(TINY_VOCAB), **TINY_MODEL, position="rope"))
 
 
 @pytest.mark.parametrize("gate", gate_names(KeyBias))

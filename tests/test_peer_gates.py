@@ -25,11 +25,10 @@ import torch.nn.functional as F
 from ega_lightning import CharLM
 from ega_lightning.gates import build_gate, gate_class
 from ega_lightning.generation import next_token_logits
-from ega_lightning.model import attention, fused
-from ega_lightning.model.attention import CausalSelfAttention
+from ega_lightning.model import CausalSelfAttention, flex, fused
 from ega_lightning.model.flex import has_flex_attention
 
-from .helpers import TINY_MODEL, TINY_VOCAB
+from .helpers import TINY_MODEL, TINY_VOCAB, attention
 
 C, NH, T = 64, 4, 256
 FP32, BF16 = 1e-5, 2e-2
@@ -49,7 +48,7 @@ def make_layer(
     torch.manual_seed(0)
     key = None if gate is None else build_gate(gate, C, NH)
     out = None if output is None else build_gate(output, C, NH, slot="output_gate")
-    layer = CausalSelfAttention(C, NH, 0.0, True, key, impl, output_gate=out)
+    layer = attention(C, NH, key, impl, out)
     with torch.no_grad():
         for name, p in layer.named_parameters():
             if "gate" in name:
@@ -289,11 +288,11 @@ def test_key_bias_on_flex_attention_follows_the_rule_and_is_the_papers_formula(g
     taken = []
 
     def recorded(name):
-        original = getattr(attention, name)
+        original = getattr(flex, name)
         return lambda *args: taken.append(name) or original(*args)
 
     for name in ("flex_gated_attention", "flex_biased_attention"):
-        monkeypatch.setattr(attention, name, recorded(name))
+        monkeypatch.setattr(flex, name, recorded(name))
     with torch.no_grad(), warnings.catch_warnings(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         warnings.simplefilter("ignore")  # eager FlexAttention warns that it is not compiled
         y = layer(x)

@@ -15,9 +15,8 @@ from ega_lightning.callbacks.probe import GateProbe
 from ega_lightning.gates import Gate, build_gate, gate_names
 from ega_lightning.generation import next_token_logits
 from ega_lightning.model import GPT, GPTConfig, fused
-from ega_lightning.model.attention import CausalSelfAttention
 
-from .helpers import TINY_MODEL, TINY_VOCAB, needs_flex, validate_tiny
+from .helpers import TINY_MODEL, TINY_VOCAB, attention, needs_flex, validate_tiny
 
 GATED = [name for name in gate_names(Gate) if name != "none"]
 # every shipped gate whose bias rides the padded channel in fp32 (`fused.rides_channel`): the energy gates and FoX
@@ -72,7 +71,7 @@ def test_cuda_padding_layout_equals_reference_in_values_and_gradients(gate):
     assert_same_training_step(padded, reference, atol=1e-5, rtol=1e-5)
     x = torch.randn(2, 5, TINY_MODEL["n_embd"])
     layer = padded.model.blocks[0].attn
-    assert layer._gated_qkv(x, None)[0].shape[-1] == TINY_MODEL["n_embd"] // TINY_MODEL["n_head"] + 8  # it did pad
+    assert layer._gated_qkv(x)[0].shape[-1] == TINY_MODEL["n_embd"] // TINY_MODEL["n_head"] + 8  # it did pad
 
 
 def test_cuda_padding_layout_caches_as_it_recomputes():
@@ -123,7 +122,7 @@ def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width,
 def test_gated_qkv_function_equals_the_plain_graph_bit_for_bit_at_the_bench_sizes(B, T, C, nh, monkeypatch):
     """Layer-level, at the shapes whose step times the bench compares (GEMM blocking depends on the shape)."""
     torch.manual_seed(0)
-    layer = CausalSelfAttention(C, nh, 0.0, True, build_gate("linear", C, nh, tau_init=0.3, alpha_init=2.0))
+    layer = attention(C, nh, build_gate("linear", C, nh, tau_init=0.3, alpha_init=2.0))
     x, grad = torch.randn(B, T, C), torch.randn(B, T, C)
     runs = []
     for copy_free in (True, False):
@@ -156,10 +155,8 @@ def test_a_hooked_gate_sees_every_training_pass(hook):
 def test_flex_attention_equals_reference_without_gradients(gate):
     torch.manual_seed(2)
     C, nh, T = 24, 3, 19
-    reference = CausalSelfAttention(
-        C, nh, 0.0, True, build_gate(gate, C, nh, tau_init=0.2, alpha_init=3.0), "reference"
-    )
-    flex = CausalSelfAttention(C, nh, 0.0, True, build_gate(gate, C, nh), "flex")
+    reference = attention(C, nh, build_gate(gate, C, nh, tau_init=0.2, alpha_init=3.0), "reference")
+    flex = attention(C, nh, build_gate(gate, C, nh), "flex")
     flex.load_state_dict(reference.state_dict())
     x = torch.randn(2, T, C)
     with torch.no_grad(), warnings.catch_warnings():
@@ -186,7 +183,7 @@ def test_flex_model_equals_reference_model_without_gradients():
 def test_flex_training_on_cpu_is_refused_naming_fused():
     with pytest.raises(ValueError, match=r"model.attention=flex needs a CUDA device.*model.attention=fused"):
         CharLM(TINY_VOCAB, **TINY_MODEL, attention="flex")
-    layer = CausalSelfAttention(16, 2, 0.0, True, build_gate("linear", 16, 2), "flex")
+    layer = attention(16, 2, build_gate("linear", 16, 2), "flex")
     with pytest.raises(ValueError, match=r"trains only on CUDA.*model.attention=fused"):
         layer(torch.randn(1, 4, 16))  # with gradients: refused before torch's own error
 
@@ -220,10 +217,10 @@ def test_compiled_training_step_equals_eager(compiled_and_eager):
 @pytest.mark.parametrize("width", [1, 8])
 def test_compiled_gated_layer_equals_eager_at_both_widths(width):
     """Compiled, a gated layer concatenates q', k', v' (`_gated_compiled`); eager, it writes log g into
-    its padded matmul's buffer (`_GatedQKV`). Stated tolerance (fp32): 1e-5 absolute and relative."""
+    its padded matmul's buffer (`GatedQKV`). Stated tolerance (fp32): 1e-5 absolute and relative."""
     torch.manual_seed(0)
     C, nh = TINY_MODEL["n_embd"], TINY_MODEL["n_head"]
-    layer = CausalSelfAttention(C, nh, 0.0, True, build_gate("linear", C, nh, tau_init=0.3, alpha_init=2.0))
+    layer = attention(C, nh, build_gate("linear", C, nh, tau_init=0.3, alpha_init=2.0))
     layer.pad_width = width
     x = torch.randn(3, TINY_MODEL["block_size"], C)
     runs = []

@@ -109,7 +109,7 @@ class EntryPointGate:
         except Exception as err:  # the package's own code: anything can go wrong in it
             raise GateError(
                 f"Gate {self.name!r} is an entry point of the package {self.package} ({self.value}), but importing "
-                f"it failed: {_describe(err)}. Fix or reinstall {self.package}, or uninstall it."
+                f"it failed: {describe_error(err)}. Fix or reinstall {self.package}, or uninstall it."
             ) from err
         cls = _require_gate_class(obj, f"Entry point {self.name!r} of the package {self.package} ({self.value})")
         register_gate(self.name)(cls)
@@ -144,7 +144,7 @@ def entry_point_gates() -> dict[str, EntryPointGate]:
 # ----------------------------------------------------------------------------- import paths
 
 
-def _describe(err: BaseException) -> str:
+def describe_error(err: BaseException) -> str:
     """``SyntaxError: invalid syntax (my_gates.py, line 3)``: the error and where it was raised, in one line."""
     if isinstance(err, SyntaxError):
         return f"{type(err).__name__}: {err.msg} ({err.filename}, line {err.lineno})"
@@ -172,7 +172,7 @@ def _import_path(path: str) -> type[AnyGate]:
     except ModuleNotFoundError as err:
         if err.name is None or not (module_name == err.name or module_name.startswith(err.name + ".")):
             raise GateError(
-                f"Gate {path!r}: importing {module_name} failed: {_describe(err)}. "
+                f"Gate {path!r}: importing {module_name} failed: {describe_error(err)}. "
                 "Install the missing module, or fix the import."
             ) from err
         raise GateError(
@@ -183,7 +183,7 @@ def _import_path(path: str) -> type[AnyGate]:
         ) from err
     except Exception as err:  # the user's module raised while being imported
         raise GateError(
-            f"Gate {path!r}: importing {module_name} failed: {_describe(err)}. Fix the module and run again."
+            f"Gate {path!r}: importing {module_name} failed: {describe_error(err)}. Fix the module and run again."
         ) from err
     if not hasattr(module, attr):
         found = sorted(

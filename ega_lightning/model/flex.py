@@ -1,4 +1,4 @@
-"""FlexAttention paths of the attention layer: the gate as a ``score_mod``, no padded channel.
+"""The flex path (`FlexAttention`): the key gate as a FlexAttention ``score_mod``, no padded channel.
 
 The same attention as `attention.gated_attention_reference` (an energy gate: softmax_j(q_i.k_j / sqrt(hs) +
 log g_j)) and `attention.biased_attention_reference` (a key bias: + b_j - b_i), over a causal block mask; a
@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from ega_lightning.model.fused import LOG_GATE_FLOOR
+from ega_lightning.model import fused
+from ega_lightning.model.fused import LOG_GATE_FLOOR, FusedAttention, channel_floor, per_key_bias
 
 
 def has_flex_attention() -> bool:
@@ -109,3 +110,20 @@ def flex_biased_attention(
 
     block_mask = _causal_block_mask(T, q.device)
     return flex_attention(q, k, v, score_mod=add_relative_bias, block_mask=block_mask, scale=1.0 / math.sqrt(hs))
+
+
+class FlexAttention(FusedAttention):
+    """`CausalSelfAttention`'s attention with the key gate's bias as FlexAttention's ``score_mod``: b_j where
+    `fused.rides_channel` says channel, b_j - b_i where it says relative; without a key gate, the fused path."""
+
+    impl = "flex"
+
+    def attend(self, x: torch.Tensor, dropout_p: float) -> torch.Tensor:
+        if self.gate is None:
+            return super().attend(x, dropout_p)
+        q, k, v = self.heads(x)  # (B, nh, T, hs)
+        if fused.rides_channel(self.gate, x):
+            y = flex_gated_attention(q, k, v, per_key_bias(self.gate, x), dropout_p, channel_floor(self.gate))
+        else:
+            y = flex_biased_attention(q, k, v, self.gate(x), dropout_p)
+        return self.project(y, x)

@@ -1,14 +1,17 @@
-"""The padded ("fused") layout: a per-key bias in one extra query/key channel, on the fused kernel.
+"""The fused path (`FusedAttention`, the default): the reference's attention on the fused causal SDPA kernel,
+with a per-key bias in one extra query/key channel (the padded layout).
 
 The identity a'_ij = softmax_j(q_i.k_j / sqrt(hs) + log g_j) (EGA_SPEC.md section 2) lets the gate ride
 in the Q/K/V themselves: q' = [q, 1], k' = [k, log g sqrt(hs)], v' = [v, 0], padded to a head size the
 kernel likes (`pad_width`), so attention stays on the fused causal SDPA kernel. The extra channels come
 out of the Q/K/V matmul itself (`padded_qkv_weights`; in training `GatedQKV`, which saves the copies
 autograd's graph would make); c_proj takes y' = [y, 0] through zero columns (`padded_proj_weight`).
-`attention.CausalSelfAttention._gated_qkv` runs it; the tests hold it to the reference formula.
+`FusedAttention` runs it in training and evaluation, `cache.cached_attention` in generation; the tests
+hold both to the reference formula (`attention.CausalSelfAttention`).
 
 Any key bias b_j can ride the channel the same way (softmax_j(s_ij + b_j) = softmax_j(s_ij + b_j - b_i)),
-where the channel's dtype keeps b_j: `rides_channel` is the one rule of which bias does.
+where the channel's dtype keeps b_j: `rides_channel` is the one rule of which bias does; the others take
+the relative (t, T) mask b_j - b_i.
 """
 
 from __future__ import annotations
@@ -22,8 +25,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from ega_lightning.gates import Gate, KeyBias
+from ega_lightning.gates import Gate, KeyBias, relative_bias
 from ega_lightning.gates.base import recompute_grads
+from ega_lightning.model.attention import CausalSelfAttention
+from ega_lightning.model.torch_private import has_hooks
 
 # exp(-30) ~ 1e-13: a key gated that far down is already gone, and bf16 keeps the
 # clamped value to within its usual relative precision.
@@ -209,3 +214,168 @@ class GatedQKV(torch.autograd.Function):
             bias_grad = grad.sum(0).view(3, nh, d)[..., :hs].flatten()
         matmul = zip((x_grad, weight_grad, bias_grad, projection_grad), ctx.dtypes, strict=True)
         return *(g if g is None else g.to(t) for g, t in matmul), None, None, None, source_grad, *param_grads
+
+
+# ------------------------------------------------------------------------------------------------
+# The layer's parts on the padded layout, shared by `FusedAttention` and cached generation (`cache`)
+
+
+def channel_floor(gate: KeyBias) -> float | None:
+    """The least value of the padded channel: an energy gate's log g is clamped (`LOG_GATE_FLOOR`), another
+    key bias's b goes in as it is."""
+    return LOG_GATE_FLOOR if isinstance(gate, Gate) else None
+
+
+def per_key_bias(gate: KeyBias, x: torch.Tensor) -> torch.Tensor:
+    """The key gate's per-key bias (B, nh, T) in fp32, for the padded channel: log g, or a key bias's b (which
+    may be (1, nh, T)) expanded to the batch."""
+    b = gate(x)
+    return b if isinstance(gate, Gate) else b.expand(x.shape[0], -1, -1)
+
+
+def folded_projection(gate: KeyBias, n_head: int, x: torch.Tensor) -> torch.Tensor | None:
+    """An energy gate's projection weight (nh, C) if the Q/K/V matmul computes it (folds it), else None."""
+    projection = gate.input_projection() if isinstance(gate, Gate) else None
+    # under autocast the gate keeps its own fp32 projection, so its energy stays exact
+    if projection is None or projection.out_features != n_head or torch.is_autocast_enabled(x.device.type):
+        return None
+    return projection.weight
+
+
+def write_key_channel(
+    qkv: torch.Tensor,
+    layout: tuple[int, int, int, int],
+    floor: float | None,
+    folded: bool,
+    log_gate: Callable[[torch.Tensor | None], torch.Tensor],
+) -> tuple[torch.Tensor, ...]:
+    """q', k', v' (B, nh, T, d), views of the padded Q/K/V buffer ``qkv`` (B, T, 3 nh d) with k's extra channel
+    overwritten by ``log_gate(projection)`` (B, nh, T) (log g, or a key bias's b): ``projection`` (B, T, nh) is
+    what the matmul wrote into that channel, the gate's energy projection, when it is ``folded``; else None."""
+    channel = key_channel_of(qkv, layout)  # (B, T, nh)
+    projection = channel.clone() if folded else None  # copied: log g overwrites the channel below
+    channel.copy_(key_channel(log_gate(projection), layout[2], qkv.dtype, floor))
+    return tuple(qkv_heads(qkv, layout).unbind(0))
+
+
+def project_padded(y: torch.Tensor, c_proj: nn.Linear, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """c_proj of y' = [y, 0] (B, nh, T, d) -> (B, T, C): v's extra channel is 0, so y's is too.
+
+    Slicing y back to hs channels would copy it (and keep the copy for backward); instead c_proj's weight
+    gets a zero column per extra channel (``weight``, when built already: generation builds it once).
+    """
+    B, nh, T, d = y.shape
+    weight = padded_proj_weight(c_proj.weight, nh, d) if weight is None else weight
+    return F.linear(y.transpose(1, 2).reshape(B, T, nh * d), weight, c_proj.bias)
+
+
+def refuse_dropout_first(layer: CausalSelfAttention, dropout_p: float, path: str) -> None:
+    """The author's order (dropout before the gate) with dropout in training, on a path that never
+    materialises the weights dropout acts on; with no dropout both orders are one formula, computed here."""
+    if layer.cfg.dropout_before_gate and dropout_p > 0:
+        raise ValueError(
+            f"dropout_before_gate with attention dropout {dropout_p} trains on attention=reference only: "
+            f"the {path} path never materialises the weights that dropout acts on."
+        )
+
+
+class FusedAttention(CausalSelfAttention):
+    """`CausalSelfAttention`'s attention on the fused causal SDPA kernel: a key gate's bias in the padded
+    channel or as the relative mask, as `rides_channel` says (the one rule)."""
+
+    impl = "fused"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: the LayerNorm-ed hidden state (B, T, C) -> (B, T, C)."""
+        dropout_p = self.dropout if self.training else 0.0
+        refuse_dropout_first(self, dropout_p, self.impl)
+        return self.resid_dropout(self.attend(x, dropout_p))
+
+    def attend(self, x: torch.Tensor, dropout_p: float) -> torch.Tensor:
+        """What `forward` computes before the residual dropout (B, T, C), by the form of the key gate."""
+        if self.gate is None:
+            q, k, v = self.heads(x)  # (B, nh, T, hs)
+            return self.project(self.causal(q, k, v, dropout_p), x)
+        if not rides_channel(self.gate, x):
+            return self.project(self._key_biased(x, dropout_p), x)
+        if torch.compiler.is_compiling():
+            return self._gated_compiled(x, dropout_p)
+        q, k, v = self._gated_qkv(x)  # 3 x (B, nh, T, hs + width)
+        y = self.causal(q, k, v, dropout_p)
+        if self.output_gate is not None:  # the gate's factor is per true channel: y back to hs of them
+            return self.project(y[..., : self.n_embd // self.n_head], x)
+        return project_padded(y, self.c_proj)
+
+    def causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
+        """Causal SDPA of (B, nh, T, d) q, k, v, scaled by the true head size."""
+        scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+
+    def _key_biased(self, x: torch.Tensor, dropout_p: float) -> torch.Tensor:
+        """Attention (B, nh, T, hs) with a key bias's relative term b_j - b_i (see `gates.slots`) in fp32,
+        where `rides_channel` keeps it out of the padded channel.
+
+        SDPA takes the (T, T) term as its additive mask, in the kernel's dtype: relative, the term is
+        0 on the diagonal and small near it, so bf16 keeps what matters of it.
+        """
+        q, k, v = self.heads(x)  # (B, nh, T, hs)
+        b = self.gate(x)  # (B or 1, nh, T), fp32
+        bias = relative_bias(b, b)  # (B or 1, nh, T, T), -inf above the diagonal
+        scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p, scale=scale)
+
+    def _gated_compiled(self, x: torch.Tensor, dropout_p: float) -> torch.Tensor:
+        """The padded layout as `torch.compile` traces it: q', k', v' concatenated from q, k, v and the
+        gate's channel, y sliced back to hs channels for c_proj.
+
+        Eager, the padded matmul and its in-place write of log g save copies; traced, the compiler turns
+        that write into a copy of the whole Q/K/V buffer (forward and backward) and cannot fuse it, while
+        it fuses these concatenations and the slice into its own kernels (`ega bench --compile`).
+        """
+        B, T, C = x.shape
+        nh, hs = self.n_head, C // self.n_head
+        width = self.pad_width or pad_width(x.device)
+        q, k, v = self.heads(x)  # (B, nh, T, hs)
+        channel = key_channel(per_key_bias(self.gate, x), hs, q.dtype, channel_floor(self.gate))  # (B, T, nh)
+        channel = channel.transpose(1, 2)[..., None]  # (B, nh, T, 1)
+        zeros = channel.new_zeros(B, nh, T, width - 1)
+        q = torch.cat([q, torch.ones_like(channel), zeros], dim=-1)  # (B, nh, T, hs + width)
+        k = torch.cat([k, channel, zeros], dim=-1)
+        v = torch.cat([v, channel.new_zeros(B, nh, T, width)], dim=-1)
+        y = self.causal(q, k, v, dropout_p)[..., :hs]  # (B, nh, T, hs)
+        return self.project(y, x)
+
+    def _gated_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """q' = [q, 1], k' = [k, b sqrt(hs)], v' = [v, 0], each (B, nh, T, hs + width), from one matmul; b is
+        the key gate's bias (an energy gate's log g).
+
+        The Q/K/V weight gets `width` extra output rows per head (zero weights; bias 1 for q's,
+        0 for k's and v's), so the padded buffer comes straight out of the matmul, with no copy
+        forward or backward. k's extra row carries the gate's energy projection when the gate
+        has a foldable one (EGA-1), which the gate reads before its log g overwrites that channel.
+        """
+        B, T, C = x.shape
+        nh, hs = self.n_head, C // self.n_head
+        layout = (T, nh, hs, hs + (self.pad_width or pad_width(x.device)))
+        projection = folded_projection(self.gate, nh, x)  # (nh, C) or None
+        floor = channel_floor(self.gate)
+        # `GatedQKV` calls the gate's arithmetic, not the module, when it folds: a gate with hooks (the
+        # gate callbacks' probes) takes the plain path, so that its hooks see every call
+        hooked = projection is not None and has_hooks(self.gate)
+        if COPY_FREE_WRITE and torch.is_grad_enabled() and not hooked:
+            if projection is not None:  # the gate reads its projection from the channel that its log g overwrites
+                log_gate, source = self.gate.log_gate_from_projection, None
+            else:
+                log_gate, source = _identity, per_key_bias(self.gate, x)
+            weight, bias = self.c_attn.weight, self.c_attn.bias
+            params = self.gate.parameters()
+            x = x.reshape(B * T, C)
+            return GatedQKV.apply(x, weight, bias, projection, layout, floor, log_gate, source, *params)
+        qkv = F.linear(x, *padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout))
+        if isinstance(self.gate, Gate):
+            return write_key_channel(qkv, layout, floor, projection is not None, lambda p: self.gate(x, p))
+        return write_key_channel(qkv, layout, floor, False, lambda _: per_key_bias(self.gate, x))
+
+
+def _identity(t: torch.Tensor) -> torch.Tensor:
+    return t

@@ -3,34 +3,42 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from ega_lightning.gates import NO_GATE, SLOTS, Gate, GateError, KeyBias, OutputGate, ResolvedGate, resolve_gate
-from ega_lightning.gates.registry import _describe, is_builtin
+from ega_lightning.gates import SLOTS, Gate, GateError, KeyBias, OutputGate, ResolvedGate, resolve_gate
+from ega_lightning.gates.registry import describe_error, is_builtin
+from ega_lightning.model import flex
 from ega_lightning.model.attention import CausalSelfAttention
-from ega_lightning.model.cache import LayerCache
+from ega_lightning.model.cache import LayerCache, cached_attention
+from ega_lightning.model.config import POSITIONS, GPTConfig
+from ega_lightning.model.flex import FlexAttention
+from ega_lightning.model.fused import FusedAttention
+
+# The attention layer of each ``model.attention``, chosen once when the model is built: the same attention,
+# computed by the formula (the reference) or faster; tests/test_model.py and friends hold each to the reference.
+ATTENTION: dict[str, type[CausalSelfAttention]] = {
+    "fused": FusedAttention,
+    "reference": CausalSelfAttention,
+    "flex": FlexAttention,
+}
+ATTENTION_IMPLS = tuple(ATTENTION)
 
 
-@dataclass
-class GPTConfig:
-    vocab_size: int
-    block_size: int = 128
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
-    dropout: float = 0.0
-    bias: bool = True
-    gate: str | type[KeyBias] = "none"  # a name or import path (see gates.registry), or a KeyBias subclass
-    gate_options: dict[str, Any] = field(default_factory=dict)  # passed to the gate's __init__
-    attention: str = "fused"
-    output_gate: str | type[OutputGate] = NO_GATE  # the output gate's slot (see gates.slots)
-    qkv_bias: bool | None = None  # the Q/K/V projection's bias; None: as `bias` (False: the author's)
-    scale_residual_init: bool = True  # c_proj's init std 0.02 / sqrt(2 n_layer); False: 0.02 (the author's)
-    dropout_before_gate: bool = False  # attention dropout, then the energy gate and renormalise (the author's)
+def attention_layer(
+    cfg: GPTConfig, gate: KeyBias | None = None, output_gate: OutputGate | None = None
+) -> CausalSelfAttention:
+    """One attention layer of the model ``cfg`` describes, on the path ``cfg.attention`` names."""
+    if cfg.attention not in ATTENTION:
+        raise ValueError(f"Unknown attention implementation {cfg.attention!r}; choose one of {ATTENTION_IMPLS}.")
+    return ATTENTION[cfg.attention](cfg, gate, output_gate)
+
+
+def available_attention_impls() -> tuple[str, ...]:
+    """The ATTENTION_IMPLS this torch can run: without FlexAttention, all but ``flex``."""
+    return tuple(impl for impl in ATTENTION_IMPLS if impl != "flex" or flex.has_flex_attention())
 
 
 class MLP(nn.Module):
@@ -63,7 +71,8 @@ def resolve_gates(cfg: GPTConfig) -> dict[str, ResolvedGate]:
 
 def _user_gate_failed(gate: ResolvedGate, what: str, err: Exception) -> GateError:
     return GateError(
-        f"Gate {gate.name!r}: {what} raised {_describe(err)}. Fix the gate; `ega check-gate {gate.name}` checks it."
+        f"Gate {gate.name!r}: {what} raised {describe_error(err)}. "
+        f"Fix the gate; `ega check-gate {gate.name}` checks it."
     )
 
 
@@ -154,22 +163,14 @@ class Block(nn.Module):
         super().__init__()
         gate, output_gate = _build_gate(cfg, gates, "gate"), _build_gate(cfg, gates, "output_gate")
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.attn = CausalSelfAttention(
-            cfg.n_embd,
-            cfg.n_head,
-            cfg.dropout,
-            cfg.bias,
-            gate,
-            cfg.attention,
-            output_gate=output_gate,
-            qkv_bias=cfg.qkv_bias,
-            dropout_before_gate=cfg.dropout_before_gate,
-        )
+        self.attn = attention_layer(cfg, gate, output_gate)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), cache)
+        """x (B, T, C) -> (B, T, C); with a `cache`, x holds the positions that follow the cached ones."""
+        h = self.ln_1(x)
+        x = x + (self.attn(h) if cache is None else cached_attention(self.attn, h, cache))
         return x + self.mlp(self.ln_2(x))
 
 
@@ -180,6 +181,8 @@ class GPT(nn.Module):
         super().__init__()
         if cfg.n_embd % cfg.n_head != 0:
             raise ValueError(f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head}).")
+        if cfg.position not in POSITIONS:
+            raise ValueError(f"Unknown position encoding {cfg.position!r}; choose one of {POSITIONS}.")
         self.cfg = cfg
         self.resolved_gates = resolve_gates(cfg) if gates is None else gates
         init_seed = int(torch.randint(2**62, ()).item())  # drawn before any module consumes the RNG
