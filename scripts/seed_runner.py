@@ -1,21 +1,24 @@
-"""Run a registered study seed by seed, each seed's runs back to back in one sitting on one machine.
+"""Run a registered study seed by seed, each seed's runs back to back on one CPU model.
 
-A study's verdicts pair the runs of one seed, and rounding differs between CPUs, so every run of a seed must run
-on one machine, one after another (nothing else of the study beside it). This runner takes the seeds in order;
-for each it runs every run of that seed in the spec (`ega sweep SPEC --only <run>`, one at a time) and moves on
-only when all have a record. A seed that an earlier sitting left part-done (some records or run directories of
-it, not all records) is rerun whole: its records and run directories are removed first, so no seed's pairs
-straddle two sittings, let alone two CPU kinds. Records land in ``--records_dir`` (outside the checkout: they
-are committed from there, one seed at a time, after the seed is done); each seed's CPU is written beside them
-(``<records_dir>/seed<N>.cpu``). With ``--whole_split``, once a seed's runs are done each run's final checkpoint is
-also evaluated over the whole validation split (`ega validate`, the default evaluation), into
-``<records_dir>/whole_split/<run>.json``: for a study whose recorded val/loss is another estimate (the author's
-50 random batches), the number it is read beside.
+A study's verdicts pair the runs of one seed, and rounding differs between CPUs, so every run of a seed must run on
+one machine, one after another (nothing else of the study beside it). This runner takes the seeds in order; for each
+it runs every run of that seed in the spec (`ega sweep SPEC --only <run>`, one at a time) and moves on only when all
+are finished. A seed's runs stay on one CPU model (configs/protocol.yaml, the amendment of issue 50): a seed an
+earlier sitting left part-done on this CPU model continues (its finished runs stand, `ega sweep` resumes an
+interrupted run from its last checkpoint, bit for bit), and only a seed taken up on another CPU model is rerun
+whole, its records and run directories removed first, so no seed's pairs straddle two CPU kinds. Records land in
+``--records_dir`` (outside the checkout: they are committed from there, one seed at a time, after the seed is done);
+each seed's CPU is written beside them (``<records_dir>/seed<N>.cpu``). With ``--whole_split``, once a seed's runs
+are done each run's final checkpoint is also evaluated over the whole validation split (`ega validate`, the default
+evaluation), into ``<records_dir>/whole_split/<run>.json``: for a study whose recorded val/loss is another estimate
+(the author's 50 random batches), the number it is read beside.
 
-Pause it while a benchmark times (``kill -STOP <pid>`` on its process group, ``kill -CONT`` after); stop it with
-SIGTERM (the run in progress stops at its next step; the seed is then rerun whole at the next sitting). Beside
-other work on a 2-core machine, give it the higher priority from the start (a run's two compute threads wait for
-each other: one starved thread stalls both, ~4.5 s a step instead of ~0.5 s beside two test workers on an AMD
+A run the sweep could not record (its record is written from the run directory later, e.g. by `ega report`, which
+writes a finished run's record) is finished all the same: a seed is done when each run has a record or a finished
+run directory (a DONE file). Pause it while a benchmark times (``kill -STOP <pid>`` on its process group, ``kill
+-CONT`` after); stop it with SIGTERM (the run in progress stops at its next step and resumes at the next sitting).
+Beside other work on a 2-core machine, give it the higher priority from the start (a run's two compute threads wait
+for each other: one starved thread stalls both, ~4.5 s a step instead of ~0.5 s beside two test workers on an AMD
 EPYC). Where the kernel groups processes by session (/proc/sys/kernel/sched_autogroup_enabled is 1), nice weighs
 processes only within one session: set the runner's session weight too, ``echo -10 > /proc/<pid>/autogroup``
 (0.4 s a step beside two helpers' tests instead of 4 s). `renice` of a running process changes only the thread it
@@ -39,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ega_lightning.experiments.rundirs import read_scalars  # noqa: E402
-from ega_lightning.experiments.spec import collect_runs, load_spec  # noqa: E402
+from ega_lightning.experiments.spec import DONE_FILE, Run, collect_runs, load_spec  # noqa: E402
 
 
 def cpu() -> str:
@@ -88,14 +91,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"seed {seed}: the spec has no run of it", file=sys.stderr)
             return 2
         records = [args.records_dir / f"{r.run_name}.json" for r in mine]
-        if not all(p.is_file() for p in records):
-            for r, p in zip(mine, records, strict=True):  # part-done by another sitting: the seed starts over
-                if p.is_file() or (args.runs_dir / r.run_name).exists():
-                    print(f"seed {seed}: removing {r.run_name}'s record and run directory (the seed reruns whole)")
-                    p.unlink(missing_ok=True)
-                    shutil.rmtree(args.runs_dir / r.run_name, ignore_errors=True)
-            (args.records_dir / f"seed{seed}.cpu").write_text(cpu() + "\n")
-            for r in mine:
+
+        def finished(r: Run, record: Path) -> bool:
+            return record.is_file() or (args.runs_dir / r.run_name / DONE_FILE).is_file()
+
+        if not all(finished(r, p) for r, p in zip(mine, records, strict=True)):
+            cpu_file = args.records_dir / f"seed{seed}.cpu"
+            started_on = cpu_file.read_text().strip() if cpu_file.is_file() else None
+            if started_on is not None and started_on != cpu():  # a seed's pairs on one CPU model: start over
+                for r, p in zip(mine, records, strict=True):
+                    if p.is_file() or (args.runs_dir / r.run_name).exists():
+                        print(f"seed {seed}: began on {started_on}, this is {cpu()}: removing {r.run_name}'s runs")
+                        p.unlink(missing_ok=True)
+                        shutil.rmtree(args.runs_dir / r.run_name, ignore_errors=True)
+            cpu_file.write_text(cpu() + "\n")
+            for r, p in zip(mine, records, strict=True):
+                if finished(r, p):
+                    continue
                 start = time.monotonic()
                 command = ["ega", "sweep", str(args.spec), "--only", r.run_name]
                 command += ["--records_dir", str(args.records_dir), "--runs_dir", str(args.runs_dir)]
@@ -104,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"seed {seed}: {r.run_name} exited {done.returncode} after {took:.0f} s", flush=True)
                 if done.returncode != 0:
                     return done.returncode
+                if not finished(r, p):  # the sweep exits 0 for a run it skips: nothing finished is nothing done
+                    print(f"seed {seed}: {r.run_name} has neither a record nor a finished run directory", flush=True)
+                    return 1
         for r in mine if args.whole_split else []:
             out = args.records_dir / "whole_split" / f"{r.run_name}.json"
             if not out.is_file() and (status := whole_split(r.run_name, args.runs_dir, out)) != 0:
