@@ -26,12 +26,17 @@ names: renice every /proc/<pid>/task/*.
 
     nice -n -10 python scripts/seed_runner.py configs/sweeps/author.yaml --seeds 1 2 3 4 5 \\
         --records_dir ../study-records --runs_dir ../study-runs --whole_split
+
+``--checkout`` names another checkout whose code trains (by default this one): a clean worktree at the study's
+commit (`git worktree add --detach ../study <commit>`), so that work in this one neither marks the runs as run from
+a modified tree nor changes their code midway; its package comes first on the runs' PYTHONPATH.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -52,12 +57,18 @@ def cpu() -> str:
     return "unknown"
 
 
-def whole_split(run_name: str, runs_dir: Path, out: Path) -> int:
+def env_of(checkout: Path) -> dict[str, str]:
+    """The environment of a run: ``checkout``'s package first on the path."""
+    path = os.pathsep.join(p for p in (str(checkout.resolve()), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def whole_split(run_name: str, runs_dir: Path, out: Path, checkout: Path) -> int:
     """The run's final checkpoint over the whole validation split, written to ``out`` (a JSON): `ega validate`
     logs into ``<run>/validate``, whose event file keeps the loss at full precision."""
     checkpoint = runs_dir / run_name / "checkpoints" / "last.ckpt"
     command = ["ega", "validate", "--ckpt_path", str(checkpoint), "--trainer.enable_progress_bar=false"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=checkout, env=env_of(checkout), capture_output=True, text=True)
     if done.returncode != 0:
         print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
         return done.returncode
@@ -81,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", required=True)
     parser.add_argument("--records_dir", type=Path, required=True)
     parser.add_argument("--runs_dir", type=Path, required=True)
+    parser.add_argument("--checkout", type=Path, default=REPO, help="the checkout whose code trains (default: this)")
     parser.add_argument("--whole_split", action="store_true", help="evaluate each final checkpoint on the whole split")
     args = parser.parse_args(argv)
     runs = collect_runs([load_spec(args.spec)])
@@ -111,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 start = time.monotonic()
                 command = ["ega", "sweep", str(args.spec), "--only", r.run_name]
                 command += ["--records_dir", str(args.records_dir), "--runs_dir", str(args.runs_dir)]
-                done = subprocess.run(command, cwd=REPO)
+                done = subprocess.run(command, cwd=args.checkout, env=env_of(args.checkout))
                 took = time.monotonic() - start
                 print(f"seed {seed}: {r.run_name} exited {done.returncode} after {took:.0f} s", flush=True)
                 if done.returncode != 0:
@@ -121,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
         for r in mine if args.whole_split else []:
             out = args.records_dir / "whole_split" / f"{r.run_name}.json"
-            if not out.is_file() and (status := whole_split(r.run_name, args.runs_dir, out)) != 0:
+            if not out.is_file() and (status := whole_split(r.run_name, args.runs_dir, out, args.checkout)) != 0:
                 return status
         print(f"seed {seed}: done ({len(mine)} records)", flush=True)
     return 0
