@@ -18,6 +18,7 @@ from ega_lightning.commands.lightning_cli import EgaCLI
 from ega_lightning.conformance import check_gate
 from ega_lightning.data.datamodule import RandomEvalBatches
 from ega_lightning.errors import UserError
+from ega_lightning.experiments.records import parameter_counts
 from ega_lightning.gates import build_gate, gate_params_per_layer
 from ega_lightning.generation import check_causal
 from ega_lightning.model.attention import dropout_first_attention_reference, gated_attention_reference
@@ -286,6 +287,16 @@ def test_params_per_layer_is_the_authors_count(K):
     counted = sum(p.numel() for p in build_gate("author", 256, 8, scales=K).parameters())
     assert counted == 8 * K * 260
     assert gate_params_per_layer("author", 256, 8) * 6 == 12_480  # the paper's "12,480 extra parameters"
+
+
+@pytest.mark.parametrize("K", [1, 4])
+def test_a_record_counts_the_author_gates_parameters_in_its_attention_order(K):
+    """A record's gate_params is the model's less the same model with no gate; the author's order (dropout first)
+    needs a gate, so the gate-less one has plain attention (the sweep once failed to record these runs)."""
+    hparams = {"vocab": TINY_VOCAB, **TINY_MODEL, "gate": "author", "gate_options": {"scales": K}}
+    counts = parameter_counts({**hparams, "dropout_before_gate": True})
+    assert counts == parameter_counts(hparams)
+    assert counts["gate_params"] == TINY_MODEL["n_layer"] * NH * K * (C + 1 + 3)
 
 
 def test_the_author_gate_refuses_a_mixture_it_does_not_have():

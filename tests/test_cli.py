@@ -164,7 +164,7 @@ def test_print_config_shows_composed_values(tmp_path):
 def test_unknown_gate_on_the_command_line_lists_registered(tmp_path):
     result = run_ega([*fit_args("ptb", "none", "x"), "--model.gate=wavelet"], cwd=tmp_path)
     assert result.returncode != 0
-    assert "Unknown gate 'wavelet'. Registered gates: none, alibi, db2, db4, fox, linear" in result.stderr
+    assert "Unknown gate 'wavelet'. Registered gates: none, alibi, author, db2, db4, fox, linear" in result.stderr
 
 
 def test_generate_from_checkpoint_continues_the_prompt(trained_run):

@@ -133,7 +133,14 @@ def count_parameters(hparams: dict[str, Any]) -> tuple[int, int] | None:
 
         accepted = set(inspect.signature(CharLM.__init__).parameters) - {"self"}
         kwargs = {k: v for k, v in hparams.items() if k in accepted}  # hparams.yaml holds data keys too
-        without_gate = {**kwargs, "gate": "none", "gate_options": None, "output_gate": "none"}
+        # the author's attention order needs an energy gate: the gate-less model has plain attention
+        without_gate = {
+            **kwargs,
+            "gate": "none",
+            "gate_options": None,
+            "output_gate": "none",
+            "dropout_before_gate": False,
+        }
         _PARAM_COUNTS[key] = tuple(  # type: ignore[assignment]
             sum(p.numel() for p in CharLM(**kw).parameters()) for kw in (kwargs, without_gate)
         )
