@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from ega_lightning.experiments.studies.author import TITLE
-from ega_lightning.experiments.text import anchor
+from ega_lightning.experiments.text import anchor, seed_count
 
 # the claims of the paper the summary reads, each from the kinds of finding that measure the claim itself (the leak
 # audit, the tail identity and frozen tau are side analyses: their rows stay in the claims table)
@@ -56,7 +56,7 @@ def _at(f: dict[str, Any]) -> str:
     """Where it was measured, shortly: the corpus, the parameters of its regime and its seeds."""
     params = re.search(r"at ([0-9.–M]+) parameters", f["regime"] or "")
     d = f["corrected"] or f["ours"] or {}
-    seeds = f", {d['n']} seeds" if d.get("n") else ""
+    seeds = f", {seed_count(d['n'])}" if d.get("n") else ""
     return f"{CORPORA.get(f['corpus'], f['corpus'])} {params.group(1) if params else f['regime']}{seeds}"
 
 

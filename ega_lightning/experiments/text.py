@@ -40,10 +40,14 @@ def how(d: Difference | None) -> str:
     if d is None or d.low is None:
         return "one seed, no interval"
     if d.method == "paired":
-        return f"paired over {d.n} seed{'s' if d.n > 1 else ''}"
+        return f"paired over {seed_count(d.n)}"
     if d.method == "welch":
         return f"Welch, df {d.df:.1f}"
     return f"{d.n} seeds"
+
+
+def seed_count(n: int) -> str:
+    return f"{n} seed{'' if n == 1 else 's'}"
 
 
 def slug(text: str) -> str:

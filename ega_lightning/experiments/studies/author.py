@@ -26,7 +26,7 @@ from ega_lightning.experiments.findings import Finding, Where, code_of, judged, 
 from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.stats import Difference, bonferroni_level, compare, summarize, widen
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
-from ega_lightning.experiments.text import anchor, fmt_interval, fmt_summary, how, num
+from ega_lightning.experiments.text import anchor, fmt_interval, fmt_summary, how, interval_cell, num, seed_count
 
 GROUP = "author"  # the spec group (configs/sweeps/author.yaml) and the protocol's family
 TITLE = "What in the author's EGA makes its gain"
@@ -310,11 +310,11 @@ def _step_line(s: Step, f: Finding | None, seeds: Sequence[int]) -> str:
         f"{s.key}" + (" (= the sum of the four steps)" if s.key == "B − A" else ""),
         s.what,
         *(num(s.per_seed.get(seed), 4, True) for seed in seeds),
-        fmt_interval(s.diff),
-        fmt_interval(s.family),
+        interval_cell(s.diff),
+        interval_cell(s.family),
         label,
-        fmt_interval(s.whole),
-        fmt_interval(s.moved),
+        interval_cell(s.whole),
+        interval_cell(s.moved),
     ]
     return "| " + " | ".join(cells) + " |"
 
@@ -437,7 +437,7 @@ def figures(inputs: ReportInputs, data: list[Decomposition]) -> list[Figure]:
         level = bonferroni_level(len(STEPS), PROTOCOL.level)
         title = (
             f"The author's EGA-1 from their baseline A to B, step by step ({d.corpus}, {d.size}; "
-            f"{len(by_key['B − A'].seeds)} seeds, intervals at {100 * level:.2f}%)"
+            f"{seed_count(len(by_key['B − A'].seeds))}, intervals at {100 * level:.2f}%)"
         )
         fig = plots.waterfall_figure(steps, totals, PROTOCOL.margin("loss"), title)
         out.append(("the author's EGA-1's gain, step by step", f"{GROUP}-{d.corpus}-waterfall.png", fig))
