@@ -65,6 +65,8 @@ def test_welch_when_seeds_differ_and_no_interval_for_one_seed():
     assert d.estimate == pytest.approx(-1.0)
     assert d.high == pytest.approx(-1.0 + 2.776445 * math.sqrt(2 / 3), abs=1e-5)
     assert d.excludes_zero is False
+    same = stats.compare({1: 2.0, 2: 2.0}, {3: 1.5, 4: 1.5})  # no spread on either side: no width to give
+    assert (same.method, same.estimate, same.low, same.high) == ("welch", 0.5, 0.5, 0.5)
     single = stats.compare({1: 1.5}, {1: 1.4})
     assert single.method == "single" and single.low is None and single.excludes_zero is None
     assert single.estimate == pytest.approx(0.1)
