@@ -10,6 +10,7 @@ differences; only sides with no seed in common are compared by Welch's t.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -84,7 +85,12 @@ def mean_interval(values: Sequence[float], level: float = LEVEL, method: str = "
         return single
     from scipy import stats  # slow to import: only where an interval is computed
 
-    return _interval(replace(single, method=method), stats.ttest_1samp(values, 0.0), level)
+    # seeds that all give one value (a gate that changes nothing) are a zero-width interval, not a user's mistake:
+    # scipy's warning about their moments would be the report's only line on stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_1samp(values, 0.0)
+    return _interval(replace(single, method=method), result, level)
 
 
 def paired_difference(reference: Sequence[float], other: Sequence[float], level: float = LEVEL) -> Difference:
@@ -108,7 +114,10 @@ def welch_difference(reference: Sequence[float], other: Sequence[float], level: 
         return replace(d, low=d.estimate, high=d.estimate, df=float(a.n + b.n - 2), method="welch")
     from scipy import stats
 
-    return _interval(replace(d, method="welch"), stats.ttest_ind(reference, other, equal_var=False), level)
+    with warnings.catch_warnings():  # one side's seeds alike: as in mean_interval
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_ind(reference, other, equal_var=False)
+    return _interval(replace(d, method="welch"), result, level)
 
 
 def compare(reference: Mapping[int, float], other: Mapping[int, float], level: float = LEVEL) -> Difference:
