@@ -25,6 +25,13 @@ def test_median_interval_uses_the_binomial_order_statistics():
     assert coverage >= 0.95 > narrower
 
 
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_a_median_of_too_few_repetitions_for_any_95_interval_gets_min_and_max(n):
+    """Below 6 values even (min, max) covers less than 95% (2 / 2**n of the probability is outside it)."""
+    values = [float(v) for v in range(n, 0, -1)]
+    assert 2 / 2**n > 0.05 and median_interval(values) == (1.0, float(n))
+
+
 def test_overhead_split_adds_up_per_repetition():
     base, gated = [100.0, 110.0, 90.0], [110.0, 120.0, 99.0]
     plain, padded = [5.0, 5.5, 4.5], [5.5, 6.0, 5.0]

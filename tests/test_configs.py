@@ -1,13 +1,16 @@
 """Every shipped YAML parses and builds its model, in every composition the README and docs/configs.md offer."""
 
 import itertools
+import signal
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ega_lightning import CharDataModule, CharLM
+from ega_lightning import CharDataModule, CharLM, commands
 from ega_lightning.commands.lightning_cli import EgaCLI
+from ega_lightning.data.corpora import DATA_DIR_ENV
+from ega_lightning.experiments.spec import Run, collect_runs, fit_args, static_value
 from ega_lightning.experiments.sweep import load_spec
 from ega_lightning.runs import default_run_name
 
@@ -98,3 +101,41 @@ def test_the_gates_sweep_runs_every_registered_gate_of_both_slots_on_both_corpor
                 model = (yaml.safe_load((CONFIGS.parent / config).read_text()) or {}).get("model") or {}
                 trained |= {model.get("gate"), model.get("output_gate")} - {None}
         assert {"none", *registered_gates()} <= trained, corpus
+
+
+def distinct_configurations() -> list[Run]:
+    """One run of each configuration the shipped sweep specs train: runs that differ only in their seed (or name
+    or label) build the same model with the same recipe, data and evaluation."""
+    runs = collect_runs(load_spec(path, check_files=False) for path in SWEEPS)
+    return list({(r.configs, r.args): r for r in runs}.values())
+
+
+# one step of each: Lightning's fast_dev_run (one training batch, one evaluation batch, nothing written), at
+# two windows a batch, so that the paper's size costs seconds, not minutes; the model and recipe are the spec's
+ONE_STEP = ["--trainer.fast_dev_run=true", "--data.batch_size=2", "--data.eval_batch_size=2"]
+
+
+def one_step(run: Run) -> list[str]:
+    """ONE_STEP, and the run's own kind of evaluation made small: the generalization gap evaluates as many
+    training windows as the validation split has (fast_dev_run does not limit it), the whole split's at the
+    paper's size, so ours is cut to two windows and the author's random batches to one."""
+    if static_value(run, "data.random_eval_batches") is not None:
+        return [*ONE_STEP, "--data.random_eval_batches=1"]
+    return [*ONE_STEP, "--data.max_eval_windows=2"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", distinct_configurations(), ids=lambda r: f"{r.spec.stem}-{r.entry}")
+def test_every_configuration_of_the_shipped_sweeps_builds_and_takes_a_step(
+    run, tmp_path, monkeypatch, capsys, data_dir
+):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(DATA_DIR_ENV, str(data_dir))
+    # the CLI installs its own SIGINT and SIGUSR1 handlers; this worker's later tests must not inherit them
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGUSR1)}
+    try:
+        commands.main([*fit_args(run), *one_step(run), f"--runs_dir={tmp_path / 'runs'}"])
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+    assert "ega fit: fast_dev_run ran 1 training step" in capsys.readouterr().out

@@ -129,3 +129,14 @@ def test_offline_without_corpora_the_run_stops_before_the_first_test_with_one_pa
     assert "no network (mocked)" in line and "set EGA_DATA_DIR" in line
     assert "Traceback" not in out and "During handling" not in out
     assert not (tmp_path / "clone" / "data").exists()
+
+
+def test_a_clone_without_the_spec_beside_it_skips_the_specs_test_in_one_line(tmp_path, monkeypatch):
+    """tests/test_leaderboard.py compares the paper's figures with ../shared/EGA_SPEC.md: in a clone with no spec
+    beside it that test skips, saying which file it looked for, instead of failing."""
+    from . import test_leaderboard
+
+    monkeypatch.setattr(test_leaderboard, "REPO", tmp_path / "clone")
+    with pytest.raises(pytest.skip.Exception) as skipped:
+        test_leaderboard.test_the_papers_figures_are_the_specs()
+    assert str(skipped.value) == f"no {tmp_path / 'shared' / 'EGA_SPEC.md'} beside the checkout"

@@ -122,3 +122,14 @@ def test_the_pipeline_table_of_docs_cost_md_is_the_committed_bench():
         for row in bench["pipeline"]
     ]
     assert table == expected
+
+
+def test_the_readmes_first_test_command_is_the_fast_suite_and_ci_runs_both_halves():
+    """A contributor's command skips the slow tests; CI runs the README's commands, which together select every
+    test (a marker expression that left a test out of both would drop it from CI unseen)."""
+    tests = (REPO / "README.md").read_text().split("## Tests", 1)[1]
+    readme = [line.split("#", 1)[0].strip() for line in re.findall(r"^pytest .*$", tests, re.M)]
+    assert readme[0].endswith('-m "not slow"'), readme
+    ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines() if line.startswith("pytest")]
+    assert ci == readme
+    assert sorted(command.split(" -m ", 1)[1] for command in ci) == ['"not slow"', "slow"]

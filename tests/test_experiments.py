@@ -12,6 +12,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,14 @@ def test_welch_when_seeds_differ_and_no_interval_for_one_seed():
     assert d.estimate == pytest.approx(-1.0)
     assert d.high == pytest.approx(-1.0 + 2.776445 * math.sqrt(2 / 3), abs=1e-5)
     assert d.excludes_zero is False
+    same = stats.compare({1: 2.0, 2: 2.0}, {3: 1.5, 4: 1.5})  # no spread on either side: no width to give
+    with warnings.catch_warnings():  # seeds alike are a zero-width interval, said without scipy's warning
+        warnings.simplefilter("error")
+        alike = stats.compare({1: 1.7, 2: 1.8, 3: 1.9}, {1: 1.6, 2: 1.7, 3: 1.8})
+        one_side_alike = stats.compare({1: 1.7, 2: 1.7}, {3: 2.0, 4: 2.5})
+    assert alike.low == pytest.approx(0.1) and alike.high == pytest.approx(0.1)
+    assert one_side_alike.method == "welch" and one_side_alike.low < -0.55 < one_side_alike.high
+    assert (same.method, same.estimate, same.low, same.high) == ("welch", 0.5, 0.5, 0.5)
     single = stats.compare({1: 1.5}, {1: 1.4})
     assert single.method == "single" and single.low is None and single.excludes_zero is None
     assert single.estimate == pytest.approx(0.1)

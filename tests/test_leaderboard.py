@@ -64,7 +64,10 @@ def test_the_positive_control_needs_some_gate_wholly_above_half_the_papers_figur
 def test_the_papers_figures_are_the_specs():
     """Every figure of the paper the report tests is the one EGA_SPEC.md section 4 states (the spec beside the
     checkout), and the positive control's threshold is half of its TinyShakespeare improvement."""
-    spec = (REPO.parent / "shared" / "EGA_SPEC.md").read_text()
+    path = REPO.parent / "shared" / "EGA_SPEC.md"
+    if not path.is_file():  # a clone without ../shared: nothing to compare against, which is no failure
+        pytest.skip(f"no {path} beside the checkout")
+    spec = path.read_text()
     section = spec.split("## 4.", 1)[1].split("## 5.", 1)[0]
     for figure in (*paper.IMPROVEMENT.values(), paper.GAP["linear"], paper.GAP["none"], paper.TAU):
         assert f"{figure:g}" in section, figure

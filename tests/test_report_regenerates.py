@@ -36,3 +36,24 @@ def test_ega_report_under_the_narrowest_kernels_reproduces_the_committed_report_
             ["git", "-C", str(REPO), "show", f"HEAD:results/{name}"], capture_output=True, text=True, check=True
         ).stdout
         assert (clone / "results" / name).read_text() == committed, f"{name} differs from the committed one"
+
+
+def test_results_diff_lists_every_value_that_moved_and_by_how_much():
+    """scripts/results_diff.py, which issue 53's byte-for-byte check falls back on: a float moved in its last bit,
+    a flag that became the number 1, a key on one side only; and nothing for two equal files."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("results_diff", REPO / "scripts" / "results_diff.py")
+    assert spec is not None and spec.loader is not None
+    results_diff = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results_diff)
+    old = {"rows": [{"low": 0.1 + 0.2, "n": 3}], "holds": True, "gone": "x"}
+    new = {"rows": [{"low": 0.3, "n": 3}], "holds": 1}
+    assert results_diff.differences(old, new) == [
+        (".gone", "x", "<missing>"),
+        (".holds", True, 1),
+        (".rows[0].low", 0.1 + 0.2, 0.3),
+    ]
+    absolute, relative = results_diff.size(0.1 + 0.2, 0.3)
+    assert absolute == abs(0.1 + 0.2 - 0.3) > 0 and relative == absolute / (0.1 + 0.2)
+    assert results_diff.size(True, 1) is None and results_diff.differences(old, old) == []

@@ -10,8 +10,9 @@ differences; only sides with no seed in common are compared by Welch's t.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 LEVEL = 0.95
@@ -68,17 +69,28 @@ class Difference:
         return {**asdict(self), "excludes_zero": self.excludes_zero}
 
 
+def _interval(d: Difference, result: Any, level: float) -> Difference:
+    """``d`` with the ends of scipy's t-test ``result``'s interval at ``level``."""
+    ci = result.confidence_interval(level)
+    return replace(d, low=float(ci.low), high=float(ci.high), df=float(result.df))
+
+
 def mean_interval(values: Sequence[float], level: float = LEVEL, method: str = "mean") -> Difference:
-    """The one-sample Student-t interval of the mean of ``values``."""
+    """The one-sample Student-t interval of the mean of ``values`` (scipy's ``ttest_1samp``)."""
     s = summarize(values)
     if s.mean is None:
         raise ValueError("mean_interval needs at least one value.")
+    single = Difference(s.mean, None, None, s.n, None, "single", level)
     if s.n < 2 or s.std is None:
-        return Difference(s.mean, None, None, s.n, None, "single", level)
+        return single
     from scipy import stats  # slow to import: only where an interval is computed
 
-    half = float(stats.t.ppf(0.5 + level / 2.0, s.n - 1)) * s.std / math.sqrt(s.n)
-    return Difference(s.mean, s.mean - half, s.mean + half, s.n, float(s.n - 1), method, level)
+    # seeds that all give one value (a gate that changes nothing) are a zero-width interval, not a user's mistake:
+    # scipy's warning about their moments would be the report's only line on stderr
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_1samp(values, 0.0)
+    return _interval(replace(single, method=method), result, level)
 
 
 def paired_difference(reference: Sequence[float], other: Sequence[float], level: float = LEVEL) -> Difference:
@@ -91,22 +103,21 @@ def paired_difference(reference: Sequence[float], other: Sequence[float], level:
 
 
 def welch_difference(reference: Sequence[float], other: Sequence[float], level: float = LEVEL) -> Difference:
-    """Interval of mean(reference) - mean(other) for independent samples (Welch's t)."""
+    """Interval of mean(reference) - mean(other) for independent samples (scipy's Welch ``ttest_ind``)."""
     a, b = summarize(reference), summarize(other)
     if a.mean is None or b.mean is None:
         raise ValueError("welch_difference needs two non-empty samples.")
-    estimate = a.mean - b.mean
+    d = Difference(a.mean - b.mean, None, None, min(a.n, b.n), None, "single", level)
     if a.std is None or b.std is None:
-        return Difference(estimate, None, None, min(a.n, b.n), None, "single", level)
-    va, vb = a.std**2 / a.n, b.std**2 / b.n
-    se = math.sqrt(va + vb)
-    if se == 0.0:  # identical values on both sides: the interval collapses (df is then immaterial)
-        return Difference(estimate, estimate, estimate, min(a.n, b.n), float(a.n + b.n - 2), "welch", level)
-    df = (va + vb) ** 2 / (va**2 / (a.n - 1) + vb**2 / (b.n - 1))
+        return d
+    if a.std == b.std == 0.0:  # identical values on both sides: the interval collapses (df is then immaterial)
+        return replace(d, low=d.estimate, high=d.estimate, df=float(a.n + b.n - 2), method="welch")
     from scipy import stats
 
-    half = float(stats.t.ppf(0.5 + level / 2.0, df)) * se
-    return Difference(estimate, estimate - half, estimate + half, min(a.n, b.n), df, "welch", level)
+    with warnings.catch_warnings():  # one side's seeds alike: as in mean_interval
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_ind(reference, other, equal_var=False)
+    return _interval(replace(d, method="welch"), result, level)
 
 
 def compare(reference: Mapping[int, float], other: Mapping[int, float], level: float = LEVEL) -> Difference:
@@ -231,14 +242,11 @@ def pooled_std(intervals: Sequence[Difference | None]) -> tuple[float, int] | No
 
 
 def median_interval(values: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
-    """Distribution-free interval for the median: order statistics k and n + 1 - k (1-based), with the
-    largest k whose binomial tail stays within (1 - level) / 2; (min, max) when n is too small for one."""
-    x, n = sorted(values), len(values)
-    k, tail = 0, 0.0
-    while k < n // 2:
-        tail += math.comb(n, k) / 2**n  # P(Bin(n, 1/2) <= k)
-        if tail > (1 - level) / 2:
-            break
-        k += 1
-    k = max(k, 1)
-    return x[k - 1], x[n - k]
+    """Distribution-free interval for the median (scipy's ``quantile_test``: the order statistics whose binomial
+    tail stays within (1 - level) / 2); (min, max) when n is too small for one."""
+    from scipy import stats
+
+    ci = stats.quantile_test(values, p=0.5).confidence_interval(level)
+    if math.isnan(ci.low) or math.isnan(ci.high):
+        return min(values), max(values)
+    return float(ci.low), float(ci.high)

@@ -1,0 +1,40 @@
+"""The report layer's size, the count issue 53 takes before and after: `python scripts/report_lines.py [REF]`.
+
+The report layer is ega_lightning/experiments/ less the modules of the sweep and its records (sweep.py, spec.py,
+records.py, rundirs.py), counted as `wc -l` counts (newlines). REF: a git revision to count instead of the
+working tree (e.g. `ccdd867`).
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = "ega_lightning/experiments"
+NOT_REPORT = {"sweep.py", "spec.py", "records.py", "rundirs.py"}  # the sweep and its records
+
+
+def files(ref: str | None) -> dict[str, str]:
+    """Every .py file of experiments/ (path relative to it -> text), in the working tree or at ``ref``."""
+    if ref is None:
+        return {str(p.relative_to(ROOT / EXPERIMENTS)): p.read_text() for p in (ROOT / EXPERIMENTS).rglob("*.py")}
+    git = ["git", "-C", str(ROOT)]
+    names = subprocess.run([*git, "ls-tree", "-r", "--name-only", ref, EXPERIMENTS], capture_output=True, text=True)
+    paths = [p for p in names.stdout.split() if p.endswith(".py")]
+    show = [subprocess.run([*git, "show", f"{ref}:{p}"], capture_output=True, text=True).stdout for p in paths]
+    return {p.removeprefix(EXPERIMENTS + "/"): text for p, text in zip(paths, show, strict=True)}
+
+
+def main() -> None:
+    ref = sys.argv[1] if len(sys.argv) > 1 else None
+    lines = {path: text.count("\n") for path, text in files(ref).items()}
+    for path, n in sorted(lines.items(), key=lambda pn: pn[1]):
+        print(f"{n:6d} {path}{'  (not the report layer)' if path in NOT_REPORT else ''}")
+    everything = sum(lines.values())
+    report = sum(n for path, n in lines.items() if path not in NOT_REPORT)
+    print(f"{everything:6d} experiments/ in all ({ref or 'working tree'})")
+    print(f"{report:6d} the report layer (experiments/ less {', '.join(sorted(NOT_REPORT))})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""Every value two results.json files differ in, and by how much: `python scripts/results_diff.py OLD NEW`.
+
+Issue 53 asks for the report to stay byte-identical across a rewrite, and where floats move in their last bits
+(another library's arithmetic) for every differing number and its size: one line per differing leaf (its path,
+both values, the absolute and relative difference), then the count and the largest of each.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def differences(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
+    """(path, old, new) of every leaf where ``old`` and ``new`` differ; a key or list item on one side only is
+    a leaf whose other side is ``<missing>``."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            d
+            for key in sorted(set(old) | set(new))
+            for d in differences(old.get(key, "<missing>"), new.get(key, "<missing>"), f"{path}.{key}")
+        ]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in differences(a, b, f"{path}[{i}]")]
+    # bool is an int: True == 1 must not pass for no difference
+    same = old == new and type(old) is type(new)
+    return [] if same else [(path or ".", old, new)]
+
+
+def size(old: Any, new: Any) -> tuple[float, float] | None:
+    """(absolute, relative) difference of two numbers; None for anything else."""
+    numbers = (int, float)
+    if not (isinstance(old, numbers) and isinstance(new, numbers)) or isinstance(old, bool) or isinstance(new, bool):
+        return None
+    absolute = abs(old - new)
+    return absolute, absolute / abs(old) if old else float("inf") if absolute else 0.0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(__doc__.strip().splitlines()[0], file=sys.stderr)
+        return 2
+    old, new = (json.loads(Path(p).read_text(encoding="utf-8")) for p in argv)
+    found = differences(old, new)
+    sizes = []
+    for path, a, b in found:
+        s = size(a, b)
+        sizes.append(s)
+        how = f"abs {s[0]:.3g}, rel {s[1]:.3g}" if s else "not a number"
+        print(f"{path}: {a!r} -> {b!r} ({how})")
+    numeric = [s for s in sizes if s is not None]
+    largest = f", largest abs {max(s[0] for s in numeric):.3g}, rel {max(s[1] for s in numeric):.3g}" if numeric else ""
+    print(f"{len(found)} differing values, {len(found) - len(numeric)} not numbers{largest}")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
