@@ -26,18 +26,10 @@ from ega_lightning.callbacks import LastCheckpoint
 from ega_lightning.callbacks.stop import AgreedStop, take_stop_signals, wait_for_the_other_ranks
 from ega_lightning.config_files import resolve_config_args
 from ega_lightning.data import CharDataModule
-from ega_lightning.errors import (
-    DEBUG_ENV,
-    RUN_BUSY,
-    STOPPED,
-    UserError,
-    exit_refused,
-    machine_refusal,
-    print_user_error,
-)
+from ega_lightning.errors import DEBUG_ENV, Interrupted, Stopped, UserError, end_command, in_ega_terms
 from ega_lightning.fit_args import FLOAT_FLAGS, LIGHTNING_SUBCOMMANDS, add_run_arguments, cli_options
 from ega_lightning.lightning_private import purge_from
-from ega_lightning.module import CharLM, NonFiniteLossError
+from ega_lightning.module import CharLM
 
 
 class SaveRunConfig(SaveConfigCallback):
@@ -287,41 +279,28 @@ def main(args: list[str] | None = None, descriptions: dict[str, str] | None = No
     with runs.RunClaim() as claim:  # the run directory's lock, held until the command ends
         try:
             _run_cli(argv, args is None, descriptions or {}, claim)
-        except SIGTERMException as err:
-            signum = getattr(err, "signum", signal.SIGTERM)
-            wait_for_the_other_ranks(128 + signum)  # DDP under Lightning's launcher: after the ranks it started
-            if signum == signal.SIGINT:  # Ctrl-C under DDP, where every rank stopped at once
-                print(f"ega {command}: interrupted (Ctrl-C). {claim.keep_or_undo(command == 'fit')}", file=sys.stderr)
-                raise SystemExit(128 + signal.SIGINT) from None
-            # Lightning stops on SIGTERM (preemption, a job's time limit, `kill`) with exit status 0, so a
-            # caller (`ega sweep`, a job script) would take the cut-short run for a finished one.
-            how = "SIGTERM" if not stopped_by else "SIGUSR1 (taken as SIGTERM)"
-            print(
-                f"ega: stopped by {how} before the end; resume the run from its newest checkpoint with "
-                "`--ckpt_path last` (same command and --run_name).",
-                file=sys.stderr,
-            )
-            raise SystemExit(STOPPED) from None
-        except runs.RunBusy as err:  # another process trains this run: nothing of it is this command's to undo
-            print_user_error(command, err)
-            raise SystemExit(RUN_BUSY) from None
-        except UserError as err:
-            claim.undo()
-            print_user_error(command, err)
-            raise SystemExit(2) from None
-        except (KeyboardInterrupt, SystemExit) as err:
-            if not interrupted or (isinstance(err, SystemExit) and err.code != 1):
+        except BaseException as err:  # errors.EXITS says which ones end the command, and how
+            ours = _in_ega_terms(err, bool(interrupted), bool(stopped_by))
+            if ours is None:
                 raise
-            print(f"ega {command}: interrupted (Ctrl-C). {claim.keep_or_undo(command == 'fit')}", file=sys.stderr)
-            raise SystemExit(128 + signal.SIGINT) from None
-        except NonFiniteLossError as err:  # the run's own outcome, not a bug: its checkpoints are kept
-            print_user_error(command, err)
-            raise SystemExit(1) from None
-        except Exception as err:
-            refusal = machine_refusal(err)
-            if refusal is None:
-                raise
-            exit_refused(command, refusal, claim.keep_or_undo(command == "fit"))
+            end_command(command, ours, claim)
+            raise
+
+
+def _in_ega_terms(err: BaseException, ctrl_c: bool, usr1: bool) -> BaseException | None:
+    """What Lightning raised, as a row of `errors.EXITS` knows it (``ctrl_c``: this process's SIGINT handler ran;
+    ``usr1``: SIGUSR1 was taken as SIGTERM); None: not `ega`'s to end (a bug, the parser's own exit)."""
+    if isinstance(err, SIGTERMException):
+        signum = getattr(err, "signum", signal.SIGTERM)
+        wait_for_the_other_ranks(128 + signum)  # DDP under Lightning's launcher: after the ranks it started
+        if signum == signal.SIGINT:  # Ctrl-C under DDP, where every rank stopped at once
+            return Interrupted()
+        return Stopped("SIGUSR1 (taken as SIGTERM)" if usr1 else "SIGTERM")
+    if isinstance(err, KeyboardInterrupt | SystemExit):
+        # Lightning ends a Ctrl-C it caught with SystemExit(1); any other SystemExit (--help, the parser's 2) is its own
+        caught = isinstance(err, KeyboardInterrupt) or err.code == 1
+        return Interrupted() if ctrl_c and caught else None
+    return in_ega_terms(err)
 
 
 def _run_cli(argv: list[str], from_shell: bool, descriptions: dict[str, str], claim: runs.RunClaim) -> None:
