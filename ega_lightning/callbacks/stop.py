@@ -26,6 +26,8 @@ import torch.distributed as dist
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from ega_lightning.lightning_private import set_sigterm_handler, take_launcher_children
+
 
 class StopSignal(SIGTERMException):
     """The ranks agreed to stop on ``signum`` (SIGTERM, or SIGINT): raised at the same step on every rank."""
@@ -60,8 +62,7 @@ def take_stop_signals(trainer: L.Trainer) -> None:
     evaluation ends at once on SIGTERM. Either way Lightning's own SIGTERM handler, installed later by the Trainer
     and composed with the one here, no longer broadcasts from inside the handler."""
     fitting = trainer.state.fn == TrainerFn.FITTING
-    # Lightning installs this method as its SIGTERM handler (see ega_lightning.lightning_private)
-    trainer._signal_connector._sigterm_notifier_fn = _record if fitting else _die
+    set_sigterm_handler(trainer, _record if fitting else _die)
     signal.signal(signal.SIGTERM, _record if fitting else _die)
     if fitting and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # not where the caller ignores Ctrl-C
         signal.signal(signal.SIGINT, _record)
@@ -79,19 +80,10 @@ class AgreedStop(L.Callback):
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
         signum = int(agreed.item())
         if signum:
-            _keep_the_children(trainer)
+            # rank 0 of Lightning's launcher: a child exiting 143 before rank 0 would make the launcher SIGKILL rank 0
+            # and every child; rank 0 waits for them itself (`wait_for_the_other_ranks`)
+            _Stop.children = take_launcher_children(trainer) or _Stop.children
             raise StopSignal(signum)
-
-
-def _keep_the_children(trainer: L.Trainer) -> None:
-    """On rank 0 of Lightning's own launcher: the ranks it started, taken out of its list
-    (lightning.pytorch.strategies.launchers.subprocess_script._SubprocessScriptLauncher.procs), which its child
-    observer shares: a child exiting 143 before rank 0 does would make the observer SIGKILL rank 0 and every other
-    child (it takes any non-zero status for a crash); `wait_for_the_other_ranks` waits for them instead."""
-    procs = getattr(trainer.strategy.launcher, "procs", None)
-    if isinstance(procs, list) and procs:
-        _Stop.children = list(procs)
-        procs.clear()  # in place: the observer's list, now empty, ends it at its next look
 
 
 def wait_for_the_other_ranks(status: int, timeout: float = 20.0) -> None:

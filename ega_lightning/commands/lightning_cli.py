@@ -28,7 +28,7 @@ from ega_lightning.config_files import resolve_config_args
 from ega_lightning.data import CharDataModule
 from ega_lightning.errors import DEBUG_ENV, Interrupted, Stopped, UserError, end_command, in_ega_terms
 from ega_lightning.fit_args import FLOAT_FLAGS, LIGHTNING_SUBCOMMANDS, add_run_arguments, cli_options
-from ega_lightning.lightning_private import purge_from
+from ega_lightning.lightning_private import PlannedCheckpointMerge, purge_from
 from ega_lightning.module import CharLM
 
 
@@ -44,7 +44,7 @@ class SaveRunConfig(SaveConfigCallback):
         super().setup(trainer, pl_module, stage)
 
 
-class EgaCLI(LightningCLI):
+class EgaCLI(PlannedCheckpointMerge, LightningCLI):
     """Lightning's CLI for CharLM and CharDataModule, with `ega`'s run directories, checks and summaries.
 
     ``claim`` is this command's claim on its run directory (the lock, what to undo): the caller keeps it,
@@ -90,11 +90,10 @@ class EgaCLI(LightningCLI):
         request = run_policy.read_request(command, config, typed, missing_ok=True)
         self.run_plan, self._refusal = run_policy.plan_run_together(request)
 
-    def _parse_ckpt_path(self) -> None:
-        # Lightning's merge of the checkpoint's hyper-parameters into the model's config (a private hook: see
-        # ega_lightning.lightning_private), only where the plan has the checkpoint decide the model
-        if self.run_plan.merge_checkpoint_model:
-            super()._parse_ckpt_path()
+    def merges_checkpoint_hparams(self) -> bool:
+        # Lightning's merge of the checkpoint's hyper-parameters into the model's config, between parse_arguments
+        # and before_instantiate_classes: only where the plan has the checkpoint decide the model
+        return self.run_plan.merge_checkpoint_model
 
     def before_instantiate_classes(self) -> None:
         point_config_at_run(self.config[self.subcommand] if self.subcommand else self.config, self.run_plan)
