@@ -53,12 +53,12 @@ PRIVATE_USES = (
     ),
     PrivateUse(
         "lightning.pytorch.trainer.trainer.Trainer._signal_connector",
-        "set_sigterm_handler (callbacks/stop.py: take_stop_signals, from EgaCLI's setup_environment under DDP)",
+        "set_sigterm_handler (callbacks/stop.py: StopSignals.take_under_ddp, from EgaCLI's setup_environment)",
         "the Trainer's signal connector, whose SIGTERM handler is set below: the Trainer takes no handler.",
     ),
     PrivateUse(
         "lightning.pytorch.trainer.connectors.signal_connector._SignalConnector._sigterm_notifier_fn",
-        "set_sigterm_handler (callbacks/stop.py: take_stop_signals, under DDP only)",
+        "set_sigterm_handler (callbacks/stop.py: StopSignals.take_under_ddp, under DDP only)",
         "Lightning's SIGTERM handler broadcasts from inside the handler, at whatever point of its step the signal "
         "finds each rank, and no switch turns that off: under DDP a rank then waits in a collective the other "
         "ranks never join (issue 41). Set on the instance, it is what the Trainer installs instead.",
