@@ -1,4 +1,5 @@
-"""The one exception type for a user's mistake, and the machine's refusals: `ega` says each in one paragraph."""
+"""The one exception type for a user's mistake, the machine's refusals, and `EXITS`: how every `ega` command ends
+on an exception, one table."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import errno
 import os
 import sys
 import traceback
-from typing import NoReturn
+from dataclasses import dataclass
+from typing import NoReturn, Protocol
 
 DEBUG_ENV = "EGA_DEBUG"
 # The exit status when the machine refused a write (disk full, quota, read-only filesystem, no
@@ -34,6 +36,112 @@ class UserError(ValueError):
     """
 
 
+class RunBusy(UserError):
+    """Another process holds the run directory's lock: `ega fit` exits `RUN_BUSY`, not 2."""
+
+
+class RunFailed(RuntimeError):
+    """The run's own outcome, not a bug and not the user's mistake (a non-finite loss): its checkpoints are kept."""
+
+
+class MachineRefused(Exception):
+    """The machine refused a write (``refusal``, the OSError found behind what the command raised)."""
+
+    def __init__(self, refusal: OSError) -> None:
+        super().__init__(describe_refusal(refusal))
+        self.refusal = refusal
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, as the command's own SIGINT handler saw it (Lightning turns a KeyboardInterrupt into exit status 1,
+    as for a crash; under DDP the ranks agree to stop on it)."""
+
+
+class Stopped(Exception):
+    """Stopped before the end by SIGTERM (preemption, a job's time limit, `kill`); the message names the signal.
+    Lightning itself exits 0 there, and a caller (`ega sweep`, a job script) would take the run for a finished one."""
+
+
+# What becomes of the run directory the command claimed (`runs.RunClaim`), per row of EXITS
+KEEP = "keep"  # as it is: the run's own outcome, another process's run, or a stop that resumes
+UNDO = "undo"  # the user's mistake: what the command wrote is removed, so nothing half-written stays
+KEEP_OR_UNDO = "keep_or_undo"  # a stop the command did not choose: kept where it resumes, else removed
+
+# The line each row says on stderr; {message} is the exception's, {outcome} what became of the run directory
+ERROR = "ega {command}: error: {message} {outcome}"
+SAYS_INTERRUPTED = "ega {command}: interrupted (Ctrl-C). {outcome}"
+SAYS_STOPPED = (
+    "ega: stopped by {message} before the end; resume the run from its newest checkpoint with "
+    "`--ckpt_path last` (same command and --run_name)."
+)
+
+
+@dataclass(frozen=True)
+class Exit:
+    """How a command ends on one kind of exception."""
+
+    status: int
+    says: str | None  # the line on stderr (ERROR, ...), formatted; None: nothing (the reader has gone, ...)
+    run: str = KEEP  # KEEP, UNDO or KEEP_OR_UNDO
+
+
+# Every exception `ega` turns into an exit status, for every command (the dispatcher's and fit/validate/test's);
+# the most specific row of an exception's classes is its. Anything else that escapes is a bug (status 1 with its
+# traceback), and a machine's refusal behind it is MachineRefused. docs/resuming.md#exit-codes is this table.
+EXITS: dict[type[BaseException], Exit] = {
+    RunFailed: Exit(1, ERROR),
+    UserError: Exit(2, ERROR, UNDO),
+    MachineRefused: Exit(MACHINE_REFUSED, ERROR, KEEP_OR_UNDO),
+    RunBusy: Exit(RUN_BUSY, ERROR),  # nothing of the run is this command's to undo
+    KeyboardInterrupt: Exit(130, None),
+    Interrupted: Exit(130, SAYS_INTERRUPTED, KEEP_OR_UNDO),
+    BrokenPipeError: Exit(141, None),  # `ega gates | head`: the reader has gone; say nothing more, to nobody
+    Stopped: Exit(STOPPED, SAYS_STOPPED),
+}
+
+
+class Claim(Protocol):
+    """A command's claim on its run directory, as `runs.RunClaim` is one."""
+
+    def undo(self) -> None: ...
+
+    def keep_or_undo(self, fit: bool) -> str: ...
+
+
+def exit_of(err: BaseException) -> Exit | None:
+    """The row of EXITS that ``err`` ends its command with; None: none (a bug, or a SystemExit already)."""
+    return next((EXITS[kind] for kind in type(err).__mro__ if kind in EXITS), None)
+
+
+def in_ega_terms(err: BaseException) -> BaseException:
+    """``err``, or the machine's refusal behind an exception EXITS has no row for (a write refused deep in
+    Lightning or torch arrives wrapped, or as itself)."""
+    if exit_of(err) is None and isinstance(err, Exception):
+        refusal = machine_refusal(err)
+        if refusal is not None:
+            return MachineRefused(refusal)
+    return err
+
+
+def end_command(command: str, err: BaseException, claim: Claim | None = None) -> None:
+    """Ends ``ega <command>`` on ``err`` as its row of EXITS says: the run directory undone or kept, the line on
+    stderr, the exit status. Returns (the caller re-raises) where EXITS has no row for it."""
+    row = exit_of(err)
+    if row is None:
+        return
+    outcome = ""
+    if claim is not None and row.run == UNDO:
+        claim.undo()
+    elif claim is not None and row.run == KEEP_OR_UNDO:
+        outcome = claim.keep_or_undo(command == "fit")
+    if row.says is not None:
+        if row.says == ERROR and debugging():
+            traceback.print_exception(err)
+        message = str(err).strip() or type(err).__name__
+        print(row.says.format(command=command, message=message, outcome=outcome).rstrip(), file=sys.stderr)
+    raise SystemExit(row.status) from None
+
+
 class CommandParser(argparse.ArgumentParser):
     """The parser of an `ega` tool (``prog`` "ega <command>"): a mistake is one line, ``ega <command>: error:
     ...``, then where --help is, as `ega fit`'s, not argparse's usage before it."""
@@ -48,14 +156,6 @@ class CommandParser(argparse.ArgumentParser):
 
 def debugging() -> bool:
     return os.environ.get(DEBUG_ENV, "") not in ("", "0")
-
-
-def print_user_error(command: str, err: BaseException) -> None:
-    """``ega <command>: error: <message>`` on stderr; the traceback too when debugging."""
-    if debugging():
-        traceback.print_exception(err)
-    message = str(err).strip() or type(err).__name__
-    print(f"ega {command}: error: {message}", file=sys.stderr)
 
 
 def machine_refusal(err: BaseException) -> OSError | None:
@@ -103,9 +203,3 @@ def _permission_fix(filename: str | bytes | os.PathLike, elsewhere: str) -> str:
             f"(docker run --user {owner.st_uid}:{owner.st_gid} ...)."
         )
     return f"{whose}: make it writable for uid {me} (chown or chmod), {elsewhere}"
-
-
-def exit_refused(command: str, err: OSError, outcome: str = "") -> NoReturn:
-    """The machine's refusal (disk full, read-only, no permission) in one paragraph; exit MACHINE_REFUSED."""
-    print_user_error(command, UserError(f"{describe_refusal(err)} {outcome}".strip()))
-    raise SystemExit(MACHINE_REFUSED) from None

@@ -4,10 +4,13 @@ Checked against lightning ``LIGHTNING_CHECKED``. tests/test_lightning_private.py
 ``PRIVATE_USES`` to the installed Lightning (the name is there, with the signature and the call order
 this package relies on), so an upgrade that changes one is a failing test, never a silent change of
 behaviour. A new private use gets a row here and a test there; a row no code uses any more is deleted.
+Every use is made here, behind a function or a class with a public name: no other module of the package names
+a private attribute of Lightning or jsonargparse (the test fails on one that does).
 """
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +29,7 @@ class PrivateUse:
 PRIVATE_USES = (
     PrivateUse(
         "lightning.pytorch.cli.LightningCLI._parse_ckpt_path",
-        "commands/lightning_cli.py: EgaCLI._parse_ckpt_path (an override)",
+        "PlannedCheckpointMerge, EgaCLI's base (commands/lightning_cli.py): an override",
         "Lightning merges the hyper-parameters of every --ckpt_path into the model's config, between "
         "parse_arguments and before_instantiate_classes, with no switch: EgaCLI runs that merge only where "
         "the run plan says (not for `last`, which Lightning would read as a file of that name).",
@@ -50,25 +53,25 @@ PRIVATE_USES = (
     ),
     PrivateUse(
         "lightning.pytorch.trainer.trainer.Trainer._signal_connector",
-        "take_stop_signals (callbacks/stop.py, from EgaCLI's setup_environment under DDP)",
+        "set_sigterm_handler (callbacks/stop.py: StopSignals.take_under_ddp, from EgaCLI's setup_environment)",
         "the Trainer's signal connector, whose SIGTERM handler is set below: the Trainer takes no handler.",
     ),
     PrivateUse(
         "lightning.pytorch.trainer.connectors.signal_connector._SignalConnector._sigterm_notifier_fn",
-        "take_stop_signals (callbacks/stop.py: set on the connector, under DDP only)",
+        "set_sigterm_handler (callbacks/stop.py: StopSignals.take_under_ddp, under DDP only)",
         "Lightning's SIGTERM handler broadcasts from inside the handler, at whatever point of its step the signal "
         "finds each rank, and no switch turns that off: under DDP a rank then waits in a collective the other "
         "ranks never join (issue 41). Set on the instance, it is what the Trainer installs instead.",
     ),
     PrivateUse(
         "lightning.pytorch.strategies.launchers.subprocess_script._SubprocessScriptLauncher.procs",
-        "_keep_the_children (callbacks/stop.py: AgreedStop, on rank 0 of Lightning's own launcher)",
+        "take_launcher_children (callbacks/stop.py: AgreedStop, on rank 0 of Lightning's own launcher)",
         "the ranks the launcher started, in the list its child observer shares: the observer SIGKILLs rank 0 "
         "and every child as soon as one child exits non-zero (143 too), and has no public switch.",
     ),
     PrivateUse(
         "lightning.pytorch.utilities._pytree",
-        "summary.quiet_lightning (the module pattern of a warnings filter)",
+        "PYTREE_MODULE (summary.quiet_lightning: the module pattern of a warnings filter)",
         "torch's LeafSpec deprecation is raised inside this module; the filter names it so that the same "
         "warning from anywhere else still shows.",
     ),
@@ -87,3 +90,37 @@ def validation_follows(trainer: Any) -> bool:
     loop = trainer.fit_loop.epoch_loop
     fetcher = trainer.fit_loop._data_fetcher
     return bool(trainer.enable_validation and fetcher is not None and loop._should_check_val_fx(fetcher))
+
+
+# the name of Lightning's private pytree module as a warnings filter's ``module`` pattern (a regular expression)
+PYTREE_MODULE = r"lightning\.pytorch\.utilities\._pytree"
+
+
+class PlannedCheckpointMerge:
+    """A LightningCLI base (before LightningCLI among the bases) whose merge of the hyper-parameters of
+    ``--ckpt_path`` into the model's config runs only where ``merges_checkpoint_hparams`` says."""
+
+    def merges_checkpoint_hparams(self) -> bool:
+        return True
+
+    def _parse_ckpt_path(self) -> None:
+        if self.merges_checkpoint_hparams():
+            super()._parse_ckpt_path()  # type: ignore[misc]  # LightningCLI's, next in the subclass's bases
+
+
+def set_sigterm_handler(trainer: Any, handler: Any) -> None:
+    """``handler`` becomes what the Trainer installs for SIGTERM when it registers its signal handlers (after the
+    strategy's setup_environment), in place of Lightning's own, which broadcasts from inside the handler."""
+    trainer._signal_connector._sigterm_notifier_fn = handler
+
+
+def take_launcher_children(trainer: Any) -> list[subprocess.Popen[bytes]]:
+    """On rank 0 of Lightning's own launcher, the ranks it started, taken out of its list in place: its child
+    observer holds the same list, and would SIGKILL rank 0 and every child as soon as one child exits non-zero (143
+    too); emptied, it ends at its next look. Elsewhere (another launcher, no launcher): []."""
+    procs = getattr(trainer.strategy.launcher, "procs", None)
+    if not isinstance(procs, list) or not procs:
+        return []
+    children = list(procs)
+    procs.clear()
+    return children

@@ -18,7 +18,7 @@ from torchmetrics import MeanMetric
 
 from ega_lightning.data.datamodule import Batch
 from ega_lightning.data.tokenizer import CharTokenizer
-from ega_lightning.errors import UserError
+from ega_lightning.errors import RunFailed, UserError
 from ega_lightning.gates import NO_GATE, ZNORM_MODES, Gate, ResolvedGate, resolve_gate
 from ega_lightning.gates.registry import is_builtin
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, has_hooks, require_flex_attention
@@ -77,7 +77,7 @@ def check_model_matches(
 MODEL_INIT = {"tau_init": 0.0, "alpha_init": 1.0}
 
 
-class NonFiniteLossError(RuntimeError):
+class NonFiniteLossError(RunFailed):
     """The loss or its gradient became NaN or infinite; training cannot go on from this state."""
 
 

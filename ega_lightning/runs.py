@@ -27,7 +27,7 @@ import shutil
 from pathlib import Path
 from typing import Any, TextIO
 
-from ega_lightning.errors import UserError
+from ega_lightning.errors import RunBusy, UserError
 from ega_lightning.io import TEMPORARY_GLOB
 
 LOCK_FILE = ".lock"
@@ -59,10 +59,6 @@ class FitState(enum.Enum):
     FRESH = "fresh"
     RESUME = "resume"
     STALE = "stale"
-
-
-class RunBusy(UserError):
-    """Another process holds the run directory's lock: `ega fit` exits `errors.RUN_BUSY`, not 2."""
 
 
 def check_run_name(name: str) -> None:

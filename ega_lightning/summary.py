@@ -28,11 +28,13 @@ def quiet_lightning() -> None:
 
     Both are matched by their own text and origin: every other message and warning still shows.
     """
+    from ega_lightning.lightning_private import PYTREE_MODULE  # Lightning: not for `ega sweep`'s checkpoint_step
+
     logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_WithoutLitLoggerTip())
     warnings.filterwarnings(
         "ignore",
         message=r"`isinstance\(treespec, LeafSpec\)` is deprecated",
-        module=r"lightning\.pytorch\.utilities\._pytree",  # a private module: see lightning_private.PRIVATE_USES
+        module=PYTREE_MODULE,
     )
 
 

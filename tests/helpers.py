@@ -126,6 +126,18 @@ class PoisonLossAt(L.Callback):
                     p.grad.fill_(torch.nan)
 
 
+class SignalAtStep(L.Callback):
+    """Sends ``signum`` (a name: SIGTERM, SIGINT, SIGUSR1) to its own process once ``step`` optimizer steps are done,
+    as a scheduler or a user would, at a step the test knows."""
+
+    def __init__(self, step: int, signum: str = "SIGTERM") -> None:
+        self.step, self.signum = step, signal.Signals[signum]
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args, **kwargs) -> None:
+        if trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signum)
+
+
 class KillAfterSave(L.Callback):
     """SIGKILLs its own process right after a checkpoint file named ``name`` is written at ``step`` or later.
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from ega_lightning import lightning_private
-from ega_lightning.lightning_private import PRIVATE_USES, purge_from
+from ega_lightning.lightning_private import PRIVATE_USES, PlannedCheckpointMerge, purge_from
 
 from .helpers import REPO, logged_steps, scalars
 
@@ -62,6 +62,32 @@ def test_parse_ckpt_path_takes_nothing_and_runs_between_parsing_and_the_hooks():
     assert order == sorted(order), order
 
 
+def test_the_planned_merge_is_egas_override_and_skips_lightnings_merge_where_the_plan_says():
+    from lightning.pytorch.cli import LightningCLI
+
+    from ega_lightning.commands.lightning_cli import EgaCLI
+
+    mro = EgaCLI.__mro__
+    assert mro.index(PlannedCheckpointMerge) < mro.index(LightningCLI)  # its override is the one that runs
+    assert "_parse_ckpt_path" not in vars(EgaCLI)  # and EgaCLI names no private method of Lightning's
+
+    class Merging:
+        def _parse_ckpt_path(self) -> None:
+            self.merged = True
+
+    class Planned(PlannedCheckpointMerge, Merging):
+        merged, plan = False, True
+
+        def merges_checkpoint_hparams(self) -> bool:
+            return self.plan
+
+    skipped, kept = Planned(), Planned()
+    skipped.plan = False
+    skipped._parse_ckpt_path()
+    kept._parse_ckpt_path()
+    assert (skipped.merged, kept.merged) == (False, True)
+
+
 def test_the_data_fetcher_is_what_should_check_val_takes():
     from lightning.pytorch import Trainer
 
@@ -73,7 +99,7 @@ def test_the_data_fetcher_is_what_should_check_val_takes():
 
 
 def test_the_sigterm_handler_lightning_installs_is_the_connectors_attribute_read_when_it_installs():
-    """take_stop_signals sets ``_sigterm_notifier_fn`` on the Trainer's connector once the process group has formed
+    """set_sigterm_handler sets ``_sigterm_notifier_fn`` on the Trainer's connector once the process group has formed
     (in setup_environment): Lightning must read it when it installs its handlers, later in the same fit."""
     import signal
 
@@ -85,7 +111,7 @@ def test_the_sigterm_handler_lightning_installs_is_the_connectors_attribute_read
     assert isinstance(connector, _SignalConnector)
     assert callable(resolve(use("._sigterm_notifier_fn").name))
     recorded = []
-    connector._sigterm_notifier_fn = lambda signum, frame: recorded.append(signum)
+    lightning_private.set_sigterm_handler(trainer, lambda signum, frame: recorded.append(signum))
     before = signal.getsignal(signal.SIGTERM)
     try:
         connector.register_signal_handlers()
@@ -99,18 +125,30 @@ def test_the_sigterm_handler_lightning_installs_is_the_connectors_attribute_read
 
 
 def test_the_launchers_children_are_the_list_its_observer_watches():
-    """_keep_the_children empties the launcher's list in place so that its observer, which holds the same list,
+    """take_launcher_children empties the launcher's list in place so that its observer, which holds the same list,
     finds nothing to kill."""
+    from types import SimpleNamespace
+
     from lightning.fabric.strategies.launchers.subprocess_script import _ChildProcessObserver
     from lightning.pytorch.strategies.launchers.subprocess_script import _SubprocessScriptLauncher
 
     assert "_launch_process_observer(self.procs)" in inspect.getsource(_SubprocessScriptLauncher.launch)
-    observer = _ChildProcessObserver(main_pid=-1, child_processes=[])  # pid -1: a kill would fail the test
+    procs = ["rank 1", "rank 2"]  # the launcher's list, which its observer shares
+    observer = _ChildProcessObserver(main_pid=-1, child_processes=procs)  # pid -1: a kill would fail the test
+    launcher = SimpleNamespace(procs=procs)
+    trainer = SimpleNamespace(strategy=SimpleNamespace(launcher=launcher))
+    assert lightning_private.take_launcher_children(trainer) == ["rank 1", "rank 2"]
+    assert launcher.procs is procs and procs == []
     assert observer._run() is True  # an empty list: done, nothing killed
+    assert lightning_private.take_launcher_children(trainer) == []  # taken once
+    no_launcher = SimpleNamespace(strategy=SimpleNamespace(launcher=None))  # torchrun, srun, one process
+    assert lightning_private.take_launcher_children(no_launcher) == []
 
 
 def test_the_pytree_module_of_the_warnings_filter_exists():
-    assert importlib.util.find_spec(use("._pytree").name) is not None
+    name = use("._pytree").name
+    assert importlib.util.find_spec(name) is not None
+    assert re.fullmatch(lightning_private.PYTREE_MODULE, name)  # the filter's pattern matches the module's name
 
 
 def test_a_purge_step_set_on_a_built_logger_drops_what_was_logged_from_that_step(tmp_path):
@@ -133,23 +171,25 @@ def test_a_purge_step_set_on_a_built_logger_drops_what_was_logged_from_that_step
     purge_from(CSVLogger(tmp_path), 3)  # another logger: left alone (no error)
 
 
-def _lightning_modules() -> dict[str, ast.Module]:
-    """The package's modules that import Lightning, parsed."""
-    out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        tree = ast.parse(path.read_text())
-        if _lightning_imports(tree):
-            out[str(path.relative_to(REPO))] = tree
-    return out
+HOME = "ega_lightning/lightning_private.py"  # the one module that names Lightning's private API
+TORCH_HOME = "ega_lightning/model/torch_private.py"  # its twin for torch's (tests/test_torch_private.py)
+ROOTS = ("lightning", "jsonargparse")  # Lightning's CLI is jsonargparse's parser: its private names count too
+# namedtuple's own methods: public API spelt with an underscore so as not to clash with a field's name
+NAMEDTUPLE = {"_asdict", "_replace", "_fields", "_make", "_field_defaults"}
+
+
+def _package_modules() -> dict[str, ast.Module]:
+    """Every module of the package, parsed."""
+    return {str(path.relative_to(REPO)): ast.parse(path.read_text()) for path in sorted(PACKAGE.rglob("*.py"))}
 
 
 def _lightning_imports(tree: ast.Module) -> dict[str, str]:
-    """Local name -> the dotted Lightning name it stands for (``L`` -> ``lightning``)."""
+    """Local name -> the dotted Lightning (or jsonargparse) name it stands for (``L`` -> ``lightning``)."""
     out = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            out |= {a.asname or a.name: a.name for a in node.names if a.name.split(".")[0] == "lightning"}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "lightning":
+            out |= {a.asname or a.name: a.name for a in node.names if a.name.split(".")[0] in ROOTS}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in ROOTS:
             out |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names}
     return out
 
@@ -192,30 +232,47 @@ def _lightning_class(node: ast.expr, imported: dict[str, str]) -> object | None:
     return resolve(".".join([imported[node.id], *dotted]))
 
 
-def test_no_private_lightning_name_is_used_outside_the_table():
-    listed = {row.name.rsplit(".", 1)[1] for row in PRIVATE_USES}
-    modules = _lightning_modules()
-    assert {"ega_lightning/commands/lightning_cli.py", "ega_lightning/callbacks/last.py"} <= set(modules)
+def test_no_module_but_lightning_private_names_a_private_attribute_of_lightning():
+    modules = _package_modules()
     for where, tree in modules.items():
-        unlisted = private_names_used(tree) - listed
-        assert not unlisted, f"{where} uses {sorted(unlisted)}: name each in lightning_private.PRIVATE_USES"
-    # and every row is a use: read by the code, or (a module) named in a pattern, or (a public attribute of a private
-    # class, which the check above cannot see) named where it is used
-    used = set().union(*map(private_names_used, modules.values()))
-    source = "".join(path.read_text() for path in PACKAGE.rglob("*.py"))
+        if where in (HOME, TORCH_HOME):
+            continue
+        used = private_names_used(tree) - NAMEDTUPLE
+        assert not used, f"{where} uses {sorted(used)}: make the use in {HOME}, with its row in PRIVATE_USES"
+        source = (REPO / where).read_text()
+        named = [row.name for row in PRIVATE_USES if row.name in source or _reads(tree, row.name.rsplit(".", 1)[1])]
+        assert not named, f"{where} names {named}: only {HOME} may"
+    # and every row is a use there: read by its code, or (a module) named in its pattern
+    home, source = modules[HOME], (REPO / HOME).read_text()
+    used = private_names_used(home) | {n.attr for n in ast.walk(home) if isinstance(n, ast.Attribute)}
     for row in PRIVATE_USES:
-        named = re.escape(row.name) in source or (not _private(row.name.rsplit(".", 1)[1]) and row.name in source)
-        assert row.name.rsplit(".", 1)[1] in used or named, f"{row.name}: delete its row"
+        attr = row.name.rsplit(".", 1)[1]
+        pattern = re.escape(row.name)  # a module: named in a pattern, as a raw string spells it
+        assert attr in used or _reads(home, attr) or pattern in source, f"{row.name}: delete its row"
     # the check sees each kind of use: a private attribute read, and an override of a private method
     planted = ast.parse(
         "import lightning as L\nfrom lightning.pytorch.cli import LightningCLI\n"
+        "from jsonargparse import ArgumentParser\n"
         "x = trainer.fit_loop._results\ny = getattr(trainer, '_accelerator_connector', None)\n"
         "class C(LightningCLI):\n    def _run_subcommand(self, s): ...\n    def _mine(self): self._mine2 = 1\n"
         "    def f(self): return self._get(self.config, 'k')\n"
         "class M(L.LightningModule):\n    def _apply(self, fn): ...\n"
+        "class P(ArgumentParser):\n    def _parse_common(self, *a): ...\n"
     )
-    expected = {"_results", "_accelerator_connector", "_run_subcommand", "_get", "_apply"}
+    expected = {"_results", "_accelerator_connector", "_run_subcommand", "_get", "_apply", "_parse_common"}
     assert private_names_used(planted) == expected
+    assert _reads(ast.parse("n = len(launcher.procs)"), "procs")  # a public attribute of a private class too
+
+
+def _reads(tree: ast.Module, attr: str) -> bool:
+    """Whether a module reads ``attr`` on some object (an attribute, or a name given to getattr/hasattr/setattr)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr == attr:
+            return True
+        named = isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("getattr", "hasattr", "setattr")
+        if named and any(isinstance(a, ast.Constant) and a.value == attr for a in node.args[1:2]):
+            return True
+    return False
 
 
 @pytest.mark.parametrize("command", ["fit", "validate", "test"])

@@ -1,7 +1,11 @@
-"""SIGTERM and SIGINT under DDP: every rank stops at the same training step and exits 143 (130), every time.
+"""The signals that stop `ega fit`, `validate` and `test`: one :class:`StopSignals` per command, nothing kept at module
+level (a notebook's second fit starts with no signal recorded by its first).
 
-Lightning's own SIGTERM handler issues a broadcast from inside the handler, wherever the signal finds the rank
-(amid its gradient all-reduce, in a barrier), and its loops stop on each rank's own flag, at whichever step that
+In one process, Ctrl-C is Lightning's (it ends the command with status 1, as for a crash: ``ctrl_c`` remembers that
+it was one) and SIGTERM too (its loops stop at the next step); SIGUSR1, SLURM's requeue signal, is taken as SIGTERM.
+
+Under DDP, Lightning's own SIGTERM handler issues a broadcast from inside the handler, wherever the signal finds the
+rank (amid its gradient all-reduce, in a barrier), and its loops stop on each rank's own flag, at whichever step that
 rank happened to get the signal: collectives that no longer match, and ranks that wait for each other until they
 are killed (issue 41). Here, from the moment a fit's process group has formed, SIGTERM and SIGINT only record the
 signal; at the end of every training batch the ranks agree on what they recorded with one all_reduce(MAX), and
@@ -26,6 +30,8 @@ import torch.distributed as dist
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from ega_lightning.lightning_private import set_sigterm_handler, take_launcher_children
+
 
 class StopSignal(SIGTERMException):
     """The ranks agreed to stop on ``signum`` (SIGTERM, or SIGINT): raised at the same step on every rank."""
@@ -35,17 +41,65 @@ class StopSignal(SIGTERMException):
         self.signum = signum
 
 
-class _Stop:
-    """This process's recorded stop signal (0: none), and the ranks rank 0 started (Lightning's launcher)."""
+class StopSignals:
+    """The stop signals one command took, and, on rank 0 of Lightning's own launcher once the ranks agreed to stop,
+    the ranks it started (`wait_for_the_other_ranks`)."""
 
-    signum = 0
-    children: list[subprocess.Popen[bytes]] = []  # noqa: RUF012  (one per process: rank 0's, once it stops)
+    def __init__(self) -> None:
+        self.ctrl_c = False  # SIGINT came: Lightning's exit status 1 is then an interruption, not a crash
+        self.usr1 = False  # SIGUSR1 came, and was taken as SIGTERM
+        self.recorded = 0  # under DDP: the signal this rank recorded, for the ranks to agree on (0: none)
+        self.children: list[subprocess.Popen[bytes]] = []
 
+    def take_in_main(self) -> None:
+        """The command's own handlers, before Lightning's: Ctrl-C is remembered, SIGUSR1 becomes SIGTERM. A signal
+        the caller ignores (or handles) is left to the caller."""
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, self._on_sigint)
+        if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+            signal.signal(signal.SIGUSR1, self._on_sigusr1)
 
-def _record(signum: int, frame: Any) -> None:
-    # no collective, no kill, no raise: whatever this rank is doing (an all-reduce, a checkpoint save) goes on
-    # until the step's end, where the ranks agree; SIGTERM outranks SIGINT, so they agree on one
-    _Stop.signum = max(_Stop.signum, signum)
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.ctrl_c = True
+        raise KeyboardInterrupt
+
+    def _on_sigusr1(self, signum: int, frame: Any) -> None:
+        # SLURM's requeue signal (sbatch --signal=USR1@T, as Lightning's docs suggest) stops the run as SIGTERM
+        # does, at the next step with its last.ckpt kept, instead of killing the process (SIGUSR1's default)
+        self.usr1 = True
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def take_under_ddp(self, trainer: L.Trainer) -> None:
+        """Called on every rank as soon as its process group has formed (more than one process), before Lightning's
+        first collective: a fit records SIGTERM and SIGINT from now on and stops where the ranks agree
+        (`AgreedStop`); an evaluation ends at once on SIGTERM. Either way Lightning's own SIGTERM handler, installed
+        later by the Trainer and composed with the one here, no longer broadcasts from inside the handler."""
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        handler = self._record if fitting else _die
+        set_sigterm_handler(trainer, handler)
+        signal.signal(signal.SIGTERM, handler)
+        if fitting and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # not where the caller ignores Ctrl-C
+            signal.signal(signal.SIGINT, self._record)
+
+    def _record(self, signum: int, frame: Any) -> None:
+        # no collective, no kill, no raise: whatever this rank is doing (an all-reduce, a checkpoint save) goes on
+        # until the step's end, where the ranks agree; SIGTERM outranks SIGINT, so they agree on one
+        self.recorded = max(self.recorded, signum)
+
+    def wait_for_the_other_ranks(self, status: int, timeout: float = 20.0) -> None:
+        """After an agreed stop, on rank 0 of Lightning's own launcher: the ranks it started have ended (each stopped
+        at the same step, exiting ``status`` as this one does), so that this process's exit is the run's; one still
+        there after ``timeout`` seconds is killed rather than left behind, and one that ended otherwise is named on
+        stderr."""
+        deadline = time.monotonic() + timeout
+        for rank, proc in enumerate(self.children, start=1):
+            try:
+                proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.returncode != status:
+                print(f"ega: local rank {rank} (pid {proc.pid}) ended with status {proc.returncode}", file=sys.stderr)
 
 
 def _die(signum: int, frame: Any) -> None:
@@ -54,56 +108,22 @@ def _die(signum: int, frame: Any) -> None:
     os.kill(os.getpid(), signum)
 
 
-def take_stop_signals(trainer: L.Trainer) -> None:
-    """Called on every rank as soon as its process group has formed (more than one process), before Lightning's
-    first collective: a fit records SIGTERM and SIGINT from now on and stops where the ranks agree (``AgreedStop``); an
-    evaluation ends at once on SIGTERM. Either way Lightning's own SIGTERM handler, installed later by the Trainer
-    and composed with the one here, no longer broadcasts from inside the handler."""
-    fitting = trainer.state.fn == TrainerFn.FITTING
-    # Lightning installs this method as its SIGTERM handler (see ega_lightning.lightning_private)
-    trainer._signal_connector._sigterm_notifier_fn = _record if fitting else _die
-    signal.signal(signal.SIGTERM, _record if fitting else _die)
-    if fitting and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # not where the caller ignores Ctrl-C
-        signal.signal(signal.SIGINT, _record)
-
-
 class AgreedStop(L.Callback):
-    """At the end of every training batch, the ranks agree on whether any of them was signalled; if so, every rank
-    stops there with :class:`StopSignal`. Nothing happens in a single process, nor when no signal is taken here."""
+    """At the end of every training batch, the ranks agree on whether any of them was signalled (``signals``); if so,
+    every rank stops there with :class:`StopSignal`. Nothing happens in a single process."""
+
+    def __init__(self, signals: StopSignals) -> None:
+        self.signals = signals
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
             return
         # on the strategy's device: gloo reduces a CPU tensor, NCCL a CUDA one
-        agreed = torch.tensor([_Stop.signum], dtype=torch.int64, device=trainer.strategy.root_device)
+        agreed = torch.tensor([self.signals.recorded], dtype=torch.int64, device=trainer.strategy.root_device)
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX)
         signum = int(agreed.item())
         if signum:
-            _keep_the_children(trainer)
+            # rank 0 of Lightning's launcher: a child exiting 143 before rank 0 would make the launcher's observer
+            # SIGKILL rank 0 and every child; rank 0 waits for them itself (`wait_for_the_other_ranks`)
+            self.signals.children = take_launcher_children(trainer) or self.signals.children
             raise StopSignal(signum)
-
-
-def _keep_the_children(trainer: L.Trainer) -> None:
-    """On rank 0 of Lightning's own launcher: the ranks it started, taken out of its list
-    (lightning.pytorch.strategies.launchers.subprocess_script._SubprocessScriptLauncher.procs), which its child
-    observer shares: a child exiting 143 before rank 0 does would make the observer SIGKILL rank 0 and every other
-    child (it takes any non-zero status for a crash); `wait_for_the_other_ranks` waits for them instead."""
-    procs = getattr(trainer.strategy.launcher, "procs", None)
-    if isinstance(procs, list) and procs:
-        _Stop.children = list(procs)
-        procs.clear()  # in place: the observer's list, now empty, ends it at its next look
-
-
-def wait_for_the_other_ranks(status: int, timeout: float = 20.0) -> None:
-    """After an agreed stop, on rank 0 of Lightning's own launcher: the ranks it started have ended (each stopped at
-    the same step, exiting ``status`` as this one does), so that this process's exit is the run's; one still there
-    after ``timeout`` seconds is killed rather than left behind, and one that ended otherwise is named on stderr."""
-    deadline = time.monotonic() + timeout
-    for rank, proc in enumerate(_Stop.children, start=1):
-        try:
-            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.returncode != status:
-            print(f"ega: local rank {rank} (pid {proc.pid}) ended with status {proc.returncode}", file=sys.stderr)

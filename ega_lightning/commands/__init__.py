@@ -12,13 +12,7 @@ import importlib
 import os
 import sys
 
-from ega_lightning.errors import (
-    DEBUG_ENV,
-    UserError,
-    exit_refused,
-    machine_refusal,
-    print_user_error,
-)
+from ega_lightning.errors import DEBUG_ENV, end_command, in_ega_terms
 
 # name: (module with a main(argv), one line for `ega --help`); fit/validate/test are Lightning's
 COMMANDS = {
@@ -83,18 +77,10 @@ def main(args: list[str] | None = None) -> None:
     try:
         code = importlib.import_module(COMMANDS[argv[0]][0]).main(argv[1:])
         sys.stdout.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
-    except UserError as err:
-        print_user_error(argv[0], err)
-        raise SystemExit(2) from None
-    except KeyboardInterrupt:
-        raise SystemExit(130) from None
-    except BrokenPipeError:  # `ega gates | head`: the reader has gone; say nothing more, to nobody
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(141) from None
-    except Exception as err:
-        refusal = machine_refusal(err)  # disk full, read-only: the machine's word, not a bug
-        if refusal is None:
-            raise
-        exit_refused(argv[0], refusal)
+    except BaseException as err:  # errors.EXITS says which ones end the command, and how
+        if isinstance(err, BrokenPipeError):  # `ega gates | head`: nothing more goes to the reader that has gone
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        end_command(argv[0], in_ega_terms(err))
+        raise
     if code:
         raise SystemExit(code)

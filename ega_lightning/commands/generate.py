@@ -13,7 +13,7 @@ import sys
 import time
 
 from ega_lightning.devices import usable_device
-from ega_lightning.errors import CommandParser
+from ega_lightning.errors import EXITS, CommandParser
 from ega_lightning.generation import check_causal, stream
 from ega_lightning.seeding import seed_argument
 
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     if interrupted:  # keep what was generated; no traceback
         sys.stdout.write("\n")
         sys.stderr.write(f"ega generate: interrupted after {n} of {args.max_new_tokens} new tokens\n")
-        raise SystemExit(130)
+        raise SystemExit(EXITS[KeyboardInterrupt].status)
     seconds = time.perf_counter() - t0
     sys.stdout.write("\n")
     sys.stderr.write(f"{n} tokens in {seconds:.2f} s ({n / seconds:.1f} tokens/s)\n")

@@ -23,21 +23,13 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ega_lightning import run_policy, runs, summary
 from ega_lightning.callbacks import LastCheckpoint
-from ega_lightning.callbacks.stop import AgreedStop, take_stop_signals, wait_for_the_other_ranks
+from ega_lightning.callbacks.stop import AgreedStop, StopSignals
 from ega_lightning.config_files import resolve_config_args
 from ega_lightning.data import CharDataModule
-from ega_lightning.errors import (
-    DEBUG_ENV,
-    RUN_BUSY,
-    STOPPED,
-    UserError,
-    exit_refused,
-    machine_refusal,
-    print_user_error,
-)
+from ega_lightning.errors import DEBUG_ENV, Interrupted, Stopped, UserError, end_command, in_ega_terms
 from ega_lightning.fit_args import FLOAT_FLAGS, LIGHTNING_SUBCOMMANDS, add_run_arguments, cli_options
-from ega_lightning.lightning_private import purge_from
-from ega_lightning.module import CharLM, NonFiniteLossError
+from ega_lightning.lightning_private import PlannedCheckpointMerge, purge_from
+from ega_lightning.module import CharLM
 
 
 class SaveRunConfig(SaveConfigCallback):
@@ -52,13 +44,15 @@ class SaveRunConfig(SaveConfigCallback):
         super().setup(trainer, pl_module, stage)
 
 
-class EgaCLI(LightningCLI):
+class EgaCLI(PlannedCheckpointMerge, LightningCLI):
     """Lightning's CLI for CharLM and CharDataModule, with `ega`'s run directories, checks and summaries.
 
     ``claim`` is this command's claim on its run directory (the lock, what to undo): the caller keeps it,
     to undo on a failure; without one (the Python API) the CLI makes its own and releases it when the
     subcommand ends. ``command_line`` is the command as the user typed it (fit's summary repeats it).
     ``run_plan`` is what the command does with its run directory, decided once the arguments are parsed.
+    ``signals`` are the stop signals this command takes (`main`'s, which ends the command on them; without them,
+    the CLI's own).
     """
 
     run_plan: run_policy.RunPlan
@@ -68,9 +62,15 @@ class EgaCLI(LightningCLI):
     _refusal: UserError | None = None
 
     def __init__(
-        self, *args: Any, claim: runs.RunClaim | None = None, command_line: list[str] | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        claim: runs.RunClaim | None = None,
+        command_line: list[str] | None = None,
+        signals: StopSignals | None = None,
+        **kwargs: Any,
     ) -> None:
         self._command_line = list(command_line or [])
+        self._signals = StopSignals() if signals is None else signals
         self._claim = runs.RunClaim() if claim is None else claim
         try:
             super().__init__(*args, **kwargs)  # parses, instantiates and runs the subcommand
@@ -98,11 +98,10 @@ class EgaCLI(LightningCLI):
         request = run_policy.read_request(command, config, typed, missing_ok=True)
         self.run_plan, self._refusal = run_policy.plan_run_together(request)
 
-    def _parse_ckpt_path(self) -> None:
-        # Lightning's merge of the checkpoint's hyper-parameters into the model's config (a private hook: see
-        # ega_lightning.lightning_private), only where the plan has the checkpoint decide the model
-        if self.run_plan.merge_checkpoint_model:
-            super()._parse_ckpt_path()
+    def merges_checkpoint_hparams(self) -> bool:
+        # Lightning's merge of the checkpoint's hyper-parameters into the model's config, between parse_arguments
+        # and before_instantiate_classes: only where the plan has the checkpoint decide the model
+        return self.run_plan.merge_checkpoint_model
 
     def before_instantiate_classes(self) -> None:
         point_config_at_run(self.config[self.subcommand] if self.subcommand else self.config, self.run_plan)
@@ -188,7 +187,7 @@ class EgaCLI(LightningCLI):
                 message, busy = agreed
                 raise (runs.RunBusy if busy else UserError)(message)
             if torch_distributed_world() > 1:  # SIGTERM and SIGINT stop every rank at one step from now on
-                take_stop_signals(self.trainer)
+                self._signals.take_under_ddp(self.trainer)
 
         strategy.setup_environment = agreeing_setup_environment
 
@@ -200,7 +199,7 @@ class EgaCLI(LightningCLI):
             # by itself, outside `--ckpt_path last`: off, so a run resumes from last.ckpt only (`main` takes
             # SIGUSR1 as SIGTERM)
             kwargs["plugins"] = [*plugins, SLURMEnvironment(auto_requeue=False)]
-        added: list[Any] = [AgreedStop()]  # where the ranks of a DDP fit agree to stop on a signal
+        added: list[Any] = [AgreedStop(self._signals)]  # where the ranks of a DDP fit agree to stop on a signal
         every = self.run_plan.last_every
         if every:  # last.ckpt on a step schedule (and at the end), apart from best.ckpt, which follows val/loss
             added.append(LastCheckpoint(self.run_plan.run_dir / "checkpoints", every_n_steps=every))
@@ -265,66 +264,38 @@ def main(args: list[str] | None = None, descriptions: dict[str, str] | None = No
         argv.remove("--debug")
         os.environ[DEBUG_ENV] = "1"
     command = argv[0] if argv and argv[0] in LIGHTNING_SUBCOMMANDS else "fit"
-    # Lightning turns Ctrl-C into exit status 1, as for a crash: remember that it was one
-    interrupted: list[int] = []
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        interrupted.append(signum)
-        raise KeyboardInterrupt
-
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not where the caller ignores Ctrl-C
-        signal.signal(signal.SIGINT, on_sigint)
-    stopped_by: list[str] = []
-
-    def on_sigusr1(signum: int, frame: Any) -> None:
-        # SLURM's requeue signal (sbatch --signal=USR1@T, as Lightning's docs suggest) stops the run as SIGTERM
-        # does, at the next step with its last.ckpt kept, instead of killing the process (SIGUSR1's default)
-        stopped_by.append("SIGUSR1")
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    if signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
-        signal.signal(signal.SIGUSR1, on_sigusr1)
+    signals = StopSignals()
+    signals.take_in_main()
     with runs.RunClaim() as claim:  # the run directory's lock, held until the command ends
         try:
-            _run_cli(argv, args is None, descriptions or {}, claim)
-        except SIGTERMException as err:
-            signum = getattr(err, "signum", signal.SIGTERM)
-            wait_for_the_other_ranks(128 + signum)  # DDP under Lightning's launcher: after the ranks it started
-            if signum == signal.SIGINT:  # Ctrl-C under DDP, where every rank stopped at once
-                print(f"ega {command}: interrupted (Ctrl-C). {claim.keep_or_undo(command == 'fit')}", file=sys.stderr)
-                raise SystemExit(128 + signal.SIGINT) from None
-            # Lightning stops on SIGTERM (preemption, a job's time limit, `kill`) with exit status 0, so a
-            # caller (`ega sweep`, a job script) would take the cut-short run for a finished one.
-            how = "SIGTERM" if not stopped_by else "SIGUSR1 (taken as SIGTERM)"
-            print(
-                f"ega: stopped by {how} before the end; resume the run from its newest checkpoint with "
-                "`--ckpt_path last` (same command and --run_name).",
-                file=sys.stderr,
-            )
-            raise SystemExit(STOPPED) from None
-        except runs.RunBusy as err:  # another process trains this run: nothing of it is this command's to undo
-            print_user_error(command, err)
-            raise SystemExit(RUN_BUSY) from None
-        except UserError as err:
-            claim.undo()
-            print_user_error(command, err)
-            raise SystemExit(2) from None
-        except (KeyboardInterrupt, SystemExit) as err:
-            if not interrupted or (isinstance(err, SystemExit) and err.code != 1):
+            _run_cli(argv, args is None, descriptions or {}, claim, signals)
+        except BaseException as err:  # errors.EXITS says which ones end the command, and how
+            ours = _in_ega_terms(err, signals)
+            if ours is None:
                 raise
-            print(f"ega {command}: interrupted (Ctrl-C). {claim.keep_or_undo(command == 'fit')}", file=sys.stderr)
-            raise SystemExit(128 + signal.SIGINT) from None
-        except NonFiniteLossError as err:  # the run's own outcome, not a bug: its checkpoints are kept
-            print_user_error(command, err)
-            raise SystemExit(1) from None
-        except Exception as err:
-            refusal = machine_refusal(err)
-            if refusal is None:
-                raise
-            exit_refused(command, refusal, claim.keep_or_undo(command == "fit"))
+            end_command(command, ours, claim)
+            raise
 
 
-def _run_cli(argv: list[str], from_shell: bool, descriptions: dict[str, str], claim: runs.RunClaim) -> None:
+def _in_ega_terms(err: BaseException, signals: StopSignals) -> BaseException | None:
+    """What Lightning raised, as a row of `errors.EXITS` knows it (``signals``: the ones this command took); None:
+    not `ega`'s to end (a bug, the parser's own exit)."""
+    if isinstance(err, SIGTERMException):
+        signum = getattr(err, "signum", signal.SIGTERM)
+        signals.wait_for_the_other_ranks(128 + signum)  # DDP under Lightning's launcher: after the ranks it started
+        if signum == signal.SIGINT:  # Ctrl-C under DDP, where every rank stopped at once
+            return Interrupted()
+        return Stopped("SIGUSR1 (taken as SIGTERM)" if signals.usr1 else "SIGTERM")
+    if isinstance(err, KeyboardInterrupt | SystemExit):
+        # Lightning ends a Ctrl-C it caught with SystemExit(1); any other SystemExit (--help, the parser's 2) is its own
+        caught = isinstance(err, KeyboardInterrupt) or err.code == 1
+        return Interrupted() if signals.ctrl_c and caught else None
+    return in_ega_terms(err)
+
+
+def _run_cli(
+    argv: list[str], from_shell: bool, descriptions: dict[str, str], claim: runs.RunClaim, signals: StopSignals
+) -> None:
     """Lightning's CLI on the command line ``argv`` (the -c files resolved first), with `ega`'s defaults."""
     summary.quiet_lightning()
     resolved = resolve_config_args(argv, FLOAT_FLAGS)
@@ -339,4 +310,5 @@ def _run_cli(argv: list[str], from_shell: bool, descriptions: dict[str, str], cl
         args=None if from_shell else resolved,
         claim=claim,
         command_line=argv,
+        signals=signals,
     )

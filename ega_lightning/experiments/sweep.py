@@ -55,6 +55,7 @@ import yaml
 
 from ega_lightning import runs
 from ega_lightning.errors import (
+    EXITS,
     MACHINE_REFUSED,
     RUN_BUSY,
     STOPPED,
@@ -421,7 +422,7 @@ def main(argv: list[str] | None = None) -> int:
         check_fit_commands(runs, args.runs_dir)
     except UserError as err:
         print(f"ega sweep: error: {err}", file=sys.stderr)
-        return 2
+        return EXITS[UserError].status
     if not args.dry_run:
         try:
             check_writable("--records_dir", args.records_dir, "the runs' records")
@@ -441,4 +442,4 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except KeyboardInterrupt:
         print("\ninterrupted: finished runs are kept; rerun the same command to resume.", file=sys.stderr)
-        return 130
+        return EXITS[KeyboardInterrupt].status
