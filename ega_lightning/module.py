@@ -22,6 +22,7 @@ from ega_lightning.errors import UserError
 from ega_lightning.gates import NO_GATE, ZNORM_MODES, Gate, ResolvedGate, resolve_gate
 from ega_lightning.gates.registry import is_builtin
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, has_hooks, require_flex_attention
+from ega_lightning.model.config import POSITIONS
 from ega_lightning.seeding import derive_seed
 
 SHAPE_KEYS = (
@@ -36,6 +37,7 @@ SHAPE_KEYS = (
     "output_gate",
     "qkv_bias",
     "dropout_before_gate",
+    "position",
 )
 # Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
 # checkpoint's value (every other hyper-parameter comes from the checkpoint).
@@ -105,6 +107,12 @@ def check_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     _require(all(0 <= b < 1 for b in a.betas), f"model.betas must both be in [0, 1), got {list(a.betas)}.")
     znorms = (None, *ZNORM_MODES)
     _require(a.eval_znorm in znorms, f"model.eval_znorm must be one of {znorms}, got {a.eval_znorm!r}.")
+    _require(a.position in POSITIONS, f"model.position must be one of {POSITIONS}, got {a.position!r}.")
+    _require(
+        a.position != "rope" or (a.n_embd // a.n_head) % 2 == 0,
+        f"model.position=rope rotates pairs of channels, so the head size n_embd / n_head must be even; it is "
+        f"{a.n_embd} / {a.n_head} = {a.n_embd // a.n_head}. Change model.n_embd or model.n_head.",
+    )
     _require(a.attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {a.attention!r}.")
     if a.attention == "flex":
         require_flex_attention()
@@ -181,6 +189,9 @@ class CharLM(L.LightningModule):
             never materialise the weights), and evaluates on any path (no dropout: both orders are one formula).
         decay_every_parameter: AdamW's weight decay on every parameter, biases, LayerNorms and gates included
             (the author's); the default decays the 2-D weights only.
+        position: the position encoding: ``learned`` (nanoGPT's absolute embedding, the default), ``rope`` (rotary,
+            RoFormer's base 10,000 in the rotate-half form, see `model.position`) or ``none`` (no position signal
+            but the causal mask and a key gate's bias).
     """
 
     def __init__(
@@ -209,6 +220,7 @@ class CharLM(L.LightningModule):
         scale_residual_init: bool = True,
         dropout_before_gate: bool = False,
         decay_every_parameter: bool = False,
+        position: str = "learned",
     ) -> None:
         super().__init__()
         arguments = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # by their names

@@ -184,7 +184,8 @@ def undo_new(run_dir: Path, before: set[Path], missing: list[Path]) -> None:
 
 
 def default_run_name(config: Any) -> str:
-    """e.g. ``tinyshakespeare-multiscale_scales2-4x4x128-T128-seed1337``, ``ptb-fox+output_headwise-...``
+    """e.g. ``tinyshakespeare-multiscale_scales2-4x4x128-T128-seed1337``, ``ptb-fox+output_headwise-...``,
+    ``tinyshakespeare-alibi-posnone-...`` (a position encoding other than the learned default)
     (``config``: a command's parsed config, or the same as plain dicts, with ``model`` and ``data`` sections)."""
     m, data = config["model"], config["data"]
     gate = "_".join([m["gate"], *(f"{k}{v}" for k, v in sorted((m.get("gate_options") or {}).items()))])
@@ -192,6 +193,8 @@ def default_run_name(config: Any) -> str:
         gate += "_dropoutfirst"
     if m.get("output_gate", "none") != "none":
         gate += f"+{m['output_gate']}"
+    if m.get("position", "learned") != "learned":  # a learned-position run's name is the one it always had
+        gate += f"-pos{m['position']}"
     shape = f"{m['n_layer']}x{m['n_head']}x{m['n_embd']}-T{m['block_size']}"
     return f"{data['corpus']}-{gate}-{shape}-seed{data['seed']}"
 
