@@ -52,7 +52,8 @@ TRAINING_GLOBS = (
     HPC_GLOB,
 )
 EVALUATIONS = ("validate", "test")
-OUTPUT_GLOBS = (*TRAINING_GLOBS, *EVALUATIONS)
+# an evaluation on windows of data.eval_block_size N is a run of its own, ``validate-TN`` (`run_policy.evaluation_name`)
+OUTPUT_GLOBS = (*TRAINING_GLOBS, *EVALUATIONS, *(f"{name}-T*" for name in EVALUATIONS))
 
 
 class FitState(enum.Enum):
@@ -92,7 +93,7 @@ def fit_state(run_dir: Path) -> FitState:
 
 def clear_evaluation(run_dir: Path, name: str) -> None:
     """Deletes the evaluation ``name`` (validate, test) of a run: the next one replaces it."""
-    if name in EVALUATIONS and (run_dir / name).is_dir():
+    if name.split("-T")[0] in EVALUATIONS and (run_dir / name).is_dir():
         shutil.rmtree(run_dir / name)
 
 
