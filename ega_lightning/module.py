@@ -22,6 +22,7 @@ from ega_lightning.errors import RunFailed, UserError
 from ega_lightning.gates import NO_GATE, ZNORM_MODES, Gate, ResolvedGate, resolve_gate
 from ega_lightning.gates.registry import is_builtin
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, has_hooks, require_flex_attention
+from ega_lightning.model.config import POSITIONS
 from ega_lightning.seeding import derive_seed
 
 SHAPE_KEYS = (
@@ -36,6 +37,7 @@ SHAPE_KEYS = (
     "output_gate",
     "qkv_bias",
     "dropout_before_gate",
+    "position",
 )
 # Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
 # checkpoint's value (every other hyper-parameter comes from the checkpoint).
@@ -105,6 +107,12 @@ def check_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     _require(all(0 <= b < 1 for b in a.betas), f"model.betas must both be in [0, 1), got {list(a.betas)}.")
     znorms = (None, *ZNORM_MODES)
     _require(a.eval_znorm in znorms, f"model.eval_znorm must be one of {znorms}, got {a.eval_znorm!r}.")
+    _require(a.position in POSITIONS, f"model.position must be one of {POSITIONS}, got {a.position!r}.")
+    _require(
+        a.position != "rope" or (a.n_embd // a.n_head) % 2 == 0,
+        f"model.position=rope rotates pairs of channels, so the head size n_embd / n_head must be even; it is "
+        f"{a.n_embd} / {a.n_head} = {a.n_embd // a.n_head}. Change model.n_embd or model.n_head.",
+    )
     _require(a.attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {a.attention!r}.")
     if a.attention == "flex":
         require_flex_attention()
@@ -181,6 +189,10 @@ class CharLM(L.LightningModule):
             never materialise the weights), and evaluates on any path (no dropout: both orders are one formula).
         decay_every_parameter: AdamW's weight decay on every parameter, biases, LayerNorms and gates included
             (the author's); the default decays the 2-D weights only.
+        position: the position encoding: ``learned`` (nanoGPT's absolute embedding, the default), ``rope`` (rotary,
+            RoFormer's base 10,000 in the rotate-half form, see `model.position`) or ``none`` (no position signal
+            but the causal mask and a key gate's bias). A rope or none model can be evaluated on windows longer
+            than block_size (``ega validate --data.eval_block_size``).
     """
 
     def __init__(
@@ -209,6 +221,7 @@ class CharLM(L.LightningModule):
         scale_residual_init: bool = True,
         dropout_before_gate: bool = False,
         decay_every_parameter: bool = False,
+        position: str = "learned",
     ) -> None:
         super().__init__()
         arguments = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # by their names
@@ -230,6 +243,9 @@ class CharLM(L.LightningModule):
         self.test_loss = MeanMetric()
         self._last_step_start: float | None = None
         self._dropout_seed = 0
+        # an evaluation's summed loss by position (T,) and the windows counted (`_eval_loss`); None: not kept
+        self._position_loss: torch.Tensor | None = None
+        self._position_count = 0
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         """idx (B, T) -> logits (B, T, V)."""
@@ -358,20 +374,63 @@ class CharLM(L.LightningModule):
             gate.znorm = self.hparams.eval_znorm if evaluating else trained
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self.val_loss.update(self.loss(batch), weight=batch[1].numel())
+        self.val_loss.update(self._eval_loss(batch), weight=batch[1].numel())
 
     def on_validation_epoch_end(self) -> None:
         self._log_eval("val", self.val_loss)
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self.test_loss.update(self.loss(batch), weight=batch[1].numel())
+        self.test_loss.update(self._eval_loss(batch), weight=batch[1].numel())
 
     def on_test_epoch_end(self) -> None:
         self._log_eval("test", self.test_loss)
 
+    def _by_position(self) -> bool:
+        """Whether this evaluation keeps the loss by position: when its windows' length was asked for
+        (``data.eval_block_size``, length extrapolation), not in every validation of a fit."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        return getattr(datamodule, "eval_block_size", None) is not None
+
+    def _eval_loss(self, batch: Batch) -> torch.Tensor:
+        """The batch's mean loss, as `loss` computes it; with `_by_position`, each position's summed loss and
+        count added to the evaluation's tally as well."""
+        if not self._by_position():
+            return self.loss(batch)
+        x, y = batch
+        logits = self(x)  # (B, T, V)
+        flat, targets = logits.view(-1, logits.size(-1)), y.reshape(-1)
+        per_token = F.cross_entropy(flat, targets, reduction="none").view_as(y)  # (B, T)
+        summed = per_token.detach().double().sum(0)  # (T,)
+        if self._position_loss is None or self._position_loss.shape != summed.shape:
+            self._position_loss, self._position_count = torch.zeros_like(summed), 0
+        self._position_loss += summed
+        self._position_count += y.shape[0]
+        return F.cross_entropy(flat, targets)  # the same mean as `loss`, so val/loss reads alike either way
+
+    def _log_loss_by_position(self, split: str) -> None:
+        """``<split>/loss_by_position``: the mean loss at each position 1..T of the windows, one TensorBoard point per
+        position (the step axis is the position), and the means within and past the training block."""
+        if self._position_loss is None:
+            return
+        strategy = self.trainer.strategy
+        loss = strategy.reduce(self._position_loss, reduce_op="sum")  # (T,), every rank's windows
+        count = strategy.reduce(torch.tensor(float(self._position_count), device=loss.device), reduce_op="sum")
+        self._position_loss, self._position_count = None, 0
+        mean = (loss / count).float()  # (T,)
+        block = self.hparams.block_size
+        self.log(f"{split}/loss_within_block", mean[:block].mean(), sync_dist=True)
+        if mean.shape[0] > block:
+            self.log(f"{split}/loss_past_block", mean[block:].mean(), sync_dist=True)
+        experiment = getattr(self.logger, "experiment", None) if self.trainer.is_global_zero else None
+        if experiment is not None and hasattr(experiment, "add_scalar"):
+            for position, value in enumerate(mean.tolist(), start=1):
+                experiment.add_scalar(f"{split}/loss_by_position", value, global_step=position)
+            experiment.flush()
+
     def _log_eval(self, split: str, metric: MeanMetric) -> None:
         loss = metric.compute()  # a collective under DDP: every rank gets here
         metric.reset()
+        self._log_loss_by_position(split)
         # already reduced over ranks: sync_dist averages equal values, a no-op that silences a DDP warning
         self.log(f"{split}/loss", loss, prog_bar=True, sync_dist=True)
         self.log(f"{split}/bpc", loss / math.log(2), sync_dist=True)

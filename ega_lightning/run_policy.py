@@ -270,9 +270,17 @@ def decide(request: RunRequest) -> RunPlan:
         # fast_dev_run is Lightning's check that the pipeline runs: it writes no checkpoint, so neither does ega
         last_every=config["checkpoint_every_n_steps"] if command in ("fit", None) and not fast_dev_run else 0,
         # nor a run of its own, which would replace the last evaluation with nothing
-        evaluation=command if command in ("validate", "test") and not fast_dev_run else None,
+        evaluation=evaluation_name(command, config["data"].get("eval_block_size")) if not fast_dev_run else None,
         eval_step=max((ckpt.global_step or 0) - 1, 0) if command in ("validate", "test") and ckpt is not None else None,
     )
+
+
+def evaluation_name(command: str | None, eval_block_size: int | None) -> str | None:
+    """The evaluation's own run directory under the run (None: the command is no evaluation): ``validate``, or
+    ``validate-T512`` on windows of ``data.eval_block_size`` 512, so that each window length keeps its own curves."""
+    if command not in ("validate", "test"):
+        return None
+    return command if eval_block_size is None else f"{command}-T{eval_block_size}"
 
 
 def claim_run_dir(plan: RunPlan, claim: runs.RunClaim) -> None:
@@ -662,6 +670,30 @@ def evaluation_has_a_checkpoint(request: RunRequest, plan: RunPlan) -> str | Non
     )
 
 
+def eval_block_size_has_positions(request: RunRequest, plan: RunPlan) -> str | None:
+    """``data.eval_block_size`` evaluates a checkpoint on windows of that length (length extrapolation): a fit
+    validates at its training block, and a learned-position model has no embedding past its block."""
+    asked = request.config["data"].get("eval_block_size")
+    if asked is None:
+        return None
+    if request.command not in ("validate", "test"):
+        return (
+            f"data.eval_block_size {asked} is for evaluating a checkpoint on windows of another length "
+            "(ega validate/test --ckpt_path ... --data.eval_block_size=N); ega fit validates at the training "
+            "block. Drop it here, and evaluate the run's best.ckpt with it once trained."
+        )
+    model = {**request.config["model"], **(request.checkpoint.hparams if request.checkpoint is not None else {})}
+    position, block = model.get("position", "learned"), model["block_size"]
+    if asked <= block or position != "learned":
+        return None
+    return (
+        f"data.eval_block_size {asked} is longer than the model's block_size {block}, and its positions are "
+        f"learned (model.position={position}): it has an embedding for positions 0..{block - 1} only, so it "
+        f"cannot read a longer window. Evaluate it at --data.eval_block_size={block} or less; length "
+        "extrapolation needs a model trained with --model.position=rope or none."
+    )
+
+
 def continuing_trains_something(request: RunRequest, plan: RunPlan) -> str | None:
     # `last` of a finished run is left alone: ega sweep resumes a run stopped between its last
     # checkpoint and its DONE, and Lightning ends that fit at once
@@ -763,4 +795,5 @@ REFUSALS: tuple[Refusal, ...] = (
     run_dir_can_be_made,
     world_size_unchanged,
     evaluation_has_a_checkpoint,
+    eval_block_size_has_positions,
 )

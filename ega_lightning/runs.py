@@ -52,7 +52,8 @@ TRAINING_GLOBS = (
     HPC_GLOB,
 )
 EVALUATIONS = ("validate", "test")
-OUTPUT_GLOBS = (*TRAINING_GLOBS, *EVALUATIONS)
+# an evaluation on windows of data.eval_block_size N is a run of its own, ``validate-TN`` (`run_policy.evaluation_name`)
+OUTPUT_GLOBS = (*TRAINING_GLOBS, *EVALUATIONS, *(f"{name}-T*" for name in EVALUATIONS))
 
 
 class FitState(enum.Enum):
@@ -88,7 +89,7 @@ def fit_state(run_dir: Path) -> FitState:
 
 def clear_evaluation(run_dir: Path, name: str) -> None:
     """Deletes the evaluation ``name`` (validate, test) of a run: the next one replaces it."""
-    if name in EVALUATIONS and (run_dir / name).is_dir():
+    if name.split("-T")[0] in EVALUATIONS and (run_dir / name).is_dir():
         shutil.rmtree(run_dir / name)
 
 
@@ -180,7 +181,8 @@ def undo_new(run_dir: Path, before: set[Path], missing: list[Path]) -> None:
 
 
 def default_run_name(config: Any) -> str:
-    """e.g. ``tinyshakespeare-multiscale_scales2-4x4x128-T128-seed1337``, ``ptb-fox+output_headwise-...``
+    """e.g. ``tinyshakespeare-multiscale_scales2-4x4x128-T128-seed1337``, ``ptb-fox+output_headwise-...``,
+    ``tinyshakespeare-alibi-posnone-...`` (a position encoding other than the learned default)
     (``config``: a command's parsed config, or the same as plain dicts, with ``model`` and ``data`` sections)."""
     m, data = config["model"], config["data"]
     gate = "_".join([m["gate"], *(f"{k}{v}" for k, v in sorted((m.get("gate_options") or {}).items()))])
@@ -188,6 +190,8 @@ def default_run_name(config: Any) -> str:
         gate += "_dropoutfirst"
     if m.get("output_gate", "none") != "none":
         gate += f"+{m['output_gate']}"
+    if m.get("position", "learned") != "learned":  # a learned-position run's name is the one it always had
+        gate += f"-pos{m['position']}"
     shape = f"{m['n_layer']}x{m['n_head']}x{m['n_embd']}-T{m['block_size']}"
     return f"{data['corpus']}-{gate}-{shape}-seed{data['seed']}"
 

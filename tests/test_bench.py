@@ -175,3 +175,24 @@ def test_pipeline_row_pairs_each_ega_fit_step_with_a_bare_step_of_the_same_model
     assert not (tmp_path / "lightning_logs").exists()  # the fits' run directories went with their temporary folder
     markdown = (tmp_path / "out/bench-cpu-32-true.md").read_text()
     assert "## The pipeline's own cost" in markdown and "| tiny | fox |" in markdown
+
+
+def test_bench_builds_each_model_at_its_position_encoding(tmp_path):
+    """A gate config's ``position`` (alibi_nopos, fox_nopos) reaches its model, and --position sets every model's,
+    the baseline's too: read from the parameter counts, which lose the learned embedding (block_size x n_embd)."""
+    write_configs(tmp_path / "configs")
+    (tmp_path / "configs/gate/fox_nopos.yaml").write_text(
+        yaml.safe_dump({"model": {"gate": "fox", "position": "none"}})
+    )
+    params = {}
+    for position in (None, "rope"):
+        out = tmp_path / f"out-{position}"
+        argv = ["--configs", str(tmp_path / "configs"), "--sizes", "tiny", "--gates", "fox", "fox_nopos"]
+        argv += ["--repeats", "3", "--warmup", "0", "--no_generation", "--device", "cpu", "--out", str(out)]
+        main(argv + ([] if position is None else ["--position", position]))
+        (size,) = json.loads((out / "bench-cpu-32-true.json").read_text())["sizes"]
+        params[position] = {name: row["params"] for name, row in size["rows"].items() if "params" in row}
+    embedding = SHAPE["block_size"] * SHAPE["n_embd"]
+    assert params[None]["fox"] - params[None]["fox_nopos"] == embedding
+    assert params[None]["none"] - params["rope"]["none"] == embedding  # --position reaches the baseline
+    assert params["rope"]["fox"] == params["rope"]["fox_nopos"] == params[None]["fox_nopos"]

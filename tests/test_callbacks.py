@@ -186,6 +186,8 @@ def test_hparams_columns_are_one_set_and_a_run_states_only_its_gates_options():
     assert ega["n_layer"] == 4 and ega["seed"] == 1 and ega["output_gate"] == "none"
     fox = board.run_columns({**base, "model": {**model, "gate": "fox"}})
     assert not any(c.startswith("gate.") for c in fox)  # no tau for a gate without one
+    assert columns[3] == "position" and ega["position"] == "learned"  # a run from before the option: learned
+    assert board.run_columns({**base, "model": {**model, "position": "rope"}})["position"] == "rope"
 
 
 def test_the_run_logger_drops_epoch_and_stamps_an_evaluation_at_its_checkpoints_step(tmp_path):

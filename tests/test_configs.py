@@ -22,6 +22,7 @@ SIZES = sorted(CONFIGS.glob("size/*.yaml"))
 CORPORA_CFG = sorted(CONFIGS.glob("corpus/*.yaml"))
 GATES = sorted(CONFIGS.glob("gate/*.yaml"))
 OUTPUT_GATES = sorted(CONFIGS.glob("output_gate/*.yaml"))
+POSITION_CFG = sorted(CONFIGS.glob("position/*.yaml"))
 RECIPES = sorted(CONFIGS.glob("recipe/*.yaml"))  # composed in tests/test_author_ega.py
 COMBOS = list(itertools.product(SIZES, CORPORA_CFG, GATES))
 
@@ -31,7 +32,7 @@ SWEEPS = sorted(CONFIGS.glob("sweeps/*.yaml"))
 
 def test_every_yaml_is_covered_by_a_composition():
     shipped = set(CONFIGS.rglob("*.yaml")) - set(SWEEPS) - {CONFIGS / "protocol.yaml"}  # tests/test_protocol.py
-    covered = {CONFIGS / "base.yaml", *SIZES, *CORPORA_CFG, *GATES, *OUTPUT_GATES, *RECIPES}
+    covered = {CONFIGS / "base.yaml", *SIZES, *CORPORA_CFG, *GATES, *OUTPUT_GATES, *POSITION_CFG, *RECIPES}
     assert shipped == covered, f"configs not exercised by this test: {sorted(shipped - covered)}"
     for path in shipped:
         assert isinstance(yaml.safe_load(path.read_text()), dict), path
@@ -48,6 +49,37 @@ def test_an_output_gate_config_fills_its_slot_beside_any_gate_config(output_gate
     assert (cli.model.hparams.gate, cli.model.hparams.output_gate) == ("linear", name)
     assert len(cli.model.model.output_gates) == cli.model.hparams.n_layer
     assert f"-linear+{name}-" in default_run_name(cli.config)
+
+
+@pytest.mark.parametrize("gate", ["linear", "alibi_nopos"])
+@pytest.mark.parametrize("position", POSITION_CFG, ids=lambda p: p.stem)
+def test_a_position_config_sets_the_encoding_beside_any_gate_config(position, gate, tmp_path, monkeypatch):
+    """-c position/<p>.yaml after a gate config wins over the gate config's own position (alibi_nopos: none), and
+    the run's name says the encoding."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["ega"])
+    parts = ("base.yaml", "size/cpu.yaml", "corpus/tinyshakespeare.yaml", f"gate/{gate}.yaml")
+    args = [a for p in [*(CONFIGS / part for part in parts), position] for a in ("--config", str(p))]
+    cli = EgaCLI(CharLM, CharDataModule, run=False, auto_configure_optimizers=False, args=args)
+    name = yaml.safe_load(position.read_text())["model"]["position"]
+    assert cli.model.hparams.position == cli.model.model.cfg.position == name
+    assert cli.model.model.wpe is None  # rope and none: no learned embedding
+    assert f"-pos{name}-4x4x128-" in default_run_name(cli.config)
+
+
+def test_each_peer_in_its_papers_design_has_no_position_but_its_bias():
+    """ALiBi's and FoX's papers run them without a position embedding: their _nopos configs say so, and the
+    run's name tells them from the runs on learned positions."""
+    for peer in ("alibi", "fox"):
+        model = yaml.safe_load((CONFIGS / "gate" / f"{peer}_nopos.yaml").read_text())["model"]
+        assert model == {"gate": peer, "position": "none"}
+        name = default_run_name(
+            {
+                "model": {**model, "n_layer": 4, "n_head": 4, "n_embd": 128, "block_size": 128},
+                "data": {"corpus": "tinyshakespeare", "seed": 1},
+            }
+        )
+        assert name == f"tinyshakespeare-{peer}-posnone-4x4x128-T128-seed1"
 
 
 @pytest.mark.parametrize("size,corpus,gate", COMBOS, ids=lambda p: p.stem)

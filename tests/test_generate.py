@@ -11,6 +11,7 @@ from ega_lightning.gates.linear import LinearGate
 from ega_lightning.gates.multiscale import causal_moving_average
 from ega_lightning.generation import generate, next_token_logits, sample
 from ega_lightning.model import GPT, GPTConfig
+from ega_lightning.model.config import POSITIONS
 
 from .helpers import TINY_VOCAB
 
@@ -28,20 +29,23 @@ class PairGate(LinearGate):
         return causal_moving_average(p.transpose(1, 2), 2)  # (B, T, nh) -> (B, nh, T)
 
 
-def small(gate: str) -> CharLM:
+def small(gate: str, position: str = "learned") -> CharLM:
     torch.manual_seed(0)
     # tau/alpha away from their defaults so the gates are far from constant
-    return CharLM(TINY_VOCAB, **SMALL, gate=gate, tau_init=0.3, alpha_init=2.0).eval()
+    return CharLM(TINY_VOCAB, **SMALL, gate=gate, tau_init=0.3, alpha_init=2.0, position=position).eval()
 
 
+@pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("gate", [*gate_names(KeyBias), PairGate])
-def test_cached_logits_equal_recompute_at_every_step(gate):
+def test_cached_logits_equal_recompute_at_every_step(gate, position):
+    """Past the block too: the cache is rebuilt from the last half-window, its positions (RoPE's) from 0 again,
+    and each step's logits equal the recomputed window's."""
     if isinstance(gate, str):
-        model = small(gate).model
+        model = small(gate, position).model
     else:  # a Gate subclass: the model without the LightningModule, which takes names
         torch.manual_seed(0)
         options = {"tau_init": 0.3, "alpha_init": 2.0}
-        model = GPT(GPTConfig(len(TINY_VOCAB), **SMALL, gate=gate, gate_options=options)).eval()
+        model = GPT(GPTConfig(len(TINY_VOCAB), **SMALL, gate=gate, gate_options=options, position=position)).eval()
     idx = torch.randint(0, len(TINY_VOCAB), (2, 5))
     steps = next_token_logits(model, idx, use_cache=True)
     step = next(steps)
@@ -57,9 +61,10 @@ def test_cached_logits_equal_recompute_at_every_step(gate):
     assert SMALL["block_size"] // 2 in windows[6:]  # ... and was rebuilt from the last half-window
 
 
+@pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("gate", ["none", "linear", "db4"])
-def test_cache_changes_nothing_within_the_first_window(gate):
-    model = small(gate).model
+def test_cache_changes_nothing_within_the_first_window(gate, position):
+    model = small(gate, position).model
     prompt = torch.randint(0, len(TINY_VOCAB), (1, 4))
     cached = generate(model, prompt, 12, temperature=0.0)  # greedy: no sampling noise
     recomputed = generate(model, prompt, 12, temperature=0.0, use_cache=False)

@@ -12,6 +12,7 @@ from ega_lightning import CharLM
 from ega_lightning.gates import Gate, KeyBias, build_gate, causal_znorm, gate_class, gate_names
 from ega_lightning.model import ATTENTION, ATTENTION_IMPLS, GPT, CausalSelfAttention, GPTConfig
 from ega_lightning.model.attention import gated_attention_reference
+from ega_lightning.model.config import POSITIONS
 from ega_lightning.module import check_arguments
 
 from .helpers import TINY_MODEL, TINY_VOCAB, attention
@@ -78,10 +79,11 @@ def test_attention_layer_equals_spec_formula(gate, impl):
         torch.testing.assert_close(layer(x), layer.c_proj(y), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("gate", GATED)
-def test_fused_model_equals_reference_model(gate):
-    fused = tiny(gate, tau_init=0.3, alpha_init=2.0)
-    reference = tiny(gate, tau_init=0.3, alpha_init=2.0, attention="reference")
+def test_fused_model_equals_reference_model(gate, position):
+    fused = tiny(gate, tau_init=0.3, alpha_init=2.0, position=position)
+    reference = tiny(gate, tau_init=0.3, alpha_init=2.0, attention="reference", position=position)
     reference.load_state_dict(fused.state_dict())
     idx = torch.randint(0, len(TINY_VOCAB), (3, TINY_MODEL["block_size"]))
     torch.testing.assert_close(fused(idx), reference(idx), atol=1e-5, rtol=1e-5)
@@ -101,14 +103,15 @@ def test_each_attention_path_is_a_class_chosen_when_the_model_is_built_and_the_r
     assert "impl" not in read and "attention" not in read and not strings & set(ATTENTION_IMPLS)
     with pytest.raises(ValueError, match=r"Unknown attention implementation 'fast'; choose one of \('fused'"):
         GPT(GPTConfig(len(TINY_VOCAB), **TINY_MODEL, attention="fast"))
-    with pytest.raises(ValueError, match=r"Unknown position encoding 'rope'; choose one of \('learned',\)"):
-        GPT(GPTConfig(len(TINY_VOCAB), **TINY_MODEL, position="rope"))
+    with pytest.raises(ValueError, match=r"Unknown position encoding 'alibi'; choose one of \('learned', 'rope'"):
+        GPT(GPTConfig(len(TINY_VOCAB), **TINY_MODEL, position="alibi"))
 
 
+@pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("gate", gate_names(KeyBias))
 @pytest.mark.parametrize("attention", ["fused", "reference"])
-def test_changing_token_t_leaves_earlier_logits_unchanged(gate, attention):
-    model = tiny(gate, attention=attention)
+def test_changing_token_t_leaves_earlier_logits_unchanged(gate, attention, position):
+    model = tiny(gate, attention=attention, position=position)
     T, t = TINY_MODEL["block_size"], 13
     idx = torch.randint(0, len(TINY_VOCAB), (2, T))
     changed = idx.clone()

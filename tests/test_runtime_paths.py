@@ -15,6 +15,7 @@ from ega_lightning.callbacks.probe import GateProbe
 from ega_lightning.gates import Gate, build_gate, gate_names
 from ega_lightning.generation import next_token_logits
 from ega_lightning.model import GPT, GPTConfig, fused
+from ega_lightning.model.config import POSITIONS
 
 from .helpers import TINY_MODEL, TINY_VOCAB, attention, needs_flex, validate_tiny
 
@@ -61,12 +62,14 @@ def set_pad_width(model: CharLM, width: int) -> None:
 # --- the CUDA layout: 8 extra channels per head, run on CPU
 
 
+@pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("gate", CHANNEL_GATES)
-def test_cuda_padding_layout_equals_reference_in_values_and_gradients(gate):
-    """Stated tolerance (fp32): 1e-5 absolute and relative, as the fused path against the reference."""
-    padded = tiny(gate)
+def test_cuda_padding_layout_equals_reference_in_values_and_gradients(gate, position):
+    """Stated tolerance (fp32): 1e-5 absolute and relative, as the fused path against the reference. With RoPE
+    only the true channels turn: q' = [rope(q), 1], k' = [rope(k), log g sqrt(hs)] keeps the identity."""
+    padded = tiny(gate, position=position)
     set_pad_width(padded, 8)
-    reference = tiny(gate, attention="reference")
+    reference = tiny(gate, attention="reference", position=position)
     reference.load_state_dict(padded.state_dict())
     assert_same_training_step(padded, reference, atol=1e-5, rtol=1e-5)
     x = torch.randn(2, 5, TINY_MODEL["n_embd"])
@@ -74,8 +77,9 @@ def test_cuda_padding_layout_equals_reference_in_values_and_gradients(gate):
     assert layer._gated_qkv(x)[0].shape[-1] == TINY_MODEL["n_embd"] // TINY_MODEL["n_head"] + 8  # it did pad
 
 
-def test_cuda_padding_layout_caches_as_it_recomputes():
-    model = tiny("linear").eval().model
+@pytest.mark.parametrize("position", POSITIONS)
+def test_cuda_padding_layout_caches_as_it_recomputes(position):
+    model = tiny("linear", position=position).eval().model
     for block in model.blocks:
         block.attn.pad_width = 8
     idx = torch.randint(0, len(TINY_VOCAB), (2, 4))
@@ -165,10 +169,12 @@ def test_flex_attention_equals_reference_without_gradients(gate):
 
 
 @needs_flex
-def test_flex_model_equals_reference_model_without_gradients():
+@pytest.mark.parametrize("gate", ["linear", "alibi", "fox"])
+@pytest.mark.parametrize("position", POSITIONS)
+def test_flex_model_equals_reference_model_without_gradients(position, gate):
     torch.manual_seed(0)
-    cfg = {**TINY_MODEL, "vocab_size": len(TINY_VOCAB), "gate": "linear"}
-    cfg["gate_options"] = {"tau_init": 0.3, "alpha_init": 2.0}
+    cfg = {**TINY_MODEL, "vocab_size": len(TINY_VOCAB), "gate": gate, "position": position}
+    cfg["gate_options"] = {"tau_init": 0.3, "alpha_init": 2.0} if gate == "linear" else {}
     reference = GPT(GPTConfig(**cfg, attention="reference")).eval()
     flex = GPT(GPTConfig(**cfg, attention="flex")).eval()
     flex.load_state_dict(reference.state_dict())

@@ -139,7 +139,7 @@ def cold_compiler_caches() -> Iterator[None]:
 
 
 # the model options a gate's settings may hold (`settings.gate_settings`); its config's other keys are not the gate's
-MODEL_OPTIONS = ("gate", "gate_options", "tau_init", "alpha_init", "output_gate")
+MODEL_OPTIONS = ("gate", "gate_options", "tau_init", "alpha_init", "output_gate", "position")
 
 
 def build(

@@ -2,8 +2,9 @@
 layout of its claims, and a text summary of how it ended.
 
 HPARAMS: one curated, flat column set, the same in every run's summary (TensorBoard takes its columns from one
-run's): the comparison's axes (the corpus, the gate, the output gate) lead the table, then the gate's own
-options as ``gate.<option>`` and the size, batch, learning rate, steps and seed, by name (TensorBoard sorts them);
+run's): the comparison's axes (the corpus, the gate, the output gate, the position encoding) lead the table, then
+the gate's own options as ``gate.<option>`` and the size, batch, learning rate, steps and seed, by name (TensorBoard
+sorts them);
 a run states only the columns that apply to it (no tau for a gate without one). Its session status is RUNNING
 while it trains, SUCCESS once it reached ``max_steps``, FAILURE when it stopped before (a signal, an error). A
 run's HPARAMS summaries live in one small event file of their own, replaced at every change of status: TensorBoard
@@ -29,7 +30,14 @@ from ega_lightning.gates.registry import NO_GATE, gate_options, registered_gates
 
 # (column, where the value lives in the run's hyper-parameters, its type): the gate's own options go
 # after corpus, as "gate.<option>" (`_gate_columns`)
-LEADING = (("gate", "model.gate", str), ("output_gate", "model.output_gate", str), ("corpus", "data.corpus", str))
+LEADING = (
+    ("gate", "model.gate", str),
+    ("output_gate", "model.output_gate", str),
+    ("corpus", "data.corpus", str),
+    ("position", "model.position", str),
+)
+# a leading column's value where the run's hyper-parameters leave it out (a run from before the option)
+LEADING_DEFAULTS = {"position": "learned"}
 TRAILING = (
     ("n_layer", "model.n_layer", int),
     ("n_head", "model.n_head", int),
@@ -85,7 +93,7 @@ def run_columns(params: dict[str, Any]) -> dict[str, bool | int | float | str]:
     out: dict[str, bool | int | float | str] = {}
     kinds = dict(columns())
     for column, dotted, _ in LEADING:
-        out[column] = str(_value(params, dotted) or NO_GATE)
+        out[column] = str(_value(params, dotted) or LEADING_DEFAULTS.get(column, NO_GATE))
     model = params.get("model") or {}
     accepted = {**gate_options(model.get("gate") or NO_GATE), **gate_options(model.get("output_gate") or NO_GATE)}
     given = {**(model.get("gate_options") or {})}

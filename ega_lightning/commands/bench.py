@@ -34,6 +34,7 @@ from ega_lightning.config_files import configs_dir
 from ega_lightning.devices import usable_device
 from ega_lightning.errors import CommandParser, UserError
 from ega_lightning.io import write_atomic
+from ega_lightning.model.config import POSITIONS
 from ega_lightning.seeding import seed_argument
 
 
@@ -70,6 +71,12 @@ def _parser() -> argparse.ArgumentParser:
         "--generation_only",
         action="store_true",
         help="only the generation tables, in bench-<device>-<precision>-generation.json and .md",
+    )
+    parser.add_argument(
+        "--position",
+        choices=POSITIONS,
+        default=None,
+        help="every model's position encoding, the baseline's too (default: each gate config's own, else learned)",
     )
     parser.add_argument("--compile", action="store_true", help="also time every gate (and the reference) compiled")
     parser.add_argument(
@@ -112,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
         size_settings(args.configs, size)  # every size named before any is timed
     device = usable_device(args.device)
     gates = gate_settings(args.configs, args.gates)
+    if args.position is not None:  # each gate against the baseline of the same position encoding
+        gates = {name: {**settings, "position": args.position} for name, settings in gates.items()}
     started = datetime.now(UTC)
     result = benchmark(args, gates, device, " ".join(["ega bench", *argv]), started)
     markdown = to_markdown(result)

@@ -140,6 +140,10 @@ class CharDataModule(L.LightningDataModule):
         random_eval_seed: the seed of those batches (not the run's: one checkpoint evaluated later by
             `ega validate` sees the windows its training run saw).
         seed: seed of the training windows (linked from ``seed_everything``).
+        eval_block_size: characters per validation/test window, when not ``block_size`` (None, the default):
+            `ega validate` / `ega test` of a model with ``position`` rope or none on windows longer than it was
+            trained on (length extrapolation; a learned-position model has no embedding past its block and is
+            refused). Its loss by position goes to TensorBoard (``val/loss_by_position``).
     """
 
     def __init__(
@@ -153,12 +157,15 @@ class CharDataModule(L.LightningDataModule):
         seed: int = 1337,
         random_eval_batches: int | None = None,
         random_eval_seed: int = 0,
+        eval_block_size: int | None = None,
     ) -> None:
         super().__init__()
         self.corpus = get_corpus(corpus)
         for name, value in (("block_size", block_size), ("batch_size", batch_size)):
             if value < 1:
                 raise ValueError(f"data.{name} must be a positive integer, got {value}.")
+        if eval_block_size is not None and eval_block_size < 1:
+            raise ValueError(f"data.eval_block_size must be a positive integer or null, got {eval_block_size}.")
         if eval_batch_size is not None and eval_batch_size < 1:
             raise ValueError(f"data.eval_batch_size must be a positive integer or null, got {eval_batch_size}.")
         if max_eval_windows is not None and max_eval_windows < 1:
@@ -175,6 +182,7 @@ class CharDataModule(L.LightningDataModule):
         self.save_hyperparameters()
         self.data_dir = data_dir
         self.block_size = block_size
+        self.eval_block_size = eval_block_size
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size or batch_size
         self.max_eval_windows = max_eval_windows
@@ -209,15 +217,25 @@ class CharDataModule(L.LightningDataModule):
                 "ega_lightning/data/corpora.py."
             )
         for split, text in (("val", val), ("test", test)):
-            if len(text) < self.block_size + 1:
+            if len(text) < self.eval_window + 1:
+                what, flag = (
+                    ("block_size", "--model.block_size")
+                    if self.eval_block_size is None
+                    else ("data.eval_block_size", "--data.eval_block_size")
+                )
                 raise UserError(
-                    f"block_size {self.block_size} is larger than the {split} split of {self.corpus.name} "
-                    f"({len(text):,} characters): no evaluation window fits. Use a smaller --model.block_size."
+                    f"{what} {self.eval_window} is larger than the {split} split of {self.corpus.name} "
+                    f"({len(text):,} characters): no evaluation window fits. Use a smaller {flag}."
                 )
         self.splits = {
             name: self.tokenizer.encode(text).to(torch.uint8)
             for name, text in (("train", train), ("val", val), ("test", test))
         }
+
+    @property
+    def eval_window(self) -> int:
+        """Characters per validation/test window: ``eval_block_size``, else the training block."""
+        return self.block_size if self.eval_block_size is None else self.eval_block_size
 
     def _rank_and_world(self) -> tuple[int, int]:
         if self.trainer is None:
@@ -237,7 +255,7 @@ class CharDataModule(L.LightningDataModule):
         if self.random_eval_batches is not None:
             return RandomEvalBatches(
                 self.splits[split],
-                self.block_size,
+                self.eval_window,
                 self.eval_batch_size,
                 self.random_eval_batches,
                 self.random_eval_seed,
@@ -246,7 +264,7 @@ class CharDataModule(L.LightningDataModule):
                 world_size,
             )
         return SequentialWindows(
-            self.splits[split], self.block_size, self.eval_batch_size, self.max_eval_windows, rank, world_size
+            self.splits[split], self.eval_window, self.eval_batch_size, self.max_eval_windows, rank, world_size
         )
 
     def val_dataloader(self) -> DataLoader:

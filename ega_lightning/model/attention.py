@@ -30,6 +30,7 @@ from torch import nn
 
 from ega_lightning.gates import Gate, KeyBias, OutputGate, relative_bias
 from ega_lightning.model.config import GPTConfig
+from ega_lightning.model.position import apply_rope
 
 
 def gated_attention_reference(
@@ -117,10 +118,14 @@ class CausalSelfAttention(nn.Module):
             y = biased_attention_reference(q, k, v, relative_bias(b, b), dropout_p)  # + b_j - b_i
         return self.resid_dropout(self.project(y, x))  # (B, T, C)
 
-    def heads(self, x: torch.Tensor) -> torch.Tensor:
-        """q, k, v (3, B, nh, T, hs) of x (B, T, C), as views of c_attn's output."""
+    def heads(self, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k, v (B, nh, T, hs) each of x (B, T, C), the positions start .. start + T - 1: views of c_attn's
+        output, q and k rotated by their positions with RoPE (`model.position`)."""
         B, T, C = x.shape
-        return self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+        q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
+        if self.cfg.rotary:
+            q, k = apply_rope(q, start), apply_rope(k, start)
+        return q, k, v
 
     def project(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """c_proj of the heads' outputs y (B, nh, T, hs), times the output gate's factor of x if there is one."""

@@ -1,6 +1,11 @@
 """Cached generation: the key/value cache (one `LayerCache` per attention layer) and the attention of the
 positions that follow the cached ones (`cached_attention`), on the padded layout of `model.fused`
-whichever path (``model.attention``) the model was built with."""
+whichever path (``model.attention``) the model was built with.
+
+With RoPE the new positions are rotated as the positions after the cached ones (``cache.length`` on), and the
+cached keys keep the rotation they were stored with; a fresh cache (generation's rebuild from the last
+half-window, `generation.next_token_logits`) numbers its window from 0 again, which changes no logit beyond
+float rounding: RoPE's q_m . k_n depends on m - n alone."""
 
 from __future__ import annotations
 
@@ -23,6 +28,7 @@ from ega_lightning.model.fused import (
     padded_qkv_weights,
     project_padded,
     refuse_dropout_first,
+    rotate_padded,
     write_key_channel,
 )
 
@@ -78,12 +84,12 @@ def cached_attention(layer: CausalSelfAttention, x: torch.Tensor, cache: LayerCa
     refuse_dropout_first(layer, dropout_p, "cached")
     hs = layer.n_embd // layer.n_head
     if layer.gate is None:
-        q, k, v = layer.heads(x)  # (B, nh, t, hs)
+        q, k, v = layer.heads(x, cache.length)  # (B, nh, t, hs), RoPE at the positions after the cached ones
         y = layer.project(_attend(q, k, v, cache, hs), x)
     elif not fused.rides_channel(layer.gate, x):
         y = layer.project(_key_biased(layer, x, cache, dropout_p), x)
     else:
-        q, k, v = _gated_qkv(layer, x, cache)  # 3 x (B, nh, t, hs + width)
+        q, k, v = rotate_padded(layer, *_gated_qkv(layer, x, cache), start=cache.length)  # 3 x (B, nh, t, hs + width)
         y = _attend(q, k, v, cache, hs)
         if layer.output_gate is not None:  # the gate's factor is per true channel: y back to hs of them
             y = layer.project(y[..., :hs], x)
@@ -109,7 +115,7 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerCache
 def _key_biased(layer: CausalSelfAttention, x: torch.Tensor, cache: LayerCache, dropout_p: float) -> torch.Tensor:
     """Attention (B, nh, t, hs) with a key bias's relative term b_j - b_i over the cached keys and the new ones,
     where `fused.rides_channel` keeps it out of the padded channel; the cache keeps the keys' b."""
-    q, k, v = layer.heads(x)  # (B, nh, t, hs)
+    q, k, v = layer.heads(x, cache.length)  # (B, nh, t, hs)
     b, cache.gate = layer.gate.step(x, cache.gate)  # b of the new positions only
     keys = cache.append_bias(b)  # (B or 1, nh, T_cached + t)
     k, v = cache.append(k, v)

@@ -13,10 +13,12 @@ from typing import Any
 
 from ega_lightning.gates import NO_GATE, KeyBias, OutputGate
 
-# The position encodings: nanoGPT's learned absolute embedding (``wpe``), the only one so far. A new one is a
-# name here, read where the embedding is added (`GPT.forward`) and where q and k are formed (`attention`'s
-# `CausalSelfAttention.heads`, the padded layout of `fused`, and the cached positions of `cache`).
-POSITIONS = ("learned",)
+# The position encodings: nanoGPT's learned absolute embedding (``wpe``, added to the token embedding; the default,
+# what every committed record ran), RoPE (q and k rotated by their position, `model.position`, in
+# `CausalSelfAttention.heads`, the padded layout of `fused` and the cached positions of `cache`), or none (no position
+# signal but the causal mask, and a key gate's bias if it has one: ALiBi's and FoX's papers' design). With rope or
+# none a model reads windows longer than block_size (length extrapolation); learned has no embedding past it.
+POSITIONS = ("learned", "rope", "none")
 
 
 @dataclass
@@ -40,6 +42,11 @@ class GPTConfig:
     @property
     def head_size(self) -> int:
         return self.n_embd // self.n_head
+
+    @property
+    def rotary(self) -> bool:
+        """Whether q and k are rotated by their positions (RoPE)."""
+        return self.position == "rope"
 
     @property
     def qkv_has_bias(self) -> bool:

@@ -28,6 +28,7 @@ from torch.autograd.function import once_differentiable
 from ega_lightning.gates import Gate, KeyBias, relative_bias
 from ega_lightning.gates.base import recompute_grads
 from ega_lightning.model.attention import CausalSelfAttention
+from ega_lightning.model.position import apply_rope
 from ega_lightning.model.torch_private import has_hooks
 
 # exp(-30) ~ 1e-13: a key gated that far down is already gone, and bf16 keeps the
@@ -279,6 +280,21 @@ def refuse_dropout_first(layer: CausalSelfAttention, dropout_p: float, path: str
         )
 
 
+def rotate_padded(
+    layer: CausalSelfAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q' = [rope(q), 1, 0..], k' = [rope(k), b sqrt(hs), 0..] of the padded q' = [q, 1, 0..], k' = [k, b sqrt(hs), 0..]
+    (B, nh, T, hs + width), the positions start .. start + T - 1, where the model has RoPE (else as they are).
+
+    Only the true channels turn: q'.k' = rope(q).rope(k) + b sqrt(hs), so the identity of the padded layout
+    (softmax_j(rope(q_i).rope(k_j) / sqrt(hs) + b_j)) holds with RoPE as without.
+    """
+    if not layer.cfg.rotary:
+        return q, k, v
+    hs = layer.n_embd // layer.n_head
+    return apply_rope(q, start, hs), apply_rope(k, start, hs), v
+
+
 class FusedAttention(CausalSelfAttention):
     """`CausalSelfAttention`'s attention on the fused causal SDPA kernel: a key gate's bias in the padded
     channel or as the relative mask, as `rides_channel` says (the one rule)."""
@@ -300,7 +316,7 @@ class FusedAttention(CausalSelfAttention):
             return self.project(self._key_biased(x, dropout_p), x)
         if torch.compiler.is_compiling():
             return self._gated_compiled(x, dropout_p)
-        q, k, v = self._gated_qkv(x)  # 3 x (B, nh, T, hs + width)
+        q, k, v = rotate_padded(self, *self._gated_qkv(x))  # 3 x (B, nh, T, hs + width)
         y = self.causal(q, k, v, dropout_p)
         if self.output_gate is not None:  # the gate's factor is per true channel: y back to hs of them
             return self.project(y[..., : self.n_embd // self.n_head], x)

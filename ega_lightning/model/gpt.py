@@ -183,11 +183,14 @@ class GPT(nn.Module):
             raise ValueError(f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head}).")
         if cfg.position not in POSITIONS:
             raise ValueError(f"Unknown position encoding {cfg.position!r}; choose one of {POSITIONS}.")
+        if cfg.rotary and cfg.head_size % 2:
+            raise ValueError(f"position rope rotates channel pairs: the head size ({cfg.head_size}) must be even.")
         self.cfg = cfg
         self.resolved_gates = resolve_gates(cfg) if gates is None else gates
         init_seed = int(torch.randint(2**62, ()).item())  # drawn before any module consumes the RNG
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd)
+        # the learned positions only: a rope or none model has no wpe (nor its parameters, nor its init's draws)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.position == "learned" else None
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, self.resolved_gates) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
@@ -242,14 +245,19 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, cache: list[LayerCache] | None = None) -> torch.Tensor:
         """idx (B, T) character ids -> logits (B, T, vocab_size).
 
-        With a `cache` (from `new_cache`), idx continues the cached sequence and the cache is extended.
+        With a `cache` (from `new_cache`), idx continues the cached sequence and the cache is extended. With
+        ``position`` rope or none, T may exceed block_size (evaluation beyond the training length); a cache
+        still holds block_size positions.
         """
         start = cache[0].length if cache else 0
         T = idx.shape[1]
-        if start + T > self.cfg.block_size:
-            raise ValueError(f"Sequence of length {start + T} is longer than block_size {self.cfg.block_size}.")
-        pos = torch.arange(start, start + T, device=idx.device)
-        x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        if self.wpe is None:  # rope or none: no embedding ends at block_size, so longer windows are read too
+            x = self.drop(self.wte(idx))  # (B, T, C)
+        else:
+            if start + T > self.cfg.block_size:
+                raise ValueError(f"Sequence of length {start + T} is longer than block_size {self.cfg.block_size}.")
+            pos = torch.arange(start, start + T, device=idx.device)
+            x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
         for i, block in enumerate(self.blocks):
             x = block(x, cache[i] if cache else None)
         return self.lm_head(self.ln_f(x))  # (B, T, V)
