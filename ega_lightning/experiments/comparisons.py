@@ -67,11 +67,13 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "scale_residual_init": True,
     "dropout_before_gate": False,
     "decay_every_parameter": False,
+    "position": "learned",
     "batch_size": 64,
     "eval_batch_size": None,
     "max_eval_windows": None,
     "random_eval_batches": None,
     "random_eval_seed": 0,
+    "eval_block_size": None,
 }
 LEFT_OUT = "left out"  # the status of a finished run whose model shape or recipe is not its variant's (`set_apart`)
 DIVERGED = "diverged"  # the status of a finished run whose final val loss is not finite (`set_apart_diverged`)
