@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import pytest
@@ -218,6 +219,7 @@ def validate_tiny(
     callbacks: list[L.Callback] = (),
     precision: str = "32-true",
     max_eval_windows: int = 40,
+    **trainer_args: Any,
 ) -> tuple[L.LightningDataModule, dict[str, float]]:
     """One `trainer.validate` of a TINY_MODEL-shaped model on TinyShakespeare windows: (datamodule, metrics)."""
     from ega_lightning import CharDataModule
@@ -239,6 +241,7 @@ def validate_tiny(
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=list(callbacks),
+        **trainer_args,
     )
     return dm, trainer.validate(model, datamodule=dm, verbose=False)[0]
 

@@ -79,6 +79,21 @@ def test_gap_is_val_minus_train_loss_on_fixed_training_windows(data_dir):
     assert metrics["train_eval/bpc"] == pytest.approx(metrics["train_eval/loss"] / math.log(2), rel=1e-6)
 
 
+@pytest.mark.parametrize("limit", [1, 2])
+def test_gap_reads_as_many_training_windows_as_the_trainer_evaluates(limit, data_dir):
+    """limit_val_batches (and fast_dev_run, which sets it to 1) cut the training windows too."""
+    model = trained_tiny()
+    dm, metrics = validate_tiny(model, data_dir, [GeneralizationGap()], limit_val_batches=limit)
+    windows = SequentialWindows(dm.splits["train"], dm.block_size, 16, max_windows=16 * limit)
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for x, y in windows:
+            total += F.cross_entropy(model(x).flatten(0, 1), y.flatten(), reduction="sum").item()
+            count += y.numel()
+    assert count == 16 * limit * dm.block_size
+    assert metrics["train_eval/loss"] == pytest.approx(total / count, rel=1e-5)
+
+
 def test_tau_tracker_logs_every_head_and_ignores_other_passes(data_dir):
     model = trained_tiny()
     # GeneralizationGap runs an extra pass over training windows; it must not leak into the statistics

@@ -13,7 +13,7 @@ from ega_lightning.data.datamodule import RandomEvalBatches, SequentialWindows
 
 class GeneralizationGap(L.Callback):
     """At every validation: ``train_eval/loss`` on a fixed set of training windows, in eval mode
-    (no dropout), as many windows as the validation set; and ``gap = val/loss - train_eval/loss``.
+    (no dropout), as many windows as the validation evaluates; and ``gap = val/loss - train_eval/loss``.
 
     The training windows are evenly spaced over the training split and the same at every
     check and for every model (with ``data.random_eval_batches``, the author's evaluation, as many random
@@ -33,6 +33,11 @@ class GeneralizationGap(L.Callback):
             return dm.eval_windows("train")
         n_val = SequentialWindows(dm.splits["val"], dm.block_size, dm.eval_batch_size, dm.max_eval_windows).num_windows
         n = min(n_val, self.max_windows or n_val)
+        # a trainer told to evaluate fewer batches (fast_dev_run, limit_val_batches) gets as few training windows:
+        # a fast_dev_run at the paper's size otherwise evaluates a whole split's worth of them
+        evaluated = sum(trainer.num_val_batches) * dm.eval_batch_size * trainer.world_size
+        if math.isfinite(evaluated):
+            n = min(n, int(evaluated))
         return SequentialWindows(
             dm.splits["train"], dm.block_size, dm.eval_batch_size, n, trainer.global_rank, trainer.world_size
         )
