@@ -38,26 +38,24 @@ def with_gate(checkpoint: Path, gate: str, path: Path) -> Path:
     return path
 
 
-def odd_size_configs(tmp_path: Path) -> Path:
-    """A configs directory for `ega bench --configs` whose size odd has n_head 3 and n_embd 32."""
-    root = tmp_path / "odd_configs"
+def bench_configs(root: Path, size: str, n_head: int, block_size: int) -> Path:
+    """A configs directory for `ega bench --configs`: the gate none and one size, 1 layer of n_embd 32."""
     for sub in ("size", "gate"):
         (root / sub).mkdir(parents=True)
     (root / "gate/none.yaml").write_text("model:\n  gate: none\n")
-    size = "model:\n  n_layer: 1\n  n_head: 3\n  n_embd: 32\n  block_size: 16\ndata:\n  batch_size: 2\n"
-    (root / "size/odd.yaml").write_text(size)
+    model = f"model:\n  n_layer: 1\n  n_head: {n_head}\n  n_embd: 32\n  block_size: {block_size}\n"
+    (root / f"size/{size}.yaml").write_text(model + "data:\n  batch_size: 2\n")
     return root
+
+
+def odd_size_configs(tmp_path: Path) -> Path:
+    """A configs directory whose size odd has n_head 3 and n_embd 32."""
+    return bench_configs(tmp_path / "odd_configs", "odd", n_head=3, block_size=16)
 
 
 def block_size_one_configs(tmp_path: Path) -> Path:
-    """A configs directory for `ega bench --configs` whose size one has block_size 1."""
-    root = tmp_path / "one_configs"
-    for sub in ("size", "gate"):
-        (root / sub).mkdir(parents=True)
-    (root / "gate/none.yaml").write_text("model:\n  gate: none\n")
-    size = "model:\n  n_layer: 1\n  n_head: 2\n  n_embd: 32\n  block_size: 1\ndata:\n  batch_size: 2\n"
-    (root / "size/one.yaml").write_text(size)
-    return root
+    """A configs directory whose size one has block_size 1."""
+    return bench_configs(tmp_path / "one_configs", "one", n_head=2, block_size=1)
 
 
 def nested_aliases(path: Path, levels: int = 9) -> Path:
