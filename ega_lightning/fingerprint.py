@@ -31,7 +31,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import inspect
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -141,3 +146,47 @@ def _trajectory(kwargs: dict[str, Any], window: int) -> list[tuple[str, float | 
         with torch.no_grad():
             values.append(("eval loss", loss_of(batches[STEPS]).item()))
     return values
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+
+
+def dispatch_settings() -> list[dict[str, str]]:
+    """The environments that move this CPU's kernels: the machine's best (unset), ATen's capabilities the CPU runs
+    (asking for one it lacks stops the process on an illegal instruction), and MKL's and oneDNN's ISA narrowed."""
+    settings: list[dict[str, str]] = [{}, {"ATEN_CPU_CAPABILITY": "default"}]
+    flags = _cpu_flags()
+    if "avx2" in flags:
+        settings.append({"ATEN_CPU_CAPABILITY": "avx2"})
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        settings.append({"ATEN_CPU_CAPABILITY": "avx512"})
+    settings.append({"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"})
+    return settings
+
+
+def in_each_dispatch(worker: str, payload: Any, timeout: float | None = 300) -> list[tuple[dict[str, str], str, Any]]:
+    """``worker`` (Python source reading ``payload`` as JSON on stdin, printing ``[capability, result]`` as JSON
+    on its last line) run in a fresh process under each of `dispatch_settings`: (setting, ATen's capability,
+    result) per setting. Raises RuntimeError with the worker's stderr when one fails."""
+    repo = Path(__file__).resolve().parents[1]
+    out = []
+    for setting in dispatch_settings():
+        env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")}
+        done = subprocess.run(
+            [sys.executable, "-c", worker],
+            input=json.dumps(payload),
+            capture_output=True,
+            text=True,
+            env={**env, **setting, "PYTHONPATH": str(repo)},
+            timeout=timeout,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"the worker failed under {setting or 'the default dispatch'}:\n{done.stderr[-2000:]}")
+        capability, result = json.loads(done.stdout.strip().splitlines()[-1])
+        out.append((setting, capability, result))
+    return out

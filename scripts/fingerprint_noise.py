@@ -11,16 +11,13 @@ the code moves between two such machines) and whether the fingerprints agree:
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ega_lightning.fingerprint import QUANTUM  # noqa: E402
+from ega_lightning.fingerprint import QUANTUM, in_each_dispatch  # noqa: E402
 
 CONFIGS = {
     "none": {"gate": "none"},
@@ -55,21 +52,6 @@ print(json.dumps([torch.backends.cpu.get_cpu_capability(), out]))
 """
 
 
-def flags() -> set[str]:
-    text = Path("/proc/cpuinfo").read_text()
-    return {f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()}
-
-
-def settings() -> list[dict[str, str]]:
-    out = [{}, {"ATEN_CPU_CAPABILITY": "default"}]
-    if "avx2" in flags():
-        out.append({"ATEN_CPU_CAPABILITY": "avx2"})
-    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags():
-        out.append({"ATEN_CPU_CAPABILITY": "avx512"})
-    out.append({"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"})
-    return out
-
-
 def main() -> int:
     cpu = next(
         (
@@ -79,19 +61,7 @@ def main() -> int:
         ),
         "unknown",
     )
-    runs = []
-    for setting in settings():
-        env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")}
-        done = subprocess.run(
-            [sys.executable, "-c", WORKER],
-            input=json.dumps(CONFIGS),
-            capture_output=True,
-            text=True,
-            env={**env, **setting, "PYTHONPATH": str(REPO)},
-            check=True,
-        )
-        capability, values = json.loads(done.stdout.strip().splitlines()[-1])
-        runs.append((setting, capability, values))
+    runs = in_each_dispatch(WORKER, CONFIGS, timeout=None)
     print(f"{cpu}; dispatches: " + "; ".join(f"{s or 'machine default'} -> {c}" for s, c, _ in runs))
     print(f"| configuration | largest move of a scalar | summed move / QUANTUM ({QUANTUM:g}) | one fingerprint |")
     print("|---|---|---|---|")

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 import yaml
 
 from ega_lightning.data.corpora import CORPORA
 from ega_lightning.experiments.rundirs import run_fingerprint
-from ega_lightning.fingerprint import QUANTUM, code_fingerprint, fingerprint_values
+from ega_lightning.fingerprint import QUANTUM, code_fingerprint, fingerprint_values, in_each_dispatch
 from ega_lightning.gates import base
 from ega_lightning.model import fused
-
-from .helpers import REPO
 
 SMALL = {"n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 32, "vocab": CORPORA["tinyshakespeare"].vocab}
 # the shipped cpu size, and the configurations whose arithmetic differs most: every gate family, the
@@ -44,44 +36,13 @@ print(json.dumps([torch.backends.cpu.get_cpu_capability(), [code_fingerprint(h) 
 """
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
-
-
-def _dispatch_settings() -> list[dict[str, str]]:
-    """ATen's kernels at every capability this CPU runs (the machine's best is the unset one; asking for one the
-    CPU lacks stops the process on an illegal instruction), and MKL's and oneDNN's dispatch narrowed."""
-    settings = [{}, {"ATEN_CPU_CAPABILITY": "default"}]
-    flags = _cpu_flags()
-    if "avx2" in flags:
-        settings.append({"ATEN_CPU_CAPABILITY": "avx2"})
-    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
-        settings.append({"ATEN_CPU_CAPABILITY": "avx512"})
-    settings.append({"MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "ONEDNN_MAX_CPU_ISA": "SSE41"})
-    return settings
-
-
 def test_one_value_under_every_kernel_dispatch_of_this_cpu():
     """Issue 49: the fp32 fingerprint gave ts-none-seed4 three values on one Intel Xeon (AVX512, avx2, default);
     the code fingerprint is one value under each, for every gate family, in a fresh process each."""
-    seen: dict[str, list[str]] = {}
-    for setting in _dispatch_settings():
-        env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS")}
-        done = subprocess.run(
-            [sys.executable, "-c", WORKER],
-            input=json.dumps(ACROSS),
-            capture_output=True,
-            text=True,
-            env={**env, **setting, "PYTHONPATH": str(REPO)},
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        capability, values = json.loads(done.stdout.strip().splitlines()[-1])
-        seen[f"{setting or 'best'} ({capability})"] = values
+    seen = {
+        f"{setting or 'best'} ({capability})": values
+        for setting, capability, values in in_each_dispatch(WORKER, ACROSS)
+    }
     distinct = {tuple(v) for v in seen.values()}
     assert len(distinct) == 1, seen
     assert len(set(next(iter(distinct)))) == len(ACROSS)  # and every configuration its own value
