@@ -11,7 +11,10 @@ whole, its records and run directories removed first, so no seed's pairs straddl
 each seed's CPU is written beside them (``<records_dir>/seed<N>.cpu``). With ``--whole_split``, once a seed's runs
 are done each run's final checkpoint is also evaluated over the whole validation split (`ega validate`, the default
 evaluation), into ``<records_dir>/whole_split/<run>.json``: for a study whose recorded val/loss is another estimate
-(the author's 50 random batches), the number it is read beside.
+(the author's 50 random batches), the number it is read beside. With ``--beyond_the_block 2 4`` each final
+checkpoint is evaluated on windows of 2 and 4 times its training block (`ega validate --data.eval_block_size`, for
+a model with rope or no position embedding), into ``<records_dir>/beyond_the_block/<run>-T<L>.json``: the loss over
+the split and at each position 1..L (issue 56's length extrapolation).
 
 A run the sweep could not record (its record is written from the run directory later, e.g. by `ega report`, which
 writes a finished run's record) is finished all the same: a seed is done when each run has a record or a finished
@@ -42,12 +45,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ega_lightning.experiments.rundirs import read_scalars  # noqa: E402
 from ega_lightning.experiments.spec import DONE_FILE, Run, collect_runs, load_spec  # noqa: E402
+from ega_lightning.io import read_yaml, write_atomic  # noqa: E402
+from ega_lightning.run_policy import evaluation_name  # noqa: E402
 
 
 def cpu() -> str:
@@ -63,26 +69,58 @@ def env_of(checkout: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def whole_split(run_name: str, runs_dir: Path, out: Path, checkout: Path) -> int:
-    """The run's final checkpoint over the whole validation split, written to ``out`` (a JSON): `ega validate`
-    logs into ``<run>/validate``, whose event file keeps the loss at full precision."""
+def evaluate(
+    run_name: str, runs_dir: Path, checkout: Path, eval_block_size: int | None = None
+) -> dict[str, Any] | None:
+    """`ega validate` of the run's final checkpoint over the whole validation split, in windows of the training
+    block or of ``eval_block_size``: its evaluation's step, val/loss and (on longer windows) val/loss_by_position,
+    read at full precision from the evaluation's event file (``<run>/validate`` or ``<run>/validate-T<L>``); None
+    (the output printed) when it fails."""
     checkpoint = runs_dir / run_name / "checkpoints" / "last.ckpt"
     command = ["ega", "validate", "--ckpt_path", str(checkpoint), "--trainer.enable_progress_bar=false"]
+    command += [] if eval_block_size is None else [f"--data.eval_block_size={eval_block_size}"]
     done = subprocess.run(command, cwd=checkout, env=env_of(checkout), capture_output=True, text=True)
     if done.returncode != 0:
         print(done.stdout[-2000:], done.stderr[-2000:], file=sys.stderr)
-        return done.returncode
-    (step, loss), *_ = read_scalars(runs_dir / run_name / "validate")["val/loss"][-1:]
-    out.parent.mkdir(parents=True, exist_ok=True)
+        return None
+    scalars = read_scalars(runs_dir / run_name / evaluation_name("validate", eval_block_size))
+    (step, loss), *_ = scalars["val/loss"][-1:]
+    return {"step": step, "loss": loss, "by_position": [v for _, v in scalars.get("val/loss_by_position", [])]}
+
+
+def whole_split(run_name: str, runs_dir: Path, out: Path, checkout: Path) -> int:
+    """The run's final checkpoint over the whole validation split, written to ``out`` (a JSON)."""
+    if (found := evaluate(run_name, runs_dir, checkout)) is None:
+        return 1
     result = {
         "run_name": run_name,
-        "step": step,  # the evaluation's step: the checkpoint's last training step, counted from 0
-        "val_loss_whole_split": loss,
+        "step": found["step"],  # the evaluation's step: the checkpoint's last training step, counted from 0
+        "val_loss_whole_split": found["loss"],
         "command": f"ega validate --ckpt_path <runs_dir>/{run_name}/checkpoints/last.ckpt",
         "cpu": cpu(),
     }
-    out.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{run_name}: whole validation split {loss:.4f} at step {step}", flush=True)
+    write_atomic(out, json.dumps(result, indent=1) + "\n")
+    print(f"{run_name}: whole validation split {found['loss']:.4f} at step {found['step']}", flush=True)
+    return 0
+
+
+def beyond_the_block(run_name: str, runs_dir: Path, out: Path, checkout: Path, eval_block_size: int) -> int:
+    """The run's final checkpoint on windows of ``eval_block_size`` (length extrapolation, issue 56), written to
+    ``out`` (a JSON): the loss over the whole validation split and the loss at each position 1..L."""
+    if (found := evaluate(run_name, runs_dir, checkout, eval_block_size)) is None:
+        return 1
+    result = {
+        "run_name": run_name,
+        "step": found["step"],
+        "eval_block_size": eval_block_size,
+        "val_loss": found["loss"],
+        "loss_by_position": found["by_position"],
+        "command": f"ega validate --ckpt_path <runs_dir>/{run_name}/checkpoints/last.ckpt "
+        f"--data.eval_block_size={eval_block_size}",
+        "cpu": cpu(),
+    }
+    write_atomic(out, json.dumps(result, indent=1) + "\n")
+    print(f"{run_name}: windows of {eval_block_size}, validation split {found['loss']:.4f}", flush=True)
     return 0
 
 
@@ -94,6 +132,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs_dir", type=Path, required=True)
     parser.add_argument("--checkout", type=Path, default=REPO, help="the checkout whose code trains (default: this)")
     parser.add_argument("--whole_split", action="store_true", help="evaluate each final checkpoint on the whole split")
+    parser.add_argument(
+        "--beyond_the_block",
+        type=int,
+        nargs="+",
+        default=[],
+        metavar="FACTOR",
+        help="evaluate each final checkpoint on windows of FACTOR x its training block (e.g. 2 4)",
+    )
     args = parser.parse_args(argv)
     runs = collect_runs([load_spec(args.spec)])
     args.records_dir.mkdir(parents=True, exist_ok=True)
@@ -134,6 +180,13 @@ def main(argv: list[str] | None = None) -> int:
         for r in mine if args.whole_split else []:
             out = args.records_dir / "whole_split" / f"{r.run_name}.json"
             if not out.is_file() and (status := whole_split(r.run_name, args.runs_dir, out, args.checkout)) != 0:
+                return status
+        for r, factor in [(r, f) for r in mine for f in args.beyond_the_block]:
+            length = factor * int(read_yaml(args.runs_dir / r.run_name / "hparams.yaml")["block_size"])
+            out = args.records_dir / "beyond_the_block" / f"{r.run_name}-T{length}.json"
+            if not out.is_file() and (
+                status := beyond_the_block(r.run_name, args.runs_dir, out, args.checkout, length)
+            ):
                 return status
         print(f"seed {seed}: done ({len(mine)} records)", flush=True)
     return 0

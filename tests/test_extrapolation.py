@@ -1,7 +1,9 @@
 """Evaluation beyond the training length (issue 56): `ega validate --data.eval_block_size` of a rope or none model on
 longer windows, its loss by position in TensorBoard, the refusal for learned positions."""
 
-from types import SimpleNamespace
+import importlib.util
+import json
+from types import ModuleType, SimpleNamespace
 
 import lightning as L
 import pytest
@@ -12,7 +14,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from ega_lightning import CharDataModule, CharLM
 from ega_lightning.run_policy import eval_block_size_has_positions, evaluation_name
 
-from .helpers import SHORT, TINY, TINY_MODEL, TINY_VOCAB, run_ega, scalars
+from .helpers import REPO, SHORT, TINY, TINY_MODEL, TINY_VOCAB, run_ega, scalars
 
 BLOCK = TINY_MODEL["block_size"]
 
@@ -102,7 +104,7 @@ def test_eval_block_size_is_refused_where_there_are_no_positions_past_the_block(
 
 
 @pytest.mark.slow
-def test_ega_validate_at_twice_the_block_writes_its_own_evaluation(tmp_path, data_dir):
+def test_ega_validate_at_twice_the_block_writes_its_own_evaluation(tmp_path, data_dir, monkeypatch):
     env = {"EGA_DATA_DIR": str(data_dir)}
     fit = run_ega(["fit", *TINY, *SHORT, "--model.position=rope", "--run_name=r"], tmp_path, env=env)
     assert fit.returncode == 0, fit.stderr[-3000:]
@@ -119,3 +121,23 @@ def test_ega_validate_at_twice_the_block_writes_its_own_evaluation(tmp_path, dat
         curve = scalars(tmp_path / f"lightning_logs/r/validate-T{factor * BLOCK}", "val/loss_by_position")
         assert sorted(curve) == list(range(1, factor * BLOCK + 1))
     assert (tmp_path / "lightning_logs/r/checkpoints/last.ckpt").is_file()  # the training run is left as it was
+
+    # the study's record of it (scripts/seed_runner.py --beyond_the_block 2): the whole split in windows of 2 x the
+    # block, its loss the mean of the loss by position (every window predicts at each of its 2 x 32 positions)
+    runner = _seed_runner()
+    out = tmp_path / "records/beyond_the_block/r-T64.json"
+    monkeypatch.setenv("EGA_DATA_DIR", str(data_dir))
+    assert runner.beyond_the_block("r", tmp_path / "lightning_logs", out, REPO, 2 * BLOCK) == 0
+    record = json.loads(out.read_text())
+    assert (record["run_name"], record["eval_block_size"], record["step"]) == ("r", 2 * BLOCK, 1)
+    assert len(record["loss_by_position"]) == 2 * BLOCK
+    assert record["val_loss"] == pytest.approx(sum(record["loss_by_position"]) / (2 * BLOCK), rel=1e-5)
+    assert "<runs_dir>/r/checkpoints/last.ckpt --data.eval_block_size=64" in record["command"]
+
+
+def _seed_runner() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("seed_runner", REPO / "scripts/seed_runner.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
