@@ -292,13 +292,13 @@ def finding_kinds() -> list[type[findings.Finding]]:
 
 
 def test_every_claim_is_judged_by_the_stated_rule_the_protocol_names_for_it():
-    """Issue 38: the rule a claim names is the rule applied. Every claim of the paper is judged by some kind of
-    finding; for each, the protocol names a rule (`rules.registered`), a rule of rules.py stated in the method
-    note, and a finding `judged` for that claim applies exactly that function."""
+    """Issue 38: the rule a claim names is the rule applied. Every claim of the paper (and of a study's own) is judged
+    by some kind of finding; for each, the protocol names a rule (`rules.registered`), a rule of rules.py stated in
+    the method note, and a finding `judged` for that claim applies exactly that function."""
     kinds = finding_kinds()
     assert {cls.kind for cls in kinds} >= {"improvement", "ablation_pair", "peer", "cost", "tau_mechanism"}
     judged = {}
-    for claim in paper.CLAIMS:
+    for claim in (*paper.CLAIMS, *(c for s in studies.STUDIES for c in s.claims)):
         judging = [cls for cls in kinds if claim.key in cls.measures]
         assert judging, f"no kind of finding judges the claim {claim.key!r}"
         for cls in judging:

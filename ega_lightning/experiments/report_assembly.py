@@ -13,6 +13,7 @@ from typing import Any
 
 from ega_lightning.errors import UserError
 from ega_lightning.experiments import (
+    beyond_the_block,
     figure_choice,
     landscape_results,
     protocol,
@@ -85,6 +86,7 @@ def write_report(
     tables = build_tables(variants)
     evaluations = landscape_results.load(records_dir.parent / landscape_results.DIRNAME)
     whole = whole_split.load(records_dir.parent / whole_split.DIRNAME)
+    longer = beyond_the_block.load(records_dir.parent / beyond_the_block.DIRNAME)
     inputs = ReportInputs(
         tuple(tables),
         tuple(variants),
@@ -93,6 +95,7 @@ def write_report(
         tuple(benches(records_dir, out)),
         timed,
         tuple(whole),
+        tuple(longer),
     )
     measured = studies.measure(inputs, studies_run)
     found = studies.run_studies(inputs, measured)

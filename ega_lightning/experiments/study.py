@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ega_lightning.experiments.beyond_the_block import BeyondTheBlock
     from ega_lightning.experiments.comparisons import RunData, Table, Variant
     from ega_lightning.experiments.findings import Finding
     from ega_lightning.experiments.landscape_results import Evaluation
@@ -32,7 +33,8 @@ class ReportInputs:
     """Everything a study may read, built once before the first study runs: the report's tables (one per section
     and corpus) and variants, every run's row, the checkpoints `ega landscape` evaluated, the `ega bench` results
     beside the records, the bench the cost claim reads (with its table's path, or why there is none), and the
-    whole-split losses of final checkpoints, beside a study's other recorded estimate (`whole_split`)."""
+    whole-split losses of final checkpoints, beside a study's other recorded estimate (`whole_split`), and final
+    checkpoints' losses on windows longer than their training block (`beyond_the_block`)."""
 
     tables: tuple[Table, ...]
     variants: tuple[Variant, ...]
@@ -41,6 +43,7 @@ class ReportInputs:
     benches: tuple[Bench, ...] = ()
     bench: tuple[dict[str, Any] | None, str] = (None, "")
     whole_split: tuple[WholeSplit, ...] = ()  # final checkpoints' loss over the whole validation split
+    beyond_the_block: tuple[BeyondTheBlock, ...] = ()  # final checkpoints' loss on windows longer than their block
 
     def tables_of(self, groups: Sequence[str] | None) -> tuple[Table, ...]:
         """The tables of the sections ``groups`` names (None: every table), in the report's order."""

@@ -15,6 +15,7 @@ section, figures and key of results.json. :data:`STUDIES` lists them; :func:`run
 - `cost`: the gate's step time, from `ega bench`
 - `author`: the author's EGA at their phase-1 size, its gain over their baseline taken apart in paired steps (its
   section, waterfall figure and JSON)
+- `rope`: every design against the RoPE baseline, and each beyond its training length (issue 56)
 
 A study is added as its module and its line in :data:`STUDIES`; a claim in `paper` (or the study's own
 ``claims``) with its rule in configs/protocol.yaml. The order of :data:`STUDIES` is the order of the report's
@@ -41,6 +42,7 @@ from ega_lightning.experiments.studies import (
     main,
     peers,
     reruns,
+    rope,
     tau_init,
     tau_mechanism,
 )
@@ -59,6 +61,7 @@ STUDIES: tuple[Study, ...] = (
     tau_mechanism.STUDY,
     cost.STUDY,
     author.STUDY,
+    rope.STUDY,
 )
 
 

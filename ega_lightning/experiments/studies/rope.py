@@ -1,0 +1,227 @@
+"""The RoPE study (issue 56): every gate on a modern baseline, and each design beyond its training length.
+
+configs/sweeps/rope.yaml trains, at the cpu size under our recipe, the RoPE baseline and four designs set against
+it (the study names that reference: no other run is), paired by seed: EGA-1 with RoPE, FoX and ALiBi each in its
+paper's design (no position embedding) and the baseline with no position signal at all. The family `rope` reads
+each design against the RoPE baseline on the final val loss; the family `beyond` reads each design's same final
+checkpoint on windows of 2 and 4 times its block against its loss on windows of the block
+(`scripts/seed_runner.py --beyond_the_block 2 4`, results/beyond-the-block/). Both are read once, when every
+planned run (and evaluation) is in; before that each finding gives its intervals with no label.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ega_lightning.experiments.comparisons import Variant, difference
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
+from ega_lightning.experiments.paper import Claim
+from ega_lightning.experiments.rules import PROTOCOL
+from ega_lightning.experiments.stats import Difference, compare
+from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.text import fmt_interval, how
+
+GROUP = "rope"  # the spec group (configs/sweeps/rope.yaml) and the protocol's family of the gains
+BEYOND = "beyond"  # the protocol's family of the evaluations beyond the block
+REFERENCE = "rope-none"  # the variant every design is set against: the RoPE baseline
+# spec variant -> the design, as the claims table names it; the protocol plans each variant's seeds
+DESIGNS = {
+    "rope-linear": "EGA-1 with RoPE",
+    "fox-nopos": "FoX in its paper's design (no position embedding)",
+    "alibi-nopos": "ALiBi in its paper's design (no position embedding)",
+    "none-nopos": "the baseline with no position signal (the causal mask alone)",
+}
+NAMES = {REFERENCE: "the RoPE baseline", **DESIGNS}
+FACTORS = (2, 4)  # the evaluation windows, in training blocks
+
+CLAIMS = (
+    *(
+        Claim(f"rope:{label}", f"{name}: a lower final val loss than the RoPE baseline", "—")
+        for label, name in DESIGNS.items()
+    ),
+    *(
+        Claim(f"beyond:{label}", f"{name}: a lower loss on windows longer than its training block", "—")
+        for label, name in NAMES.items()
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The study's variants by label (those the report reads), each run's loss on longer windows, and how many of
+    the planned runs are in."""
+
+    variants: dict[str, Variant]
+    beyond: dict[tuple[str, int], dict[int, float]]  # (variant, window length) -> seed -> loss
+    runs_in: int
+    runs_planned: int
+    evaluations_in: int  # beyond the block: one per planned run and length
+    evaluations_planned: int
+
+    @property
+    def complete(self) -> bool:
+        return self.runs_in >= self.runs_planned and self.evaluations_in >= self.evaluations_planned
+
+
+@dataclass(frozen=True, kw_only=True)
+class RopeGain(Finding):
+    """The RoPE baseline − a design, on the final val loss: its claim of a lower loss than the modern baseline."""
+
+    kind: ClassVar[str] = "rope_gain"
+    measures: ClassVar[tuple[str, ...]] = tuple(f"rope:{label}" for label in DESIGNS)
+    runs_in: int  # of what the family reads: runs (`rope`), evaluations beyond the block (`beyond`)
+    runs_planned: int
+    counted: ClassVar[str] = "planned runs"
+
+    @property
+    def interim(self) -> bool:
+        return self.runs_in < self.runs_planned
+
+    def state(self) -> str:
+        if not self.runs_in:
+            return f"not yet run (0 of {self.runs_planned} {self.counted} in)"
+        return (
+            f"not read yet: {self.runs_in} of {self.runs_planned} {self.counted} in (the protocol reads the family "
+            "once, when all are finished)"
+        )
+
+    def what(self) -> str:
+        return "the RoPE baseline − the design"
+
+    def measured(self) -> str:
+        d = self.interval
+        text = f"{self.subject} against {self.against}, {self.what()}"
+        if d is None:
+            return f"{text}: {self.state()}."
+        return f"{text}: {fmt_interval(d)} ({how(d)})" + (
+            f"; {self.state()}." if self.interim else f"{self.verdict_text}."
+        )
+
+    def claim_subject(self) -> str:
+        return f"{self.subject} against {self.against}"
+
+    def verdict_cell(self) -> str:
+        return f"**{self.state()}**" if self.interim else super().verdict_cell()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Beyond(RopeGain):
+    """A design's loss on windows of the block − on windows of ``eval_block_size``, the same final checkpoints:
+    positive where the longer windows give the lower loss."""
+
+    kind: ClassVar[str] = "beyond_the_block"
+    measures: ClassVar[tuple[str, ...]] = tuple(f"beyond:{label}" for label in NAMES)
+    counted: ClassVar[str] = "planned evaluations"
+    block_size: int
+    eval_block_size: int
+
+    def what(self) -> str:
+        return f"loss on windows of {self.block_size} − on windows of {self.eval_block_size}"
+
+    def measured(self) -> str:
+        return super().measured().replace(" against None", "")
+
+    def claim_subject(self) -> str:
+        return f"{self.subject} on windows of {self.eval_block_size}, its block {self.block_size}"
+
+
+def measure(inputs: ReportInputs) -> Measured | None:
+    """The study's variants and their evaluations beyond the block; None where the report reads none of them."""
+    variants = {v.label: v for v in inputs.variants if v.group == GROUP and v.label in NAMES}
+    if not variants:
+        return None
+    lengths = {(e.run_name, e.eval_block_size): e.loss for e in inputs.beyond_the_block}
+    beyond: dict[tuple[str, int], dict[int, float]] = {}
+    for label, v in variants.items():
+        block = _block(v)
+        for factor in FACTORS:
+            runs = {r.run.seed: r.run.run_name for r in v.done}
+            found = {
+                s: lengths[(name, factor * block)] for s, name in runs.items() if (name, factor * block) in lengths
+            }
+            beyond[(label, factor * block)] = found
+    planned = _planned(GROUP)
+    runs_in = sum(min(len(v.done), planned.get(_entry(v), 0)) for v in variants.values())
+    evaluations_in = sum(
+        min(len(seeds), planned.get(_entry(variants[label]), 0)) for (label, _), seeds in beyond.items()
+    )
+    total = sum(planned.values())
+    return Measured(variants, beyond, runs_in, total, evaluations_in, total * len(FACTORS))
+
+
+def findings(data: Measured) -> list[Finding]:
+    """One finding per design against the RoPE baseline and per design and length beyond the block: judged by the
+    protocol's rule once every planned run and evaluation is in, else its intervals with no label."""
+    out: list[Finding] = []
+    reference = data.variants.get(REFERENCE)
+    for label in DESIGNS:
+        v = data.variants.get(label)
+        if v is None:
+            continue
+        where = Where(
+            GROUP,
+            v.corpus,
+            measured_with(v, reference),
+            f"{DESIGNS[label]} `{label}`",
+            f"{NAMES[REFERENCE]} `{REFERENCE}`",
+        )
+        diff = difference(reference, v, "final_val_loss")
+        read = ((pair(reference or REFERENCE, v), diff),)
+        counts = {"runs_in": data.runs_in, "runs_planned": data.runs_planned, "code": code_of(reference, v)}
+        out.append(_finding(RopeGain, where, read, f"rope:{label}", data.complete, counts, GROUP))
+    for label, v in data.variants.items():
+        block = _block(v)
+        for factor in FACTORS:
+            longer = data.beyond[(label, factor * block)]
+            own = {s: x for s, x in v.by_seed("final_val_loss").items() if s in longer}
+            diff = compare(own, longer) if own and longer else None
+            where = Where(GROUP, v.corpus, measured_with(v), f"{NAMES[label]} `{label}`", None)
+            read = ((f"{label} T{block} − T{factor * block}", diff),)
+            counts = {
+                "runs_in": data.evaluations_in,
+                "runs_planned": data.evaluations_planned,
+                "code": code_of(v),
+                "block_size": block,
+                "eval_block_size": factor * block,
+            }
+            out.append(_finding(Beyond, where, read, f"beyond:{label}", data.complete, counts, BEYOND))
+    return out
+
+
+def _finding(
+    cls: type[RopeGain],
+    where: Where,
+    reads: Sequence[tuple[str, Difference | None]],
+    claim: str,
+    complete: bool,
+    measured: Mapping[str, Any],
+    family: str,
+) -> Finding:
+    if complete:
+        return judged(cls, where, reads, claim=claim, family=family, **measured)
+    # no rule applied: no label is read before the last planned run (`correct` then widens, no more)
+    return cls(**where._asdict(), ours=reads[0][1], claim=claim, family=family, reads=tuple(reads), **measured)
+
+
+def _block(v: Variant) -> int:
+    """The training block of a variant's runs (its first finished run's; the cpu size's 128 before any)."""
+    return int(v.done[0].hparams.get("block_size") or 128) if v.done else 128
+
+
+def _entry(v: Variant) -> str:
+    return v.runs[0].run.entry if v.runs else ""
+
+
+def _planned(family: str) -> dict[str, int]:
+    return dict(PROTOCOL.families[family].planned_seeds) if family in PROTOCOL.families else {}
+
+
+def _findings(inputs: ReportInputs, data: Measured | None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
+    return findings(data) if data is not None else []
+
+
+# it reads the variants of the spec group `rope` (`ReportInputs.variants`), not its tables: the study names its
+# reference, so no table's baseline enters
+STUDY = Study("rope", claims=CLAIMS, measure=measure, findings=_findings)
