@@ -21,6 +21,7 @@ from ega_lightning.experiments.study import ReportInputs
 from .helpers import CONFIGS
 
 SEEDS = (1, 2, 3, 4, 5)
+GAIN = {2: 0.02, 4: -0.05}  # each run's loss on windows of 2 and 4 blocks below its own (about: `longer`)
 # the spec's entries, read from it: variant -> (entry, gate, position)
 SPEC = {r.variant: (r.entry, r.configs) for r in load_spec(CONFIGS / "sweeps/rope.yaml", check_files=False).runs}
 GATES = {"rope-none": ("none", "rope"), "rope-linear": ("linear", "rope"), "fox-nopos": ("fox", "none")}
@@ -67,20 +68,31 @@ def finished(run: Run, gate: str, position: str, loss: float | None) -> RunData:
 
 
 def longer(by_variant: dict[str, dict[int, float]], gain: dict[int, float]) -> tuple[BeyondTheBlock, ...]:
-    """Each finished run's loss on windows of ``f`` x 128: its own loss less ``gain[f]``, plus f/4000 x seed."""
+    """Each finished run's loss on windows of ``f`` x 128: its own loss less ``gain[f]``, plus f/4000 x seed; its loss
+    by position a curve of its own."""
     return tuple(
-        BeyondTheBlock(f"{SPEC[v][0]}-seed{s}", 1499, f * 128, loss - gain[f] + 0.00025 * f * s, (0.0,) * f * 128, "c")
+        BeyondTheBlock(f"{SPEC[v][0]}-seed{s}", 1499, f * 128, loss - gain[f] + 0.00025 * f * s, curve(loss, s, f), "c")
         for v, by_seed in by_variant.items()
         for s, loss in by_seed.items()
         for f in rope.FACTORS
     )
 
 
+def curve(loss: float, seed: int, factor: int) -> tuple[float, ...]:
+    return tuple(loss + 0.001 * seed + 0.0001 * p for p in range(factor * 128))
+
+
 def found(by_variant, gain=None, learned_baseline=True):
+    return measured_and_found(by_variant, gain, learned_baseline)[2]
+
+
+def measured_and_found(by_variant, gain=None, learned_baseline=True):
+    """The inputs of the report, what the study measured of them, and its findings (families corrected)."""
     variants = build_variants(runs(by_variant, learned_baseline))
-    evaluations = longer(by_variant, gain or {2: 0.02, 4: -0.05})
+    evaluations = longer(by_variant, gain or GAIN)
     inputs = ReportInputs(tuple(build_tables(variants)), tuple(variants), beyond_the_block=evaluations)
-    return studies.run_studies(inputs, studies.measure(inputs, [rope.STUDY]))
+    (measured,) = studies.measure(inputs, [rope.STUDY])
+    return inputs, measured.data, studies.run_studies(inputs, [measured])
 
 
 def three_way(values: list[float], k: int) -> tuple[str, tuple[float, float]]:
@@ -149,3 +161,33 @@ def test_the_report_reads_what_the_runner_writes_and_refuses_a_file_of_another_r
 
 def good_values(record: dict) -> tuple:
     return record["run_name"], record["eval_block_size"], record["val_loss"], tuple(record["loss_by_position"])
+
+
+def test_the_loss_by_position_figure_draws_each_designs_mean_curve_with_the_block_marked():
+    by_variant = losses()
+    inputs, data, _ = measured_and_found(by_variant)
+    drawn = rope.figures(inputs, data)
+    assert [name for _, name, _ in drawn] == ["rope-beyond-T256.png", "rope-beyond-T512.png"]
+    for _, name, fig in drawn:
+        length = int(name.removesuffix(".png").split("-T")[1])
+        lines = {line.get_label().split(" (n=")[0]: line for line in fig.axes[0].get_lines()}
+        assert set(lines) - {"_child0", "_child1"} >= set(GAINS)
+        for variant, by_seed in by_variant.items():  # the mean over seeds of each run's own curve, position by position
+            expected = [sum(curve(loss, s, 4)[p] for s, loss in by_seed.items()) / 5 for p in range(length)]
+            assert list(lines[variant].get_xdata()) == list(range(1, length + 1))
+            assert list(lines[variant].get_ydata()) == pytest.approx(expected, abs=1e-12)
+        marks = [line for line in fig.axes[0].get_lines() if line.get_linestyle() == "--"]
+        assert [list(line.get_xdata()) for line in marks] == [[128, 128]]  # the training block
+
+
+def test_the_section_says_each_finding_and_links_each_figure_and_is_absent_without_runs():
+    inputs, data, found = measured_and_found(losses())
+    drawn = [("loss by position, windows of 256", "rope-beyond-T256.png")]
+    lines = rope.section(inputs, data, found, drawn)
+    assert lines[0] == f"## {rope.TITLE}"
+    sentences = [line for line in lines if line.startswith("- ")]
+    assert len(sentences) == 4 + 10 and all(f"- {f.measured()}" in sentences for f in found)
+    assert "![loss by position, windows of 256](rope-beyond-T256.png)" in lines
+    assert "every planned run and evaluation is in" in lines[2]
+    empty = ReportInputs((), ())
+    assert rope.section(empty, rope.measure(empty), [], []) == [] and rope.figures(empty, rope.measure(empty)) == []

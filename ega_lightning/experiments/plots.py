@@ -14,8 +14,10 @@ if TYPE_CHECKING:  # matplotlib is imported by the figures themselves: `ega repo
 Curves = Sequence[tuple[str, Sequence[int], np.ndarray]]
 
 
-def curves_figure(curves: Curves, ylabel: str, title: str) -> Figure:
-    """Mean over seeds as a line, min/max over seeds as a band."""
+def curves_figure(
+    curves: Curves, ylabel: str, title: str, xlabel: str = "step (TensorBoard x-axis)", mark_x: float | None = None
+) -> Figure:
+    """Mean over seeds as a line, min/max over seeds as a band; ``mark_x``: a dashed vertical line there."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(7.5, 4.5))
@@ -24,7 +26,9 @@ def curves_figure(curves: Curves, ylabel: str, title: str) -> Figure:
         (line,) = ax.plot(steps, values.mean(axis=0), label=f"{label} (n={len(values)})")
         if len(values) > 1:
             ax.fill_between(steps, values.min(axis=0), values.max(axis=0), color=line.get_color(), alpha=0.2)
-    ax.set(xlabel="step (TensorBoard x-axis)", ylabel=ylabel, title=title)
+    if mark_x is not None:
+        ax.axvline(mark_x, color="grey", linestyle="--", linewidth=1)
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

@@ -15,14 +15,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
+from ega_lightning.experiments import plots
 from ega_lightning.experiments.comparisons import Variant, difference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
 from ega_lightning.experiments.paper import Claim
 from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.stats import Difference, compare
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how
 
+TITLE = "Every design on the RoPE baseline, and beyond its training block"
 GROUP = "rope"  # the spec group (configs/sweeps/rope.yaml) and the protocol's family of the gains
 BEYOND = "beyond"  # the protocol's family of the evaluations beyond the block
 REFERENCE = "rope-none"  # the variant every design is set against: the RoPE baseline
@@ -55,6 +59,7 @@ class Measured:
 
     variants: dict[str, Variant]
     beyond: dict[tuple[str, int], dict[int, float]]  # (variant, window length) -> seed -> loss
+    by_position: dict[tuple[str, int], dict[int, tuple[float, ...]]]  # (variant, window length) -> seed -> curve
     runs_in: int
     runs_planned: int
     evaluations_in: int  # beyond the block: one per planned run and length
@@ -132,23 +137,22 @@ def measure(inputs: ReportInputs) -> Measured | None:
     variants = {v.label: v for v in inputs.variants if v.group == GROUP and v.label in NAMES}
     if not variants:
         return None
-    lengths = {(e.run_name, e.eval_block_size): e.loss for e in inputs.beyond_the_block}
+    evaluated = {(e.run_name, e.eval_block_size): e for e in inputs.beyond_the_block}
     beyond: dict[tuple[str, int], dict[int, float]] = {}
+    by_position: dict[tuple[str, int], dict[int, tuple[float, ...]]] = {}
     for label, v in variants.items():
-        block = _block(v)
-        for factor in FACTORS:
-            runs = {r.run.seed: r.run.run_name for r in v.done}
-            found = {
-                s: lengths[(name, factor * block)] for s, name in runs.items() if (name, factor * block) in lengths
-            }
-            beyond[(label, factor * block)] = found
+        runs = {r.run.seed: r.run.run_name for r in v.done}
+        for length in (factor * _block(v) for factor in FACTORS):
+            found = {s: evaluated[(name, length)] for s, name in runs.items() if (name, length) in evaluated}
+            beyond[(label, length)] = {s: e.loss for s, e in found.items()}
+            by_position[(label, length)] = {s: e.by_position for s, e in found.items()}
     planned = _planned(GROUP)
     runs_in = sum(min(len(v.done), planned.get(_entry(v), 0)) for v in variants.values())
     evaluations_in = sum(
         min(len(seeds), planned.get(_entry(variants[label]), 0)) for (label, _), seeds in beyond.items()
     )
     total = sum(planned.values())
-    return Measured(variants, beyond, runs_in, total, evaluations_in, total * len(FACTORS))
+    return Measured(variants, beyond, by_position, runs_in, total, evaluations_in, total * len(FACTORS))
 
 
 def findings(data: Measured) -> list[Finding]:
@@ -222,6 +226,57 @@ def _findings(inputs: ReportInputs, data: Measured | None, read: Mapping[str, Se
     return findings(data) if data is not None else []
 
 
+# ----------------------------------------------------------------------------- its section and figures
+
+
+def figures(inputs: ReportInputs, data: Measured | None) -> list[Figure]:
+    """For each length beyond the block that some run was evaluated at, the loss at each position of the window,
+    one line per design (its mean over seeds, the band its min and max), the training block dashed: the measure
+    FoX's and ALiBi's papers report."""
+    if data is None:
+        return []
+    block = _block(next(iter(data.variants.values())))
+    out: list[Figure] = []
+    for length in sorted({length for _, length in data.by_position}):
+        curves = [
+            (label, list(range(1, length + 1)), np.array([seeds[s] for s in sorted(seeds)]))  # (seeds, length)
+            for label in NAMES
+            if (seeds := data.by_position.get((label, length)))
+        ]
+        if curves:
+            title = f"Loss by position on windows of {length} (trained on {block})"
+            fig = plots.curves_figure(curves, "val loss (nats/char)", title, "position in the window", block)
+            out.append((f"loss by position, windows of {length}", f"{GROUP}-beyond-T{length}.png", fig))
+    return out
+
+
+def section(inputs: ReportInputs, data: Measured | None, found: Sequence[Finding], drawn: Drawn) -> list[str]:
+    """The study's findings, each as its sentence, and its figures; nothing where the report read none of its runs."""
+    if data is None:
+        return []
+    state = (
+        "every planned run and evaluation is in"
+        if data.complete
+        else f"**{data.runs_in} of {data.runs_planned} planned runs and {data.evaluations_in} of "
+        f"{data.evaluations_planned} planned evaluations are in**: no label is read before the last"
+    )
+    mine = [f for f in found if isinstance(f, RopeGain)]
+    return [
+        f"## {TITLE}",
+        "",
+        f"Each design against the RoPE baseline `{REFERENCE}`, the reference this study names (family `{GROUP}`), and "
+        f"each design's final checkpoints on windows of {' and '.join(f'{f}×' for f in FACTORS)} its block against "
+        f"its loss on windows of the block (family `{BEYOND}`), read three ways against the loss margin: {state}.",
+        "",
+        *(f"- {f.measured()}" for f in mine if not isinstance(f, Beyond)),
+        "",
+        *(f"- {f.measured()}" for f in mine if isinstance(f, Beyond)),
+        "",
+        *(f"![{caption}]({file})" for caption, file in drawn),
+        "",
+    ]
+
+
 # it reads the variants of the spec group `rope` (`ReportInputs.variants`), not its tables: the study names its
 # reference, so no table's baseline enters
-STUDY = Study("rope", claims=CLAIMS, measure=measure, findings=_findings)
+STUDY = Study("rope", claims=CLAIMS, measure=measure, findings=_findings, section=section, figures=figures)
