@@ -75,6 +75,7 @@ class Shape:
     n_embd: int = 32
     block_size: int = 32
     vocab_size: int = 16
+    position: str = "learned"  # the model's position encoding (`GPTConfig.position`): the gate under rope or none
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,7 @@ class Conformance:
         head = (
             f"gate {self.gate}, options {self.options or '{}'}: "
             f"{s.n_layer} layers x {s.n_head} heads x {s.n_embd}, T = {s.block_size}, fp32 CPU"
+            + ("" if s.position == "learned" else f", position {s.position}")
         )
         n_failed = len(self.failed)
         verdict = "all passed" if not n_failed else f"{n_failed} failed: {', '.join(self.failed)}"
@@ -148,6 +150,7 @@ class _Context:
             gate_options=self.gate_options(**override) if key != "none" else {},
             attention=attention,
             output_gate=self.gate if gated and self.slot == "output_gate" else "none",
+            position=s.position,
         )
         model = GPT(cfg).eval()
         if gated and self.kind != ENERGY:

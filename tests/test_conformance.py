@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-from ega_lightning.conformance import ENERGY, OUTPUT, PROPERTIES, check_gate, gate_kind
+from ega_lightning.conformance import ENERGY, OUTPUT, PROPERTIES, Shape, _Context, check_gate, gate_kind
 from ega_lightning.errors import UserError
 from ega_lightning.gates import KeyBias, OutputGate, causal_znorm, gate_class
 from ega_lightning.gates.linear import LinearGate
@@ -36,6 +36,21 @@ def test_every_shipped_gate_config_passes(model):
     kind = gate_kind(gate_class(model["gate"]))
     assert [r.name for r in report.results] == [name for name, (_, kinds) in PROPERTIES.items() if kind in kinds]
     assert report.passed, report.format()
+
+
+# EGA-1 on the modern baseline and without positions; ALiBi and FoX in their papers' design (configs/sweeps/rope.yaml)
+@pytest.mark.parametrize(
+    ("gate", "position"), [("linear", "rope"), ("linear", "none"), ("alibi", "none"), ("fox", "none")]
+)
+def test_a_gate_passes_under_rope_and_without_position_embedding(gate, position):
+    """Issue 56: the properties hold of the model a RoPE or position-free run builds (RoPE on the padded channel's
+    true channels, cached positions, no wpe); the checked model is that model."""
+    shape = Shape(position=position)
+    report = check_gate(gate, shape=shape)
+    assert report.passed, report.format()
+    assert f"position {position}" in report.format().splitlines()[0]
+    model = _Context(gate, {}, shape, 0, gate_kind(gate_class(gate))).model()
+    assert model.cfg.position == position and model.wpe is None
 
 
 @pytest.mark.parametrize("gate", OUTPUT_GATES)

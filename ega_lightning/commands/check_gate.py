@@ -2,6 +2,7 @@
 
     ega check-gate my_gates.AbsEnergyGate
     ega check-gate multiscale --options '{scales: 4}'
+    ega check-gate alibi --position none     # a gate in a model without position embedding (rope: RoPE)
 
 The checks themselves are the library `ega_lightning.conformance` (its docstring lists the properties),
 which tests call directly; this module only parses the command line and prints the report.
@@ -15,6 +16,7 @@ import yaml
 
 from ega_lightning.conformance import PROPERTIES, Shape, check_gate
 from ega_lightning.errors import CommandParser, UserError
+from ega_lightning.model.config import POSITIONS
 from ega_lightning.seeding import seed_argument
 
 
@@ -28,6 +30,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--block_size", type=int, default=Shape.block_size, help=f"window, >= 8 (default {Shape.block_size})"
     )
+    parser.add_argument(
+        "--position",
+        choices=POSITIONS,
+        default=Shape.position,
+        help=f"the model's position encoding: the gate checked under it (default {Shape.position})",
+    )
     parser.add_argument("--seed", type=seed_argument, default=0, help="seed of the weights and tokens (default 0)")
     parser.add_argument("--only", nargs="+", default=None, metavar="PROPERTY", help=", ".join(PROPERTIES))
     args = parser.parse_args(argv)
@@ -37,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--options is not YAML: {err}")
     if not isinstance(options, dict):
         parser.error(f"--options must be a mapping such as '{{scales: 4}}', got {args.options!r}")
-    shape = Shape(args.n_layer, args.n_head, args.n_embd, args.block_size)
+    shape = Shape(args.n_layer, args.n_head, args.n_embd, args.block_size, position=args.position)
     if min(args.n_layer, args.n_head, args.n_embd) < 1 or args.n_embd % args.n_head or args.block_size < 8:
         parser.error("the shape needs n_embd divisible by n_head and block_size >= 8")
     try:
