@@ -27,9 +27,10 @@ REPO = Path(__file__).resolve().parents[1]
 # the zygote's stdout (a JSON line each). A zygote with a thread besides its own would fork a child whose locks that
 # thread may hold: it refuses to start.
 ZYGOTE = r"""
-import atexit, json, os, runpy, sys, threading, traceback
+import atexit, importlib.util, json, os, runpy, sys, threading, traceback
 import torch, lightning.pytorch, jsonargparse  # what every `ega fit` imports before it parses a flag
-import ega_lightning.cli, ega_lightning.commands.lightning_cli
+import ega_lightning.commands.lightning_cli  # not ega_lightning.cli itself: each child runs it as __main__
+CLI = importlib.util.find_spec("ega_lightning.cli").origin
 if threading.active_count() != 1:
     sys.exit(f"the zygote has {threading.active_count()} threads after its imports: a fork would copy their locks")
 replies = os.fdopen(os.dup(1), "w")
@@ -46,7 +47,7 @@ for line in sys.stdin:
                                     (2, request["stderr"], os.O_WRONLY)):
                 os.dup2(os.open(path, flags), fd)
             sys.stdin = open(0, closefd=False)
-            sys.argv = [ega_lightning.cli.__file__, *request["args"]]
+            sys.argv = [CLI, *request["args"]]
             try:
                 runpy.run_module("ega_lightning.cli", run_name="__main__", alter_sys=True)
                 code = 0

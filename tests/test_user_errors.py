@@ -301,3 +301,14 @@ def test_a_precision_lightning_would_replace_is_refused_not_recorded(tmp_path, d
     assert "trainer.precision is 16-mixed, which Lightning does not run on this accelerator" in line
     assert "it would run bf16-mixed in its place" in line and "--trainer.precision=bf16-mixed" in line
     assert written(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_forked_command_ends_as_the_same_command_in_a_new_interpreter(tmp_path, data_dir):
+    """tests/ega_zygote.py against `run_ega`: the same status, stdout and stderr for a refusal (2), a listing (0)
+    and --debug's traceback."""
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    for args in (["fit", "--model.n_embd=30"], ["gates"], ["fit", "--model.n_embd=30", "--debug"]):
+        new, forked = run_ega(args, tmp_path, env=env), run_ega_forked(args, tmp_path, env=env)
+        assert (forked.returncode, forked.stdout, forked.stderr) == (new.returncode, new.stdout, new.stderr), args
+        assert new.returncode == (0 if args == ["gates"] else 2) and (new.stdout if args == ["gates"] else new.stderr)
