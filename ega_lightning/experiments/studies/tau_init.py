@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ega_lightning.experiments import paper
-from ega_lightning.experiments.comparisons import Table, Variant, difference
+from ega_lightning.experiments.comparisons import Table, Variant, difference, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name
 from ega_lightning.experiments.stats import Difference, Summary, mean_interval, summarize
 from ega_lightning.experiments.study import ReportInputs, Study
@@ -91,7 +91,7 @@ def findings(table: Table) -> list[Finding]:
     3-seed mean would put seed noise into the spread), and each initialisation paired by seed with
     the default tau_init's run. Where every tau was learned, whether tau forgets where it started
     (rules.RULES['forgets']): per seed, the slope of final tau on tau_init."""
-    gated = [r.variant for r in table.rows if r.variant.gate != "none" and r.variant.done]
+    gated = [r.variant for r in table.rows if r.variant.gated and r.variant.done]
     if len({v.hp("tau_init") for v in gated}) < 2:
         return []
     seeds = set.intersection(*(set(v.by_seed("final_val_loss")) for v in gated))
@@ -131,8 +131,13 @@ def _by_initialisation(gated: list[Variant], seeds: set[int]) -> dict[str, objec
     losses = [(v.hp("tau_init"), shared(v, metric)) for v in gated]
     finals = [s.mean for _, _, s in taus if s.mean is not None]
     loss_means = [s.mean for _, s in losses if s.mean is not None]
-    reference = next((v for v in gated if v.hp("tau_init") == DEFAULT_TAU_INIT), None)
-    paired = [(v.hp("tau_init"), difference(reference, v, metric)) for v in gated if reference and v is not reference]
+    # the study's named reference (`comparisons.reference`): the same gate at the default tau_init
+    default = next((v for v in gated if v.hp("tau_init") == DEFAULT_TAU_INIT), None)
+    paired = [
+        (v.hp("tau_init"), difference(reference(v, gated, lambda x: x is default), v, metric))
+        for v in gated
+        if default and v is not default
+    ]
     # the only yardstick while the rows share one seed: how far the seeds of one initialisation scatter
     init, scatter = max(((v.hp("tau_init"), v.summary(metric)) for v in gated), key=lambda pair: pair[1].n)
     return {
@@ -142,7 +147,7 @@ def _by_initialisation(gated: list[Variant], seeds: set[int]) -> dict[str, objec
         "losses": losses,
         "loss_span": max(loss_means) - min(loss_means) if len(loss_means) > 1 else None,
         "paired": paired,
-        "reference": reference.hp("tau_init") if reference else None,
+        "reference": default.hp("tau_init") if default else None,
         "scatter": (init, scatter) if scatter.std else None,
     }
 

@@ -156,7 +156,7 @@ def tail_findings(tables: list[Table], variants: list[Variant], evaluations: Seq
     chosen: dict[tuple[str, ...], Variant] = {}
     for table in tables:
         for v in (r.variant for r in table.rows):
-            if v.gate != "none" and v.done and rerun_of(v, variants) is None:
+            if v.gated and v.done and rerun_of(v, variants) is None:
                 chosen.setdefault(tuple(sorted(r.run.run_name for r in v.done)), v)
     return [_tail(v, set(runs), variants, evaluations) for runs, v in chosen.items() if v.by_seed("final_tail_gap")]
 
