@@ -26,6 +26,7 @@ class TauInit(Finding):
     kind: ClassVar[str] = "tau_init"
     measures: ClassVar[tuple[str, ...]] = ("tau_init",)
     interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, False)
+    cell_words: ClassVar[tuple[str, str]] = ("slope of final tau on tau_init ", "")
     seeds: list[int]  # the seeds every initialisation ran
     taus: list[tuple[float, str, Summary]]  # (tau_init, variant, final tau over those seeds)
     tau_span: float | None  # of the final means
@@ -71,10 +72,6 @@ class TauInit(Finding):
             f". Slope of final tau on tau_init, per seed ({slopes}): {fmt_interval(d, signed=False)} ({how(d)}); "
             f"tau converges regardless of its initialisation{self.verdict_text}"
         )
-
-    def ours_cell(self) -> str:
-        d = self.interval
-        return "—" if d is None else f"slope of final tau on tau_init {fmt_interval(d, signed=False)}, {how(d)}"
 
     def claim_subject(self) -> str:
         return f"EGA-1 from tau_init {', '.join(str(init) for init, _, _ in self.taus)}"
