@@ -13,7 +13,7 @@ from ega_lightning.experiments.comparisons import Table, Variant, difference, ga
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.rules import MARGIN
 from ega_lightning.experiments.stats import LEVEL, widen
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -123,11 +123,7 @@ def _pair(table: Table, v: Variant, variants: list[Variant]) -> Finding:
     return judged(Pair, where, reads, claim=claim, family="ablation", code=code_of(v, ref))
 
 
-def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    return findings(table, list(inputs.variants))
-
-
 # the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
 # their tables (`studies.run_studies`): the paper's gate ranking
 GROUPS = ("ablation",)
-STUDY = Study("ablation", groups=GROUPS, table_findings=_table_findings)
+STUDY = Study("ablation", groups=GROUPS, table_findings=lambda table, inputs: findings(table, list(inputs.variants)))

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments.comparisons import Table, Variant, difference, learned, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -56,11 +56,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
     return out
 
 
-def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    return findings(table, list(inputs.variants))
-
-
 # the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
 # their tables (`studies.run_studies`): a tau never trained
 GROUPS = ("frozen_tau",)
-STUDY = Study("frozen_tau", groups=GROUPS, table_findings=_table_findings)
+STUDY = Study("frozen_tau", groups=GROUPS, table_findings=lambda table, inputs: findings(table, list(inputs.variants)))

@@ -14,7 +14,7 @@ from ega_lightning.experiments.comparisons import Row, Table, Variant, differenc
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.stats import Difference, compare
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -149,11 +149,11 @@ def _causal_evaluation(where: Where, v: Variant, base: Variant, evaluations: Seq
     )
 
 
-def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    return findings(table, list(inputs.variants), inputs.evaluations)
-
-
 # the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
 # their tables (`studies.run_studies`): z over the whole window
 GROUPS = ("leak",)
-STUDY = Study("leak", groups=GROUPS, table_findings=_table_findings)
+STUDY = Study(
+    "leak",
+    groups=GROUPS,
+    table_findings=lambda table, inputs: findings(table, list(inputs.variants), inputs.evaluations),
+)

@@ -13,7 +13,7 @@ from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name
 from ega_lightning.experiments.stats import Difference, Summary, mean_interval, summarize
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval, fmt_summary, how
 
 DEFAULT_TAU_INIT = 0.0  # CharLM's default: the learned-tau EGA-1 every other initialisation is paired with
@@ -149,11 +149,7 @@ def _by_initialisation(gated: list[Variant], seeds: set[int]) -> dict[str, objec
     }
 
 
-def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    return findings(table)
-
-
 # the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
 # their tables (`studies.run_studies`): EGA-1 from several tau_init, learned and frozen
 GROUPS = ("tau_init", "frozen_tau")
-STUDY = Study("tau_init", groups=GROUPS, table_findings=_table_findings)
+STUDY = Study("tau_init", groups=GROUPS, table_findings=lambda table, inputs: findings(table))
