@@ -1,10 +1,10 @@
 """Variants, baselines and differences: plain functions of run records, no file I/O, no prose.
 
 A variant is the seeds of one labelled configuration in one report section on one corpus. It is
-compared with the baseline (gate ``none``) of the same corpus, model, data and step budget, found
-in its own section first, else in another. Differences are baseline minus variant (positive:
-the variant has the lower loss, like the paper's improvement), paired by seed on the seeds both
-sides share (see `ega_lightning.experiments.stats.compare`).
+compared with its reference (`reference`, the one rule): the gate-less variant of the same corpus,
+model and recipe, found in its own section first, else in another, unless a study names another.
+Differences are baseline minus variant (positive: the variant has the lower loss, like the paper's
+improvement), paired by seed on the seeds both sides share (see `ega_lightning.experiments.stats.compare`).
 """
 
 from __future__ import annotations
@@ -24,23 +24,6 @@ from ega_lightning.experiments.spec import Run, SpecError
 from ega_lightning.experiments.stats import Difference, Summary, compare, summarize
 from ega_lightning.host import machine_kind
 
-# Runs are comparable when these agree; the gate and its own options are what a variant changes.
-SETUP_KEYS = (
-    "corpus",
-    "n_layer",
-    "n_head",
-    "n_embd",
-    "block_size",
-    "dropout",
-    "bias",
-    "lr",
-    "min_lr",
-    "warmup_steps",
-    "weight_decay",
-    "betas",
-    "batch_size",
-    "max_eval_windows",
-)
 # A model's shape: the seeds of one variant must share it, or their numbers are not one configuration's
 SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
 # A run's recipe is every hyper-parameter it recorded but its shape and these (the seed, the corpus a variant is
@@ -75,6 +58,14 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "random_eval_seed": 0,
     "eval_block_size": None,
 }
+# A run's reference (`reference`) shares its corpus, model shape and recipe save these keys. GATE_OWN: the options only
+# a gated model has, what a gated variant changes against its gate-less baseline (which records them at their defaults:
+# records.count_parameters builds it with dropout_before_gate False): both gate slots, the gate's own options and
+# initialisation, the evaluation of its z, and the author's attention order (dropout, gate, renormalise: meaningless
+# without a gate). PATH_KEYS: how the same model is computed, not which (conformance.py holds the attention paths
+# equal; the author's order trains on the reference path only, so its baseline is the plain model on the fused one).
+GATE_OWN = ("gate", "output_gate", "gate_options", "tau_init", "alpha_init", "eval_znorm", "dropout_before_gate")
+PATH_KEYS = ("attention",)
 LEFT_OUT = "left out"  # the status of a finished run whose model shape or recipe is not its variant's (`set_apart`)
 DIVERGED = "diverged"  # the status of a finished run whose final val loss is not finite (`set_apart_diverged`)
 METRICS = ("final_val_loss", "best_val_loss", "final_gap", "final_tau_mean", "final_frac_above_tau", "tokens_per_sec")
@@ -277,15 +268,23 @@ class Variant:
         first = (self.done or self.runs)[0]
         return gate_name(first.gate, first.output_gate)
 
+    @property
+    def gated(self) -> bool:
+        """A gate in either slot; a variant with none is a baseline, the reference of the gated (`reference`)."""
+        return self.gate != "none"
+
     def hp(self, key: str) -> Any:
         return self.done[0].hparams.get(key) if self.done else None
 
     @property
     def setup_key(self) -> str | None:
+        """What a variant's reference shares with it (`reference`), as JSON: its corpus, model shape and recipe
+        (`recipe`) less the gate's own options (`GATE_OWN`) and the attention path (`PATH_KEYS`); None unfinished."""
         if not self.done:
             return None
-        ref = self.done[0]
-        return json.dumps({**{k: ref.hparams.get(k) for k in SETUP_KEYS}, "max_steps": ref.max_steps}, sort_keys=True)
+        r = self.done[0]
+        own = {k: v for k, v in recipe(r).items() if k not in GATE_OWN + PATH_KEYS}
+        return json.dumps({"corpus": r.corpus, "shape": shape(r), **own}, sort_keys=True)
 
     @property
     def paper_name(self) -> str | None:
@@ -454,32 +453,36 @@ def build_variants(runs: Sequence[RunData]) -> list[Variant]:
     return variants
 
 
-def find_reference(variant: Variant, gate: str, variants: list[Variant]) -> Variant | None:
-    """The finished variant with ``gate`` comparable to ``variant``: its own group first, then the
-    same gate initialisation, then spec order."""
-    if variant.setup_key is None:
+def reference(
+    variant: Variant, variants: Sequence[Variant], named: Callable[[Variant], bool] | None = None
+) -> Variant | None:
+    """What ``variant`` is measured against: the one answer every study and the leaderboard ask for.
+
+    The rule: a gated variant pairs with the finished gate-less variant (`Variant.gated` false) of the same setup
+    (`Variant.setup_key`: the same corpus, model shape and recipe, i.e. every model option such as model.position,
+    the optimizer and schedule, the data, the evaluation and max_steps), save the options only a gated model has
+    (`GATE_OWN`: the gate slots, the gate's own options and initialisation, the author's dropout_before_gate) and
+    the attention path (`PATH_KEYS`), compared nowhere. A gate-less variant has no reference. A study that names
+    another reference passes ``named``, which variants may be it (e.g. `gate_is` EGA-1's ``linear``, or the same
+    gate with tau learned); it is still of the same setup. Of several: the variant's own group first, then the
+    same tau_init, then spec order. The pairs are the seeds both ran (`difference`)."""
+    if variant.setup_key is None or (named is None and not variant.gated):
         return None
-    candidates = [
-        v for v in variants if v is not variant and v.gate == gate and v.done and v.setup_key == variant.setup_key
-    ]
-    candidates.sort(key=lambda v: (v.group != variant.group, v.hp("tau_init") != variant.hp("tau_init")))
+    wanted = named or (lambda x: not x.gated)
+    candidates = [x for x in variants if x is not variant and x.done and wanted(x) and x.setup_key == variant.setup_key]
+    candidates.sort(key=lambda x: (x.group != variant.group, x.hp("tau_init") != variant.hp("tau_init")))
     return candidates[0] if candidates else None
 
 
-def learned_reference(v: Variant, variants: list[Variant]) -> Variant | None:
-    """The gate of ``v`` as the paper trains it (tau learned, z over the causal prefix), from the same
-    tau_init, in the same setup: what a frozen-tau or whole-window variant is set against."""
-    candidates = [
-        x
-        for x in variants
-        if x is not v
-        and x.done
-        and x.gate == v.gate
-        and x.setup_key == v.setup_key
-        and x.hp("tau_init") == v.hp("tau_init")
-        and x.as_in_paper
-    ]
-    return candidates[0] if candidates else None
+def gate_is(gate: str) -> Callable[[Variant], bool]:
+    """A study's named reference: the variant of ``gate`` (both slots, `gate_name`)."""
+    return lambda x: x.gate == gate
+
+
+def learned(v: Variant) -> Callable[[Variant], bool]:
+    """A study's named reference: ``v``'s gate from its tau_init as the paper trains it (tau learned, z over the
+    causal prefix), what a frozen-tau or whole-window variant is set against."""
+    return lambda x: x.gate == v.gate and x.hp("tau_init") == v.hp("tau_init") and x.as_in_paper
 
 
 def rerun_of(v: Variant, variants: list[Variant]) -> Variant | None:
@@ -535,7 +538,7 @@ class Row:
 
 
 def make_row(variant: Variant, variants: list[Variant]) -> Row:
-    baseline = find_reference(variant, "none", variants) if variant.gate != "none" else None
+    baseline = reference(variant, variants)
     return Row(variant, baseline, {m: difference(baseline, variant, m) for m in DIFF_METRICS})
 
 

@@ -134,6 +134,7 @@ class Finding:
     measures: ClassVar[tuple[str, ...]] = ()
     # (scale, digits, signed): how its intervals are written in the claims table and its family's text
     interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, True)
+    cell_words: ClassVar[tuple[str, str]] = ("", "")  # what its claims-table cell writes before and after its interval
 
     section: str
     corpus: str
@@ -288,8 +289,8 @@ class Finding:
         d = self.interval
         if d is None:
             return "—"
-        scale, digits, signed = self.interval_format
-        return f"{fmt_interval(d, signed=signed, scale=scale, digits=digits)}, {how(d)}"
+        (scale, digits, signed), (before, after) = self.interval_format, self.cell_words
+        return f"{before}{fmt_interval(d, signed=signed, scale=scale, digits=digits)}{after}, {how(d)}"
 
     def claim_subject(self) -> str:
         """What a row of the claims table measured, where it is not the claim's own comparison."""

@@ -193,11 +193,11 @@ def table_line(row: Row) -> str:
         _model_text(row),
         _seeds_text(v),
         f"{v.n_params:,}" if v.n_params else "—",
-        "baseline" if v.gate == "none" else (f"{row.overhead_pct:+.2f}%" if row.overhead_pct is not None else "—"),
+        "baseline" if not v.gated else (f"{row.overhead_pct:+.2f}%" if row.overhead_pct is not None else "—"),
         fmt_summary(v.summary("final_val_loss")),
         fmt_summary(v.summary("best_val_loss")),
         "—"
-        if v.gate == "none"
+        if not v.gated
         else " ".join(filter(None, (interval_cell(row.diffs["final_val_loss"]), split_text(row.split_seeds)))),
         fmt_summary(v.summary("final_gap")),
         fmt_summary(v.summary("final_tau_mean")),
@@ -240,7 +240,7 @@ def section(
                 lines.append(
                     f"`{row.variant.label}` is compared with `{row.baseline.label}` of group {row.baseline.group}."
                 )
-            elif row.baseline is None and row.variant.gate != "none" and row.variant.done:
+            elif row.baseline is None and row.variant.gated and row.variant.done:
                 lines.append(f"`{row.variant.label}`: no finished baseline with the same model, data and steps.")
             for r in row.variant.left_out:
                 lines.append(f"`{row.variant.label}`: `{r.run.run_name}` is left out of every number: {r.reason}")

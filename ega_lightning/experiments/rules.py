@@ -67,6 +67,31 @@ def stated(name: str, text: str) -> Callable[[_F], _F]:
     return file
 
 
+# The rules' building blocks: an interval read three ways against ±margin (`against_margin`: an effect, an
+# equivalence) and against a figure (`level_rule`). The labels of a three-way reading are data: (wholly above +margin,
+# wholly within ±margin, wholly below −margin); an interval that straddles +margin or −margin is too few seeds.
+EFFECT = (Verdict.HOLDS, Verdict.NEGLIGIBLE, Verdict.DOES_NOT_HOLD)
+WORSE = (Verdict.DOES_NOT_HOLD, Verdict.NEGLIGIBLE, Verdict.HOLDS)  # the effect with the claim's sign the other way
+EQUIVALENCE = (Verdict.NOT_CONSISTENT, Verdict.CONSISTENT, Verdict.NOT_CONSISTENT)
+WITHIN_HOLDS = (Verdict.DOES_NOT_HOLD, Verdict.HOLDS, Verdict.DOES_NOT_HOLD)  # the equivalence, as a claim's holds
+
+
+def against_margin(d: Difference | None, margin: float, labels: tuple[Verdict, Verdict, Verdict]) -> Verdict:
+    """``d`` read against ±``margin``: ``labels`` (above, within, below) where it lies wholly there."""
+    if d is None:
+        return Verdict.NO_DATA
+    if d.low is None or d.high is None:
+        return Verdict.TOO_FEW_SEEDS
+    above, within, below = labels
+    if d.low > margin:
+        return above
+    if -margin <= d.low and d.high <= margin:
+        return within
+    if d.high < -margin:
+        return below
+    return Verdict.TOO_FEW_SEEDS
+
+
 @stated(
     "effect",
     f"an effect the paper gives a figure for is read against the registered smallest effect m = {MARGIN} "
@@ -81,18 +106,9 @@ def stated(name: str, text: str) -> Callable[[_F], _F]:
     "where the baseline's own gap is smaller than the reduction the paper reports) reads **not testable here**.",
 )
 def effect_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
-    """An effect three ways against ``margin``: ``d`` a difference whose positive sign is the paper's claim."""
-    if d is None:
-        return Verdict.NO_DATA
-    if d.low is None or d.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if d.low > margin:
-        return Verdict.HOLDS
-    if -margin <= d.low and d.high <= margin:
-        return Verdict.NEGLIGIBLE
-    if d.high < -margin:
-        return Verdict.DOES_NOT_HOLD
-    return Verdict.TOO_FEW_SEEDS
+    """An effect three ways against ``margin``: ``d`` a difference whose positive sign is the paper's claim (a peer's
+    lower loss, baseline − gate; the growth with context, its contrast per seed)."""
+    return against_margin(d, margin, EFFECT)
 
 
 NOT_PAPER_REGIME = "not the paper's regime"  # an effect's size where the regime is not the paper's
@@ -137,8 +153,7 @@ def level_rule(d: Difference | None, figure: float, width: float) -> Verdict:
 )
 def worse_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
     """``d`` = EGA-1 − gate (final val loss): the effect rule with the claim's sign the other way."""
-    flipped = None if d is None else Difference(-d.estimate, _neg(d.high), _neg(d.low), d.n, d.df, d.method, d.level)
-    return effect_rule(flipped, margin)
+    return against_margin(d, margin, WORSE)
 
 
 def _neg(x: float | None) -> float | None:
@@ -152,16 +167,8 @@ def _neg(x: float | None) -> float | None:
     "**not consistent** when it lies wholly outside the margin; else **too few seeds to tell**.",
 )
 def equivalence_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
-    """``d`` = baseline − gate (final val loss)."""
-    if d is None:
-        return Verdict.NO_DATA
-    if d.low is None or d.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if -margin <= d.low and d.high <= margin:
-        return Verdict.CONSISTENT
-    if d.low > margin or d.high < -margin:
-        return Verdict.NOT_CONSISTENT
-    return Verdict.TOO_FEW_SEEDS
+    """``d`` = baseline − gate (final val loss); learned − frozen tau (the frozen rule)."""
+    return against_margin(d, margin, EQUIVALENCE)
 
 
 @stated(
@@ -182,26 +189,22 @@ def best_rule(*diffs: Difference | None, margin: float = MARGIN) -> Verdict:
     return Verdict.TOO_FEW_SEEDS
 
 
-@stated(
+stated(
     "grows",
     "the advantage grows with context, read as an effect (three ways against the loss margin m) of (Δ at the "
     "longest block − Δ at the shortest), per seed: **holds** above +m, **negligible** within ±m, **does not "
     "hold** below −m (it shrinks), else **too few seeds to tell**.",
-)
-def growth_rule(contrast: Difference | None, margin: float = MARGIN) -> Verdict:
-    """``contrast``: (Δ at the longest block − Δ at the shortest), per seed."""
-    return effect_rule(contrast, margin)
+)(effect_rule)
+growth_rule = effect_rule  # the contrast (Δ at the longest block − Δ at the shortest), per seed
 
 
-@stated(
+stated(
     "frozen",
     "freezing tau at its initial value changes nothing (**consistent**) when the whole interval of "
     f"learned − frozen (same tau_init, paired by seed) lies within ±{MARGIN}; **not consistent** when it "
     "lies wholly outside the margin; else **too few seeds to tell**.",
-)
-def frozen_rule(d: Difference | None) -> Verdict:
-    """``d`` = learned − frozen tau (final val loss): the equivalence rule."""
-    return equivalence_rule(d)
+)(equivalence_rule)
+frozen_rule = equivalence_rule  # learned − frozen tau (final val loss)
 
 
 @stated(
@@ -216,8 +219,7 @@ def frozen_rule(d: Difference | None) -> Verdict:
 )
 def tail_rule(d: Difference | None, margin: float = TAIL_MARGIN) -> Verdict:
     """``d``: measured fraction above tau − (1 − Phi(tau)), over seeds."""
-    equal = equivalence_rule(d, margin)
-    return {Verdict.CONSISTENT: Verdict.HOLDS, Verdict.NOT_CONSISTENT: Verdict.DOES_NOT_HOLD}.get(equal, equal)
+    return against_margin(d, margin, WITHIN_HOLDS)
 
 
 @stated(
@@ -230,15 +232,7 @@ def tail_rule(d: Difference | None, margin: float = TAIL_MARGIN) -> Verdict:
 )
 def forgets_rule(slope: Difference | None, keep: float = TAU_KEEP) -> Verdict:
     """``slope``: the per-seed least-squares slope of final tau on tau_init, over seeds."""
-    if slope is None:
-        return Verdict.NO_DATA
-    if slope.low is None or slope.high is None:
-        return Verdict.TOO_FEW_SEEDS
-    if -keep <= slope.low and slope.high <= keep:
-        return Verdict.HOLDS
-    if slope.low > keep or slope.high < -keep:
-        return Verdict.DOES_NOT_HOLD
-    return Verdict.TOO_FEW_SEEDS
+    return against_margin(slope, keep, WITHIN_HOLDS)
 
 
 @stated(
@@ -283,15 +277,13 @@ def control_rule(*diffs: Difference | None, threshold: float = paper.POSITIVE_CO
     return Verdict.TOO_FEW_SEEDS
 
 
-@stated(
+stated(
     "lower",
     "a peer's own claim, a lower loss than the baseline, is read as an effect of baseline − gate, three ways "
     "against the loss margin m: **holds** above +m, **negligible** within ±m, **does not hold** below −m (the "
     "baseline is better by more than m), else **too few seeds to tell**.",
-)
-def lower_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
-    """``d`` = baseline − gate (final val loss): a peer's claim of a lower loss."""
-    return effect_rule(d, margin)
+)(effect_rule)
+lower_rule = effect_rule  # baseline − gate (final val loss): a peer's claim of a lower loss
 
 
 @stated(

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ega_lightning.experiments import paper
-from ega_lightning.experiments.comparisons import Table, Variant, difference, find_reference, rerun_of
+from ega_lightning.experiments.comparisons import Table, Variant, difference, gate_is, reference, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.rules import MARGIN
 from ega_lightning.experiments.stats import LEVEL, widen
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -93,7 +93,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
     if not done:  # nothing finished yet: nothing to rank
         return []
     # the baseline and EGA-1 the ablation is measured against may live in another group (e.g. main)
-    refs = [find_reference(v, gate, variants) for v in done for gate in ("none", "linear") if v.gate != gate]
+    refs = [reference(v, variants, gate_is(gate)) for v in done for gate in ("none", "linear") if v.gate != gate]
     pool = list({id(v): v for v in [*done, *(r for r in refs if r is not None)]}.values())
     mean = {id(v): v.summary("final_val_loss").mean for v in pool}
     ranked = sorted(pool, key=lambda v: mean[id(v)] if mean[id(v)] is not None else math.inf)
@@ -102,7 +102,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
     ranking = [(name(v), v.group, mean[id(v)]) for v in ranked]
     out: list[Finding] = [Ranking(**where._asdict(), ranking=ranking)]
     if ega1 is not None:
-        others = [v for v in ranked if v.paper_name and v is not ega1 and v.gate != "none"]
+        others = [v for v in ranked if v.paper_name and v is not ega1 and v.gated]
         reads = [(pair(v, ega1), difference(v, ega1, "final_val_loss")) for v in others]
         in_paper = [v for v in ranked if v.paper_name]
         code = code_of(*in_paper, compared=[(v, ega1) for v in others])
@@ -116,18 +116,14 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
 
 def _pair(table: Table, v: Variant, variants: list[Variant]) -> Finding:
     _, against = paper.ABLATION[v.paper_name or ""]
-    ref = find_reference(v, against, variants)
+    ref = reference(v, variants, gate_is(against))
     where = Where(table.group, table.corpus, measured_with(v, ref), name(v), name(ref) if ref else against)
     reads = [(pair(v, ref or against), difference(ref, v, "final_val_loss"))]
     claim = f"ablation:{v.paper_name}"
     return judged(Pair, where, reads, claim=claim, family="ablation", code=code_of(v, ref))
 
 
-def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    return findings(table, list(inputs.variants))
-
-
 # the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
 # their tables (`studies.run_studies`): the paper's gate ranking
 GROUPS = ("ablation",)
-STUDY = Study("ablation", groups=GROUPS, table_findings=_table_findings)
+STUDY = Study("ablation", groups=GROUPS, table_findings=lambda table, inputs: findings(table, list(inputs.variants)))

@@ -11,7 +11,7 @@ from ega_lightning.experiments.comparisons import Row, Table, difference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference, compare
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval, how
 
 
@@ -71,11 +71,7 @@ def findings(table: Table) -> list[Finding]:
     return [judged(Context, where, reads, claim="context", family="context", **measured)]
 
 
-def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    return findings(table)
-
-
 # the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
 # their tables (`studies.run_studies`): EGA-1 and the baseline at several block sizes
 GROUPS = ("context",)
-STUDY = Study("context", groups=GROUPS, table_findings=_table_findings)
+STUDY = Study("context", groups=GROUPS, table_findings=lambda table, inputs: findings(table))

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ega_lightning.experiments.comparisons import Table, Variant, difference, learned_reference
+from ega_lightning.experiments.comparisons import Table, Variant, difference, learned, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -36,12 +36,12 @@ class FrozenTau(Finding):
 
 
 def findings(table: Table, variants: list[Variant]) -> list[Finding]:
-    """Each frozen-tau variant of the section against its learned reference (`comparisons.learned_reference`)."""
+    """Each frozen-tau variant of the section against its learned reference (`comparisons.learned`)."""
     out: list[Finding] = []
     for v in (r.variant for r in table.rows):
         if not v.done or v.options.get("learn_tau", True):
             continue
-        ref = learned_reference(v, variants)
+        ref = reference(v, variants, learned(v))
         measured = {
             "tau_init": v.hp("tau_init"),
             "frozen_loss": v.summary("final_val_loss").mean,
@@ -56,11 +56,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
     return out
 
 
-def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    return findings(table, list(inputs.variants))
-
-
 # the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
 # their tables (`studies.run_studies`): a tau never trained
 GROUPS = ("frozen_tau",)
-STUDY = Study("frozen_tau", groups=GROUPS, table_findings=_table_findings)
+STUDY = Study("frozen_tau", groups=GROUPS, table_findings=lambda table, inputs: findings(table, list(inputs.variants)))

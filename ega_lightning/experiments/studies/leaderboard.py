@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from ega_lightning.config_files import SIZE_KEYS
 from ega_lightning.experiments import paper, plots
-from ega_lightning.experiments.comparisons import Variant, difference, find_reference
+from ega_lightning.experiments.comparisons import Variant, difference, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
 from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
@@ -72,13 +72,13 @@ def leaderboard(
     another setup than the baseline (model, data, steps) is left out: it measures something else. Step
     times come from the `ega bench` results ``found`` at the baseline's shape, not from the runs: the sweep's
     runs share the machine, so their throughput measures the machine's load as much as the gate."""
-    listed = [v for v in variants if v.group in groups and v.corpus == corpus and v.gate != "none"]
-    reference = next((r for v in listed if (r := find_reference(v, "none", variants)) is not None), None)
-    baseline = pooled(reference, variants) if reference is not None else None
+    listed = [v for v in variants if v.group in groups and v.corpus == corpus and v.gated]
+    first = next((r for v in listed if (r := reference(v, variants)) is not None), None)
+    baseline = pooled(first, variants) if first is not None else None
     timed = timed_gates(list(found), *bench_shape(baseline)) if baseline is not None else {}
     entries: dict[str, Entry] = {}
     for v in listed:
-        if v.label in entries or (v.done and baseline is not None and v.setup_key != baseline.setup_key):
+        if v.label in entries or (v.done and baseline is not None and reference(v, [baseline]) is None):
             continue
         own = pooled(v, variants)
         from_groups = [x.group for x in same_configuration(v, variants)]

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ega_lightning.experiments import paper
-from ega_lightning.experiments.comparisons import Row, Table, Variant, difference, learned_reference
+from ega_lightning.experiments.comparisons import Row, Table, Variant, difference, learned, reference
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.stats import Difference, compare
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
 
@@ -98,7 +98,7 @@ def findings(table: Table, variants: list[Variant], evaluations: Sequence[Evalua
         v, base = row.variant, row.baseline
         if not v.done or base is None or v.options.get("znorm") != "window":
             continue
-        causal = learned_reference(v, variants)
+        causal = reference(v, variants, learned(v))
         where = Where(table.group, table.corpus, measured_with(v, base), name(v), f"baseline `{base.label}`")
         out.append(_as_trained(table, row, where, causal))
         if causal is not None:
@@ -149,11 +149,11 @@ def _causal_evaluation(where: Where, v: Variant, base: Variant, evaluations: Seq
     )
 
 
-def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    return findings(table, list(inputs.variants), inputs.evaluations)
-
-
 # the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
 # their tables (`studies.run_studies`): z over the whole window
 GROUPS = ("leak",)
-STUDY = Study("leak", groups=GROUPS, table_findings=_table_findings)
+STUDY = Study(
+    "leak",
+    groups=GROUPS,
+    table_findings=lambda table, inputs: findings(table, list(inputs.variants), inputs.evaluations),
+)

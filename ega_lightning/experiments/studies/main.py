@@ -97,6 +97,7 @@ class FracAboveTau(Finding):
     kind: ClassVar[str] = "frac_above_tau"
     measures: ClassVar[tuple[str, ...]] = ("frac_above_tau",)
     interval_format: ClassVar[tuple[float, int, bool]] = (100.0, 1, False)
+    cell_words: ClassVar[tuple[str, str]] = ("", "%")
 
     def measured(self) -> str:
         d = self.interval
@@ -104,10 +105,6 @@ class FracAboveTau(Finding):
             f"Validation keys above tau: {fmt_interval(d, signed=False, scale=100, digits=1)}% ({how(d)}); "
             f"paper {100 * paper.FRAC_ABOVE_TAU:.0f}%{self.verdict_text}."
         )
-
-    def ours_cell(self) -> str:
-        d = self.interval
-        return "—" if d is None else f"{fmt_interval(d, signed=False, scale=100, digits=1)}%, {how(d)}"
 
 
 def primary_rows(table: Table) -> list[Row]:

@@ -9,7 +9,7 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval, how
 
 
@@ -48,11 +48,7 @@ def findings(table: Table) -> list[Finding]:
     return out
 
 
-def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    return findings(table)
-
-
 # the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
 # their tables (`studies.run_studies`): other papers' gates, on each corpus
 GROUPS = ("peers", "peers-ptb")
-STUDY = Study("peers", groups=GROUPS, table_findings=_table_findings)
+STUDY = Study("peers", groups=GROUPS, table_findings=lambda table, inputs: findings(table))

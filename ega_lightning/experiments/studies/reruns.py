@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, measured_with, name
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Study
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,11 +57,7 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
     return out
 
 
-def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    return findings(table, list(inputs.variants))
-
-
 # the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
 # their tables (`studies.run_studies`): the runs repeated for the checkpoints `ega landscape` evaluates
 GROUPS = ("landscape",)
-STUDY = Study("reruns", groups=GROUPS, table_findings=_table_findings)
+STUDY = Study("reruns", groups=GROUPS, table_findings=lambda table, inputs: findings(table, list(inputs.variants)))

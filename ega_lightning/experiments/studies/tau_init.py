@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ega_lightning.experiments import paper
-from ega_lightning.experiments.comparisons import Table, Variant, difference
+from ega_lightning.experiments.comparisons import Table, Variant, difference, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name
 from ega_lightning.experiments.stats import Difference, Summary, mean_interval, summarize
-from ega_lightning.experiments.study import ReportInputs, Study
+from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval, fmt_summary, how
 
 DEFAULT_TAU_INIT = 0.0  # CharLM's default: the learned-tau EGA-1 every other initialisation is paired with
@@ -26,6 +26,7 @@ class TauInit(Finding):
     kind: ClassVar[str] = "tau_init"
     measures: ClassVar[tuple[str, ...]] = ("tau_init",)
     interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, False)
+    cell_words: ClassVar[tuple[str, str]] = ("slope of final tau on tau_init ", "")
     seeds: list[int]  # the seeds every initialisation ran
     taus: list[tuple[float, str, Summary]]  # (tau_init, variant, final tau over those seeds)
     tau_span: float | None  # of the final means
@@ -72,10 +73,6 @@ class TauInit(Finding):
             f"tau converges regardless of its initialisation{self.verdict_text}"
         )
 
-    def ours_cell(self) -> str:
-        d = self.interval
-        return "—" if d is None else f"slope of final tau on tau_init {fmt_interval(d, signed=False)}, {how(d)}"
-
     def claim_subject(self) -> str:
         return f"EGA-1 from tau_init {', '.join(str(init) for init, _, _ in self.taus)}"
 
@@ -91,7 +88,7 @@ def findings(table: Table) -> list[Finding]:
     3-seed mean would put seed noise into the spread), and each initialisation paired by seed with
     the default tau_init's run. Where every tau was learned, whether tau forgets where it started
     (rules.RULES['forgets']): per seed, the slope of final tau on tau_init."""
-    gated = [r.variant for r in table.rows if r.variant.gate != "none" and r.variant.done]
+    gated = [r.variant for r in table.rows if r.variant.gated and r.variant.done]
     if len({v.hp("tau_init") for v in gated}) < 2:
         return []
     seeds = set.intersection(*(set(v.by_seed("final_val_loss")) for v in gated))
@@ -131,8 +128,13 @@ def _by_initialisation(gated: list[Variant], seeds: set[int]) -> dict[str, objec
     losses = [(v.hp("tau_init"), shared(v, metric)) for v in gated]
     finals = [s.mean for _, _, s in taus if s.mean is not None]
     loss_means = [s.mean for _, s in losses if s.mean is not None]
-    reference = next((v for v in gated if v.hp("tau_init") == DEFAULT_TAU_INIT), None)
-    paired = [(v.hp("tau_init"), difference(reference, v, metric)) for v in gated if reference and v is not reference]
+    # the study's named reference (`comparisons.reference`): the same gate at the default tau_init
+    default = next((v for v in gated if v.hp("tau_init") == DEFAULT_TAU_INIT), None)
+    paired = [
+        (v.hp("tau_init"), difference(reference(v, gated, lambda x: x is default), v, metric))
+        for v in gated
+        if default and v is not default
+    ]
     # the only yardstick while the rows share one seed: how far the seeds of one initialisation scatter
     init, scatter = max(((v.hp("tau_init"), v.summary(metric)) for v in gated), key=lambda pair: pair[1].n)
     return {
@@ -142,16 +144,12 @@ def _by_initialisation(gated: list[Variant], seeds: set[int]) -> dict[str, objec
         "losses": losses,
         "loss_span": max(loss_means) - min(loss_means) if len(loss_means) > 1 else None,
         "paired": paired,
-        "reference": reference.hp("tau_init") if reference else None,
+        "reference": default.hp("tau_init") if default else None,
         "scatter": (init, scatter) if scatter.std else None,
     }
-
-
-def _table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
-    return findings(table)
 
 
 # the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
 # their tables (`studies.run_studies`): EGA-1 from several tau_init, learned and frozen
 GROUPS = ("tau_init", "frozen_tau")
-STUDY = Study("tau_init", groups=GROUPS, table_findings=_table_findings)
+STUDY = Study("tau_init", groups=GROUPS, table_findings=lambda table, inputs: findings(table))

@@ -41,6 +41,7 @@ class Tail(Finding):
     kind: ClassVar[str] = "tail"
     measures: ClassVar[tuple[str, ...]] = ("frac_above_tau",)
     interval_format: ClassVar[tuple[float, int, bool]] = (100.0, 1, True)
+    cell_words: ClassVar[tuple[str, str]] = ("measured − (1 − Φ(tau)) ", " points")
     znorm: str  # z over the causal prefix or the whole window
     seeds: list[int]
     frac_above_tau: float  # mean over seeds of the recorded share of keys above tau
@@ -66,10 +67,6 @@ class Tail(Finding):
             f"of {runs} evaluated by `ega landscape`, {fmt_interval(self.heads_interval, scale=100, digits=1)} "
             f"points, the largest {100 * (self.max_abs_gap or 0.0):.1f}."
         )
-
-    def ours_cell(self) -> str:
-        d = self.interval
-        return "—" if d is None else f"measured − (1 − Φ(tau)) {fmt_interval(d, scale=100, digits=1)} points, {how(d)}"
 
     def claim_subject(self) -> str:
         return f"is it 1 − Φ(tau)? {self.subject}, z over the {self.znorm}, one value per seed"
@@ -156,7 +153,7 @@ def tail_findings(tables: list[Table], variants: list[Variant], evaluations: Seq
     chosen: dict[tuple[str, ...], Variant] = {}
     for table in tables:
         for v in (r.variant for r in table.rows):
-            if v.gate != "none" and v.done and rerun_of(v, variants) is None:
+            if v.gated and v.done and rerun_of(v, variants) is None:
                 chosen.setdefault(tuple(sorted(r.run.run_name for r in v.done)), v)
     return [_tail(v, set(runs), variants, evaluations) for runs, v in chosen.items() if v.by_seed("final_tail_gap")]
 
