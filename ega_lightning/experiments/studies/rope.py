@@ -159,6 +159,9 @@ def findings(data: Measured) -> list[Finding]:
     """One finding per design against the RoPE baseline and per design and length beyond the block: judged by the
     protocol's rule once every planned run and evaluation is in, else its intervals with no label."""
     out: list[Finding] = []
+    # the protocol's reference, by its label: `comparisons.reference` pairs a gate with the baseline of its own setup,
+    # position encoding included, while this study asks whether a design (its position signal part of it) beats the
+    # modern baseline, so FoX and ALiBi without positions are set against a RoPE model on purpose
     reference = data.variants.get(REFERENCE)
     for label in DESIGNS:
         v = data.variants.get(label)
