@@ -44,6 +44,10 @@ def test_overhead_split_adds_up_per_repetition():
     assert split["gate"]["points"] == pytest.approx(300 / 110)  # 3.0, 2.73, 1.0 -> median 2.73
     # per repetition 4.0, 3.82, 5.89: the median of differences, not the difference of medians
     assert split["rest"]["points"] == pytest.approx(10 - 2 - 1 - 3)
+    # the floor: kernel + matmuls per repetition (3.0, 2.55, 3.11), and the total above it (7.0, 6.55, 6.89):
+    # medians of the per-repetition sums and differences, not sums of the parts' medians
+    assert split["floor"]["points"] == pytest.approx(2.0 + 1.0)
+    assert split["above_floor"]["points"] == pytest.approx(10.0 - 100 * 4 * (0.5 + 0.2) / 90)
     assert split["kernel"]["ratio"] == pytest.approx(5.5 / 5)
     assert split["matmuls"]["ms"] == pytest.approx({"plain": 2000.0, "padded": 2200.0})
 
@@ -58,12 +62,13 @@ def test_bench_reports_the_split_beside_the_table(tmp_path):
     hs = SHAPE["n_embd"] // SHAPE["n_head"]
     assert split["head_sizes"] == [hs, hs + 1]
     assert all(key not in size["rows"] for key in ("sdpa+0", "sdpa+1", "matmuls+0", "matmuls+1"))  # not contenders
-    for part in ("total", "kernel", "matmuls", "gate", "rest"):
+    for part in ("total", "kernel", "matmuls", "gate", "rest", "floor", "above_floor"):
         low, high = split[part]["interval"]
         assert low <= split[part]["points"] <= high, part
     text = (out / "bench-cpu-32-true.md").read_text()
     assert "the attention kernel at head size 9 vs 8" in text and "c_proj matmuls at head size 9 vs 8" in text
     assert "the gate's z-norm and sigmoid" in text
+    assert "the design's floor" in text and "`linear` over the floor" in text
     # the rows are the configured gates and the reference model: the split's own timings add none
     configured = {path.stem for path in (tmp_path / "configs/gate").glob("*.yaml")} | {"output_headwise"}
     assert set(size["rows"]) == configured | {"nanogpt_reference"}

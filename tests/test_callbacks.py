@@ -1,15 +1,19 @@
 """The claim-tracking callbacks: their numbers against direct computations, in fp32 and bf16."""
 
 import json
+import logging
 import math
 
+import lightning as L
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from ega_lightning import CharLM
-from ega_lightning.callbacks import GateMap, GeneralizationGap, RunLogger, TauTracker, board
+from ega_lightning.callbacks import GateMap, GeneralizationGap, RunLogger, StepPace, TauTracker, board
+from ega_lightning.callbacks import pace as pace_module
 from ega_lightning.callbacks.gate_map import WIDTH_IN, gate_map_figure
 from ega_lightning.callbacks.probe import GateProbe, SlotProbe
 from ega_lightning.data.datamodule import SequentialWindows
@@ -212,3 +216,72 @@ def test_the_run_logger_drops_epoch_and_stamps_an_evaluation_at_its_checkpoints_
     events = EventAccumulator(str(tmp_path / "run" / "validate"))
     events.Reload()
     assert events.Tags()["scalars"] == ["val/loss"] and [e.step for e in events.Scalars("val/loss")] == [1499]
+
+
+class _Steps(L.LightningModule):
+    """The fastest training a Trainer runs: one linear layer on random numbers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: list[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0]).square().mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self) -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)), batch_size=2)
+
+
+def _paced_fit(tmp_path, pace: StepPace, max_steps: int = 12) -> tuple[list[str], list[str]]:
+    """Fits `_Steps` with `pace`; the log lines it said and the texts of its TensorBoard entry."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
+    said = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    said.addHandler(handler)
+    try:
+        trainer = L.Trainer(
+            max_steps=max_steps,
+            logger=TensorBoardLogger(tmp_path, name="run", version=0),
+            callbacks=[pace],
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            log_every_n_steps=1,
+        )
+        trainer.fit(_Steps())
+    finally:
+        said.removeHandler(handler)
+    events = EventAccumulator(str(tmp_path / "run" / "version_0"), size_guidance={"tensors": 0})
+    events.Reload()
+    texts = [e.tensor_proto.string_val[0].decode() for e in events.Tensors(f"{pace_module.TAG}/text_summary")]
+    return [line for line in lines if line.startswith("pace: ")], texts
+
+
+def test_a_fit_says_its_step_time_and_the_time_to_max_steps_after_its_first_steps(tmp_path):
+    """On a clock that moves 0.25 s between two batch ends: 250 ms a step over steps 3-5 (after 2 warm-up
+    steps), 7 steps left to max_steps 12, 1.75 s; in the log and in TensorBoard, once."""
+    ticks = iter(0.25 * k for k in range(1000))
+    pace = StepPace(warmup=2, measured=3, clock=lambda: next(ticks))
+    lines, texts = _paced_fit(tmp_path, pace)
+    assert pace.report == {"step_s": 0.25, "step": 5, "remaining_steps": 7, "projected_s": 1.75}
+    expected = "pace: 250.0 ms a training step (steps 3-5); 7 steps to max_steps 12: about 1.8 s more"
+    assert len(lines) == 1 and lines[0].startswith(expected)
+    assert texts == lines
+
+
+def test_the_pace_is_measured_on_the_fits_own_steps(tmp_path):
+    """The real clock: a positive step time, and the projection is it times the steps left."""
+    pace = StepPace(warmup=1, measured=2)
+    lines, texts = _paced_fit(tmp_path, pace, max_steps=6)
+    report = pace.report
+    assert report is not None and report["step_s"] > 0 and report["step"] == 3 and report["remaining_steps"] == 3
+    assert report["projected_s"] == report["step_s"] * 3
+    assert len(lines) == 1 and texts == lines
+
+
+def test_a_run_length_reads_in_the_unit_that_fits_it():
+    assert [pace_module.duration(s) for s in (41.24, 750, 11520)] == ["41.2 s", "12.5 min", "3.2 h"]

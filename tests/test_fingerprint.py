@@ -10,6 +10,7 @@ from ega_lightning.data.corpora import CORPORA
 from ega_lightning.experiments.rundirs import run_fingerprint
 from ega_lightning.fingerprint import QUANTUM, code_fingerprint, fingerprint_values, in_each_dispatch
 from ega_lightning.gates import base
+from ega_lightning.gates import fused as gate_arithmetic
 from ega_lightning.model import fused
 
 SMALL = {"n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 32, "vocab": CORPORA["tinyshakespeare"].vocab}
@@ -144,3 +145,22 @@ def test_one_value_whatever_the_threads_of_the_caller():
     finally:
         torch.set_num_threads(before)
     assert len(values) == 1
+
+
+@pytest.mark.parametrize("options", [{"gate": "linear"}, AUTHOR, {**AUTHOR, "gate_options": {"znorm": "prefix"}}])
+def test_the_autograd_gate_arithmetic_gives_the_fused_gate_arithmetics_fingerprint(monkeypatch, options):
+    """Issue 55: the fused z-norm and sigmoid are the default because they leave the fingerprint as it was
+    (scripts/fused_gate_fingerprint.py checks every shipped gate config at the cpu and paper sizes)."""
+    hparams = {**SMALL, **options}
+    default = code_fingerprint(hparams)
+    monkeypatch.setattr(gate_arithmetic, "FUSED_GATE_ARITHMETIC", False)
+    assert code_fingerprint(hparams) == default
+
+
+def test_the_fingerprint_runs_the_fused_backward(monkeypatch):
+    """So the equality above says something: the fused node's backward, changed by 1e-4, changes it."""
+    linear = {**SMALL, "gate": "linear"}
+    before = code_fingerprint(linear)
+    backward = gate_arithmetic.znorm_backward
+    monkeypatch.setattr(gate_arithmetic, "znorm_backward", lambda *args: backward(*args) * 1.0001)
+    assert code_fingerprint(linear) != before

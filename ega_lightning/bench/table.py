@@ -101,7 +101,10 @@ def _split(size: dict[str, Any]) -> list[str]:
             ("matmuls", f"the Q/K/V and c_proj matmuls at head size {padded} vs {plain}"),
             ("gate", "the gate's z-norm and sigmoid (the model against itself with log g = 0)"),
             ("rest", "everything else (the write of log g, the padded path's copies and gathers, their Python)"),
+            ("floor", "the design's floor: the kernel and the matmuls at the padded head size (the two rows above)"),
+            ("above_floor", f"`{SPLIT_GATE}` over the floor (its target: within 2 points, issue 55)"),
         )
+        if key in split
     ]
     alone = [
         f"{what} ({split[key]['ms']['plain']:.2f} ms at head size {plain}, {split[key]['ms']['padded']:.2f} ms "

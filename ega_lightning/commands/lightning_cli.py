@@ -22,7 +22,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ega_lightning import run_policy, runs, summary
-from ega_lightning.callbacks import LastCheckpoint
+from ega_lightning.callbacks import LastCheckpoint, StepPace
 from ega_lightning.callbacks.stop import AgreedStop, StopSignals
 from ega_lightning.config_files import resolve_config_args
 from ega_lightning.data import CharDataModule
@@ -199,7 +199,9 @@ class EgaCLI(PlannedCheckpointMerge, LightningCLI):
             # by itself, outside `--ckpt_path last`: off, so a run resumes from last.ckpt only (`main` takes
             # SIGUSR1 as SIGTERM)
             kwargs["plugins"] = [*plugins, SLURMEnvironment(auto_requeue=False)]
-        added: list[Any] = [AgreedStop(self._signals)]  # where the ranks of a DDP fit agree to stop on a signal
+        # AgreedStop: where the ranks of a DDP fit agree to stop on a signal; StepPace: the measured step time
+        # and the projected time to max_steps, after the first steps (issue 55)
+        added: list[Any] = [AgreedStop(self._signals), StepPace()]
         every = self.run_plan.last_every
         if every:  # last.ckpt on a step schedule (and at the end), apart from best.ckpt, which follows val/loss
             added.append(LastCheckpoint(self.run_plan.run_dir / "checkpoints", every_n_steps=every))

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from ega_lightning.gates import fused
 from ega_lightning.gates.slots import KeyBias
 
 ZNORM_EPS = 1e-5
@@ -28,6 +29,12 @@ ZNORM_EPS = 1e-5
 ZNORM_MODES = ("prefix", "window")
 # Options every gate takes besides its own __init__'s, with their defaults; `build_gate` applies them.
 COMMON_OPTIONS: dict[str, Any] = {"znorm": "prefix", "learn_tau": True}
+
+
+def _fused_arithmetic() -> bool:
+    """Whether the z-norm and the sigmoid run as `gates.fused`'s nodes: eager, as `FUSED_GATE_ARITHMETIC` says.
+    The compiler fuses autograd's graph of them itself (and chooses what its backward recomputes)."""
+    return fused.FUSED_GATE_ARITHMETIC and not torch.compiler.is_compiling()
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
@@ -170,6 +177,8 @@ class Gate(KeyBias):
 
     def normalise(self, e: torch.Tensor) -> torch.Tensor:
         """z (B, nh, T) of the energy e (B, nh, T), as ``znorm`` says."""
+        if _fused_arithmetic():  # one autograd node, the same z (`gates.fused`)
+            return fused.ZNorm.apply(e, self.znorm, ZNORM_EPS, self.std_floor)
         if self.std_floor is not None:
             if self.znorm == "prefix":
                 return _znorm_continue(e, None, self.std_floor)[0]
@@ -231,7 +240,13 @@ class Gate(KeyBias):
 
     def log_gate_from_energy(self, e: torch.Tensor) -> torch.Tensor:
         """log g (B, nh, T) from the energy e (B, nh, T)."""
-        return self.log_gate_from_z(self.normalise(_wide(e)))
+        e = _wide(e)
+        # a gate with its own z-norm or sigmoid (the author's mixture, a user's gate) keeps them: the fused
+        # node computes these two methods' formulas, not whatever a subclass puts in their place
+        cls = type(self)
+        if cls.normalise is Gate.normalise and cls.log_gate_from_z is Gate.log_gate_from_z and _fused_arithmetic():
+            return fused.ZNormLogGate.apply(e, self.tau, self.alpha, self.znorm, ZNORM_EPS, self.std_floor)
+        return self.log_gate_from_z(self.normalise(e))
 
     def log_gate_from_projection(self, p: torch.Tensor) -> torch.Tensor:
         """log g (B, nh, T) from p = input_projection()(x) (B, T, m)."""

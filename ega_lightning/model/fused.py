@@ -102,6 +102,13 @@ def key_channel_of(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torc
     return qkv_heads(qkv, layout)[1, ..., layout[2]].transpose(1, 2)
 
 
+def rows_of_t(channel: torch.Tensor) -> torch.Tensor:
+    """A copy of the channel (B, T, nh) laid out as rows of T, (B, nh, T) in memory: the gate's energy is
+    its transpose, which the z-norm's cumulative sums and element-wise work then read without another copy
+    (`gates.fused`); the same values as ``channel.clone()``."""
+    return channel.transpose(1, 2).contiguous().transpose(1, 2)
+
+
 def padded_qkv_weights(
     weight: torch.Tensor,
     bias: torch.Tensor | None,
@@ -175,7 +182,7 @@ class GatedQKV(torch.autograd.Function):
             channel = key_channel_of(qkv, layout)  # (B, T, nh)
             ctx.folded = source is None
             if ctx.folded:
-                source = channel.clone()  # the energy projection, before log g overwrites it
+                source = rows_of_t(channel)  # the energy projection, before log g overwrites it
             channel.copy_(key_channel(log_gate(source), layout[2], qkv.dtype, floor))
         ctx.layout, ctx.floor, ctx.log_gate, ctx.params = layout, floor, log_gate, params
         # a key bias's b given as it is (no floor, log_gate the identity) makes a channel linear in b: its
@@ -254,7 +261,7 @@ def write_key_channel(
     overwritten by ``log_gate(projection)`` (B, nh, T) (log g, or a key bias's b): ``projection`` (B, T, nh) is
     what the matmul wrote into that channel, the gate's energy projection, when it is ``folded``; else None."""
     channel = key_channel_of(qkv, layout)  # (B, T, nh)
-    projection = channel.clone() if folded else None  # copied: log g overwrites the channel below
+    projection = rows_of_t(channel) if folded else None  # copied: log g overwrites the channel below
     channel.copy_(key_channel(log_gate(projection), layout[2], qkv.dtype, floor))
     return tuple(qkv_heads(qkv, layout).unbind(0))
 
