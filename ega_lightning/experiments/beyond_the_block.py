@@ -9,12 +9,12 @@ its training block. `scripts/seed_runner.py --beyond_the_block 2 4` writes one J
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from ega_lightning.errors import UserError
+from ega_lightning.experiments.whole_split import load_each
 
 DIRNAME = "beyond-the-block"  # beside the records directory: results/beyond-the-block/
 
@@ -34,24 +34,18 @@ class BeyondTheBlock:
 def load(directory: Path) -> list[BeyondTheBlock]:
     """Every JSON in ``directory`` (none when it does not exist), in file order; a :class:`UserError` for one that
     is not what `scripts/seed_runner.py --beyond_the_block` writes, or whose file name is not its run's and length's."""
-    out: list[BeyondTheBlock] = []
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        try:
-            result = json.loads(path.read_text())
-            length, loss = int(result["eval_block_size"]), float(result["val_loss"])
-            by_position = tuple(float(v) for v in result["loss_by_position"])
-            if not math.isfinite(loss) or not all(map(math.isfinite, by_position)):
-                raise ValueError("a loss is not finite")
-            if len(by_position) != length:
-                raise ValueError(f"{len(by_position)} positions' losses for windows of {length}")
-            if f"{result['run_name']}-T{length}" != path.stem:
-                raise ValueError(f"it names the run {result['run_name']!r} at windows of {length}")
-            run, step, cpu = str(result["run_name"]), int(result["step"]), str(result.get("cpu") or "?")
-            out.append(BeyondTheBlock(run, step, length, loss, by_position, cpu))
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise UserError(
-                f"{path} is not an evaluation beyond the block of the run and length its name gives "
-                f"({type(err).__name__}: {err}). Write it again with `python scripts/seed_runner.py SPEC --seeds N ... "
-                "--beyond_the_block 2 4` or remove it."
-            ) from None
-    return out
+    what = "an evaluation beyond the block of the run and length its name gives"
+    return load_each(directory, _beyond_the_block, what, "--beyond_the_block 2 4")
+
+
+def _beyond_the_block(path: Path, result: dict[str, Any]) -> BeyondTheBlock:
+    length, loss = int(result["eval_block_size"]), float(result["val_loss"])
+    by_position = tuple(float(v) for v in result["loss_by_position"])
+    if not math.isfinite(loss) or not all(map(math.isfinite, by_position)):
+        raise ValueError("a loss is not finite")
+    if len(by_position) != length:
+        raise ValueError(f"{len(by_position)} positions' losses for windows of {length}")
+    if f"{result['run_name']}-T{length}" != path.stem:
+        raise ValueError(f"it names the run {result['run_name']!r} at windows of {length}")
+    run, step, cpu = str(result["run_name"]), int(result["step"]), str(result.get("cpu") or "?")
+    return BeyondTheBlock(run, step, length, loss, by_position, cpu)

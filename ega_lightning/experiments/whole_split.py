@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ega_lightning.errors import UserError
 
+T = TypeVar("T")
 DIRNAME = "author-whole-split"  # beside the records directory: results/author-whole-split/
 
 
@@ -32,19 +35,29 @@ class WholeSplit:
 def load(directory: Path) -> list[WholeSplit]:
     """Every JSON in ``directory`` (none when it does not exist), in file order; a :class:`UserError` for one
     that is not what `scripts/seed_runner.py --whole_split` writes, or whose file name is not its run's."""
-    out: list[WholeSplit] = []
+    return load_each(directory, _whole_split, "a whole-split evaluation of the run its name gives", "--whole_split")
+
+
+def _whole_split(path: Path, result: dict[str, Any]) -> WholeSplit:
+    loss = float(result["val_loss_whole_split"])
+    if not math.isfinite(loss):
+        raise ValueError(f"val_loss_whole_split is {loss}")
+    if result["run_name"] != path.stem:
+        raise ValueError(f"it names the run {result['run_name']!r}")
+    return WholeSplit(str(result["run_name"]), int(result["step"]), loss, str(result.get("cpu") or "?"))
+
+
+def load_each(directory: Path, parse: Callable[[Path, dict[str, Any]], T], what: str, flag: str) -> list[T]:
+    """``parse`` of each JSON in ``directory`` (none when it does not exist), in file order: the evaluations
+    `scripts/seed_runner.py` writes with ``flag``. A :class:`UserError` names a file that is not ``what`` (a
+    ValueError, KeyError or TypeError of ``parse``), and the way out."""
+    out: list[T] = []
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         try:
-            result = json.loads(path.read_text())
-            loss = float(result["val_loss_whole_split"])
-            if not math.isfinite(loss):
-                raise ValueError(f"val_loss_whole_split is {loss}")
-            if result["run_name"] != path.stem:
-                raise ValueError(f"it names the run {result['run_name']!r}")
-            out.append(WholeSplit(str(result["run_name"]), int(result["step"]), loss, str(result.get("cpu") or "?")))
+            out.append(parse(path, json.loads(path.read_text())))
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise UserError(
-                f"{path} is not a whole-split evaluation of the run its name gives ({type(err).__name__}: {err}). "
-                "Write it again with `python scripts/seed_runner.py SPEC --seeds N ... --whole_split` or remove it."
+                f"{path} is not {what} ({type(err).__name__}: {err}). "
+                f"Write it again with `python scripts/seed_runner.py SPEC --seeds N ... {flag}` or remove it."
             ) from None
     return out
