@@ -373,6 +373,23 @@ def judged(
     return cls(**where._asdict(), ours=shown, verdict=verdict, claim=claim, rule=rule, reads=reads, **measured)
 
 
+def judged_once_complete(
+    cls: type[F],
+    where: Where,
+    reads: Sequence[tuple[str, Difference | None]],
+    *,
+    claim: str,
+    complete: bool,
+    **measured: Any,
+) -> F:
+    """`judged` once every planned run of a study read once is in (``complete``); before, its intervals with no rule
+    applied: no label is read before the last planned run (`correct` then widens them, no more)."""
+    if complete:
+        return judged(cls, where, reads, claim=claim, **measured)
+    reads = tuple(reads)
+    return cls(**where._asdict(), ours=reads[0][1] if reads else None, claim=claim, reads=reads, **measured)
+
+
 # ----------------------------------------------------------------------------- where it was measured
 
 

@@ -22,7 +22,7 @@ import yaml
 
 from ega_lightning.experiments import paper, plots, whole_split
 from ega_lightning.experiments.comparisons import Variant
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged_once_complete, measured_with, pair
 from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.stats import Difference, bonferroni_level, compare, summarize, widen
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
@@ -199,10 +199,7 @@ def findings(d: Decomposition) -> list[Finding]:
             "runs_planned": d.runs_planned,
             "code": code_of(x, y),
         }
-        if d.complete:
-            out.append(judged(cls, where, reads, claim=claim, family=GROUP, **measured))
-        else:  # no rule applied: no label is read before the last planned run (`correct` then widens, no more)
-            out.append(cls(**where._asdict(), ours=s.diff, claim=claim, family=GROUP, reads=reads, **measured))
+        out.append(judged_once_complete(cls, where, reads, claim=claim, complete=d.complete, family=GROUP, **measured))
     return out
 
 

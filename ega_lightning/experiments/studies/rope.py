@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from ega_lightning.experiments import plots
 from ega_lightning.experiments.comparisons import Variant, difference
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged_once_complete, measured_with, pair
 from ega_lightning.experiments.paper import Claim
 from ega_lightning.experiments.rules import PROTOCOL
-from ega_lightning.experiments.stats import Difference, compare
+from ega_lightning.experiments.stats import compare
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how
 
@@ -177,7 +177,11 @@ def findings(data: Measured) -> list[Finding]:
         diff = difference(reference, v, "final_val_loss")
         read = ((pair(reference or REFERENCE, v), diff),)
         counts = {"runs_in": data.runs_in, "runs_planned": data.runs_planned, "code": code_of(reference, v)}
-        out.append(_finding(RopeGain, where, read, f"rope:{label}", data.complete, counts, GROUP))
+        out.append(
+            judged_once_complete(
+                RopeGain, where, read, claim=f"rope:{label}", complete=data.complete, family=GROUP, **counts
+            )
+        )
     for label, v in data.variants.items():
         block = _block(v)
         for factor in FACTORS:
@@ -193,23 +197,12 @@ def findings(data: Measured) -> list[Finding]:
                 "block_size": block,
                 "eval_block_size": factor * block,
             }
-            out.append(_finding(Beyond, where, read, f"beyond:{label}", data.complete, counts, BEYOND))
+            out.append(
+                judged_once_complete(
+                    Beyond, where, read, claim=f"beyond:{label}", complete=data.complete, family=BEYOND, **counts
+                )
+            )
     return out
-
-
-def _finding(
-    cls: type[RopeGain],
-    where: Where,
-    reads: Sequence[tuple[str, Difference | None]],
-    claim: str,
-    complete: bool,
-    measured: Mapping[str, Any],
-    family: str,
-) -> Finding:
-    if complete:
-        return judged(cls, where, reads, claim=claim, family=family, **measured)
-    # no rule applied: no label is read before the last planned run (`correct` then widens, no more)
-    return cls(**where._asdict(), ours=reads[0][1], claim=claim, family=family, reads=tuple(reads), **measured)
 
 
 def _block(v: Variant) -> int:
