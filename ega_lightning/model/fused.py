@@ -261,9 +261,11 @@ class GatedQKV(torch.autograd.Function):
         layout = ctx.layout
         _, nh, hs, d = layout
         used = 3 * nh * d
-        grad = x.new_empty(x.shape[0], padded.shape[0])  # (B T, width): the buffer's gradient
-        if padded.shape[0] > used:
-            grad[:, used:].zero_()  # the rows' alignment (`buffer_width`), which nothing reads
+        # (B T, 3 nh d): the buffer's gradient, in rows of the buffer's width (`buffer_width`) whose last
+        # elements (the alignment) nothing reads or writes; the matmuls below take it with K = 3 nh d, as
+        # autograd's graph of the unaligned buffer would (a longer K may sum in another order)
+        grad = x.new_empty(x.shape[0], padded.shape[0])[:, :used]
+        padded = padded[:used]
         for part, g in zip(qkv_heads(grad, layout), grads, strict=True):
             part.copy_(g)
         channel = key_channel_of(grad, layout)  # (B, T, nh)
@@ -278,11 +280,11 @@ class GatedQKV(torch.autograd.Function):
         x_grad = grad.mm(padded) if needs[0] else None
         weight_grad = projection_grad = bias_grad = None
         if needs[1] or needs[3]:
-            padded_grad = grad.t().mm(x)[:used].view(3, nh, d, -1)  # (3, nh, d, C)
+            padded_grad = grad.t().mm(x).view(3, nh, d, -1)  # (3, nh, d, C)
             weight_grad = padded_grad[:, :, :hs].reshape(3 * nh * hs, -1)
             projection_grad = padded_grad[1, :, hs] if needs[3] else None  # (nh, C)
         if needs[2]:
-            bias_grad = grad.sum(0)[:used].view(3, nh, d)[..., :hs].flatten()
+            bias_grad = grad.sum(0).view(3, nh, d)[..., :hs].flatten()
         matmul = zip((x_grad, weight_grad, bias_grad, projection_grad), ctx.dtypes, strict=True)
         return *(g if g is None or g.dtype == t else g.to(t) for g, t in matmul), None, None, source_grad, *param_grads
 
