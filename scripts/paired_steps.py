@@ -7,9 +7,9 @@ A contender is ``[label=]gate[:module.ATTRIBUTE=value,...]``: a model of that ga
 contender: forward + backward + AdamW on one fixed batch, every model from the same seed), stepped with
 those module attributes set (Python literals) and restored after, so two versions of a code path run in one
 process. Each repetition steps every contender once, in an order rotated per repetition (ABC, BCA, CAB, ...),
-after warm-up steps; the ratio to the first contender within a repetition cancels the machine's drift. Prints
-medians with quartiles. On a loaded machine use one thread: two OpenMP threads sharing two busy cores wait
-for each other at every parallel region (steps 5-10x slower and erratic).
+after warm-up steps; the ratio to the first contender (and to those named by --against) within a repetition
+cancels the machine's drift. Prints medians with quartiles. On a loaded machine use one thread: two OpenMP
+threads sharing two busy cores wait for each other at every parallel region (steps 5-10x slower, erratic).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--against", nargs="*", help="labels of further contenders to give ratios to")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -92,14 +93,14 @@ def main() -> None:
         f"{cpu}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"size {args.size}, {args.repeats} repetitions after {args.warmup} warm-up steps"
     )
-    base = contenders[0][0].times
+    bases = [contenders[0][0]] + [c for c, _ in contenders if c.name in (args.against or [])]
     for contender, _ in contenders:
-        ratios = sorted(t / b for t, b in zip(contender.times, base, strict=True))
-        q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
-        print(
-            f"{contender.name:24s} median {1e3 * statistics.median(contender.times):8.1f} ms   "
-            f"x {contenders[0][0].name} {statistics.median(ratios):.4f} ({q1:.4f}-{q3:.4f})"
-        )
+        line = f"{contender.name:24s} median {1e3 * statistics.median(contender.times):8.1f} ms"
+        for base in bases:
+            ratios = sorted(t / b for t, b in zip(contender.times, base.times, strict=True))
+            q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+            line += f"   x {base.name} {statistics.median(ratios):.4f} ({q1:.4f}-{q3:.4f})"
+        print(line)
 
 
 if __name__ == "__main__":
