@@ -3,8 +3,10 @@ fingerprint as the autograd graph's: the test issue 55 set for making it a gate'
 
     PYTHONPATH=. python scripts/fused_gate_fingerprint.py     # one line per configs/gate/*.yaml and size
 
-Each config's model options at the cpu and paper sizes' shapes (their own dropout), fingerprinted with
-`FUSED_GATE_ARITHMETIC` off and on; exits 1 if any differs.
+Each config's model options at the cpu and paper sizes' shapes (their own dropout), fingerprinted three
+ways: `FUSED_GATE_ARITHMETIC` off (autograd's graph of the gate); on, with the padded layout as it was
+before the fused channel (`model.fused.FUSED_CHANNEL` off, `ROW_ALIGN` 1); and everything on (the default:
+EGA-1's channel as `FusedGateChannel`, the Q/K/V buffer's rows aligned). Exits 1 if any differs.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ import yaml
 from ega_lightning.data.corpora import CORPORA
 from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.gates import fused
+from ega_lightning.model import fused as model_fused
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+ROW_ALIGN = model_fused.ROW_ALIGN
 
 
 def main() -> int:
@@ -29,12 +33,16 @@ def main() -> int:
         for cfg in sorted((CONFIGS / "gate").glob("*.yaml")):
             hparams = {"vocab": vocab, **shape, **yaml.safe_load(cfg.read_text())["model"]}
             prints = []
-            for on in (False, True):
-                fused.FUSED_GATE_ARITHMETIC = on
+            for arithmetic, channel, align in ((False, False, 1), (True, False, 1), (True, True, ROW_ALIGN)):
+                fused.FUSED_GATE_ARITHMETIC, model_fused.FUSED_CHANNEL = arithmetic, channel
+                model_fused.ROW_ALIGN = align
                 prints.append(code_fingerprint(hparams))
-            same = prints[0] == prints[1]
+            same = len(set(prints)) == 1
             differ += [] if same else [f"{cfg.stem}@{size}"]
-            print(f"{size:5s} {cfg.stem:28s} autograd {prints[0]} fused {prints[1]} {'equal' if same else 'DIFFER'}")
+            print(
+                f"{size:5s} {cfg.stem:28s} autograd {prints[0]} fused {prints[1]} fused channel, aligned {prints[2]} "
+                f"{'equal' if same else 'DIFFER'}"
+            )
     print(f"differ: {', '.join(differ) or 'none'}")
     return 1 if differ else 0
 

@@ -176,3 +176,63 @@ def test_a_gate_with_its_own_sigmoid_or_z_norm_keeps_it(monkeypatch):
     e = torch.randn(2, TINY_MODEL["n_head"], 8)
     expected = Gate.log_gate_from_z(g, fused.ZNorm.apply(e, "prefix", ZNORM_EPS, None)) - math.log(2.0)
     assert torch.equal(g.log_gate_from_energy(e), expected)
+
+
+# --- the padded channel's arithmetic as one function (`log_gate_channel`, `model.fused.FusedGateChannel`)
+
+
+@pytest.mark.parametrize("T", [1, 2, 40])
+@pytest.mark.parametrize("mode", ["prefix", "window"])
+@pytest.mark.parametrize("floor", FLOORS)
+@pytest.mark.parametrize("log_gate_floor", [-30.0, -0.6])  # the model's, and one that clamps some keys
+@pytest.mark.parametrize("learn", [(True, True), (False, True)])  # a frozen tau: no gradient asked
+def test_the_channel_function_is_autograds_graph_of_the_node_clamp_and_scale_bit_for_bit(
+    T, mode, floor, log_gate_floor, learn
+):
+    """Forward: key_channel(ZNormLogGate(e)) bit for bit; backward: that graph's gradients, bit for bit
+    (the same operators in the same order), on fp32 data."""
+    from ega_lightning.model.fused import key_channel
+
+    e, tau, alpha = (t.detach().float() for t in inputs(T))
+    e = (e * 2.0).contiguous()  # rows, as GatedQKV hands them
+    std_floor, scale = FLOORS[floor], math.sqrt(32)
+    znorm = (mode, ZNORM_EPS, std_floor)
+    grad = torch.randn(e.shape, generator=torch.Generator().manual_seed(4))
+    leaf = e.clone().requires_grad_()
+    tau.requires_grad_(learn[0])
+    alpha.requires_grad_(learn[1])
+    log_g = fused.ZNormLogGate.apply(leaf, tau, alpha, mode, ZNORM_EPS, std_floor)
+    plain = key_channel(log_g, 32, torch.float32, log_gate_floor).transpose(1, 2)  # (B, R, T) again
+    wanted = [leaf, *(p for p in (tau, alpha) if p.requires_grad)]
+    plain_grads = iter(torch.autograd.grad(plain, wanted, grad))
+    channel = fused.log_gate_channel(e, tau, alpha, znorm, log_gate_floor, scale)
+    assert torch.equal(channel, plain)
+    if log_gate_floor == -0.6 and T > 2:
+        assert (channel == -0.6 * scale).any() and (channel > -0.6 * scale).any()  # the floor did clamp some
+    grads = fused.log_gate_channel(e, tau, alpha, znorm, log_gate_floor, scale, grad, (True, *learn))
+    assert torch.equal(grads[0], next(plain_grads))
+    for p, g in zip((tau, alpha), grads[1:], strict=True):
+        assert (g is None) if not p.requires_grad else torch.equal(g, next(plain_grads))
+
+
+def test_only_a_gate_whose_log_gate_is_the_fused_node_of_its_projection_says_so(monkeypatch):
+    """`Gate.fused_log_gate`: EGA-1 (any znorm, a frozen tau) yes; a gate with another energy, its own sigmoid
+    or z-norm, or with the fused arithmetic off, no."""
+    from ega_lightning.gates.linear import LinearGate
+
+    class Doubled(LinearGate):
+        def energy_from_projection(self, p: torch.Tensor) -> torch.Tensor:
+            return 2.0 * super().energy_from_projection(p)
+
+    class OwnSigmoid(LinearGate):
+        def log_gate_from_z(self, z: torch.Tensor) -> torch.Tensor:
+            return super().log_gate_from_z(z) - 1.0
+
+    C, nh = TINY_MODEL["n_embd"], TINY_MODEL["n_head"]
+    assert build_gate("linear", C, nh).fused_log_gate()
+    assert build_gate("linear", C, nh, znorm="window", learn_tau=False).fused_log_gate()
+    for name, options in (("multiscale", {"scales": 2}), ("author", {"scales": 1}), ("db2", {})):
+        assert not build_gate(name, C, nh, **options).fused_log_gate(), name
+    assert not Doubled(C, nh).fused_log_gate() and not OwnSigmoid(C, nh).fused_log_gate()
+    monkeypatch.setattr(fused, "FUSED_GATE_ARITHMETIC", False)
+    assert not build_gate("linear", C, nh).fused_log_gate()

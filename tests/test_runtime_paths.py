@@ -122,9 +122,14 @@ def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width,
     assert saved <= plain_saved  # it keeps nothing the plain graph does not
 
 
+@pytest.mark.parametrize("fused_channel", [True, False])
 @pytest.mark.parametrize(("B", "T", "C", "nh"), [(32, 128, 128, 4), (64, 256, 256, 8)])  # the bench's sizes
-def test_gated_qkv_function_equals_the_plain_graph_bit_for_bit_at_the_bench_sizes(B, T, C, nh, monkeypatch):
-    """Layer-level, at the shapes whose step times the bench compares (GEMM blocking depends on the shape)."""
+def test_gated_qkv_function_equals_the_plain_graph_bit_for_bit_at_the_bench_sizes(
+    B, T, C, nh, fused_channel, monkeypatch
+):
+    """Layer-level, at the shapes whose step times the bench compares (GEMM blocking depends on the shape);
+    EGA-1's channel as one function (`FusedGateChannel`) or as the gate's graph rebuilt in backward."""
+    monkeypatch.setattr(fused, "FUSED_CHANNEL", fused_channel)
     torch.manual_seed(0)
     layer = attention(C, nh, build_gate("linear", C, nh, tau_init=0.3, alpha_init=2.0))
     x, grad = torch.randn(B, T, C), torch.randn(B, T, C)
@@ -137,6 +142,34 @@ def test_gated_qkv_function_equals_the_plain_graph_bit_for_bit_at_the_bench_size
         y.backward(grad)
         runs.append([y.detach(), xg.grad, *(p.grad for p in layer.parameters())])
     assert all(torch.equal(a, b) for a, b in zip(*runs, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("gate", "gate_options"),
+    [("linear", {}), ("linear", {"znorm": "window"}), ("multiscale", {"scales": 2}), ("fox", {})],
+)
+# the bench's shapes, and the default path fingerprint's first (rows of 204 -> 208, where a GEMM's K of 208 would sum
+# x's gradient in another order than 204's: the backward keeps K = 3 nh d)
+@pytest.mark.parametrize(("B", "T", "C", "nh"), [(8, 128, 128, 4), (4, 256, 256, 8), (4, 64, 64, 4)])
+def test_aligned_buffer_rows_train_bit_for_bit_as_unaligned_ones(gate, gate_options, B, T, C, nh, monkeypatch):
+    """The padded Q/K/V buffer's rows rounded up to ROW_ALIGN elements (zero weights after the heads) against
+    rows of exactly 3 nh d, and EGA-1's fused channel against the gate's graph: loss and every gradient bit
+    for bit, through the whole model's training step, on the GEMM shapes the bench times."""
+    assert fused.buffer_width((T, nh, C // nh, C // nh + 1)) % 8 == 0  # 396 -> 400 at the cpu size, 792 stays
+    options = {"n_layer": 2, "n_head": nh, "n_embd": C, "block_size": T, "gate_options": gate_options}
+    idx = torch.randint(0, len(TINY_VOCAB), (B, T + 1), generator=torch.Generator().manual_seed(3))
+    runs = []
+    for align, fused_channel in ((8, True), (1, False), (8, False), (1, True)):
+        monkeypatch.setattr(fused, "ROW_ALIGN", align)
+        monkeypatch.setattr(fused, "FUSED_CHANNEL", fused_channel)
+        torch.manual_seed(0)
+        model = CharLM(TINY_VOCAB, gate=gate, tau_init=0.3, alpha_init=2.0, **options)
+        loss = model.loss((idx[:, :-1], idx[:, 1:]))
+        loss.backward()
+        runs.append((loss.detach(), [p.grad for p in model.parameters()]))
+    for loss, grads in runs[1:]:
+        assert torch.equal(loss, runs[0][0])
+        assert all(torch.equal(a, b) for a, b in zip(grads, runs[0][1], strict=True))
 
 
 @pytest.mark.parametrize("hook", ["forward", "full backward"])

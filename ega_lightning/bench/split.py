@@ -17,7 +17,7 @@ from torch import nn
 from ega_lightning.bench.harness import paired_ratios, sync
 from ega_lightning.experiments.stats import median_interval
 from ega_lightning.gates import Gate
-from ega_lightning.model.fused import padded_proj_weight, padded_qkv_weights, qkv_heads
+from ega_lightning.model.fused import buffer_width, padded_proj_weight, padded_qkv_weights, qkv_heads
 
 # EGA-1: the gate whose overhead the bench splits (the kernel's share, the matmuls', its z-norm and sigmoid's, the rest)
 SPLIT_GATE = "linear"
@@ -59,13 +59,13 @@ class PartTiming:
 
 class KernelTiming(PartTiming):
     """The attention kernel: SDPA forward and backward, scaled by the true head size, on the q, k, v views
-    of one Q/K/V matmul output (B T, 3 nh d), with the output's gradient laid out as c_proj's backward
-    hands it, (B, T, nh, d) seen as (B, nh, T, d)."""
+    of one Q/K/V matmul output (B T, width) laid out as the model's (`buffer_width`), with the output's
+    gradient laid out as c_proj's backward hands it, (B, T, nh, d) seen as (B, nh, T, d)."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
         T, nh, _, d = self.layout
-        self.buffer = self.randn(self.tokens, 3 * nh * d).requires_grad_()
+        self.buffer = self.randn(self.tokens, buffer_width(self.layout)).requires_grad_()
         self.grad_out = self.randn(self.tokens // T, T, nh, d).transpose(1, 2)  # (B, nh, T, d)
 
     def run(self) -> None:
@@ -76,9 +76,9 @@ class KernelTiming(PartTiming):
 
 
 class MatmulTiming(PartTiming):
-    """The two matmuls, forward and backward as training runs them: Q/K/V (B T, C) -> 3 nh d and c_proj
-    (B T, nh d) -> C. With extra > 0 the padded weights are built every step from the parameters, as
-    training builds them."""
+    """The two matmuls, forward and backward as training runs them: Q/K/V (B T, C) -> the buffer's width
+    (`buffer_width`) and c_proj (B T, nh d) -> C. With extra > 0 the padded weights are built every step
+    from the parameters, as training builds them."""
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
@@ -86,7 +86,8 @@ class MatmulTiming(PartTiming):
         C = nh * hs
         self.qkv_weight, self.qkv_bias, self.proj_weight = self.randn(3 * C, C), self.randn(3 * C), self.randn(C, C)
         self.x, self.y = self.randn(self.tokens, C), self.randn(self.tokens, nh * d)  # the two matmuls' inputs
-        self.qkv_grad, self.proj_grad = self.randn(self.tokens, 3 * nh * d), self.randn(self.tokens, C)
+        # the Q/K/V buffer's gradient as GatedQKV's backward builds it: rows of the model's width (`buffer_width`)
+        self.qkv_grad, self.proj_grad = self.randn(self.tokens, buffer_width(self.layout)), self.randn(self.tokens, C)
         self.proj_bias = self.randn(C)
 
     def run(self) -> None:

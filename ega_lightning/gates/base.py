@@ -43,6 +43,11 @@ def _wide(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype == torch.float64 else t.float()
 
 
+def _bound_is(obj: Any, name: str, cls: type) -> bool:
+    """Whether ``obj.name`` is ``cls.name`` bound to obj (not an override in a subclass or on obj itself)."""
+    return getattr(getattr(obj, name), "__func__", None) is getattr(cls, name)
+
+
 @dataclass
 class PrefixStats:
     """Running statistics of a prefix e_1..e_n of the energy, per (B, nh): what z-normalising
@@ -238,19 +243,34 @@ class Gate(KeyBias):
         # log sigmoid(a) = -softplus(-a), stable for large |a|
         return -F.softplus(-self.alpha[:, None] * (z - self.tau[:, None]))
 
+    def _fused_znorm_log_gate(self) -> bool:
+        """Whether log g of the energy runs as `fused.ZNormLogGate`. A gate with its own z-norm or sigmoid (the
+        author's mixture, a user's gate) keeps them: the fused node computes these two methods' formulas, not
+        whatever a subclass puts in their place."""
+        return _bound_is(self, "normalise", Gate) and _bound_is(self, "log_gate_from_z", Gate) and _fused_arithmetic()
+
     def log_gate_from_energy(self, e: torch.Tensor) -> torch.Tensor:
         """log g (B, nh, T) from the energy e (B, nh, T)."""
         e = _wide(e)
-        # a gate with its own z-norm or sigmoid (the author's mixture, a user's gate) keeps them: the fused
-        # node computes these two methods' formulas, not whatever a subclass puts in their place
-        cls = type(self)
-        if cls.normalise is Gate.normalise and cls.log_gate_from_z is Gate.log_gate_from_z and _fused_arithmetic():
+        if self._fused_znorm_log_gate():
             return fused.ZNormLogGate.apply(e, self.tau, self.alpha, self.znorm, ZNORM_EPS, self.std_floor)
         return self.log_gate_from_z(self.normalise(e))
 
     def log_gate_from_projection(self, p: torch.Tensor) -> torch.Tensor:
         """log g (B, nh, T) from p = input_projection()(x) (B, T, m)."""
         return self.log_gate_from_energy(self.energy_from_projection(_wide(p)))
+
+    def energy_is_projection(self) -> bool:
+        """Whether ``energy_from_projection(p)`` is p's transpose (B, nh, T) itself (EGA-1)."""
+        return False
+
+    def fused_log_gate(self) -> bool:
+        """Whether ``log_gate_from_projection(p)`` is `fused.ZNormLogGate` of p's transpose with this gate's
+        tau, alpha, znorm and std_floor, and nothing else: what lets the padded layout compute the channel
+        as one function (`model.fused.FusedGateChannel`)."""
+        # the methods as this instance has them (an instance attribute may replace one: the bench's ablation)
+        plain = all(_bound_is(self, name, Gate) for name in ("log_gate_from_projection", "log_gate_from_energy"))
+        return plain and self.energy_is_projection() and self._fused_znorm_log_gate()
 
     def set_identity(self) -> bool:
         with torch.no_grad():

@@ -21,6 +21,7 @@ step keeps only the energy, as before.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -140,12 +141,67 @@ class ZNormLogGate(torch.autograd.Function):
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         alpha, shifted, a, *saved = ctx.saved_tensors
         grad = grad.contiguous()  # (B, R, T) rows, as forward's: the gradient may come as a transposed view
-        ga = grad * torch.sigmoid(-a)  # d log sigmoid(a) / da = 1 - sigmoid(a)
-        gshifted = ga * alpha[:, None]
-        alpha_grad = (ga * shifted).sum((0, 2)) if ctx.needs_input_grad[2] else None
-        tau_grad = -gshifted.sum((0, 2)) if ctx.needs_input_grad[1] else None
-        e_grad = znorm_backward(gshifted, tuple(saved), ctx.std_floor) if ctx.needs_input_grad[0] else None
+        needs = ctx.needs_input_grad
+        e_grad, tau_grad, alpha_grad = log_gate_backward(grad, alpha, shifted, a, saved, ctx.std_floor, needs[:3])
         return e_grad, tau_grad, alpha_grad, None, None, None
 
 
-__all__ = ["FUSED_GATE_ARITHMETIC", "ZNorm", "ZNormLogGate", "znorm_backward", "znorm_forward"]
+def log_gate_backward(
+    grad: torch.Tensor,
+    alpha: torch.Tensor,
+    shifted: torch.Tensor,
+    a: torch.Tensor,
+    saved: Sequence[torch.Tensor],
+    std_floor: float | None,
+    needs: Sequence[bool],
+) -> tuple[torch.Tensor | None, ...]:
+    """The gradients (e's, tau's, alpha's; None where ``needs`` says no) of <log g, grad>, log g =
+    `ZNormLogGate` of e, from what its forward computed (grad: (B, R, T) rows)."""
+    ga = grad * torch.sigmoid(-a)  # d log sigmoid(a) / da = 1 - sigmoid(a)
+    gshifted = ga * alpha[:, None]
+    alpha_grad = (ga * shifted).sum((0, 2)) if needs[2] else None
+    tau_grad = -gshifted.sum((0, 2)) if needs[1] else None
+    e_grad = znorm_backward(gshifted, tuple(saved), std_floor) if needs[0] else None
+    return e_grad, tau_grad, alpha_grad
+
+
+def log_gate_channel(
+    e: torch.Tensor,
+    tau: torch.Tensor,
+    alpha: torch.Tensor,
+    znorm: tuple[str, float, float | None],
+    floor: float,
+    scale: float,
+    grad: torch.Tensor | None = None,
+    needs: Sequence[bool] = (True, True, True),
+) -> torch.Tensor | tuple[torch.Tensor | None, ...]:
+    """What the padded layout's key channel holds for an energy gate, from its energy e (B, R, T) rows:
+    max(log g, floor) scale (B, R, T), log g = `ZNormLogGate` of e (znorm: its mode, eps and std_floor), by
+    the operators of ``key_channel(ZNormLogGate.apply(e, ...), ...)`` in their order (the same values bit for bit).
+
+    With ``grad`` (B, R, T) rows, the channel's gradient: forward again, then the gradients (e's, tau's,
+    alpha's; None where ``needs`` says no) of <channel, grad> as autograd's graph of those operators
+    computes them (its multiplication, clamp_min's backward, then the node's), with no graph: what
+    `model.fused.GatedQKV`'s backward takes in place of building one and differentiating it.
+    """
+    z, saved = znorm_forward(e, *znorm)
+    shifted = z - tau[:, None]  # (B, R, T)
+    a = alpha[:, None] * shifted
+    log_g = -F.softplus(-a)
+    if grad is None:
+        return log_g.clamp_min_(floor).mul_(scale)
+    grad = grad * scale
+    # clamp_min's backward: the gradient where log g >= floor, 0 below (as autograd's, a where)
+    grad = torch.where(log_g >= floor, grad, 0.0)
+    return log_gate_backward(grad, alpha, shifted, a, saved, znorm[2], needs)
+
+
+__all__ = [
+    "FUSED_GATE_ARITHMETIC",
+    "ZNorm",
+    "ZNormLogGate",
+    "log_gate_backward",
+    "log_gate_channel",
+    "znorm_backward",
+    "znorm_forward",
+]

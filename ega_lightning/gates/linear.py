@@ -33,5 +33,8 @@ class LinearGate(Gate):
     def energy_from_projection(self, p: torch.Tensor) -> torch.Tensor:
         return p.transpose(1, 2)  # (B, T, nh) -> (B, nh, T)
 
+    def energy_is_projection(self) -> bool:
+        return getattr(self.energy_from_projection, "__func__", None) is LinearGate.energy_from_projection
+
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         return self.energy_from_projection(self.proj(x))

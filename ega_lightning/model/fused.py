@@ -26,7 +26,8 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from ega_lightning.gates import Gate, KeyBias, relative_bias
-from ega_lightning.gates.base import recompute_grads
+from ega_lightning.gates.base import ZNORM_EPS, recompute_grads
+from ega_lightning.gates.fused import log_gate_channel
 from ega_lightning.model.attention import CausalSelfAttention
 from ega_lightning.model.position import apply_rope
 from ega_lightning.model.torch_private import has_hooks
@@ -38,6 +39,9 @@ LOG_GATE_FLOOR = -30.0
 # Training runs the gated Q/K/V matmul as `GatedQKV`; False: as autograd's own graph of F.linear and an
 # in-place write (the path generation and probed gates take), which the tests hold it equal to bit for bit.
 COPY_FREE_WRITE = True
+# `GatedQKV` computes EGA-1's channel as `FusedGateChannel` (forward and a hand-written backward, no graph);
+# False: as `RecomputedChannel` (the gate's graph rebuilt in backward), which the tests hold it equal to.
+FUSED_CHANNEL = True
 
 
 def pad_width(device: torch.device) -> int:
@@ -90,10 +94,24 @@ def key_channel(bias: torch.Tensor, hs: int, dtype: torch.dtype, floor: float | 
     return (bias * math.sqrt(hs)).transpose(1, 2).to(dtype)
 
 
+# The padded Q/K/V buffer's rows are 3 nh d elements rounded up to a multiple of this (zero weights and bias
+# after the heads): MKL's fp32 GEMM on AVX2 runs a row of 3 nh d = 396 (the `cpu` size's 4 heads of 33) about
+# 20% slower than one of 400 or 384, for the same values bit for bit. 1: rows of 3 nh d.
+ROW_ALIGN = 8
+
+
+def buffer_width(layout: tuple[int, int, int, int]) -> int:
+    """The padded Q/K/V buffer's row length: 3 nh d rounded up to `ROW_ALIGN`; layout = (T, nh, hs, d)."""
+    used = 3 * layout[1] * layout[3]
+    return -(-used // ROW_ALIGN) * ROW_ALIGN
+
+
 def qkv_heads(qkv: torch.Tensor, layout: tuple[int, int, int, int]) -> torch.Tensor:
-    """The view (3, B, nh, T, d) of q', k', v' in the padded Q/K/V buffer (B T, 3 nh d) or (B, T, 3 nh d);
-    layout = (T, nh, hs, d): the true head size hs and the padded one d."""
+    """The view (3, B, nh, T, d) of q', k', v' in the padded Q/K/V buffer (B T, width) or (B, T, width), its rows'
+    first 3 nh d elements (see `buffer_width`); layout = (T, nh, hs, d): the true head size hs and the padded one d."""
     T, nh, _, d = layout
+    if qkv.shape[-1] != 3 * nh * d:
+        qkv = qkv[..., : 3 * nh * d]
     return qkv.view(-1, T, 3, nh, d).permute(2, 0, 3, 1, 4)
 
 
@@ -115,18 +133,19 @@ def padded_qkv_weights(
     projection: torch.Tensor | None,
     layout: tuple[int, int, int, int],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fused layout's Q/K/V weight (3 nh d, C) and bias from c_attn's weight (3 C, C) and bias:
+    """The fused layout's Q/K/V weight (width, C) and bias (width,) from c_attn's weight (3 C, C) and bias:
     per head, d - hs extra rows with zero weights, bias 1 in q's first (q' = [q, 1]) and 0 elsewhere,
-    and k's first holding `projection` (nh, C), the gate's energy projection, when it is folded."""
+    and k's first holding `projection` (nh, C), the gate's energy projection, when it is folded; then
+    zero rows up to the buffer's width (`buffer_width`)."""
     _, nh, hs, d = layout
-    C = weight.shape[1]
-    padded = weight.new_zeros(3 * nh * d, C)
-    heads = padded.view(3, nh, d, C)
+    C, width = weight.shape[1], buffer_width(layout)
+    padded = weight.new_zeros(width, C)
+    heads = padded[: 3 * nh * d].view(3, nh, d, C)
     heads[:, :, :hs] = weight.view(3, nh, hs, C)
     if projection is not None:
         heads[1, :, hs] = projection
-    padded_bias = weight.new_zeros(3 * nh * d)
-    bias_heads = padded_bias.view(3, nh, d)
+    padded_bias = weight.new_zeros(width)
+    bias_heads = padded_bias[: 3 * nh * d].view(3, nh, d)
     if bias is not None:
         bias_heads[..., :hs] = bias.view(3, nh, hs)
     bias_heads[0, :, hs] = 1.0
@@ -139,8 +158,50 @@ def padded_proj_weight(weight: torch.Tensor, nh: int, d: int) -> torch.Tensor:
     return F.pad(weight.view(C, nh, C // nh), (0, d - C // nh)).view(C, nh * d)
 
 
+class RecomputedChannel:
+    """What k's extra channel holds, ``key_channel(log_gate(source), hs, dtype, floor)`` (B, T, nh), for
+    `GatedQKV`: ``values`` forward; ``grads`` rebuilds that graph from ``source`` in backward and
+    differentiates it (see `Recomputed`), so its intermediates are not kept. ``params``: the parameters
+    log_gate reads (as module attributes), whose gradients it returns."""
+
+    def __init__(
+        self, log_gate: Callable[[torch.Tensor], torch.Tensor], hs: int, floor: float | None, params: tuple
+    ) -> None:
+        self.log_gate, self.hs, self.floor, self.params = log_gate, hs, floor, params
+
+    def values(self, source: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        return key_channel(self.log_gate(source), self.hs, dtype, self.floor)
+
+    def grads(self, source: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """The gradients (source's, each of params') of <channel, grad>, grad (B, T, nh)."""
+        return recompute_grads(lambda s: self.values(s, grad.dtype), source, self.params, grad)
+
+
+class FusedGateChannel:
+    """`RecomputedChannel` for an energy gate whose log g of its folded projection p (B, T, nh) is
+    `ZNormLogGate` of p's transpose (EGA-1, `Gate.fused_log_gate`): the channel max(log g, floor) sqrt(hs)
+    as one function of the energy forward and backward (`gates.fused.log_gate_channel`, the same values and
+    gradients bit for bit), which backward runs again and differentiates by hand, building no graph."""
+
+    def __init__(self, gate: Gate, hs: int, floor: float) -> None:
+        self.tau, self.alpha, self.znorm = gate.tau, gate.alpha, (gate.znorm, ZNORM_EPS, gate.std_floor)
+        self.floor, self.scale, self.params = floor, math.sqrt(hs), (gate.tau, gate.alpha)
+
+    def values(self, source: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        e = source.transpose(1, 2)  # (B, nh, T) rows: the energy
+        return log_gate_channel(e, self.tau, self.alpha, self.znorm, self.floor, self.scale).transpose(1, 2)
+
+    def grads(self, source: torch.Tensor, grad: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        needs = (True, self.tau.requires_grad, self.alpha.requires_grad)
+        rows = grad.transpose(1, 2).contiguous()  # (B, nh, T)
+        e_grad, *param_grads = log_gate_channel(
+            source.transpose(1, 2), self.tau, self.alpha, self.znorm, self.floor, self.scale, rows, needs
+        )
+        return e_grad.transpose(1, 2), param_grads
+
+
 class GatedQKV(torch.autograd.Function):
-    """Training's gated Q/K/V: the padded matmul x W'^T + b' (B T, 3 nh d), log g written into k's extra
+    """Training's gated Q/K/V: the padded matmul x W'^T + b' (B T, width), log g written into k's extra
     channel, q', k', v' (B, nh, T, d) returned as views of that buffer; values and gradients equal those
     of autograd's graph of the same operators (`padded_qkv_weights`, F.linear, an in-place write, the
     views) bit for bit.
@@ -151,11 +212,11 @@ class GatedQKV(torch.autograd.Function):
     sum. Here the padded weights are built from the parameters (c_attn's weight and bias, the gate's
     projection when folded) outside autograd, and backward gathers the q, k, v gradients into one buffer
     (one copy), replaces the channel's gradient, runs the matmul's backward on it and hands each parameter
-    its rows. log g = `log_gate(source)`, with `source` the channel's projection (None: read it here) or a
-    log g computed outside (or a key bias's b, with `floor` None: see `key_channel`); backward recomputes
-    log g from `source`, so its intermediates are not kept either (see `Recomputed`). Under autocast the
-    matmul runs in autocast's dtype, as autocast would run it, and the gradients come back in the inputs'
-    dtypes.
+    its rows. The channel holds ``channel.values(source)`` (`RecomputedChannel`, `FusedGateChannel`), with
+    `source` the channel's projection (None: read it here) or a log g computed outside (or a key bias's b,
+    with its floor None: see `key_channel`); backward has ``channel.grads`` recompute it from `source`, so
+    its intermediates are not kept either. Under autocast the matmul runs in autocast's dtype, as
+    autocast would run it, and the gradients come back in the inputs' dtypes.
     """
 
     @staticmethod
@@ -166,28 +227,27 @@ class GatedQKV(torch.autograd.Function):
         bias: torch.Tensor | None,
         projection: torch.Tensor | None,
         layout: tuple[int, int, int, int],
-        floor: float | None,
-        log_gate: Callable[[torch.Tensor], torch.Tensor],
+        channel_fn: RecomputedChannel | FusedGateChannel,
         source: torch.Tensor | None,
         *params: nn.Parameter,
     ) -> tuple[torch.Tensor, ...]:
         # x (B T, C); weight (3 C, C), bias (3 C,): c_attn's; projection (nh, C) or None
         ctx.dtypes = tuple(None if t is None else t.dtype for t in (x, weight, bias, projection))
-        padded, padded_bias = padded_qkv_weights(weight, bias, projection, layout)  # (3 nh d, C), (3 nh d,)
+        padded, padded_bias = padded_qkv_weights(weight, bias, projection, layout)  # (width, C), (width,)
         if torch.is_autocast_enabled(x.device.type):
             dtype = torch.get_autocast_dtype(x.device.type)
             x, padded, padded_bias = x.to(dtype), padded.to(dtype), padded_bias.to(dtype)
         with torch.autocast(x.device.type, enabled=False):
-            qkv = torch.addmm(padded_bias, x, padded.t())  # (B T, 3 nh d)
+            qkv = torch.addmm(padded_bias, x, padded.t())  # (B T, width)
             channel = key_channel_of(qkv, layout)  # (B, T, nh)
             ctx.folded = source is None
             if ctx.folded:
                 source = rows_of_t(channel)  # the energy projection, before log g overwrites it
-            channel.copy_(key_channel(log_gate(source), layout[2], qkv.dtype, floor))
-        ctx.layout, ctx.floor, ctx.log_gate, ctx.params = layout, floor, log_gate, params
+            channel.copy_(channel_fn.values(source, qkv.dtype))
+        ctx.layout, ctx.channel_fn = layout, channel_fn
         # a key bias's b given as it is (no floor, log_gate the identity) makes a channel linear in b: its
         # gradient needs b's shape, not b, so b is not kept (autograd's graph keeps nothing of it either)
-        linear = not ctx.folded and floor is None
+        linear = not ctx.folded and channel_fn.floor is None
         ctx.source_like = (source.shape, source.dtype) if linear else None
         ctx.save_for_backward(x, padded, None if linear else source)
         return tuple(qkv_heads(qkv, layout).unbind(0))  # 3 x (B, nh, T, d)
@@ -198,30 +258,35 @@ class GatedQKV(torch.autograd.Function):
         x, padded, source = ctx.saved_tensors
         if ctx.source_like is not None:  # any b of that shape: the channel is linear in it
             source = x.new_zeros(ctx.source_like[0], dtype=ctx.source_like[1])
-        _, nh, hs, d = ctx.layout
-        grad = x.new_empty(x.shape[0], padded.shape[0])  # (B T, 3 nh d): the buffer's gradient
-        for part, g in zip(qkv_heads(grad, ctx.layout), grads, strict=True):
+        layout = ctx.layout
+        _, nh, hs, d = layout
+        used = 3 * nh * d
+        # (B T, 3 nh d): the buffer's gradient, in rows of the buffer's width (`buffer_width`) whose last
+        # elements (the alignment) nothing reads or writes; the matmuls below take it with K = 3 nh d, as
+        # autograd's graph of the unaligned buffer would (a longer K may sum in another order)
+        grad = x.new_empty(x.shape[0], padded.shape[0])[:, :used]
+        padded = padded[:used]
+        for part, g in zip(qkv_heads(grad, layout), grads, strict=True):
             part.copy_(g)
-        channel = key_channel_of(grad, ctx.layout)  # (B, T, nh)
-        source_grad, param_grads = recompute_grads(
-            lambda s: key_channel(ctx.log_gate(s), hs, grad.dtype, ctx.floor), source, ctx.params, channel
-        )
+        channel = key_channel_of(grad, layout)  # (B, T, nh)
+        source_grad, param_grads = ctx.channel_fn.grads(source, channel)
         if ctx.folded:  # the write made the channel's own gradient 0; the read gives it the projection's
             channel.copy_(source_grad)
             source_grad = None
         else:
             channel.zero_()
         # addmm's backward as autograd runs it, then each parameter's rows of the padded gradients
-        x_grad = grad.mm(padded) if ctx.needs_input_grad[0] else None
+        needs = ctx.needs_input_grad
+        x_grad = grad.mm(padded) if needs[0] else None
         weight_grad = projection_grad = bias_grad = None
-        if ctx.needs_input_grad[1] or ctx.needs_input_grad[3]:
+        if needs[1] or needs[3]:
             padded_grad = grad.t().mm(x).view(3, nh, d, -1)  # (3, nh, d, C)
             weight_grad = padded_grad[:, :, :hs].reshape(3 * nh * hs, -1)
-            projection_grad = padded_grad[1, :, hs] if ctx.needs_input_grad[3] else None  # (nh, C)
-        if ctx.needs_input_grad[2]:
+            projection_grad = padded_grad[1, :, hs] if needs[3] else None  # (nh, C)
+        if needs[2]:
             bias_grad = grad.sum(0).view(3, nh, d)[..., :hs].flatten()
         matmul = zip((x_grad, weight_grad, bias_grad, projection_grad), ctx.dtypes, strict=True)
-        return *(g if g is None else g.to(t) for g, t in matmul), None, None, None, source_grad, *param_grads
+        return *(g if g is None or g.dtype == t else g.to(t) for g, t in matmul), None, None, source_grad, *param_grads
 
 
 # ------------------------------------------------------------------------------------------------
@@ -387,13 +452,18 @@ class FusedAttention(CausalSelfAttention):
         hooked = projection is not None and has_hooks(self.gate)
         if COPY_FREE_WRITE and torch.is_grad_enabled() and not hooked:
             if projection is not None:  # the gate reads its projection from the channel that its log g overwrites
-                log_gate, source = self.gate.log_gate_from_projection, None
+                source = None
+                if FUSED_CHANNEL and self.gate.fused_log_gate() and x.dtype in EXACT_CHANNEL_DTYPES:
+                    channel_fn = FusedGateChannel(self.gate, hs, floor)
+                else:
+                    log_gate, params = self.gate.log_gate_from_projection, tuple(self.gate.parameters())
+                    channel_fn = RecomputedChannel(log_gate, hs, floor, params)
             else:
-                log_gate, source = _identity, per_key_bias(self.gate, x)
+                source = per_key_bias(self.gate, x)
+                channel_fn = RecomputedChannel(_identity, hs, floor, tuple(self.gate.parameters()))
             weight, bias = self.c_attn.weight, self.c_attn.bias
-            params = self.gate.parameters()
             x = x.reshape(B * T, C)
-            return GatedQKV.apply(x, weight, bias, projection, layout, floor, log_gate, source, *params)
+            return GatedQKV.apply(x, weight, bias, projection, layout, channel_fn, source, *channel_fn.params)
         qkv = F.linear(x, *padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout))
         if isinstance(self.gate, Gate):
             return write_key_channel(qkv, layout, floor, projection is not None, lambda p: self.gate(x, p))

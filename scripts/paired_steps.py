@@ -1,0 +1,107 @@
+"""Training steps of several contenders paired in one process: the ratio of each to the first, per repetition.
+
+    PYTHONPATH=. python scripts/paired_steps.py --size cpu --repeats 41 --threads 1 none linear \
+        "linear-before=linear:ega_lightning.model.fused.ROW_ALIGN=1,ega_lightning.model.fused.FUSED_CHANNEL=False"
+
+A contender is ``[label=]gate[:module.ATTRIBUTE=value,...]``: a model of that gate config (`ega bench`'s
+contender: forward + backward + AdamW on one fixed batch, every model from the same seed), stepped with
+those module attributes set (Python literals) and restored after, so two versions of a code path run in one
+process. Each repetition steps every contender once, in an order rotated per repetition (ABC, BCA, CAB, ...),
+after warm-up steps; the ratio to the first contender (and to those named by --against) within a repetition
+cancels the machine's drift. Prints medians with quartiles. On a loaded machine use one thread: two OpenMP
+threads sharing two busy cores wait for each other at every parallel region (steps 5-10x slower, erratic).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import importlib
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def parse(spec: str) -> tuple[str, str, dict[tuple[Any, str], Any]]:
+    label, _, rest = spec.partition("=") if "=" in spec.split(":")[0] else ("", "", spec)
+    gate, _, sets = rest.partition(":")
+    attributes = {}
+    for item in filter(None, sets.split(",")):
+        path, _, value = item.partition("=")
+        module, _, name = path.rpartition(".")
+        attributes[(importlib.import_module(module), name)] = ast.literal_eval(value)
+    return label or gate, gate, attributes
+
+
+@contextlib.contextmanager
+def setting(attributes: dict[tuple[Any, str], Any]) -> Iterator[None]:
+    before = {key: getattr(*key) for key in attributes}
+    for (module, name), value in attributes.items():
+        setattr(module, name, value)
+    try:
+        yield
+    finally:
+        for (module, name), value in before.items():
+            setattr(module, name, value)
+
+
+def main() -> None:
+    from ega_lightning.bench.harness import Contender, build, fixed_batch
+    from ega_lightning.bench.settings import gate_settings
+    from ega_lightning.host import cpu_name
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("contenders", nargs="+")
+    parser.add_argument("--size", default="cpu")
+    parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=1337)
+    parser.add_argument("--against", nargs="*", help="labels of further contenders to give ratios to")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    size = yaml.safe_load((CONFIGS / "size" / f"{args.size}.yaml").read_text())
+    shape, batch_size = size["model"], size["data"]["batch_size"]
+    device = torch.device("cpu")
+    batch = fixed_batch(shape, batch_size, device)
+    specs = [parse(s) for s in args.contenders]
+    settings = gate_settings(CONFIGS, sorted({gate for _, gate, _ in specs}))
+    contenders = []
+    for label, gate, attributes in specs:
+        with setting(attributes):
+            model = build(shape, settings[gate], device, args.seed)
+        contenders.append((Contender(label, model, batch, "32-true"), attributes))
+    for contender, attributes in contenders:
+        with setting(attributes):
+            for _ in range(args.warmup):
+                contender.step(record=False)
+    n = len(contenders)
+    for rep in range(args.repeats):
+        for contender, attributes in contenders[rep % n :] + contenders[: rep % n]:
+            with setting(attributes):
+                contender.step()
+    cpu = cpu_name(torch.backends.cpu.get_cpu_capability())
+    print(
+        f"{cpu}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
+        f"size {args.size}, {args.repeats} repetitions after {args.warmup} warm-up steps"
+    )
+    bases = [contenders[0][0]] + [c for c, _ in contenders if c.name in (args.against or [])]
+    for contender, _ in contenders:
+        line = f"{contender.name:24s} median {1e3 * statistics.median(contender.times):8.1f} ms"
+        for base in bases:
+            ratios = sorted(t / b for t, b in zip(contender.times, base.times, strict=True))
+            q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+            line += f"   x {base.name} {statistics.median(ratios):.4f} ({q1:.4f}-{q3:.4f})"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
