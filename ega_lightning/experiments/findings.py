@@ -40,6 +40,7 @@ from ega_lightning.experiments.text import anchor, fmt_interval, how
 
 DIAGNOSTICS = "diagnostics"  # the report section of measurements that test no claim
 NOT_IN_RESULTS = {"results": False}  # field metadata: kept in memory, not written to results.json
+Read = tuple[str, Difference | None]  # an interval a verdict reads, named by the comparison it is
 
 
 class Where(NamedTuple):
@@ -162,7 +163,7 @@ class Finding:
     amended_from: str | None = None  # its label under the rules before the amendment that changed it, where it differs
     amended_by: int | None = None  # that amendment's issue
     rule: Rule | None = field(default=None, compare=False, repr=False, metadata=NOT_IN_RESULTS)
-    reads: tuple[tuple[str, Difference | None], ...] = ()  # the intervals its verdict reads, each named
+    reads: tuple[Read, ...] = ()  # the intervals its verdict reads
 
     # ------------------------------------------------------------------------- its sentence
 
@@ -353,7 +354,7 @@ def _prints_as(end: float | None, line: float, scale: float, digits: int) -> boo
 def judged(
     cls: type[F],
     where: Where,
-    reads: Sequence[tuple[str, Difference | None]],
+    reads: Sequence[Read],
     *,
     claim: str,
     rule_args: Mapping[str, Any] | None = None,
@@ -373,21 +374,38 @@ def judged(
     return cls(**where._asdict(), ours=shown, verdict=verdict, claim=claim, rule=rule, reads=reads, **measured)
 
 
-def judged_once_complete(
-    cls: type[F],
-    where: Where,
-    reads: Sequence[tuple[str, Difference | None]],
-    *,
-    claim: str,
-    complete: bool,
-    **measured: Any,
-) -> F:
-    """`judged` once every planned run of a study read once is in (``complete``); before, its intervals with no rule
-    applied: no label is read before the last planned run (`correct` then widens them, no more)."""
-    if complete:
-        return judged(cls, where, reads, claim=claim, **measured)
-    reads = tuple(reads)
-    return cls(**where._asdict(), ours=reads[0][1] if reads else None, claim=claim, reads=reads, **measured)
+class ReadOnce:
+    """A finding of a family the protocol reads once, when every planned run is in (its fixed stopping rule): before
+    that it says how many are in, and no label. Methods only: each finding declares ``runs_in`` and ``runs_planned``
+    among its own fields, where results.json has them."""
+
+    runs_in: int
+    runs_planned: int
+    counted: ClassVar[str] = "planned runs"  # what ``runs_in`` counts
+
+    @classmethod
+    def read_once(cls, where: Where, reads: Sequence[Read], *, claim: str, complete: bool, **measured: Any) -> Any:
+        """`judged` once every planned run is in (``complete``); before, its intervals with no rule applied: no label
+        is read before the last planned run (`correct` then widens them, no more)."""
+        if complete:
+            return judged(cls, where, reads, claim=claim, **measured)
+        reads = tuple(reads)
+        return cls(**where._asdict(), ours=reads[0][1] if reads else None, claim=claim, reads=reads, **measured)
+
+    @property
+    def interim(self) -> bool:
+        return self.runs_in < self.runs_planned
+
+    def state(self) -> str:
+        if not self.runs_in:
+            return f"not yet run (0 of {self.runs_planned} {self.counted} in)"
+        return (
+            f"not read yet: {self.runs_in} of {self.runs_planned} {self.counted} in (the protocol reads the family "
+            "once, when all are finished)"
+        )
+
+    def verdict_cell(self) -> str:
+        return f"**{self.state()}**" if self.interim else super().verdict_cell()
 
 
 # ----------------------------------------------------------------------------- where it was measured

@@ -22,7 +22,7 @@ import yaml
 
 from ega_lightning.experiments import paper, plots, whole_split
 from ega_lightning.experiments.comparisons import Variant
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged_once_complete, measured_with, pair
+from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
 from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.stats import Difference, bonferroni_level, compare, summarize, widen
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
@@ -110,7 +110,7 @@ class Decomposition:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AuthorGain(Finding):
+class AuthorGain(ReadOnce, Finding):
     """B − A or F − A: the author's EGA as published against the baseline of the same model and recipe."""
 
     kind: ClassVar[str] = "author_gain"
@@ -127,18 +127,6 @@ class AuthorGain(Finding):
     runs_in: int
     runs_planned: int
 
-    @property
-    def interim(self) -> bool:
-        return self.runs_in < self.runs_planned
-
-    def _state(self) -> str:
-        if not self.runs_in:
-            return f"not yet run (0 of {self.runs_planned} planned runs in)"
-        return (
-            f"not read yet: {self.runs_in} of {self.runs_planned} planned runs in (the protocol reads the family "
-            "once, when all are finished)"
-        )
-
     def _mark(self) -> str:
         return (
             "; **non-causal** (z over the whole window: a key's gate reads later characters)" if self.non_causal else ""
@@ -148,19 +136,16 @@ class AuthorGain(Finding):
         d = self.interval
         text = f"{self.key}, {self.what} ({self.subject} against {self.against}{self._mark()})"
         if d is None:
-            return f"{text}: {self._state()}."
+            return f"{text}: {self.state()}."
         text += f": {fmt_interval(d)} ({how(d)}; the author's estimate, 50 random batches)"
         text += f"; over the whole validation split {fmt_interval(self.whole)} (exploratory)" if self.whole else ""
-        return text + (f"; {self._state()}." if self.interim else f"{self.verdict_text}.")
+        return text + (f"; {self.state()}." if self.interim else f"{self.verdict_text}.")
 
     def claim_subject(self) -> str:
         return (
             f"EGA: {self.ega}. {self.key}, {self.what} ({self.subject} against {self.against}){self._mark()}; at the "
             f"author's phase-1 size {self.size}, not the paper's {paper.TABLE_SIZE}"
         )
-
-    def verdict_cell(self) -> str:
-        return f"**{self._state()}**" if self.interim else super().verdict_cell()
 
     def evidence(self) -> str:
         return f"[{TITLE}](#{anchor(TITLE)})"
@@ -199,7 +184,7 @@ def findings(d: Decomposition) -> list[Finding]:
             "runs_planned": d.runs_planned,
             "code": code_of(x, y),
         }
-        out.append(judged_once_complete(cls, where, reads, claim=claim, complete=d.complete, family=GROUP, **measured))
+        out.append(cls.read_once(where, reads, claim=claim, complete=d.complete, family=GROUP, **measured))
     return out
 
 

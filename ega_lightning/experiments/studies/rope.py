@@ -19,7 +19,7 @@ import numpy as np
 
 from ega_lightning.experiments import plots
 from ega_lightning.experiments.comparisons import Variant, difference
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged_once_complete, measured_with, pair
+from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
 from ega_lightning.experiments.paper import Claim
 from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.stats import compare
@@ -71,26 +71,13 @@ class Measured:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RopeGain(Finding):
+class RopeGain(ReadOnce, Finding):
     """The RoPE baseline − a design, on the final val loss: its claim of a lower loss than the modern baseline."""
 
     kind: ClassVar[str] = "rope_gain"
     measures: ClassVar[tuple[str, ...]] = tuple(f"rope:{label}" for label in DESIGNS)
     runs_in: int  # of what the family reads: runs (`rope`), evaluations beyond the block (`beyond`)
     runs_planned: int
-    counted: ClassVar[str] = "planned runs"
-
-    @property
-    def interim(self) -> bool:
-        return self.runs_in < self.runs_planned
-
-    def state(self) -> str:
-        if not self.runs_in:
-            return f"not yet run (0 of {self.runs_planned} {self.counted} in)"
-        return (
-            f"not read yet: {self.runs_in} of {self.runs_planned} {self.counted} in (the protocol reads the family "
-            "once, when all are finished)"
-        )
 
     def what(self) -> str:
         return "the RoPE baseline − the design"
@@ -106,9 +93,6 @@ class RopeGain(Finding):
 
     def claim_subject(self) -> str:
         return f"{self.subject} against {self.against}"
-
-    def verdict_cell(self) -> str:
-        return f"**{self.state()}**" if self.interim else super().verdict_cell()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,9 +162,7 @@ def findings(data: Measured) -> list[Finding]:
         read = ((pair(reference or REFERENCE, v), diff),)
         counts = {"runs_in": data.runs_in, "runs_planned": data.runs_planned, "code": code_of(reference, v)}
         out.append(
-            judged_once_complete(
-                RopeGain, where, read, claim=f"rope:{label}", complete=data.complete, family=GROUP, **counts
-            )
+            RopeGain.read_once(where, read, claim=f"rope:{label}", complete=data.complete, family=GROUP, **counts)
         )
     for label, v in data.variants.items():
         block = _block(v)
@@ -198,9 +180,7 @@ def findings(data: Measured) -> list[Finding]:
                 "eval_block_size": factor * block,
             }
             out.append(
-                judged_once_complete(
-                    Beyond, where, read, claim=f"beyond:{label}", complete=data.complete, family=BEYOND, **counts
-                )
+                Beyond.read_once(where, read, claim=f"beyond:{label}", complete=data.complete, family=BEYOND, **counts)
             )
     return out
 
