@@ -123,7 +123,5 @@ def _pair(table: Table, v: Variant, variants: list[Variant]) -> Finding:
     return judged(Pair, where, reads, claim=claim, family="ablation", code=code_of(v, ref))
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): the paper's gate ranking
-GROUPS = ("ablation",)
+GROUPS = ("ablation",)  # the spec groups whose tables it is handed: the paper's gate ranking
 STUDY = Study("ablation", groups=GROUPS, table_findings=lambda table, inputs: findings(table, list(inputs.variants)))

@@ -71,7 +71,5 @@ def findings(table: Table) -> list[Finding]:
     return [judged(Context, where, reads, claim="context", family="context", **measured)]
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): EGA-1 and the baseline at several block sizes
-GROUPS = ("context",)
+GROUPS = ("context",)  # the spec groups whose tables it is handed: EGA-1 and the baseline at several block sizes
 STUDY = Study("context", groups=GROUPS, table_findings=lambda table, inputs: findings(table))

@@ -56,7 +56,5 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
     return out
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): a tau never trained
-GROUPS = ("frozen_tau",)
+GROUPS = ("frozen_tau",)  # the spec groups whose tables it is handed: a tau never trained
 STUDY = Study("frozen_tau", groups=GROUPS, table_findings=lambda table, inputs: findings(table, list(inputs.variants)))

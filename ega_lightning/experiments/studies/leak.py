@@ -149,9 +149,7 @@ def _causal_evaluation(where: Where, v: Variant, base: Variant, evaluations: Seq
     )
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): z over the whole window
-GROUPS = ("leak",)
+GROUPS = ("leak",)  # the spec groups whose tables it is handed: z over the whole window
 STUDY = Study(
     "leak",
     groups=GROUPS,

@@ -196,7 +196,5 @@ def table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return out
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): the head-to-head sections, EGA-1 and its baseline in one group
-GROUPS = ("main", "long")
+GROUPS = ("main", "long")  # the spec groups whose tables it is handed: head-to-heads, EGA-1 and its baseline
 STUDY = Study("main", groups=GROUPS, table_findings=table_findings)

@@ -48,7 +48,5 @@ def findings(table: Table) -> list[Finding]:
     return out
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): other papers' gates, on each corpus
-GROUPS = ("peers", "peers-ptb")
+GROUPS = ("peers", "peers-ptb")  # the spec groups whose tables it is handed: other papers' gates, on each corpus
 STUDY = Study("peers", groups=GROUPS, table_findings=lambda table, inputs: findings(table))

@@ -149,7 +149,5 @@ def _by_initialisation(gated: list[Variant], seeds: set[int]) -> dict[str, objec
     }
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): EGA-1 from several tau_init, learned and frozen
-GROUPS = ("tau_init", "frozen_tau")
+GROUPS = ("tau_init", "frozen_tau")  # the spec groups whose tables it is handed: EGA-1 from several tau_init
 STUDY = Study("tau_init", groups=GROUPS, table_findings=lambda table, inputs: findings(table))
