@@ -284,7 +284,7 @@ class Variant:
             return None
         r = self.done[0]
         own = {k: v for k, v in recipe(r).items() if k not in GATE_OWN + PATH_KEYS}
-        return json.dumps({"corpus": r.corpus, "shape": shape(r), **own}, sort_keys=True)
+        return json.dumps({"corpus": r.corpus, "shape": shape(r.hparams), **own}, sort_keys=True)
 
     @property
     def paper_name(self) -> str | None:
@@ -312,12 +312,13 @@ class Variant:
         return summarize(list(self.by_seed(metric).values()))
 
 
-def shape(r: RunData) -> tuple[Any, ...]:
-    """The model shape a finished run trained (``SHAPE_KEYS`` of its hyper-parameters)."""
-    return tuple(r.hparams.get(k) for k in SHAPE_KEYS)
+def shape(hparams: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The model shape of a run's (or a config's) hyper-parameters: their ``SHAPE_KEYS``."""
+    return tuple(hparams.get(k) for k in SHAPE_KEYS)
 
 
 def shape_text(dims: tuple[Any, ...]) -> str:
+    """A model shape as the report writes it: ``6×8×256 T256``."""
     n_layer, n_head, n_embd, block_size = dims
     return f"{n_layer}×{n_head}×{n_embd} T{block_size}"
 
@@ -404,13 +405,13 @@ def set_apart(runs: Sequence[RunData]) -> list[RunData]:
         )
         if not done:
             continue
-        own = _most_common(done, lambda i: shape(runs[i]))
+        own = _most_common(done, lambda i: shape(runs[i].hparams))
         for i in done:
             r = runs[i]
-            if shape(r) != own:
+            if shape(r.hparams) != own:
                 params = f"{r.n_params:,} parameters" if r.n_params else "parameters not recorded"
                 reasons[i] = (
-                    f"its model is {shape_text(shape(r))} ({params}), and the variant's "
+                    f"its model is {shape_text(shape(r.hparams))} ({params}), and the variant's "
                     f"'{label}' is {shape_text(own)} (most of its seeds, ties to the lowest seed): the config "
                     "changed between seeds, so it is paired with nothing. Rerun it at the variant's shape, or give "
                     "its spec entry another `variant:`."

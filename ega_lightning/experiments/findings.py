@@ -17,7 +17,16 @@ from functools import partial
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from ega_lightning.experiments import paper, protocol
-from ega_lightning.experiments.comparisons import RunData, Variant, device, diverged_rule, split_seeds, split_text
+from ega_lightning.experiments.comparisons import (
+    RunData,
+    Variant,
+    device,
+    diverged_rule,
+    shape,
+    shape_text,
+    split_seeds,
+    split_text,
+)
 from ega_lightning.experiments.rules import (
     BEFORE,
     BY_NAME,
@@ -424,10 +433,8 @@ def scale(runs: Sequence[RunData]) -> str:
 def measured_with(v: Variant, *others: Variant | None) -> str:
     if not v.done:
         return "—"
-    h = v.done[0].hparams
-    model = f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}"
     runs = [r for x in (v, *others) if x is not None for r in x.done]
-    return f"{v.group} / {v.corpus}: {model}, at {scale(runs)}"
+    return f"{v.group} / {v.corpus}: {shape_text(shape(v.done[0].hparams))}, at {scale(runs)}"
 
 
 def name(v: Variant) -> str:

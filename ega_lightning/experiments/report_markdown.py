@@ -157,25 +157,19 @@ TABLE_HEAD = (
 )
 
 
-def _model_text(row: Row) -> str:
-    v = row.variant
-    if not v.done:
-        return "—"
-    h = v.done[0].hparams
-    return f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}, {v.done[0].max_steps} steps"
-
-
 def _seeds_text(v: Variant) -> str:
     """Seeds finished of the variant's; those left out for another model shape or recipe named with theirs."""
     diverged = f" (diverged: seed {', '.join(str(r.run.seed) for r in v.diverged)})" if v.diverged else ""
     if not v.left_out:
         return f"{len(v.done)}/{len(v.runs)}{diverged}"
     own = v.done[0] if v.done else None
-    model = [r for r in v.left_out if own is None or shape(r) != shape(own)]
+    model = [r for r in v.left_out if own is None or shape(r.hparams) != shape(own.hparams)]
     other = [r for r in v.left_out if r not in model]
     apart = []
     if model:
-        apart.append("another model: " + ", ".join(f"seed {r.run.seed} at {shape_text(shape(r))}" for r in model))
+        apart.append(
+            "another model: " + ", ".join(f"seed {r.run.seed} at {shape_text(shape(r.hparams))}" for r in model)
+        )
     if other and own is not None:
 
         def changed(r: RunData) -> str:  # "lr 0.01" of "lr 0.01 (the variant's 0.001)"
@@ -190,7 +184,7 @@ def table_line(row: Row) -> str:
     cells = [
         f"`{v.label}`",
         f"{v.gate} ({v.paper_name or 'not in paper'})",
-        _model_text(row),
+        f"{shape_text(shape(v.done[0].hparams))}, {v.done[0].max_steps} steps" if v.done else "—",
         _seeds_text(v),
         f"{v.n_params:,}" if v.n_params else "—",
         "baseline" if not v.gated else (f"{row.overhead_pct:+.2f}%" if row.overhead_pct is not None else "—"),

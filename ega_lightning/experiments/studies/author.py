@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import yaml
 
 from ega_lightning.experiments import paper, plots, whole_split
-from ega_lightning.experiments.comparisons import Variant
+from ega_lightning.experiments.comparisons import SHAPE_KEYS, Variant, shape, shape_text
 from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
 from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.stats import Difference, bonferroni_level, compare, summarize, widen
@@ -202,19 +202,17 @@ def _planned_size(v: Variant) -> str:
             continue
         model |= config.get("model") or {}
         trainer |= config.get("trainer") or {}
-    if not {"n_layer", "n_head", "n_embd", "block_size"} <= set(model) or "max_steps" not in trainer:
+    if not set(SHAPE_KEYS) <= set(model) or "max_steps" not in trainer:
         return "?"
-    m = model
-    return f"{m['n_layer']}×{m['n_head']}×{m['n_embd']} T{m['block_size']}, {trainer['max_steps']:,} steps"
+    return f"{shape_text(shape(model))}, {trainer['max_steps']:,} steps"
 
 
 def _size(variants: Sequence[Variant]) -> str:
     done = [r for v in variants for r in v.done]
     if not done:
         return _planned_size(variants[0]) if variants else "?"
-    h = done[0].hparams
     steps = "/".join(f"{n:,}" for n in sorted({r.max_steps for r in done if r.max_steps}))
-    return f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}, {steps} steps"
+    return f"{shape_text(shape(done[0].hparams))}, {steps} steps"
 
 
 def _paired(sides: Mapping[str, Side], x: str, y: str, seeds: Sequence[int], whole: bool = False) -> dict[int, float]:
