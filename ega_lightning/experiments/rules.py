@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
 from ega_lightning.experiments import paper, protocol
@@ -154,10 +155,6 @@ def level_rule(d: Difference | None, figure: float, width: float) -> Verdict:
 def worse_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
     """``d`` = EGA-1 − gate (final val loss): the effect rule with the claim's sign the other way."""
     return against_margin(d, margin, WORSE)
-
-
-def _neg(x: float | None) -> float | None:
-    return None if x is None else -x
 
 
 @stated(
@@ -355,30 +352,16 @@ def likely_verdict(rule: Rule, intervals: Sequence[Difference | None], level: fl
 # ----------------------------------------------------------------------------- the rules before an amendment
 
 
-def _against_zero(d: Difference | None) -> Verdict:
-    """effect and lower as registered on 2026-12-02: the direction against 0."""
+def _as_registered(d: Difference | None, above: float = 0.0, below: float = 0.0, worse: bool = False) -> Verdict:
+    """A rule as registered on 2026-12-02, a direction: **holds** where ``d`` lies wholly above ``above``, **does not
+    hold** where wholly below ``below`` (effect and lower: against 0; grows: above 0, below +m), the two swapped for
+    ``worse`` (EGA-1 − gate)."""
     if d is None:
         return Verdict.NO_DATA
     if d.low is None or d.high is None:
         return Verdict.TOO_FEW_SEEDS
-    return Verdict.HOLDS if d.low > 0 else Verdict.DOES_NOT_HOLD if d.high < 0 else Verdict.TOO_FEW_SEEDS
-
-
-def _worse_against_zero(d: Difference | None) -> Verdict:
-    return _against_zero(None if d is None else Difference(-d.estimate, _neg(d.high), _neg(d.low), d.n, d.df, d.method))
-
-
-def _grows_as_registered(contrast: Difference | None) -> Verdict:
-    """grows as registered on 2026-12-02: holds above 0, does not hold below +m."""
-    if contrast is None or contrast.low is None or contrast.high is None:
-        return _against_zero(contrast)
-    return (
-        Verdict.HOLDS
-        if contrast.low > 0
-        else Verdict.DOES_NOT_HOLD
-        if contrast.high < MARGIN
-        else Verdict.TOO_FEW_SEEDS
-    )
+    up, down = (Verdict.DOES_NOT_HOLD, Verdict.HOLDS) if worse else (Verdict.HOLDS, Verdict.DOES_NOT_HOLD)
+    return up if d.low > above else down if d.high < below else Verdict.TOO_FEW_SEEDS
 
 
 def _cost_as_registered(low: float | None, high: float | None, repetitions: int = MIN_REPETITIONS) -> Verdict:
@@ -390,11 +373,11 @@ def _cost_as_registered(low: float | None, high: float | None, repetitions: int 
 # registration, one they give apart is dated by the amendment (`findings.amended_label`)
 BEFORE: dict[int, dict[str, Callable[..., Verdict]]] = {
     51: {
-        "effect": _against_zero,
-        "lower": _against_zero,
-        "worse": _worse_against_zero,
-        "best": lambda *diffs: best_rule(*diffs, margin=0.0),
-        "grows": _grows_as_registered,
+        "effect": _as_registered,
+        "lower": _as_registered,
+        "worse": partial(_as_registered, worse=True),
+        "best": partial(best_rule, margin=0.0),
+        "grows": partial(_as_registered, below=MARGIN),
         "cost": _cost_as_registered,
     }
 }
