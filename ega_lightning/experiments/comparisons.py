@@ -506,7 +506,7 @@ def rerun_of(v: Variant, variants: list[Variant]) -> Variant | None:
 
 
 def difference(
-    reference: Variant | None, variant: Variant, metric: str, seeds: set[int] | None = None, level: float = 0.95
+    reference: Variant | None, variant: Variant, metric: str, seeds: set[int] | None = None
 ) -> Difference | None:
     """reference - variant over seeds (only ``seeds`` when given); None when either side has no value."""
     if reference is None:
@@ -514,7 +514,7 @@ def difference(
     ref, own = reference.by_seed(metric), variant.by_seed(metric)
     if seeds is not None:
         ref, own = {s: v for s, v in ref.items() if s in seeds}, {s: v for s, v in own.items() if s in seeds}
-    return compare(ref, own, level) if ref and own else None
+    return compare(ref, own) if ref and own else None
 
 
 @dataclass

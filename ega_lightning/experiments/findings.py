@@ -246,14 +246,11 @@ class Finding:
         if self.corrected is not None:
             text += f", this one {self._corrected_text()}"
         if self.verdict is not None and self.nominal_verdict is not self.verdict:
-            text += f"; at nominal 95% it would read {self._nominal()}"
+            text += f"; at nominal 95% it would read {getattr(self.nominal_verdict, 'value', None)}"
         return text + "."
 
     def _level(self, digits: int = 2) -> str:
         return f"{100 * (self.family_level or 0.0):.{digits}f}%"
-
-    def _nominal(self) -> str:
-        return self.nominal_verdict.value if self.nominal_verdict is not None else "None"
 
     def _code_sentence(self) -> str:
         if self.code is None or not self.code.sides:

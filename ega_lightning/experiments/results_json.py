@@ -34,11 +34,6 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def finding_dict(f: Finding) -> dict[str, Any]:
-    """A finding as results.json holds it: its kind, then every field of its dataclass (`jsonable`)."""
-    return {"kind": f.kind, **jsonable(f)}
-
-
 def _variant_dict(row: Row) -> dict[str, Any]:
     v = row.variant
     return {
@@ -117,7 +112,7 @@ def results(
                 }
                 for c, f in claims(found, extra)
             ],
-            "findings": [finding_dict(f) for f in found],
+            "findings": [{"kind": f.kind, **jsonable(f)} for f in found],  # its kind, then every field
             **own,
             "groups": [
                 {"group": t.group, "corpus": t.corpus, "variants": [_variant_dict(row) for row in t.rows]}

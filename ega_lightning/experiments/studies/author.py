@@ -439,16 +439,12 @@ def as_json(inputs: ReportInputs, data: list[Decomposition]) -> list[dict[str, A
     ]
 
 
-def _findings(inputs: ReportInputs, data: list[Decomposition], read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
-    return [f for d in data for f in findings(d)]
-
-
 # it reads the variants of the spec group `author` (`ReportInputs.variants`), not its tables, and the leak study's
 # findings from the report's (its section sets B − C beside them)
 STUDY = Study(
     "author",
     measure=measure,
-    findings=_findings,
+    findings=lambda inputs, data, read: [f for d in data for f in findings(d)],
     section=section,
     figures=figures,
     json=as_json,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +14,7 @@ from ega_lightning.errors import UserError
 from ega_lightning.experiments.findings import Code, Finding, amendment_of, plain_label
 from ega_lightning.experiments.rules import BEFORE, COST_DEVICE, MIN_REPETITIONS, Verdict, registered
 from ega_lightning.experiments.stats import Summary, median_interval
-from ega_lightning.experiments.study import Bench, ReportInputs, Study
+from ega_lightning.experiments.study import Bench, Study
 from ega_lightning.experiments.text import num
 
 NO_BENCH = "docs/cost.md"  # the evidence where no `ega bench` result was found
@@ -221,8 +220,4 @@ def bench_date(bench: dict[str, Any] | None) -> datetime | None:
         return None
 
 
-def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
-    return [cost_finding(*inputs.bench)]
-
-
-STUDY = Study("cost", findings=_findings)
+STUDY = Study("cost", findings=lambda inputs, data, read: [cost_finding(*inputs.bench)])

@@ -6,7 +6,7 @@ paper's gain here (rules.control_rule), with the smallest difference the protoco
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -56,26 +56,17 @@ def pooled(v: Variant, variants: list[Variant]) -> Variant:
     return Variant("leaderboard", v.corpus, v.label, list(runs.values()))
 
 
-def bench_shape(baseline: Variant) -> tuple[dict[str, Any], Any]:
-    """The model shape and batch size of the baseline's runs, as `ega bench` names a size's."""
-    return {k: baseline.hp(k) for k in SIZE_KEYS}, baseline.hp("batch_size")
-
-
-def leaderboard(
-    variants: list[Variant],
-    found: Sequence[Bench] = (),
-    corpus: str = LEADERBOARD_CORPUS,
-    groups: tuple[str, ...] = LEADERBOARD_GROUPS,
-) -> Board:
-    """The pooled baseline and one entry per gate configuration of ``groups`` on ``corpus``, largest
+def leaderboard(variants: list[Variant], found: Sequence[Bench] = ()) -> Board:
+    """The pooled baseline and one entry per gate configuration of `LEADERBOARD_GROUPS` on its corpus, largest
     baseline − gate first (gates without a difference last, in spec order). A finished gate trained in
     another setup than the baseline (model, data, steps) is left out: it measures something else. Step
     times come from the `ega bench` results ``found`` at the baseline's shape, not from the runs: the sweep's
     runs share the machine, so their throughput measures the machine's load as much as the gate."""
-    listed = [v for v in variants if v.group in groups and v.corpus == corpus and v.gated]
+    listed = [v for v in variants if v.group in LEADERBOARD_GROUPS and v.corpus == LEADERBOARD_CORPUS and v.gated]
     first = next((r for v in listed if (r := reference(v, variants)) is not None), None)
     baseline = pooled(first, variants) if first is not None else None
-    timed = timed_gates(list(found), *bench_shape(baseline)) if baseline is not None else {}
+    shape = {k: baseline.hp(k) for k in SIZE_KEYS} if baseline else {}  # `ega bench` names a size by shape and batch
+    timed = timed_gates(list(found), shape, baseline.hp("batch_size")) if baseline else {}
     entries: dict[str, Entry] = {}
     for v in listed:
         if v.label in entries or (v.done and baseline is not None and reference(v, [baseline]) is None):
@@ -296,19 +287,11 @@ def as_json(inputs: ReportInputs, board: Board) -> dict[str, Any] | None:
     }
 
 
-def _measure(inputs: ReportInputs) -> Board:
-    return leaderboard(list(inputs.variants), inputs.benches, groups=STUDY.groups or ())
-
-
-def _findings(inputs: ReportInputs, board: Board, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
-    return control_finding(*board)
-
-
 STUDY = Study(
     "leaderboard",
     groups=LEADERBOARD_GROUPS,
-    measure=_measure,
-    findings=_findings,
+    measure=lambda inputs: leaderboard(list(inputs.variants), inputs.benches),
+    findings=lambda inputs, board, read: control_finding(*board),
     section=leaderboard_section,
     section_first=True,
     figures=board_figure,

@@ -11,7 +11,7 @@ planned run (and evaluation) is in; before that each finding gives its intervals
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -130,7 +130,7 @@ def measure(inputs: ReportInputs) -> Measured | None:
             found = {s: evaluated[(name, length)] for s, name in runs.items() if (name, length) in evaluated}
             beyond[(label, length)] = {s: e.loss for s, e in found.items()}
             by_position[(label, length)] = {s: e.by_position for s, e in found.items()}
-    planned = _planned(GROUP)
+    planned = dict(PROTOCOL.families[GROUP].planned_seeds) if GROUP in PROTOCOL.families else {}
     runs_in = sum(min(len(v.done), planned.get(_entry(v), 0)) for v in variants.values())
     evaluations_in = sum(
         min(len(seeds), planned.get(_entry(variants[label]), 0)) for (label, _), seeds in beyond.items()
@@ -194,14 +194,6 @@ def _entry(v: Variant) -> str:
     return v.runs[0].run.entry if v.runs else ""
 
 
-def _planned(family: str) -> dict[str, int]:
-    return dict(PROTOCOL.families[family].planned_seeds) if family in PROTOCOL.families else {}
-
-
-def _findings(inputs: ReportInputs, data: Measured | None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
-    return findings(data) if data is not None else []
-
-
 # ----------------------------------------------------------------------------- its section and figures
 
 
@@ -255,4 +247,11 @@ def section(inputs: ReportInputs, data: Measured | None, found: Sequence[Finding
 
 # it reads the variants of the spec group `rope` (`ReportInputs.variants`), not its tables: the study names its
 # reference, so no table's baseline enters
-STUDY = Study("rope", claims=CLAIMS, measure=measure, findings=_findings, section=section, figures=figures)
+STUDY = Study(
+    "rope",
+    claims=CLAIMS,
+    measure=measure,
+    findings=lambda inputs, data, read: findings(data) if data is not None else [],
+    section=section,
+    figures=figures,
+)

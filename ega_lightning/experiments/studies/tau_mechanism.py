@@ -343,10 +343,6 @@ def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Find
     return tails + mechanism_finding(list(read["frozen_tau"]), inputs.evaluations, list(inputs.variants))
 
 
-def _json(inputs: ReportInputs, data: None) -> list[dict[str, Any]]:
-    return [evaluation_dict(e) for e in inputs.evaluations]
-
-
 STUDY = Study(
     "landscape",
     groups=TAIL_GROUPS,
@@ -354,5 +350,5 @@ STUDY = Study(
     findings=_findings,
     section=landscape_section,
     figures=landscape_figures,
-    json=_json,
+    json=lambda inputs, data: [evaluation_dict(e) for e in inputs.evaluations],
 )
