@@ -157,23 +157,17 @@ def _gap(where: Where, row: Row, code: Code) -> list[Finding]:
 
 def _levels(where: Where, v: Variant) -> list[Finding]:
     """Where tau ends and the share of keys above it, each against the paper's level (rules.level_rule)."""
-    out: list[Finding] = []
     own = where._replace(subject=name(v), against=None)
-    values = list(v.by_seed("final_tau_mean").values())
-    if values:
-        level = {"figure": paper.TAU, "width": LEVEL_WIDTH["tau"]}
-        tracked = [r.metrics["tau_converged"] for r in v.done if r.metrics.get("tau_converged") is not None]
-        reads = [(f"tau: {v.group}/{v.label}", mean_interval(values))]
-        settled = {"settled": sum(tracked), "tracked": len(tracked)}
-        out.append(judged(Tau, own, reads, rule_args=level, paper=paper.TAU, claim="tau", code=code_of(v), **settled))
-    values = list(v.by_seed("final_frac_above_tau").values())
-    if values:
-        figure = paper.FRAC_ABOVE_TAU
-        level = {"figure": figure, "width": LEVEL_WIDTH["frac_above_tau"]}
-        reads = [(f"frac_above_tau: {v.group}/{v.label}", mean_interval(values))]
-        out.append(
-            judged(FracAboveTau, own, reads, rule_args=level, paper=figure, claim="frac_above_tau", code=code_of(v))
-        )
+    tracked = [r.metrics["tau_converged"] for r in v.done if r.metrics.get("tau_converged") is not None]
+    out: list[Finding] = []
+    for cls, metric, claim, figure, extra in (
+        (Tau, "final_tau_mean", "tau", paper.TAU, {"settled": sum(tracked), "tracked": len(tracked)}),
+        (FracAboveTau, "final_frac_above_tau", "frac_above_tau", paper.FRAC_ABOVE_TAU, {}),
+    ):
+        if values := list(v.by_seed(metric).values()):
+            level = {"figure": figure, "width": LEVEL_WIDTH[claim]}
+            reads = [(f"{claim}: {v.group}/{v.label}", mean_interval(values))]
+            out.append(judged(cls, own, reads, rule_args=level, paper=figure, claim=claim, code=code_of(v), **extra))
     return out
 
 

@@ -99,22 +99,12 @@ def findings(table: Table) -> list[Finding]:
         if all(s in v.by_seed("final_tau_mean") for v in gated)
     }
     measured = {**_by_initialisation(gated, seeds), "init_span": max(inits) - min(inits), "slopes": slopes}
+    measured |= {"paper": paper.TAU, "code": code_of(*gated)}
     where = Where(table.group, table.corpus, measured_with(gated[0], *gated), "EGA-1", None)
     if not all(v.as_in_paper for v in gated) or not slopes:  # a frozen tau cannot forget anything
-        return [TauInit(**where._asdict(), paper=paper.TAU, code=code_of(*gated), **measured)]
+        return [TauInit(**where._asdict(), **measured)]
     reads = [(f"tau_init slope: {table.group}", mean_interval(list(slopes.values())))]
-    return [
-        judged(
-            TauInit,
-            where,
-            reads,
-            paper=paper.TAU,
-            claim="tau_init",
-            family="tau_init",
-            code=code_of(*gated),
-            **measured,
-        )
-    ]
+    return [judged(TauInit, where, reads, claim="tau_init", family="tau_init", **measured)]
 
 
 def _by_initialisation(gated: list[Variant], seeds: set[int]) -> dict[str, object]:
