@@ -237,14 +237,10 @@ def decomposition(inputs: ReportInputs, corpus: str) -> Decomposition | None:
         v = variants[letter]
         options = v.options if v.done else (v.runs[0].gate_options or {})
         runs = {r.run.seed: r.run.run_name for r in v.done}
+        over_whole = {seed: whole[name] for seed, name in runs.items() if name in whole}
+        non_causal = options.get("znorm") == "window"
         sides[letter] = Side(
-            letter,
-            label,
-            what,
-            options.get("znorm") == "window",
-            v.by_seed("final_val_loss"),
-            {seed: whole[name] for seed, name in runs.items() if name in whole},
-            list(runs.values()),
+            letter, label, what, non_causal, v.by_seed("final_val_loss"), over_whole, list(runs.values())
         )
     shared = sorted(set.intersection(*(set(sides[x].estimate) for x in TELESCOPING)))
     level = bonferroni_level(len(STEPS), PROTOCOL.level)  # the family's k: each comparison of `STEPS` once
@@ -253,22 +249,10 @@ def decomposition(inputs: ReportInputs, corpus: str) -> Decomposition | None:
         seeds = shared if x in TELESCOPING else sorted(set(sides[x].estimate) & set(sides[y].estimate))
         per_seed = _paired(sides, x, y, seeds)
         over_whole = _paired(sides, x, y, seeds, whole=True)
-        moved = {s: per_seed[s] - over_whole[s] for s in over_whole}
+        moved = _interval({s: per_seed[s] - over_whole[s] for s in over_whole})
         diff = _interval(per_seed)
         steps.append(
-            Step(
-                x,
-                y,
-                kind,
-                what,
-                ega,
-                seeds,
-                per_seed,
-                diff,
-                widen(diff, level),
-                _interval(over_whole),
-                _interval(moved),
-            )
+            Step(x, y, kind, what, ega, seeds, per_seed, diff, widen(diff, level), _interval(over_whole), moved)
         )
     planned = PROTOCOL.families[GROUP].planned_seeds if GROUP in PROTOCOL.families else {}
     runs_in = sum(min(len(variants[x].done), planned.get(label, 0)) for x, (label, _) in VARIANTS.items())
