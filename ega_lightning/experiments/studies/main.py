@@ -1,6 +1,7 @@
 """The head-to-head study: EGA-1 against its baseline in a section of its own (main on each corpus, and long
 at another budget): the paper's improvement, its narrower generalization gap, where tau ends and the share
-of keys above it."""
+of keys above it. Where a run trained long enough to overfit (configs/sweeps/long.yaml), the final val loss
+measures overfitting as well, so the best val loss is given beside it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from ega_lightning.experiments.comparisons import Row, Table, Variant
 from ega_lightning.experiments.findings import Code, Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.rules import LEVEL_WIDTH, Verdict
 from ega_lightning.experiments.stats import mean_interval
-from ega_lightning.experiments.studies import long
 from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
@@ -107,6 +107,20 @@ class FracAboveTau(Finding):
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class BestValLoss(Finding):
+    """EGA-1 − baseline on each run's lowest val loss; no verdict reads it."""
+
+    kind: ClassVar[str] = "best_val_loss"
+
+    def measured(self) -> str:
+        d = self.interval
+        return (
+            f"Best val loss (each run's lowest; the val loss rose after it in some runs), {self.subject} vs "
+            f"{self.against}: Δ {fmt_interval(d)} ({how(d)})."
+        )
+
+
 def primary_rows(table: Table) -> list[Row]:
     """EGA-1 against its baseline where a section of `GROUPS` is a head-to-head: one EGA-1 row, its baseline in
     the section itself (a row borrowing its baseline from another section tests something else)."""
@@ -133,7 +147,17 @@ def findings(table: Table, row: Row) -> list[Finding]:
         ]
     else:
         out = [Improvement(**where._asdict(), ours=d, code=code, **means)]
-    return out + long.best_val_loss(where, row) + _gap(where, row, code) + _levels(where, v)
+    return out + _best_val_loss(where, row) + _gap(where, row, code) + _levels(where, v)
+
+
+def _best_val_loss(where: Where, row: Row) -> list[Finding]:
+    """The best val loss beside the final one, where some run of the head-to-head rose past its best."""
+    assert row.baseline is not None
+    best = row.diffs["best_val_loss"]
+    compared = [*row.variant.done, *row.baseline.done]
+    if best is None or not any(r.metrics["best_val_loss"] < r.metrics["final_val_loss"] for r in compared):
+        return []
+    return [BestValLoss(**where._asdict(), ours=best)]
 
 
 def _gap(where: Where, row: Row, code: Code) -> list[Finding]:
