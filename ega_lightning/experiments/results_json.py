@@ -57,23 +57,14 @@ def _variant_dict(row: Row) -> dict[str, Any]:
     }
 
 
+RUN_KEYS = ("group", "variant", "seed")  # of a run's spec entry (`spec.Run`)
+ROW_KEYS = ("corpus", "gate", "output_gate", "status", "reason", "source", "machine", "code")  # of its `RunData`
+
+
 def _run_dict(r: RunData) -> dict[str, Any]:
-    return {
-        "run_name": r.run.run_name,
-        "spec": str(r.run.spec),
-        "group": r.run.group,
-        "variant": r.run.variant,
-        "seed": r.run.seed,
-        "corpus": r.corpus,
-        "gate": r.gate,
-        "output_gate": r.output_gate,
-        "status": r.status,
-        "reason": r.reason,
-        "source": r.source,
-        "machine": r.machine,
-        "code": r.code,
-        **r.metrics,
-    }
+    """A run as results.json holds it: its spec entry's names, its row's and its numbers."""
+    spec = {"run_name": r.run.run_name, "spec": str(r.run.spec)} | {k: getattr(r.run, k) for k in RUN_KEYS}
+    return spec | {k: getattr(r, k) for k in ROW_KEYS} | r.metrics
 
 
 def results(

@@ -318,23 +318,15 @@ def landscape_figures(inputs: ReportInputs, data: None) -> list[Figure]:
 
 
 def evaluation_dict(e: Evaluation) -> dict[str, Any]:
-    """An evaluated checkpoint as results.json holds it."""
-    return {
-        "source": e.source,
-        "run": e.run,
-        "checkpoint": e.checkpoint,
-        "step": e.step,
-        "gate": e.gate,
-        "trained_znorm": e.trained_znorm,
-        "eval_znorm": e.eval_znorm,
-        "whole_split": e.whole_split,
-        "loss": e.loss,
-        "tau_shift_cost": e.tau_shift_costs,  # results.json writes the keys as strings (results_json.jsonable)
-        "alpha_scale_cost": e.alpha_scale_costs,
+    """An evaluated checkpoint as results.json holds it (the keys of its costs as strings: `results_json.jsonable`)."""
+    keys = ("source", "run", "checkpoint", "step", "gate", "trained_znorm", "eval_znorm", "whole_split", "loss")
+    costs = {"tau_shift_cost": e.tau_shift_costs, "alpha_scale_cost": e.alpha_scale_costs}
+    means = {
         "tau_mean": e.mean("tau"),
         "frac_above_tau": e.mean("frac_above_tau"),
         "normal_tail": e.mean("normal_tail"),
     }
+    return {k: getattr(e, k) for k in keys} | costs | means
 
 
 def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
