@@ -201,11 +201,7 @@ def table_line(row: Row) -> str:
 
 
 def section(
-    group: str,
-    tables: list[Table],
-    found: list[Finding],
-    figures: dict[str, list[tuple[str, str]]],
-    runs_dir: Path,
+    group: str, tables: list[Table], found: list[Finding], figures: dict[str, list[tuple[str, str]]], runs_dir: Path
 ) -> list[str]:
     runs = [r for t in tables for row in t.rows for r in row.variant.runs]
     specs: dict[Path, list[str]] = {}
