@@ -94,7 +94,6 @@ class RunData:
     source: str = ""  # where a finished run's numbers come from: its event files or its record
     machine: str | None = None  # where it ran; None: not known
     n_params: int | None = None
-    git_commit: str | None = None
     fingerprint: str | None = None  # of the code path it trained, as its record keeps it (None: not kept)
     # which code it ran, as far as the record and results/provenance.json establish it (`provenance.code_status`)
     code: dict[str, Any] = field(default_factory=lambda: dict(UNKNOWN_CODE))
@@ -167,7 +166,6 @@ def _row(loaded: Loaded, corpus: str, code: dict[str, Any] | None) -> RunData:
         source=FROM_EVENT_FILES if loaded.fresh else "record",
         machine=record.machine,
         n_params=record.n_params,
-        git_commit=record.git_commit,
         fingerprint=record.code_fingerprint,
         code=dict(code) if code is not None else dict(UNKNOWN_CODE),
         started=started(record),

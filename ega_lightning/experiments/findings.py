@@ -258,8 +258,7 @@ class Finding:
         sides = "; ".join(
             f"{side.variant} "
             + ", ".join(
-                f"{fp[:8] if fp != 'unknown' else 'unknown'} (seed{'s' if len(seeds) > 1 else ''} "
-                f"{', '.join(map(str, seeds))})"
+                f"{fp[:8]} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"  # 'unknown' whole
                 for fp, seeds in side.fingerprints.items()
             )
             for side in self.code.sides
