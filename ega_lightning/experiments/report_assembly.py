@@ -84,19 +84,11 @@ def write_report(
     runs, known = read_rows(spec_paths, runs_dir, records_dir)
     variants = build_variants(runs)
     tables = build_tables(variants)
-    evaluations = landscape_results.load(records_dir.parent / landscape_results.DIRNAME)
-    whole = whole_split.load(records_dir.parent / whole_split.DIRNAME)
-    longer = beyond_the_block.load(records_dir.parent / beyond_the_block.DIRNAME)
-    inputs = ReportInputs(
-        tuple(tables),
-        tuple(variants),
-        tuple(runs),
-        tuple(evaluations),
-        tuple(benches(records_dir, out)),
-        timed,
-        tuple(whole),
-        tuple(longer),
-    )
+    evaluations = tuple(landscape_results.load(records_dir.parent / landscape_results.DIRNAME))
+    whole = tuple(whole_split.load(records_dir.parent / whole_split.DIRNAME))
+    longer = tuple(beyond_the_block.load(records_dir.parent / beyond_the_block.DIRNAME))
+    benched = tuple(benches(records_dir, out))
+    inputs = ReportInputs(tuple(tables), tuple(variants), tuple(runs), evaluations, benched, timed, whole, longer)
     measured = studies.measure(inputs, studies_run)
     found = studies.run_studies(inputs, measured)
     # a run counts from its start, or from the first commit of its record where that is older (a rerun of a result
