@@ -100,10 +100,6 @@ class RunData:
     started: datetime | None = None  # its first attempt's start (the protocol's registration reads it)
 
 
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
-
-
 def _tail_gap(final: dict[str, Any]) -> float | None:
     """The gate summary's share of keys above tau minus the mean over heads of 1 - Phi(tau_head): the
     run's one value for the tail identity (the share of keys is already a mean over heads)."""
@@ -304,7 +300,7 @@ class Variant:
         return bool(self.options.get("learn_tau", True)) and self.options.get("znorm", "prefix") == "prefix"
 
     def by_seed(self, metric: str) -> dict[int, float]:
-        return {r.run.seed: r.metrics[metric] for r in self.done if _finite(r.metrics.get(metric)) is not None}
+        return {r.run.seed: x for r in self.done if (x := r.metrics.get(metric)) is not None and math.isfinite(x)}
 
     def summary(self, metric: str) -> Summary:
         return summarize(list(self.by_seed(metric).values()))

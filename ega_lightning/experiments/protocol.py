@@ -145,10 +145,6 @@ def _amendment_spans(node: yaml.Node, lines: list[str]) -> list[tuple[int, int]]
     return [_trimmed((a, min(b, len(lines))), lines) for a, b in zip(starts, ends, strict=True)]
 
 
-def _children(node: yaml.Node) -> dict[str, yaml.Node]:
-    return {k.value: v for k, v in node.value} if isinstance(node, yaml.MappingNode) else {}
-
-
 def load(path: Path = PATH) -> Protocol:
     """The protocol at ``path``, checked: every family, rule and margin an entry names exists, and a spec
     entry's planned seeds agree across families. A :class:`ProtocolError` says what is wrong."""
@@ -165,7 +161,7 @@ def load(path: Path = PATH) -> Protocol:
             f"the protocol {path} is not valid: {'; '.join(problems)}. Correct the field(s) (its header says what "
             "each one means), or restore the committed file (git checkout -- configs/protocol.yaml)."
         )
-    nodes = _children(root)
+    nodes = {k.value: v for k, v in root.value} if isinstance(root, yaml.MappingNode) else {}
     try:
         margins = {k: Margin(float(v["value"]), str(v["unit"]), str(v["reason"])) for k, v in data["margins"].items()}
         families = {

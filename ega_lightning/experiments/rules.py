@@ -303,10 +303,6 @@ def cost_rule(
         return Verdict.NO_DATA
     if device != COST_DEVICE:
         return Verdict.NOT_TESTABLE
-    return _cost_on_any_device(low, high, repetitions)
-
-
-def _cost_on_any_device(low: float, high: float, repetitions: int) -> Verdict:
     if repetitions < MIN_REPETITIONS:
         return Verdict.TOO_FEW_SEEDS
     if high <= COST_MARGIN:
@@ -364,11 +360,6 @@ def _as_registered(d: Difference | None, above: float = 0.0, below: float = 0.0,
     return up if d.low > above else down if d.high < below else Verdict.TOO_FEW_SEEDS
 
 
-def _cost_as_registered(low: float | None, high: float | None, repetitions: int = MIN_REPETITIONS) -> Verdict:
-    """cost as registered on 2026-12-02: a bench of any device."""
-    return Verdict.NO_DATA if low is None or high is None else _cost_on_any_device(low, high, repetitions)
-
-
 # amendment (its issue) -> each rule it changes, as it read before: a label the two readings give alike keeps its
 # registration, one they give apart is dated by the amendment (`findings.amended_label`)
 BEFORE: dict[int, dict[str, Callable[..., Verdict]]] = {
@@ -378,7 +369,7 @@ BEFORE: dict[int, dict[str, Callable[..., Verdict]]] = {
         "worse": partial(_as_registered, worse=True),
         "best": partial(best_rule, margin=0.0),
         "grows": partial(_as_registered, below=MARGIN),
-        "cost": _cost_as_registered,
+        "cost": partial(cost_rule, device=COST_DEVICE),  # a bench of any device: read as if on the claim's
     }
 }
 SIZE_BEFORE: dict[int, Callable[[Difference | None, float], str | None]] = {
