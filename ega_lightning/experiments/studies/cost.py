@@ -142,18 +142,15 @@ def timed_gates(found: list[Bench], shape: dict[str, Any], batch_size: Any) -> d
 def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
     """The paper's cost claim against `ega bench`'s first size that times EGA-1 (rules.cost_rule): the median of
     the per-repetition ratios EGA-1 / baseline and its distribution-free interval, from one bench run."""
-    row = None
-    size = None
-    for entry in (bench or {}).get("sizes", []):
-        if "linear" in entry.get("rows", {}):
-            row, size = entry["rows"]["linear"], entry.get("size")
-            break
+    result = bench or {}
+    entry = next((e for e in result.get("sizes", []) if "linear" in e.get("rows", {})), None)
+    row, size = (entry["rows"]["linear"], entry.get("size")) if entry is not None else (None, None)
     q1, q3 = (row or {}).get("time_ratio_q1_q3") or (None, None)
     repetitions = int((row or {}).get("repeats") or 0)
     ratios = [float(r) for r in (row or {}).get("time_ratios") or []]
     ci = median_interval(ratios) if len(ratios) >= 2 else None
-    device = bench_device(bench or {}, source)
-    device_name = ((bench or {}).get("environment") or {}).get("device_name")
+    device = bench_device(result, source)
+    device_name = (result.get("environment") or {}).get("device_name")
     _, cost_rule = registered(Cost.kind, "cost")
     verdict = cost_rule(*(ci or (None, None)), repetitions, device) if row is not None else Verdict.NO_DATA
     if row is not None and ci is None:
