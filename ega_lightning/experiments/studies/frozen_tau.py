@@ -9,7 +9,7 @@ from typing import ClassVar
 from ega_lightning.experiments.comparisons import Table, Variant, difference, learned, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.study import Study
-from ega_lightning.experiments.text import fmt_interval, how, num
+from ega_lightning.experiments.text import interval_text, num
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,10 +24,9 @@ class FrozenTau(Finding):
     learned_tau: float | None  # where the learned tau ended
 
     def measured(self) -> str:
-        d = self.interval
         return (
             f"{self.subject} (tau held at its tau_init {self.tau_init}, never trained) vs {self.against}: "
-            f"learned − frozen {fmt_interval(d)} ({how(d)}); final val loss {num(self.frozen_loss)} frozen, "
+            f"learned − frozen {interval_text(self.interval)}; final val loss {num(self.frozen_loss)} frozen, "
             f"{num(self.learned_loss)} learned, whose tau ended at {num(self.learned_tau)}{self.verdict_text}."
         )
 

@@ -17,7 +17,7 @@ from ega_lightning.experiments.findings import Finding, Where, code_of, judged, 
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
 from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
-from ega_lightning.experiments.text import fmt_interval, how, interval_cell, num
+from ega_lightning.experiments.text import fmt_interval, how, interval_cell, interval_text, num
 
 LEADERBOARD = "leaderboard"  # the report section of the leaderboard and its positive control
 LEADERBOARD_CORPUS = "tinyshakespeare"
@@ -139,8 +139,7 @@ class Control(Finding):
         return f"resolves {nominal} (95%, pooled paired std {num(self.pooled_std, 4)}){at_family}"
 
     def measured(self) -> str:
-        d = self.interval
-        best = f"the best, {self.best}: {fmt_interval(d)} ({how(d)})" if self.best else "no gate finished"
+        best = f"the best, {self.best}: {interval_text(self.interval)}" if self.best else "no gate finished"
         return (
             f"Positive control over the {self.gates} gates of the leaderboard ({self.finished} with finished runs), "
             f"threshold {self.threshold:+.4f}: {best}; {self.resolution_text()}{self.verdict_text}."

@@ -14,7 +14,7 @@ from ega_lightning.experiments.findings import Code, Finding, Where, code_of, ju
 from ega_lightning.experiments.rules import LEVEL_WIDTH, Verdict
 from ega_lightning.experiments.stats import mean_interval
 from ega_lightning.experiments.study import ReportInputs, Study
-from ega_lightning.experiments.text import fmt_interval, how, num
+from ega_lightning.experiments.text import fmt_interval, how, interval_text, num
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +30,7 @@ class Improvement(Finding):
         d = self.interval
         text = (
             f"{self.subject} vs {self.against}: final val loss {num(self.loss)} vs {num(self.baseline_loss)}, "
-            f"Δ {fmt_interval(d)} ({how(d)})"
+            f"Δ {interval_text(d)}"
         )
         if self.paper is not None and d is not None:
             text += f"; paper {self.paper:+.3f}, of which this is {100 * d.estimate / self.paper:.0f}%"
@@ -48,7 +48,6 @@ class Gap(Finding):
     paper_regime: bool | None  # the baseline's gap passes the paper's overfitting line (None: not logged)
 
     def measured(self) -> str:
-        d = self.interval
         overfits = self.paper_regime
         where = (
             "no baseline gap logged"
@@ -58,7 +57,7 @@ class Gap(Finding):
             + f" {paper.OVERFIT_GAP}: {'' if overfits else 'not '}the paper's overfitting regime"
         )
         return (
-            f"Generalization gap (val − train loss), baseline − EGA-1: {fmt_interval(d)} ({how(d)}); paper "
+            f"Generalization gap (val − train loss), baseline − EGA-1: {interval_text(self.interval)}; paper "
             f"{paper.GAP['none']} − {paper.GAP['linear']} = {paper.GAP_REDUCTION:+.3f}; {where}{self.verdict_text}."
         )
 
@@ -84,9 +83,8 @@ class Tau(Finding):
     tracked: int  # seeds with a TauTracker verdict
 
     def measured(self) -> str:
-        d = self.interval
         extra = f"; TauTracker saw it settle in {self.settled} of {self.tracked} seeds" if self.tracked else ""
-        ours = f"{fmt_interval(d, signed=False)} ({how(d)})"
+        ours = interval_text(self.interval, signed=False)
         return f"Final tau of {self.subject}: {ours}; paper ≈ {paper.TAU}{extra}{self.verdict_text}."
 
 
@@ -114,10 +112,9 @@ class BestValLoss(Finding):
     kind: ClassVar[str] = "best_val_loss"
 
     def measured(self) -> str:
-        d = self.interval
         return (
             f"Best val loss (each run's lowest; the val loss rose after it in some runs), {self.subject} vs "
-            f"{self.against}: Δ {fmt_interval(d)} ({how(d)})."
+            f"{self.against}: Δ {interval_text(self.interval)}."
         )
 
 

@@ -24,7 +24,7 @@ from ega_lightning.experiments.paper import Claim
 from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.stats import compare
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
-from ega_lightning.experiments.text import fmt_interval, how
+from ega_lightning.experiments.text import interval_text
 
 TITLE = "Every design on the RoPE baseline, and beyond its training block"
 GROUP = "rope"  # the spec group (configs/sweeps/rope.yaml) and the protocol's family of the gains
@@ -87,9 +87,7 @@ class RopeGain(ReadOnce, Finding):
         text = f"{self.subject} against {self.against}, {self.what()}"
         if d is None:
             return f"{text}: {self.state()}."
-        return f"{text}: {fmt_interval(d)} ({how(d)})" + (
-            f"; {self.state()}." if self.interim else f"{self.verdict_text}."
-        )
+        return f"{text}: {interval_text(d)}" + (f"; {self.state()}." if self.interim else f"{self.verdict_text}.")
 
     def claim_subject(self) -> str:
         return f"{self.subject} against {self.against}"

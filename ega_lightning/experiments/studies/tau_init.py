@@ -14,7 +14,7 @@ from ega_lightning.experiments.comparisons import Table, Variant, difference, re
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name
 from ega_lightning.experiments.stats import Difference, Summary, mean_interval, summarize
 from ega_lightning.experiments.study import Study
-from ega_lightning.experiments.text import fmt_interval, fmt_summary, how
+from ega_lightning.experiments.text import fmt_summary, interval_text
 
 DEFAULT_TAU_INIT = 0.0  # CharLM's default: the learned-tau EGA-1 every other initialisation is paired with
 
@@ -59,7 +59,7 @@ class TauInit(Finding):
                 ratio = self.loss_span / (s.std or math.nan)
                 text += f", {ratio:.1f}× the seed-to-seed std of tau_init {init} ({s.std:.3f} over {s.n} seeds)"
         if self.paired:
-            pairs = "; ".join(f"tau_init {init} {fmt_interval(d)} ({how(d)})" for init, d in self.paired)
+            pairs = "; ".join(f"tau_init {init} {interval_text(d)}" for init, d in self.paired)
             text += f". Paired by seed with tau_init {self.reference}, its loss − each: {pairs}"
         return text
 
@@ -69,7 +69,7 @@ class TauInit(Finding):
             return ""
         slopes = ", ".join(f"seed {s} {v:.3f}" for s, v in self.slopes.items())
         return (
-            f". Slope of final tau on tau_init, per seed ({slopes}): {fmt_interval(d, signed=False)} ({how(d)}); "
+            f". Slope of final tau on tau_init, per seed ({slopes}): {interval_text(d, signed=False)}; "
             f"tau converges regardless of its initialisation{self.verdict_text}"
         )
 
