@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -379,9 +380,7 @@ def recipe_difference(r: RunData, own: dict[str, str]) -> list[str]:
 
 def _most_common(done: list[int], key: Callable[[int], Any]) -> Any:
     """The value of ``key`` most of the runs ``done`` (indices, sorted by seed) share; a tie: the lowest seed's."""
-    counts: dict[Any, int] = {}
-    for i in done:
-        counts[key(i)] = counts.get(key(i), 0) + 1
+    counts = Counter(key(i) for i in done)
     most = max(counts.values())
     return next(key(i) for i in done if counts[key(i)] == most)
 

@@ -8,6 +8,7 @@ text comes from `paper`, every rule's words from `rules`.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -69,10 +70,7 @@ def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[st
             f"configs/protocol.yaml (git history cannot be read here: {dates.why}; the dates are the file's own, "
             f"{p.registered})"
         )
-    marks: dict[str, int] = {}
-    for f in found:
-        if f.registration is not None and f.verdict is not None:
-            marks[f.registration.mark] = marks.get(f.registration.mark, 0) + 1
+    marks = Counter(f.registration.mark for f in found if f.registration is not None and f.verdict is not None)
     lines = [
         f"The verdicts are read against the registered protocol, {where}: for every kind of verdict its rule, its "
         "margin (a smallest effect of interest, with its reason), its family, its level, the seeds planned for its "
@@ -204,11 +202,9 @@ def section(
     group: str, tables: list[Table], found: list[Finding], figures: dict[str, list[tuple[str, str]]], runs_dir: Path
 ) -> list[str]:
     runs = [r for t in tables for row in t.rows for r in row.variant.runs]
-    specs: dict[Path, list[str]] = {}
+    specs: dict[Path, dict[str, None]] = {}  # spec -> its entries, once each, in order
     for r in runs:
-        entries = specs.setdefault(r.run.spec, [])
-        if r.run.entry not in entries:
-            entries.append(r.run.entry)
+        specs.setdefault(r.run.spec, {})[r.run.entry] = None
     configs = list(dict.fromkeys(c for r in runs for c in r.run.configs))
     args = list(dict.fromkeys(a for r in runs for a in r.run.args))
     lines = [f"## {group}", ""]
