@@ -246,7 +246,7 @@ class Finding:
         if self.corrected is not None:
             text += f", this one {self._corrected_text()}"
         if self.verdict is not None and self.nominal_verdict is not self.verdict:
-            text += f"; at nominal 95% it would read {getattr(self.nominal_verdict, 'value', None)}"
+            text += f"; at nominal 95% it would read {self.nominal_verdict.value if self.nominal_verdict else None}"
         return text + "."
 
     def _level(self, digits: int = 2) -> str:
@@ -258,7 +258,7 @@ class Finding:
         sides = "; ".join(
             f"{side.variant} "
             + ", ".join(
-                f"{fp[:8]} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"  # 'unknown' whole
+                f"{fp[:8]} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"  # 'unknown' is shorter
                 for fp, seeds in side.fingerprints.items()
             )
             for side in self.code.sides
