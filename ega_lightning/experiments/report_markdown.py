@@ -51,13 +51,11 @@ def claims_table(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> lis
     return lines
 
 
-def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[str]:
+def protocol_note(found: list[Finding], dates: protocol.Dates) -> list[str]:
     """What the verdicts are read against: the registered protocol, its commit and date, the registration marks
     and each amendment of it."""
     p = PROTOCOL
-    if dates is None:
-        where = "configs/protocol.yaml"
-    elif dates.source == "git":
+    if dates.source == "git":
         when = dates.committed.strftime("%Y-%m-%d %H:%M UTC") if dates.committed else "?"
         where = f"configs/protocol.yaml (last changed in commit {(dates.commit or '?')[:10]}, {when})"
     elif dates.source == protocol.UNDATED:
@@ -310,20 +308,19 @@ def markdown(
     figures: dict[str, list[tuple[str, str]]],
     command: str,
     runs_dir: Path,
-    scale: dict[str, Any] | None = None,
-    provenance_data: dict[str, Any] | None = None,
-    dates: protocol.Dates | None = None,
-    measured: Sequence[Measured] = (),
-    study_figures: Mapping[str, Drawn] | None = None,
-    summary: Sequence[str] = (),
+    scale: dict[str, Any] | None,
+    provenance_data: dict[str, Any] | None,
+    dates: protocol.Dates,
+    measured: Sequence[Measured],
+    drawn: Mapping[str, Drawn],
+    summary: Sequence[str],
 ) -> str:
     """REPORT.md: the ``summary`` (`report_summary`, written from results.json), the claims (the paper's and each
     study's own), the method, each study's section that comes
     first, the sections by group with their tables and figures (``figures``: by table title), each other study's
-    section (``study_figures``: each study's drawn figures, by its name), the diagnostics, provenance and runs."""
+    section (``drawn``: each study's drawn figures, by its name), the diagnostics, provenance and runs."""
     tables, runs = list(inputs.tables), list(inputs.runs)
     extra = tuple(c for m in measured for c in m.study.claims)
-    drawn = study_figures or {}
     done = [r for r in runs if r.status == "done"]
     missing = [r for r in runs if r.status != "done"]
     specs = list(dict.fromkeys(str(r.run.spec) for r in runs))

@@ -71,9 +71,9 @@ def results(
     inputs: ReportInputs,
     found: list[Finding],
     command: str,
-    scale: dict[str, Any] | None = None,
-    dates: protocol.Dates | None = None,
-    measured: Sequence[Measured] = (),
+    scale: dict[str, Any] | None,
+    dates: protocol.Dates,
+    measured: Sequence[Measured],
 ) -> dict[str, Any]:
     """results.json: the command, the protocol, the paper, the conventions, the sizes, the claims and every finding,
     each study's own key (`study.Study.json`: the leaderboard, the evaluated checkpoints), the groups and the runs."""
@@ -82,7 +82,7 @@ def results(
     return jsonable(
         {
             "command": command,
-            "protocol": protocol.as_dict(PROTOCOL, dates) if dates is not None else None,
+            "protocol": protocol.as_dict(PROTOCOL, dates),
             "paper": paper.as_dict(),
             "conventions": {
                 "diff": "baseline - variant (positive: variant better)",
