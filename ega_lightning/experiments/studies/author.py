@@ -170,20 +170,10 @@ def findings(d: Decomposition) -> list[Finding]:
         claim = PHASE1_CLAIM if s.x == "F" else f"improvement:{d.corpus}"
         cls = AuthorGain if s.kind == "author_gain" else AuthorStep
         reads = ((pair(x, y), s.diff),)
-        measured: dict[str, Any] = {
-            "key": s.key,
-            "what": s.what,
-            "ega": s.ega,
-            "non_causal": d.sides[s.x].non_causal or d.sides[s.y].non_causal,
-            "size": d.size,
-            "seeds": s.seeds,
-            "per_seed": s.per_seed,
-            "whole": s.whole,
-            "moved": s.moved,
-            "runs_in": d.runs_in,
-            "runs_planned": d.runs_planned,
-            "code": code_of(x, y),
-        }
+        # what the step measured, the study's size and counts, and whether a side reads later characters
+        measured = {k: getattr(s, k) for k in ("key", "what", "ega", "seeds", "per_seed", "whole", "moved")}
+        measured |= {"size": d.size, "runs_in": d.runs_in, "runs_planned": d.runs_planned, "code": code_of(x, y)}
+        measured["non_causal"] = d.sides[s.x].non_causal or d.sides[s.y].non_causal
         out.append(cls.read_once(where, reads, claim=claim, complete=d.complete, family=GROUP, **measured))
     return out
 
