@@ -494,7 +494,7 @@ def seeds_needed(f: Finding) -> tuple[int, int, int] | None:
 
 def family_of(f: Finding) -> str | None:
     """A finding's family: the protocol's for its kind where the protocol has it, else the study's."""
-    entry = PROTOCOL.entry(f.kind)
+    entry = PROTOCOL.verdicts.get(f.kind)
     return entry.family if entry is not None and f.rule is not None else f.family
 
 
@@ -502,7 +502,7 @@ def _registered_rule(f: Finding) -> Finding:
     """``f`` with the protocol's rule name and confirmatory mark for its kind (a verdict the protocol lacks:
     unchanged). The rule its study applied must be the one the protocol names: a :class:`protocol.ProtocolError`
     otherwise, so that no claim reads one rule and states another."""
-    entry = PROTOCOL.entry(f.kind)
+    entry = PROTOCOL.verdicts.get(f.kind)
     if entry is None or f.verdict is None or f.rule_name is not None:
         return f
     name = entry.rule_for(f.claim)

@@ -101,9 +101,6 @@ class Protocol:
     def margin(self, name: str) -> float:
         return self.margins[name].value
 
-    def entry(self, kind: str) -> Entry | None:
-        return self.verdicts.get(kind)
-
     def rule_text(self, key: str) -> tuple[str, str] | None:
         """(date, text) of the latest amendment that states ``key`` (``diverged``: how a verdict treats a diverged
         seed); None where none does."""

@@ -402,7 +402,7 @@ def registered(kind: str, claim: str | None) -> tuple[str, Rule]:
     the claim (``by_claim``), for ``claim``: its name and its function. Every study takes its rule from here, so
     the rule a claim's row names is the rule applied; a :class:`protocol.ProtocolError` for a kind or a claim the
     protocol registers no rule for."""
-    entry = PROTOCOL.entry(kind)
+    entry = PROTOCOL.verdicts.get(kind)
     if entry is None:
         raise protocol.ProtocolError(f"configs/protocol.yaml registers no rule for the `{kind}` finding.")
     name = entry.rule_for(claim)
