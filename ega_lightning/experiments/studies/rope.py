@@ -84,7 +84,7 @@ class RopeGain(ReadOnce, Finding):
 
     def measured(self) -> str:
         d = self.interval
-        text = f"{self.subject} against {self.against}, {self.what()}"
+        text = f"{self.subject}{f' against {self.against}' if self.against else ''}, {self.what()}"
         if d is None:
             return f"{text}: {self.state()}."
         return f"{text}: {interval_text(d)}" + (f"; {self.state()}." if self.interim else f"{self.verdict_text}.")
@@ -106,9 +106,6 @@ class Beyond(RopeGain):
 
     def what(self) -> str:
         return f"loss on windows of {self.block_size} − on windows of {self.eval_block_size}"
-
-    def measured(self) -> str:
-        return super().measured().replace(" against None", "")
 
     def claim_subject(self) -> str:
         return f"{self.subject} on windows of {self.eval_block_size}, its block {self.block_size}"
