@@ -118,15 +118,9 @@ def _evaluation(source: str, result: dict[str, Any], c: dict[str, Any]) -> Evalu
         whole_split=result.get("max_eval_windows") is None,
         windows=int(c["windows"]),
         loss=float(c["loss"]),
-        tau_shifts=tuple(float(x) for x in result["tau_shifts"]),
-        tau_shift_loss=tuple(float(x) for x in c["tau_shift_loss"]),
-        alpha_scales=tuple(float(x) for x in result["alpha_scales"]),
-        alpha_scale_loss=tuple(float(x) for x in c["alpha_scale_loss"]),
-        tau=c["tau"],
-        frac_above_tau=c["frac_above_tau"],
-        normal_tail=c["normal_tail"],
-        z_edges=tuple(float(x) for x in result["z_edges"]),
-        z_counts=c["z_counts"],
+        **{k: tuple(map(float, result[k])) for k in ("tau_shifts", "alpha_scales", "z_edges")},  # the command's
+        **{k: tuple(map(float, c[k])) for k in ("tau_shift_loss", "alpha_scale_loss")},  # the checkpoint's
+        **{k: c[k] for k in ("tau", "frac_above_tau", "normal_tail", "z_counts")},  # per layer, as written
     )
 
 
