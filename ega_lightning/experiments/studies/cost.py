@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments.findings import Code, Finding, amendment_of, plain_label
+from ega_lightning.experiments.findings import Code, Finding, Where, amendment_of, plain_label
 from ega_lightning.experiments.rules import BEFORE, COST_DEVICE, MIN_REPETITIONS, Verdict, registered
 from ega_lightning.experiments.stats import Summary, median_interval
 from ega_lightning.experiments.study import Bench, Study
@@ -170,11 +170,7 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
         if before is not verdict:
             amended = {"amended_from": plain_label(before), "amended_by": amendment.issue}
     return Cost(
-        section="cost",
-        corpus="",
-        regime=f"`ega bench`, {size} size",
-        subject="EGA-1",
-        against="baseline",
+        **Where("cost", "", f"`ega bench`, {size} size", "EGA-1", "baseline")._asdict(),
         ours=ours,
         verdict=verdict,
         claim="cost",

@@ -217,11 +217,9 @@ def mechanism_finding(
     needed = [f.seeds_needed for f in frozen if f.verdict is Verdict.TOO_FEW_SEEDS]
     known = [n for n in needed if n is not None]
     seeds = max(known) if verdict is Verdict.TOO_FEW_SEEDS and known and len(known) == len(needed) else None
+    regime = f"EGA-1 final checkpoints ({len(ega1)}) and frozen-tau runs, at {scale(frozen_runs)}"
     mechanism = TauMechanism(
-        section=TAU_SECTION,
-        corpus=ega1[0].corpus if ega1 else frozen[0].corpus,
-        regime=f"EGA-1 final checkpoints ({len(ega1)}) and frozen-tau runs, at {scale(frozen_runs)}",
-        subject="EGA-1",
+        **Where(TAU_SECTION, ega1[0].corpus if ega1 else frozen[0].corpus, regime, "EGA-1", None)._asdict(),
         paper=paper.TAU,
         verdict=verdict,
         claim="tau",
