@@ -141,18 +141,12 @@ def findings(data: Measured) -> list[Finding]:
     # the protocol's reference, by its label: `comparisons.reference` pairs a gate with the baseline of its own setup,
     # position encoding included, while this study asks whether a design (its position signal part of it) beats the
     # modern baseline, so FoX and ALiBi without positions are set against a RoPE model on purpose
-    reference = data.variants.get(REFERENCE)
+    reference, against = data.variants.get(REFERENCE), f"{NAMES[REFERENCE]} `{REFERENCE}`"
     for label in DESIGNS:
         v = data.variants.get(label)
         if v is None:
             continue
-        where = Where(
-            GROUP,
-            v.corpus,
-            measured_with(v, reference),
-            f"{DESIGNS[label]} `{label}`",
-            f"{NAMES[REFERENCE]} `{REFERENCE}`",
-        )
+        where = Where(GROUP, v.corpus, measured_with(v, reference), f"{DESIGNS[label]} `{label}`", against)
         diff = difference(reference, v, "final_val_loss")
         read = ((pair(reference or REFERENCE, v), diff),)
         counts = {"runs_in": data.runs_in, "runs_planned": data.runs_planned, "code": code_of(reference, v)}
@@ -167,13 +161,8 @@ def findings(data: Measured) -> list[Finding]:
             diff = compare(own, longer) if own and longer else None
             where = Where(GROUP, v.corpus, measured_with(v), f"{NAMES[label]} `{label}`", None)
             read = ((f"{label} T{block} − T{factor * block}", diff),)
-            counts = {
-                "runs_in": data.evaluations_in,
-                "runs_planned": data.evaluations_planned,
-                "code": code_of(v),
-                "block_size": block,
-                "eval_block_size": factor * block,
-            }
+            counts = {"runs_in": data.evaluations_in, "runs_planned": data.evaluations_planned, "code": code_of(v)}
+            counts |= {"block_size": block, "eval_block_size": factor * block}
             out.append(
                 Beyond.read_once(where, read, claim=f"beyond:{label}", complete=data.complete, family=BEYOND, **counts)
             )
