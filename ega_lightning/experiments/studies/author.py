@@ -402,10 +402,7 @@ def as_json(inputs: ReportInputs, data: list[Decomposition]) -> list[dict[str, A
     """results.json's ``author``: each corpus's sides and steps, per seed and as intervals."""
     return [
         {
-            "corpus": d.corpus,
-            "size": d.size,
-            "runs_in": d.runs_in,
-            "runs_planned": d.runs_planned,
+            **{k: getattr(d, k) for k in ("corpus", "size", "runs_in", "runs_planned")},
             "variants": {x: replace(s, runs=sorted(s.runs)) for x, s in d.sides.items()},
             "steps": [{"key": s.key, **vars(s)} for s in d.steps],
         }
