@@ -55,14 +55,16 @@ class Verdict(enum.Enum):
 
 Rule = Callable[..., Verdict]
 RULES: dict[str, str] = {}  # rule name -> its prose, as the method note states it
+STATED: dict[str, Callable[..., object]] = {}  # rule name -> the function its prose states
 _F = TypeVar("_F", bound=Callable[..., object])
 
 
 def stated(name: str, text: str) -> Callable[[_F], _F]:
-    """Files ``text`` as the prose of the rule it decorates, under ``name`` (the method note's order)."""
+    """Files ``text`` as the prose of the rule it decorates, and the rule, under ``name`` (the method note's order)."""
 
     def file(rule: _F) -> _F:
         RULES[name] = text
+        STATED[name] = rule
         return rule
 
     return file
@@ -380,21 +382,8 @@ for _a in PROTOCOL.amendments:  # every rule an amendment changes has its readin
         raise protocol.ProtocolError(f"rules.BEFORE lacks the amendment of {_a.date}'s rules before it: {missing}")
 
 
-BY_NAME: dict[str, Rule] = {
-    "effect": effect_rule,
-    "level": level_rule,
-    "best": best_rule,
-    "worse": worse_rule,
-    "equivalent": equivalence_rule,
-    "tail": tail_rule,
-    "forgets": forgets_rule,
-    "frozen": frozen_rule,
-    "grows": growth_rule,
-    "lower": lower_rule,
-    "control": control_rule,
-    "cost": cost_rule,
-    "mechanism": mechanism_rule,
-}
+# the protocol's rule names -> their functions, each as its prose states it (a name with no stated rule: a KeyError)
+BY_NAME: dict[str, Rule] = {name: STATED[name] for name in protocol.RULE_NAMES}
 
 
 def registered(kind: str, claim: str | None) -> tuple[str, Rule]:
