@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ega_lightning.experiments.whole_split import load_each
+from ega_lightning.experiments.whole_split import SEED_RUNNER, load_each
 
 DIRNAME = "beyond-the-block"  # beside the records directory: results/beyond-the-block/
 
@@ -35,7 +35,7 @@ def load(directory: Path) -> list[BeyondTheBlock]:
     """Every JSON in ``directory`` (none when it does not exist), in file order; a :class:`UserError` for one that
     is not what `scripts/seed_runner.py --beyond_the_block` writes, or whose file name is not its run's and length's."""
     what = "an evaluation beyond the block of the run and length its name gives"
-    return load_each(directory, _beyond_the_block, what, "--beyond_the_block 2 4")
+    return load_each(directory, _beyond_the_block, what, f"{SEED_RUNNER} --beyond_the_block 2 4")
 
 
 def _beyond_the_block(path: Path, result: dict[str, Any]) -> BeyondTheBlock:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -94,15 +95,10 @@ class RunData:
     source: str = ""  # where a finished run's numbers come from: its event files or its record
     machine: str | None = None  # where it ran; None: not known
     n_params: int | None = None
-    git_commit: str | None = None
     fingerprint: str | None = None  # of the code path it trained, as its record keeps it (None: not kept)
     # which code it ran, as far as the record and results/provenance.json establish it (`provenance.code_status`)
     code: dict[str, Any] = field(default_factory=lambda: dict(UNKNOWN_CODE))
     started: datetime | None = None  # its first attempt's start (the protocol's registration reads it)
-
-
-def _finite(value: float | None) -> float | None:
-    return value if value is not None and math.isfinite(value) else None
 
 
 def _tail_gap(final: dict[str, Any]) -> float | None:
@@ -167,7 +163,6 @@ def _row(loaded: Loaded, corpus: str, code: dict[str, Any] | None) -> RunData:
         source=FROM_EVENT_FILES if loaded.fresh else "record",
         machine=record.machine,
         n_params=record.n_params,
-        git_commit=record.git_commit,
         fingerprint=record.code_fingerprint,
         code=dict(code) if code is not None else dict(UNKNOWN_CODE),
         started=started(record),
@@ -284,7 +279,7 @@ class Variant:
             return None
         r = self.done[0]
         own = {k: v for k, v in recipe(r).items() if k not in GATE_OWN + PATH_KEYS}
-        return json.dumps({"corpus": r.corpus, "shape": shape(r), **own}, sort_keys=True)
+        return json.dumps({"corpus": r.corpus, "shape": shape(r.hparams), **own}, sort_keys=True)
 
     @property
     def paper_name(self) -> str | None:
@@ -306,18 +301,19 @@ class Variant:
         return bool(self.options.get("learn_tau", True)) and self.options.get("znorm", "prefix") == "prefix"
 
     def by_seed(self, metric: str) -> dict[int, float]:
-        return {r.run.seed: r.metrics[metric] for r in self.done if _finite(r.metrics.get(metric)) is not None}
+        return {r.run.seed: x for r in self.done if (x := r.metrics.get(metric)) is not None and math.isfinite(x)}
 
     def summary(self, metric: str) -> Summary:
         return summarize(list(self.by_seed(metric).values()))
 
 
-def shape(r: RunData) -> tuple[Any, ...]:
-    """The model shape a finished run trained (``SHAPE_KEYS`` of its hyper-parameters)."""
-    return tuple(r.hparams.get(k) for k in SHAPE_KEYS)
+def shape(hparams: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The model shape of a run's (or a config's) hyper-parameters: their ``SHAPE_KEYS``."""
+    return tuple(hparams.get(k) for k in SHAPE_KEYS)
 
 
 def shape_text(dims: tuple[Any, ...]) -> str:
+    """A model shape as the report writes it: ``6×8×256 T256``."""
     n_layer, n_head, n_embd, block_size = dims
     return f"{n_layer}×{n_head}×{n_embd} T{block_size}"
 
@@ -384,9 +380,7 @@ def recipe_difference(r: RunData, own: dict[str, str]) -> list[str]:
 
 def _most_common(done: list[int], key: Callable[[int], Any]) -> Any:
     """The value of ``key`` most of the runs ``done`` (indices, sorted by seed) share; a tie: the lowest seed's."""
-    counts: dict[Any, int] = {}
-    for i in done:
-        counts[key(i)] = counts.get(key(i), 0) + 1
+    counts = Counter(key(i) for i in done)
     most = max(counts.values())
     return next(key(i) for i in done if counts[key(i)] == most)
 
@@ -404,13 +398,13 @@ def set_apart(runs: Sequence[RunData]) -> list[RunData]:
         )
         if not done:
             continue
-        own = _most_common(done, lambda i: shape(runs[i]))
+        own = _most_common(done, lambda i: shape(runs[i].hparams))
         for i in done:
             r = runs[i]
-            if shape(r) != own:
+            if shape(r.hparams) != own:
                 params = f"{r.n_params:,} parameters" if r.n_params else "parameters not recorded"
                 reasons[i] = (
-                    f"its model is {shape_text(shape(r))} ({params}), and the variant's "
+                    f"its model is {shape_text(shape(r.hparams))} ({params}), and the variant's "
                     f"'{label}' is {shape_text(own)} (most of its seeds, ties to the lowest seed): the config "
                     "changed between seeds, so it is paired with nothing. Rerun it at the variant's shape, or give "
                     "its spec entry another `variant:`."
@@ -505,7 +499,7 @@ def rerun_of(v: Variant, variants: list[Variant]) -> Variant | None:
 
 
 def difference(
-    reference: Variant | None, variant: Variant, metric: str, seeds: set[int] | None = None, level: float = 0.95
+    reference: Variant | None, variant: Variant, metric: str, seeds: set[int] | None = None
 ) -> Difference | None:
     """reference - variant over seeds (only ``seeds`` when given); None when either side has no value."""
     if reference is None:
@@ -513,7 +507,7 @@ def difference(
     ref, own = reference.by_seed(metric), variant.by_seed(metric)
     if seeds is not None:
         ref, own = {s: v for s, v in ref.items() if s in seeds}, {s: v for s, v in own.items() if s in seeds}
-    return compare(ref, own, level) if ref and own else None
+    return compare(ref, own) if ref and own else None
 
 
 @dataclass

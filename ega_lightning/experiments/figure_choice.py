@@ -50,11 +50,7 @@ def table_figures(table: Table) -> list[tuple[str, str, Any]]:
                 lines.append((f"{v.label} (tau_init {tau_init})", seeds))
         if lines:
             out.append(
-                (
-                    "tau by initialisation",
-                    f"{base}-tau.png",
-                    plots.tau_figure(lines, paper.TAU, f"{table.title}: tau"),
-                )
+                ("tau by initialisation", f"{base}-tau.png", plots.tau_figure(lines, paper.TAU, f"{table.title}: tau"))
             )
     return out
 

@@ -17,7 +17,16 @@ from functools import partial
 from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from ega_lightning.experiments import paper, protocol
-from ega_lightning.experiments.comparisons import RunData, Variant, device, diverged_rule, split_seeds, split_text
+from ega_lightning.experiments.comparisons import (
+    RunData,
+    Variant,
+    device,
+    diverged_rule,
+    shape,
+    shape_text,
+    split_seeds,
+    split_text,
+)
 from ega_lightning.experiments.rules import (
     BEFORE,
     BY_NAME,
@@ -40,6 +49,7 @@ from ega_lightning.experiments.text import anchor, fmt_interval, how
 
 DIAGNOSTICS = "diagnostics"  # the report section of measurements that test no claim
 NOT_IN_RESULTS = {"results": False}  # field metadata: kept in memory, not written to results.json
+Read = tuple[str, Difference | None]  # an interval a verdict reads, named by the comparison it is
 
 
 class Where(NamedTuple):
@@ -162,7 +172,7 @@ class Finding:
     amended_from: str | None = None  # its label under the rules before the amendment that changed it, where it differs
     amended_by: int | None = None  # that amendment's issue
     rule: Rule | None = field(default=None, compare=False, repr=False, metadata=NOT_IN_RESULTS)
-    reads: tuple[tuple[str, Difference | None], ...] = ()  # the intervals its verdict reads, each named
+    reads: tuple[Read, ...] = ()  # the intervals its verdict reads
 
     # ------------------------------------------------------------------------- its sentence
 
@@ -236,14 +246,11 @@ class Finding:
         if self.corrected is not None:
             text += f", this one {self._corrected_text()}"
         if self.verdict is not None and self.nominal_verdict is not self.verdict:
-            text += f"; at nominal 95% it would read {self._nominal()}"
+            text += f"; at nominal 95% it would read {self.nominal_verdict.value if self.nominal_verdict else None}"
         return text + "."
 
     def _level(self, digits: int = 2) -> str:
         return f"{100 * (self.family_level or 0.0):.{digits}f}%"
-
-    def _nominal(self) -> str:
-        return self.nominal_verdict.value if self.nominal_verdict is not None else "None"
 
     def _code_sentence(self) -> str:
         if self.code is None or not self.code.sides:
@@ -251,8 +258,7 @@ class Finding:
         sides = "; ".join(
             f"{side.variant} "
             + ", ".join(
-                f"{fp[:8] if fp != 'unknown' else 'unknown'} (seed{'s' if len(seeds) > 1 else ''} "
-                f"{', '.join(map(str, seeds))})"
+                f"{fp[:8]} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"  # 'unknown' is shorter
                 for fp, seeds in side.fingerprints.items()
             )
             for side in self.code.sides
@@ -353,7 +359,7 @@ def _prints_as(end: float | None, line: float, scale: float, digits: int) -> boo
 def judged(
     cls: type[F],
     where: Where,
-    reads: Sequence[tuple[str, Difference | None]],
+    reads: Sequence[Read],
     *,
     claim: str,
     rule_args: Mapping[str, Any] | None = None,
@@ -373,21 +379,38 @@ def judged(
     return cls(**where._asdict(), ours=shown, verdict=verdict, claim=claim, rule=rule, reads=reads, **measured)
 
 
-def judged_once_complete(
-    cls: type[F],
-    where: Where,
-    reads: Sequence[tuple[str, Difference | None]],
-    *,
-    claim: str,
-    complete: bool,
-    **measured: Any,
-) -> F:
-    """`judged` once every planned run of a study read once is in (``complete``); before, its intervals with no rule
-    applied: no label is read before the last planned run (`correct` then widens them, no more)."""
-    if complete:
-        return judged(cls, where, reads, claim=claim, **measured)
-    reads = tuple(reads)
-    return cls(**where._asdict(), ours=reads[0][1] if reads else None, claim=claim, reads=reads, **measured)
+class ReadOnce:
+    """A finding of a family the protocol reads once, when every planned run is in (its fixed stopping rule): before
+    that it says how many are in, and no label. Methods only: each finding declares ``runs_in`` and ``runs_planned``
+    among its own fields, where results.json has them."""
+
+    runs_in: int
+    runs_planned: int
+    counted: ClassVar[str] = "planned runs"  # what ``runs_in`` counts
+
+    @classmethod
+    def read_once(cls, where: Where, reads: Sequence[Read], *, claim: str, complete: bool, **measured: Any) -> Any:
+        """`judged` once every planned run is in (``complete``); before, its intervals with no rule applied: no label
+        is read before the last planned run (`correct` then widens them, no more)."""
+        if complete:
+            return judged(cls, where, reads, claim=claim, **measured)
+        reads = tuple(reads)
+        return cls(**where._asdict(), ours=reads[0][1] if reads else None, claim=claim, reads=reads, **measured)
+
+    @property
+    def interim(self) -> bool:
+        return self.runs_in < self.runs_planned
+
+    def state(self) -> str:
+        if not self.runs_in:
+            return f"not yet run (0 of {self.runs_planned} {self.counted} in)"
+        return (
+            f"not read yet: {self.runs_in} of {self.runs_planned} {self.counted} in (the protocol reads the family "
+            "once, when all are finished)"
+        )
+
+    def verdict_cell(self) -> str:
+        return f"**{self.state()}**" if self.interim else super().verdict_cell()
 
 
 # ----------------------------------------------------------------------------- where it was measured
@@ -406,10 +429,8 @@ def scale(runs: Sequence[RunData]) -> str:
 def measured_with(v: Variant, *others: Variant | None) -> str:
     if not v.done:
         return "—"
-    h = v.done[0].hparams
-    model = f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}"
     runs = [r for x in (v, *others) if x is not None for r in x.done]
-    return f"{v.group} / {v.corpus}: {model}, at {scale(runs)}"
+    return f"{v.group} / {v.corpus}: {shape_text(shape(v.done[0].hparams))}, at {scale(runs)}"
 
 
 def name(v: Variant) -> str:
@@ -473,7 +494,7 @@ def seeds_needed(f: Finding) -> tuple[int, int, int] | None:
 
 def family_of(f: Finding) -> str | None:
     """A finding's family: the protocol's for its kind where the protocol has it, else the study's."""
-    entry = PROTOCOL.entry(f.kind)
+    entry = PROTOCOL.verdicts.get(f.kind)
     return entry.family if entry is not None and f.rule is not None else f.family
 
 
@@ -481,7 +502,7 @@ def _registered_rule(f: Finding) -> Finding:
     """``f`` with the protocol's rule name and confirmatory mark for its kind (a verdict the protocol lacks:
     unchanged). The rule its study applied must be the one the protocol names: a :class:`protocol.ProtocolError`
     otherwise, so that no claim reads one rule and states another."""
-    entry = PROTOCOL.entry(f.kind)
+    entry = PROTOCOL.verdicts.get(f.kind)
     if entry is None or f.verdict is None or f.rule_name is not None:
         return f
     name = entry.rule_for(f.claim)

@@ -8,13 +8,12 @@ and every alpha scaled, and per head the measured fraction of keys above tau bes
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ega_lightning.errors import UserError
+from ega_lightning.experiments.whole_split import load_each
 
 DIRNAME = "landscape"  # beside the records directory: results/landscape/
 FORMAT = 1  # of the JSON `ega landscape` writes and this module reads: stated here, below the command
@@ -118,30 +117,19 @@ def _evaluation(source: str, result: dict[str, Any], c: dict[str, Any]) -> Evalu
         whole_split=result.get("max_eval_windows") is None,
         windows=int(c["windows"]),
         loss=float(c["loss"]),
-        tau_shifts=tuple(float(x) for x in result["tau_shifts"]),
-        tau_shift_loss=tuple(float(x) for x in c["tau_shift_loss"]),
-        alpha_scales=tuple(float(x) for x in result["alpha_scales"]),
-        alpha_scale_loss=tuple(float(x) for x in c["alpha_scale_loss"]),
-        tau=c["tau"],
-        frac_above_tau=c["frac_above_tau"],
-        normal_tail=c["normal_tail"],
-        z_edges=tuple(float(x) for x in result["z_edges"]),
-        z_counts=c["z_counts"],
+        **{k: tuple(map(float, result[k])) for k in ("tau_shifts", "alpha_scales", "z_edges")},  # the command's
+        **{k: tuple(map(float, c[k])) for k in ("tau_shift_loss", "alpha_scale_loss")},  # the checkpoint's
+        **{k: c[k] for k in ("tau", "frac_above_tau", "normal_tail", "z_counts")},  # per layer, as written
     )
 
 
 def load(directory: Path) -> list[Evaluation]:
     """Every checkpoint of every JSON in ``directory`` (none when it does not exist), in file order."""
-    out: list[Evaluation] = []
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        try:
-            result = json.loads(path.read_text())
-            if result.get("format") != FORMAT:
-                raise ValueError(f"format {result.get('format')!r}, expected {FORMAT}")
-            out += [_evaluation(path.name, result, c) for c in result["checkpoints"]]
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            raise UserError(
-                f"{path} is not a JSON that `ega landscape` wrote ({type(err).__name__}: {err}). "
-                "Write it again with `ega landscape ... --out` or remove it."
-            ) from None
-    return out
+    found = load_each(directory, _checkpoints, "a JSON that `ega landscape` wrote", "ega landscape ... --out")
+    return [e for checkpoints in found for e in checkpoints]
+
+
+def _checkpoints(path: Path, result: dict[str, Any]) -> list[Evaluation]:
+    if result.get("format") != FORMAT:
+        raise ValueError(f"format {result.get('format')!r}, expected {FORMAT}")
+    return [_evaluation(path.name, result, c) for c in result["checkpoints"]]

@@ -89,11 +89,7 @@ CLAIMS = (
         f"{IMPROVEMENT['tinyshakespeare']:+.3f}",
     ),
     Claim("improvement:ptb", "EGA-1 lowers the final val loss on PTB", f"{IMPROVEMENT['ptb']:+.3f}"),
-    Claim(
-        "gap",
-        "EGA-1 narrows the generalization gap",
-        f"{GAP['linear']} vs {GAP['none']} ({GAP_REDUCTION:+.3f})",
-    ),
+    Claim("gap", "EGA-1 narrows the generalization gap", f"{GAP['linear']} vs {GAP['none']} ({GAP_REDUCTION:+.3f})"),
     Claim("tau", "tau converges to about 0.35", f"{TAU}"),
     Claim("tau_init", "tau converges regardless of its initialisation", "final tau independent of tau_init"),
     Claim("frac_above_tau", "keys above tau at the end", f"{100 * FRAC_ABOVE_TAU:.0f}%"),

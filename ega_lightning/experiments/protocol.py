@@ -101,9 +101,6 @@ class Protocol:
     def margin(self, name: str) -> float:
         return self.margins[name].value
 
-    def entry(self, kind: str) -> Entry | None:
-        return self.verdicts.get(kind)
-
     def rule_text(self, key: str) -> tuple[str, str] | None:
         """(date, text) of the latest amendment that states ``key`` (``diverged``: how a verdict treats a diverged
         seed); None where none does."""
@@ -145,10 +142,6 @@ def _amendment_spans(node: yaml.Node, lines: list[str]) -> list[tuple[int, int]]
     return [_trimmed((a, min(b, len(lines))), lines) for a, b in zip(starts, ends, strict=True)]
 
 
-def _children(node: yaml.Node) -> dict[str, yaml.Node]:
-    return {k.value: v for k, v in node.value} if isinstance(node, yaml.MappingNode) else {}
-
-
 def load(path: Path = PATH) -> Protocol:
     """The protocol at ``path``, checked: every family, rule and margin an entry names exists, and a spec
     entry's planned seeds agree across families. A :class:`ProtocolError` says what is wrong."""
@@ -165,7 +158,7 @@ def load(path: Path = PATH) -> Protocol:
             f"the protocol {path} is not valid: {'; '.join(problems)}. Correct the field(s) (its header says what "
             "each one means), or restore the committed file (git checkout -- configs/protocol.yaml)."
         )
-    nodes = _children(root)
+    nodes = {k.value: v for k, v in root.value} if isinstance(root, yaml.MappingNode) else {}
     try:
         margins = {k: Margin(float(v["value"]), str(v["unit"]), str(v["reason"])) for k, v in data["margins"].items()}
         families = {
@@ -506,10 +499,7 @@ def as_dict(p: Protocol, dates: Dates) -> dict[str, Any]:
         "commit": dates.commit,
         "committed": dates.committed.isoformat() if dates.committed else None,
         "why_stated": dates.why or None,
-        "registered": p.registered,
-        "level": p.level,
-        "power": p.power,
-        "max_seeds": p.max_seeds,
+        **{k: getattr(p, k) for k in ("registered", "level", "power", "max_seeds")},
         "margins": {k: {"value": m.value, "unit": m.unit, "reason": m.reason} for k, m in p.margins.items()},
         "families": {k: {"reads": f.reads, "planned_seeds": f.planned_seeds} for k, f in p.families.items()},
         "fixed": {k: d.isoformat() for k, d in dates.by_kind.items()},

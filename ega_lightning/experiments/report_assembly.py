@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +60,6 @@ def read_rows(spec_paths: list[Path], runs_dir: Path, records_dir: Path) -> tupl
     return run_rows(loaded, codes), known
 
 
-def _earlier(a: datetime | None, b: datetime | None) -> datetime | None:
-    return min(x for x in (a, b) if x is not None) if a is not None or b is not None else None
-
-
 def write_report(
     spec_paths: list[Path],
     runs_dir: Path,
@@ -84,25 +79,17 @@ def write_report(
     runs, known = read_rows(spec_paths, runs_dir, records_dir)
     variants = build_variants(runs)
     tables = build_tables(variants)
-    evaluations = landscape_results.load(records_dir.parent / landscape_results.DIRNAME)
-    whole = whole_split.load(records_dir.parent / whole_split.DIRNAME)
-    longer = beyond_the_block.load(records_dir.parent / beyond_the_block.DIRNAME)
-    inputs = ReportInputs(
-        tuple(tables),
-        tuple(variants),
-        tuple(runs),
-        tuple(evaluations),
-        tuple(benches(records_dir, out)),
-        timed,
-        tuple(whole),
-        tuple(longer),
-    )
+    evaluations = tuple(landscape_results.load(records_dir.parent / landscape_results.DIRNAME))
+    whole = tuple(whole_split.load(records_dir.parent / whole_split.DIRNAME))
+    longer = tuple(beyond_the_block.load(records_dir.parent / beyond_the_block.DIRNAME))
+    benched = tuple(benches(records_dir, out))
+    inputs = ReportInputs(tuple(tables), tuple(variants), tuple(runs), evaluations, benched, timed, whole, longer)
     measured = studies.measure(inputs, studies_run)
     found = studies.run_studies(inputs, measured)
     # a run counts from its start, or from the first commit of its record where that is older (a rerun of a result
     # committed before a rule is as old as that result)
     committed = protocol.first_committed(records_dir)
-    starts = {r.run.run_name: _earlier(r.started, committed.get(r.run.run_name)) for r in runs}
+    starts = {r.run.run_name: min(filter(None, (r.started, committed.get(r.run.run_name))), default=None) for r in runs}
     starts[BENCH_RUN] = bench_date(timed[0])
     dates = protocol.entry_dates(PROTOCOL)
     found = conclude(found, starts, dates)

@@ -8,6 +8,7 @@ text comes from `paper`, every rule's words from `rules`.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,11 @@ def claims_table(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> lis
     return lines
 
 
-def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[str]:
+def protocol_note(found: list[Finding], dates: protocol.Dates) -> list[str]:
     """What the verdicts are read against: the registered protocol, its commit and date, the registration marks
     and each amendment of it."""
     p = PROTOCOL
-    if dates is None:
-        where = "configs/protocol.yaml"
-    elif dates.source == "git":
+    if dates.source == "git":
         when = dates.committed.strftime("%Y-%m-%d %H:%M UTC") if dates.committed else "?"
         where = f"configs/protocol.yaml (last changed in commit {(dates.commit or '?')[:10]}, {when})"
     elif dates.source == protocol.UNDATED:
@@ -69,10 +68,7 @@ def protocol_note(found: list[Finding], dates: protocol.Dates | None) -> list[st
             f"configs/protocol.yaml (git history cannot be read here: {dates.why}; the dates are the file's own, "
             f"{p.registered})"
         )
-    marks: dict[str, int] = {}
-    for f in found:
-        if f.registration is not None and f.verdict is not None:
-            marks[f.registration.mark] = marks.get(f.registration.mark, 0) + 1
+    marks = Counter(f.registration.mark for f in found if f.registration is not None and f.verdict is not None)
     lines = [
         f"The verdicts are read against the registered protocol, {where}: for every kind of verdict its rule, its "
         "margin (a smallest effect of interest, with its reason), its family, its level, the seeds planned for its "
@@ -157,25 +153,19 @@ TABLE_HEAD = (
 )
 
 
-def _model_text(row: Row) -> str:
-    v = row.variant
-    if not v.done:
-        return "—"
-    h = v.done[0].hparams
-    return f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}, {v.done[0].max_steps} steps"
-
-
 def _seeds_text(v: Variant) -> str:
     """Seeds finished of the variant's; those left out for another model shape or recipe named with theirs."""
     diverged = f" (diverged: seed {', '.join(str(r.run.seed) for r in v.diverged)})" if v.diverged else ""
     if not v.left_out:
         return f"{len(v.done)}/{len(v.runs)}{diverged}"
     own = v.done[0] if v.done else None
-    model = [r for r in v.left_out if own is None or shape(r) != shape(own)]
+    model = [r for r in v.left_out if own is None or shape(r.hparams) != shape(own.hparams)]
     other = [r for r in v.left_out if r not in model]
     apart = []
     if model:
-        apart.append("another model: " + ", ".join(f"seed {r.run.seed} at {shape_text(shape(r))}" for r in model))
+        apart.append(
+            "another model: " + ", ".join(f"seed {r.run.seed} at {shape_text(shape(r.hparams))}" for r in model)
+        )
     if other and own is not None:
 
         def changed(r: RunData) -> str:  # "lr 0.01" of "lr 0.01 (the variant's 0.001)"
@@ -190,7 +180,7 @@ def table_line(row: Row) -> str:
     cells = [
         f"`{v.label}`",
         f"{v.gate} ({v.paper_name or 'not in paper'})",
-        _model_text(row),
+        f"{shape_text(shape(v.done[0].hparams))}, {v.done[0].max_steps} steps" if v.done else "—",
         _seeds_text(v),
         f"{v.n_params:,}" if v.n_params else "—",
         "baseline" if not v.gated else (f"{row.overhead_pct:+.2f}%" if row.overhead_pct is not None else "—"),
@@ -207,18 +197,12 @@ def table_line(row: Row) -> str:
 
 
 def section(
-    group: str,
-    tables: list[Table],
-    found: list[Finding],
-    figures: dict[str, list[tuple[str, str]]],
-    runs_dir: Path,
+    group: str, tables: list[Table], found: list[Finding], figures: dict[str, list[tuple[str, str]]], runs_dir: Path
 ) -> list[str]:
     runs = [r for t in tables for row in t.rows for r in row.variant.runs]
-    specs: dict[Path, list[str]] = {}
+    specs: dict[Path, dict[str, None]] = {}  # spec -> its entries, once each, in order
     for r in runs:
-        entries = specs.setdefault(r.run.spec, [])
-        if r.run.entry not in entries:
-            entries.append(r.run.entry)
+        specs.setdefault(r.run.spec, {})[r.run.entry] = None
     configs = list(dict.fromkeys(c for r in runs for c in r.run.configs))
     args = list(dict.fromkeys(a for r in runs for a in r.run.args))
     lines = [f"## {group}", ""]
@@ -324,20 +308,19 @@ def markdown(
     figures: dict[str, list[tuple[str, str]]],
     command: str,
     runs_dir: Path,
-    scale: dict[str, Any] | None = None,
-    provenance_data: dict[str, Any] | None = None,
-    dates: protocol.Dates | None = None,
-    measured: Sequence[Measured] = (),
-    study_figures: Mapping[str, Drawn] | None = None,
-    summary: Sequence[str] = (),
+    scale: dict[str, Any] | None,
+    provenance_data: dict[str, Any] | None,
+    dates: protocol.Dates,
+    measured: Sequence[Measured],
+    drawn: Mapping[str, Drawn],
+    summary: Sequence[str],
 ) -> str:
     """REPORT.md: the ``summary`` (`report_summary`, written from results.json), the claims (the paper's and each
     study's own), the method, each study's section that comes
     first, the sections by group with their tables and figures (``figures``: by table title), each other study's
-    section (``study_figures``: each study's drawn figures, by its name), the diagnostics, provenance and runs."""
+    section (``drawn``: each study's drawn figures, by its name), the diagnostics, provenance and runs."""
     tables, runs = list(inputs.tables), list(inputs.runs)
     extra = tuple(c for m in measured for c in m.study.claims)
-    drawn = study_figures or {}
     done = [r for r in runs if r.status == "done"]
     missing = [r for r in runs if r.status != "done"]
     specs = list(dict.fromkeys(str(r.run.spec) for r in runs))

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies.author import TITLE
-from ega_lightning.experiments.text import anchor, seed_count
+from ega_lightning.experiments.text import anchor, fmt_interval, num, seed_count
 
 # the claims of the paper the summary reads, each from the kinds of finding that measure the claim itself (the leak
 # audit, the tail identity and frozen tau are side analyses: their rows stay in the claims table)
@@ -36,17 +37,13 @@ AUTHOR_GATES = ("author",)  # the gate names of the author's EGA (issue 50); a v
 AUTHOR_KINDS = ("author_gain", "author_step")  # read once every planned run is in: a row before that has no label
 WATERFALL = "<!-- the author's EGA: its waterfall goes here (issue 50) -->"
 UNDECIDED = ("too few seeds to tell", "no finished runs")
-
-
-def _n(x: float | None, digits: int = 3, signed: bool = True, scale: float = 1.0) -> str:
-    return "—" if x is None else f"{x * scale:+.{digits}f}" if signed else f"{x * scale:.{digits}f}"
+DIFFERENCE = ("estimate", "low", "high", "n", "df", "method")  # an interval's keys in results.json, in its order
 
 
 def _interval(d: dict[str, Any] | None, signed: bool = True, scale: float = 1.0, digits: int = 3) -> str:
-    if not d or d.get("estimate") is None:
-        return "—"
-    ends = f" [{_n(d['low'], digits, signed, scale)}, {_n(d['high'], digits, signed, scale)}]"
-    return _n(d["estimate"], digits, signed, scale) + (ends if d.get("low") is not None else "")
+    """An interval of results.json as the report writes one (`text.fmt_interval`)."""
+    known = d and d.get("estimate") is not None
+    return fmt_interval(Difference(*(d[k] for k in DIFFERENCE)) if known else None, signed, scale, digits)
 
 
 CORPORA = {"tinyshakespeare": "TinyShakespeare", "ptb": "PTB"}
@@ -84,9 +81,7 @@ def measured(f: dict[str, Any]) -> str:
         return _author_measured(f)
     if kind == "cost":
         ours = f["ours"] or {}
-        return (
-            f"step time ×{_n(ours.get('mean'), signed=False)} on {f['device'].upper()}, {f['repetitions']} repetitions"
-        )
+        return f"step time ×{num(ours.get('mean'))} on {f['device'].upper()}, {f['repetitions']} repetitions"
     if kind == "ablation_best":
         beating = f.get("beating") or []
         who = " and ".join(beating) + (" beats" if len(beating) == 1 else " beat") if beating else "no gate beats"

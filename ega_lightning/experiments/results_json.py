@@ -34,11 +34,6 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def finding_dict(f: Finding) -> dict[str, Any]:
-    """A finding as results.json holds it: its kind, then every field of its dataclass (`jsonable`)."""
-    return {"kind": f.kind, **jsonable(f)}
-
-
 def _variant_dict(row: Row) -> dict[str, Any]:
     v = row.variant
     return {
@@ -62,32 +57,23 @@ def _variant_dict(row: Row) -> dict[str, Any]:
     }
 
 
+RUN_KEYS = ("group", "variant", "seed")  # of a run's spec entry (`spec.Run`)
+ROW_KEYS = ("corpus", "gate", "output_gate", "status", "reason", "source", "machine", "code")  # of its `RunData`
+
+
 def _run_dict(r: RunData) -> dict[str, Any]:
-    return {
-        "run_name": r.run.run_name,
-        "spec": str(r.run.spec),
-        "group": r.run.group,
-        "variant": r.run.variant,
-        "seed": r.run.seed,
-        "corpus": r.corpus,
-        "gate": r.gate,
-        "output_gate": r.output_gate,
-        "status": r.status,
-        "reason": r.reason,
-        "source": r.source,
-        "machine": r.machine,
-        "code": r.code,
-        **r.metrics,
-    }
+    """A run as results.json holds it: its spec entry's names, its row's and its numbers."""
+    spec = {"run_name": r.run.run_name, "spec": str(r.run.spec)} | {k: getattr(r.run, k) for k in RUN_KEYS}
+    return spec | {k: getattr(r, k) for k in ROW_KEYS} | r.metrics
 
 
 def results(
     inputs: ReportInputs,
     found: list[Finding],
     command: str,
-    scale: dict[str, Any] | None = None,
-    dates: protocol.Dates | None = None,
-    measured: Sequence[Measured] = (),
+    scale: dict[str, Any] | None,
+    dates: protocol.Dates,
+    measured: Sequence[Measured],
 ) -> dict[str, Any]:
     """results.json: the command, the protocol, the paper, the conventions, the sizes, the claims and every finding,
     each study's own key (`study.Study.json`: the leaderboard, the evaluated checkpoints), the groups and the runs."""
@@ -96,7 +82,7 @@ def results(
     return jsonable(
         {
             "command": command,
-            "protocol": protocol.as_dict(PROTOCOL, dates) if dates is not None else None,
+            "protocol": protocol.as_dict(PROTOCOL, dates),
             "paper": paper.as_dict(),
             "conventions": {
                 "diff": "baseline - variant (positive: variant better)",
@@ -117,7 +103,7 @@ def results(
                 }
                 for c, f in claims(found, extra)
             ],
-            "findings": [finding_dict(f) for f in found],
+            "findings": [{"kind": f.kind, **jsonable(f)} for f in found],  # its kind, then every field
             **own,
             "groups": [
                 {"group": t.group, "corpus": t.corpus, "variants": [_variant_dict(row) for row in t.rows]}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import TypeVar
 
 from ega_lightning.experiments import paper, protocol
@@ -54,14 +55,16 @@ class Verdict(enum.Enum):
 
 Rule = Callable[..., Verdict]
 RULES: dict[str, str] = {}  # rule name -> its prose, as the method note states it
+STATED: dict[str, Callable[..., object]] = {}  # rule name -> the function its prose states
 _F = TypeVar("_F", bound=Callable[..., object])
 
 
 def stated(name: str, text: str) -> Callable[[_F], _F]:
-    """Files ``text`` as the prose of the rule it decorates, under ``name`` (the method note's order)."""
+    """Files ``text`` as the prose of the rule it decorates, and the rule, under ``name`` (the method note's order)."""
 
     def file(rule: _F) -> _F:
         RULES[name] = text
+        STATED[name] = rule
         return rule
 
     return file
@@ -154,10 +157,6 @@ def level_rule(d: Difference | None, figure: float, width: float) -> Verdict:
 def worse_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
     """``d`` = EGA-1 − gate (final val loss): the effect rule with the claim's sign the other way."""
     return against_margin(d, margin, WORSE)
-
-
-def _neg(x: float | None) -> float | None:
-    return None if x is None else -x
 
 
 @stated(
@@ -306,10 +305,6 @@ def cost_rule(
         return Verdict.NO_DATA
     if device != COST_DEVICE:
         return Verdict.NOT_TESTABLE
-    return _cost_on_any_device(low, high, repetitions)
-
-
-def _cost_on_any_device(low: float, high: float, repetitions: int) -> Verdict:
     if repetitions < MIN_REPETITIONS:
         return Verdict.TOO_FEW_SEEDS
     if high <= COST_MARGIN:
@@ -355,47 +350,28 @@ def likely_verdict(rule: Rule, intervals: Sequence[Difference | None], level: fl
 # ----------------------------------------------------------------------------- the rules before an amendment
 
 
-def _against_zero(d: Difference | None) -> Verdict:
-    """effect and lower as registered on 2026-12-02: the direction against 0."""
+def _as_registered(d: Difference | None, above: float = 0.0, below: float = 0.0, worse: bool = False) -> Verdict:
+    """A rule as registered on 2026-12-02, a direction: **holds** where ``d`` lies wholly above ``above``, **does not
+    hold** where wholly below ``below`` (effect and lower: against 0; grows: above 0, below +m), the two swapped for
+    ``worse`` (EGA-1 − gate)."""
     if d is None:
         return Verdict.NO_DATA
     if d.low is None or d.high is None:
         return Verdict.TOO_FEW_SEEDS
-    return Verdict.HOLDS if d.low > 0 else Verdict.DOES_NOT_HOLD if d.high < 0 else Verdict.TOO_FEW_SEEDS
-
-
-def _worse_against_zero(d: Difference | None) -> Verdict:
-    return _against_zero(None if d is None else Difference(-d.estimate, _neg(d.high), _neg(d.low), d.n, d.df, d.method))
-
-
-def _grows_as_registered(contrast: Difference | None) -> Verdict:
-    """grows as registered on 2026-12-02: holds above 0, does not hold below +m."""
-    if contrast is None or contrast.low is None or contrast.high is None:
-        return _against_zero(contrast)
-    return (
-        Verdict.HOLDS
-        if contrast.low > 0
-        else Verdict.DOES_NOT_HOLD
-        if contrast.high < MARGIN
-        else Verdict.TOO_FEW_SEEDS
-    )
-
-
-def _cost_as_registered(low: float | None, high: float | None, repetitions: int = MIN_REPETITIONS) -> Verdict:
-    """cost as registered on 2026-12-02: a bench of any device."""
-    return Verdict.NO_DATA if low is None or high is None else _cost_on_any_device(low, high, repetitions)
+    up, down = (Verdict.DOES_NOT_HOLD, Verdict.HOLDS) if worse else (Verdict.HOLDS, Verdict.DOES_NOT_HOLD)
+    return up if d.low > above else down if d.high < below else Verdict.TOO_FEW_SEEDS
 
 
 # amendment (its issue) -> each rule it changes, as it read before: a label the two readings give alike keeps its
 # registration, one they give apart is dated by the amendment (`findings.amended_label`)
 BEFORE: dict[int, dict[str, Callable[..., Verdict]]] = {
     51: {
-        "effect": _against_zero,
-        "lower": _against_zero,
-        "worse": _worse_against_zero,
-        "best": lambda *diffs: best_rule(*diffs, margin=0.0),
-        "grows": _grows_as_registered,
-        "cost": _cost_as_registered,
+        "effect": _as_registered,
+        "lower": _as_registered,
+        "worse": partial(_as_registered, worse=True),
+        "best": partial(best_rule, margin=0.0),
+        "grows": partial(_as_registered, below=MARGIN),
+        "cost": partial(cost_rule, device=COST_DEVICE),  # a bench of any device: read as if on the claim's
     }
 }
 SIZE_BEFORE: dict[int, Callable[[Difference | None, float], str | None]] = {
@@ -406,21 +382,8 @@ for _a in PROTOCOL.amendments:  # every rule an amendment changes has its readin
         raise protocol.ProtocolError(f"rules.BEFORE lacks the amendment of {_a.date}'s rules before it: {missing}")
 
 
-BY_NAME: dict[str, Rule] = {
-    "effect": effect_rule,
-    "level": level_rule,
-    "best": best_rule,
-    "worse": worse_rule,
-    "equivalent": equivalence_rule,
-    "tail": tail_rule,
-    "forgets": forgets_rule,
-    "frozen": frozen_rule,
-    "grows": growth_rule,
-    "lower": lower_rule,
-    "control": control_rule,
-    "cost": cost_rule,
-    "mechanism": mechanism_rule,
-}
+# the protocol's rule names -> their functions, each as its prose states it (a name with no stated rule: a KeyError)
+BY_NAME: dict[str, Rule] = {name: STATED[name] for name in protocol.RULE_NAMES}
 
 
 def registered(kind: str, claim: str | None) -> tuple[str, Rule]:
@@ -428,7 +391,7 @@ def registered(kind: str, claim: str | None) -> tuple[str, Rule]:
     the claim (``by_claim``), for ``claim``: its name and its function. Every study takes its rule from here, so
     the rule a claim's row names is the rule applied; a :class:`protocol.ProtocolError` for a kind or a claim the
     protocol registers no rule for."""
-    entry = PROTOCOL.entry(kind)
+    entry = PROTOCOL.verdicts.get(kind)
     if entry is None:
         raise protocol.ProtocolError(f"configs/protocol.yaml registers no rule for the `{kind}` finding.")
     name = entry.rule_for(claim)

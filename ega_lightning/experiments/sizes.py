@@ -9,12 +9,7 @@ from typing import Any
 import yaml
 
 from ega_lightning.experiments import paper, records
-from ega_lightning.experiments.comparisons import RunData, device
-
-
-def _model_text(model: dict[str, Any]) -> str:
-    return f"{model.get('n_layer')}×{model.get('n_head')}×{model.get('n_embd')} T{model.get('block_size')}"
-
+from ega_lightning.experiments.comparisons import RunData, device, shape, shape_text
 
 # the config directories that set a run's size: a size, or a recipe that sets it with the rest (the author's phase 1)
 SIZE_DIRS = ("size", "recipe")
@@ -37,7 +32,7 @@ def sizes(runs: list[RunData]) -> dict[str, Any]:
     ran = [
         {
             "size": name,  # None: the runs of no size file
-            "model": sorted({_model_text(r.hparams) for r in rs}),
+            "model": sorted({shape_text(shape(r.hparams)) for r in rs}),
             "params": sorted({r.n_params for r in rs if r.n_params}),
             "steps": sorted({r.max_steps for r in rs if r.max_steps}),
             "runs": len(rs),
@@ -53,7 +48,12 @@ def sizes(runs: list[RunData]) -> dict[str, Any]:
         counted = records.count_parameters({**template, **model, "gate": "none", "gate_options": None})
         steps = (config.get("trainer") or {}).get("max_steps")
         not_run.append(
-            {"size": p.stem, "model": _model_text(model), "params": counted[0] if counted else None, "steps": steps}
+            {
+                "size": p.stem,
+                "model": shape_text(shape(model)),
+                "params": counted[0] if counted else None,
+                "steps": steps,
+            }
         )
     return {"ran": ran, "not_run": not_run, "devices": sorted({device(r.machine) for r in done})}
 

@@ -157,15 +157,6 @@ def std_of(d: Difference) -> float | None:
     return (d.high - d.low) / 2.0 * math.sqrt(d.n) / _quantile(d.level, d.df)
 
 
-def with_n(d: Difference, n: int) -> Difference:
-    """The interval ``d`` would have over ``n`` values with the same mean and std (a paired or mean interval)."""
-    sd = std_of(d)
-    if sd is None:
-        raise ValueError(f"with_n needs a paired or mean interval, got {d.method}.")
-    half = _quantile(d.level, n - 1) * sd / math.sqrt(n)
-    return Difference(d.estimate, d.estimate - half, d.estimate + half, n, float(n - 1), d.method, d.level)
-
-
 def simulated(
     intervals: Sequence[Difference | None], level: float, n: int, std_end: int = 0, draws: int = 4000
 ) -> list[tuple[Difference, ...]] | None:

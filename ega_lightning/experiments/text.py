@@ -31,6 +31,11 @@ def fmt_interval(d: Difference | None, signed: bool = True, scale: float = 1.0, 
     return f"{estimate} [{num(d.low * scale, digits, signed)}, {num(d.high * scale, digits, signed)}]"
 
 
+def interval_text(d: Difference | None, signed: bool = True) -> str:
+    """An interval as a sentence says it, with how it was made: ``+0.011 [+0.010, +0.012] (paired over 3 seeds)``."""
+    return f"{fmt_interval(d, signed=signed)} ({how(d)})"
+
+
 def interval_cell(d: Difference | None) -> str:
     """An interval as a table cell: one seed says so."""
     return fmt_interval(d) + (" (one seed)" if d is not None and d.low is None else "")

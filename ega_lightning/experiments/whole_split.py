@@ -20,6 +20,7 @@ from ega_lightning.errors import UserError
 
 T = TypeVar("T")
 DIRNAME = "author-whole-split"  # beside the records directory: results/author-whole-split/
+SEED_RUNNER = "python scripts/seed_runner.py SPEC --seeds N ..."  # what writes these evaluations, with its flag
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class WholeSplit:
 def load(directory: Path) -> list[WholeSplit]:
     """Every JSON in ``directory`` (none when it does not exist), in file order; a :class:`UserError` for one
     that is not what `scripts/seed_runner.py --whole_split` writes, or whose file name is not its run's."""
-    return load_each(directory, _whole_split, "a whole-split evaluation of the run its name gives", "--whole_split")
+    what = "a whole-split evaluation of the run its name gives"
+    return load_each(directory, _whole_split, what, f"{SEED_RUNNER} --whole_split")
 
 
 def _whole_split(path: Path, result: dict[str, Any]) -> WholeSplit:
@@ -47,17 +49,16 @@ def _whole_split(path: Path, result: dict[str, Any]) -> WholeSplit:
     return WholeSplit(str(result["run_name"]), int(result["step"]), loss, str(result.get("cpu") or "?"))
 
 
-def load_each(directory: Path, parse: Callable[[Path, dict[str, Any]], T], what: str, flag: str) -> list[T]:
-    """``parse`` of each JSON in ``directory`` (none when it does not exist), in file order: the evaluations
-    `scripts/seed_runner.py` writes with ``flag``. A :class:`UserError` names a file that is not ``what`` (a
-    ValueError, KeyError or TypeError of ``parse``), and the way out."""
+def load_each(directory: Path, parse: Callable[[Path, dict[str, Any]], T], what: str, writer: str) -> list[T]:
+    """``parse`` of each JSON in ``directory`` (none when it does not exist), in file order: what the command
+    ``writer`` writes. A :class:`UserError` names a file that is not ``what`` (a ValueError, KeyError or TypeError of
+    ``parse``), and the way out."""
     out: list[T] = []
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         try:
             out.append(parse(path, json.loads(path.read_text())))
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise UserError(
-                f"{path} is not {what} ({type(err).__name__}: {err}). "
-                f"Write it again with `python scripts/seed_runner.py SPEC --seeds N ... {flag}` or remove it."
+                f"{path} is not {what} ({type(err).__name__}: {err}). Write it again with `{writer}` or remove it."
             ) from None
     return out

@@ -2,8 +2,8 @@
 rule applied (the protocol's, `rules.registered`), its sentences and table cells, and where it has them its
 section, figures and key of results.json. :data:`STUDIES` lists them; :func:`run_studies` gathers every finding.
 
-- `main`: EGA-1 against its baseline in a head-to-head section (improvement, gap, where tau ends);
-  `long`: the best val loss beside the final one where runs overfit
+- `main`: EGA-1 against its baseline in a head-to-head section (improvement, gap, where tau ends, and the best val
+  loss beside the final one where runs overfit)
 - `ablation`: the paper's gates ranked, EGA-1 best, each paper row's own claim
 - `tau_init`, `frozen_tau`, `context`: where tau ends by initialisation, a tau never trained, the block size
 - `leak`: z over the whole window, as trained and evaluated causally

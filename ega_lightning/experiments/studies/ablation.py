@@ -14,7 +14,7 @@ from ega_lightning.experiments.findings import Finding, Where, code_of, judged, 
 from ega_lightning.experiments.rules import MARGIN
 from ega_lightning.experiments.stats import LEVEL, widen
 from ega_lightning.experiments.study import Study
-from ega_lightning.experiments.text import fmt_interval, how, num
+from ega_lightning.experiments.text import interval_text, num
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,9 +78,8 @@ class Pair(Finding):
     measures: ClassVar[tuple[str, ...]] = tuple(f"ablation:{row}" for row in paper.ABLATION)
 
     def measured(self) -> str:
-        d = self.interval
         claim = paper.CLAIM[self.claim or ""].text if self.claim in paper.CLAIM else self.subject
-        return f"{claim}: {self.against} − {self.subject} {fmt_interval(d)} ({how(d)}){self.verdict_text}."
+        return f"{claim}: {self.against} − {self.subject} {interval_text(self.interval)}{self.verdict_text}."
 
     def claim_subject(self) -> str:
         return f"{self.subject} vs {self.against}"
@@ -123,7 +122,5 @@ def _pair(table: Table, v: Variant, variants: list[Variant]) -> Finding:
     return judged(Pair, where, reads, claim=claim, family="ablation", code=code_of(v, ref))
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): the paper's gate ranking
-GROUPS = ("ablation",)
+GROUPS = ("ablation",)  # the spec groups whose tables it is handed: the paper's gate ranking
 STUDY = Study("ablation", groups=GROUPS, table_findings=lambda table, inputs: findings(table, list(inputs.variants)))

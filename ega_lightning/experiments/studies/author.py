@@ -21,8 +21,8 @@ from typing import Any, ClassVar
 import yaml
 
 from ega_lightning.experiments import paper, plots, whole_split
-from ega_lightning.experiments.comparisons import Variant
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged_once_complete, measured_with, pair
+from ega_lightning.experiments.comparisons import SHAPE_KEYS, Variant, shape, shape_text
+from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
 from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.stats import Difference, bonferroni_level, compare, summarize, widen
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
@@ -110,7 +110,7 @@ class Decomposition:
 
 
 @dataclass(frozen=True, kw_only=True)
-class AuthorGain(Finding):
+class AuthorGain(ReadOnce, Finding):
     """B − A or F − A: the author's EGA as published against the baseline of the same model and recipe."""
 
     kind: ClassVar[str] = "author_gain"
@@ -127,18 +127,6 @@ class AuthorGain(Finding):
     runs_in: int
     runs_planned: int
 
-    @property
-    def interim(self) -> bool:
-        return self.runs_in < self.runs_planned
-
-    def _state(self) -> str:
-        if not self.runs_in:
-            return f"not yet run (0 of {self.runs_planned} planned runs in)"
-        return (
-            f"not read yet: {self.runs_in} of {self.runs_planned} planned runs in (the protocol reads the family "
-            "once, when all are finished)"
-        )
-
     def _mark(self) -> str:
         return (
             "; **non-causal** (z over the whole window: a key's gate reads later characters)" if self.non_causal else ""
@@ -148,19 +136,16 @@ class AuthorGain(Finding):
         d = self.interval
         text = f"{self.key}, {self.what} ({self.subject} against {self.against}{self._mark()})"
         if d is None:
-            return f"{text}: {self._state()}."
+            return f"{text}: {self.state()}."
         text += f": {fmt_interval(d)} ({how(d)}; the author's estimate, 50 random batches)"
         text += f"; over the whole validation split {fmt_interval(self.whole)} (exploratory)" if self.whole else ""
-        return text + (f"; {self._state()}." if self.interim else f"{self.verdict_text}.")
+        return text + (f"; {self.state()}." if self.interim else f"{self.verdict_text}.")
 
     def claim_subject(self) -> str:
         return (
             f"EGA: {self.ega}. {self.key}, {self.what} ({self.subject} against {self.against}){self._mark()}; at the "
             f"author's phase-1 size {self.size}, not the paper's {paper.TABLE_SIZE}"
         )
-
-    def verdict_cell(self) -> str:
-        return f"**{self._state()}**" if self.interim else super().verdict_cell()
 
     def evidence(self) -> str:
         return f"[{TITLE}](#{anchor(TITLE)})"
@@ -185,21 +170,11 @@ def findings(d: Decomposition) -> list[Finding]:
         claim = PHASE1_CLAIM if s.x == "F" else f"improvement:{d.corpus}"
         cls = AuthorGain if s.kind == "author_gain" else AuthorStep
         reads = ((pair(x, y), s.diff),)
-        measured: dict[str, Any] = {
-            "key": s.key,
-            "what": s.what,
-            "ega": s.ega,
-            "non_causal": d.sides[s.x].non_causal or d.sides[s.y].non_causal,
-            "size": d.size,
-            "seeds": s.seeds,
-            "per_seed": s.per_seed,
-            "whole": s.whole,
-            "moved": s.moved,
-            "runs_in": d.runs_in,
-            "runs_planned": d.runs_planned,
-            "code": code_of(x, y),
-        }
-        out.append(judged_once_complete(cls, where, reads, claim=claim, complete=d.complete, family=GROUP, **measured))
+        # what the step measured, the study's size and counts, and whether a side reads later characters
+        measured = {k: getattr(s, k) for k in ("key", "what", "ega", "seeds", "per_seed", "whole", "moved")}
+        measured |= {"size": d.size, "runs_in": d.runs_in, "runs_planned": d.runs_planned, "code": code_of(x, y)}
+        measured["non_causal"] = d.sides[s.x].non_causal or d.sides[s.y].non_causal
+        out.append(cls.read_once(where, reads, claim=claim, complete=d.complete, family=GROUP, **measured))
     return out
 
 
@@ -217,19 +192,17 @@ def _planned_size(v: Variant) -> str:
             continue
         model |= config.get("model") or {}
         trainer |= config.get("trainer") or {}
-    if not {"n_layer", "n_head", "n_embd", "block_size"} <= set(model) or "max_steps" not in trainer:
+    if not set(SHAPE_KEYS) <= set(model) or "max_steps" not in trainer:
         return "?"
-    m = model
-    return f"{m['n_layer']}×{m['n_head']}×{m['n_embd']} T{m['block_size']}, {trainer['max_steps']:,} steps"
+    return f"{shape_text(shape(model))}, {trainer['max_steps']:,} steps"
 
 
 def _size(variants: Sequence[Variant]) -> str:
     done = [r for v in variants for r in v.done]
     if not done:
         return _planned_size(variants[0]) if variants else "?"
-    h = done[0].hparams
     steps = "/".join(f"{n:,}" for n in sorted({r.max_steps for r in done if r.max_steps}))
-    return f"{h.get('n_layer')}×{h.get('n_head')}×{h.get('n_embd')} T{h.get('block_size')}, {steps} steps"
+    return f"{shape_text(shape(done[0].hparams))}, {steps} steps"
 
 
 def _paired(sides: Mapping[str, Side], x: str, y: str, seeds: Sequence[int], whole: bool = False) -> dict[int, float]:
@@ -254,14 +227,10 @@ def decomposition(inputs: ReportInputs, corpus: str) -> Decomposition | None:
         v = variants[letter]
         options = v.options if v.done else (v.runs[0].gate_options or {})
         runs = {r.run.seed: r.run.run_name for r in v.done}
+        over_whole = {seed: whole[name] for seed, name in runs.items() if name in whole}
+        non_causal = options.get("znorm") == "window"
         sides[letter] = Side(
-            letter,
-            label,
-            what,
-            options.get("znorm") == "window",
-            v.by_seed("final_val_loss"),
-            {seed: whole[name] for seed, name in runs.items() if name in whole},
-            list(runs.values()),
+            letter, label, what, non_causal, v.by_seed("final_val_loss"), over_whole, list(runs.values())
         )
     shared = sorted(set.intersection(*(set(sides[x].estimate) for x in TELESCOPING)))
     level = bonferroni_level(len(STEPS), PROTOCOL.level)  # the family's k: each comparison of `STEPS` once
@@ -270,22 +239,10 @@ def decomposition(inputs: ReportInputs, corpus: str) -> Decomposition | None:
         seeds = shared if x in TELESCOPING else sorted(set(sides[x].estimate) & set(sides[y].estimate))
         per_seed = _paired(sides, x, y, seeds)
         over_whole = _paired(sides, x, y, seeds, whole=True)
-        moved = {s: per_seed[s] - over_whole[s] for s in over_whole}
+        moved = _interval({s: per_seed[s] - over_whole[s] for s in over_whole})
         diff = _interval(per_seed)
         steps.append(
-            Step(
-                x,
-                y,
-                kind,
-                what,
-                ega,
-                seeds,
-                per_seed,
-                diff,
-                widen(diff, level),
-                _interval(over_whole),
-                _interval(moved),
-            )
+            Step(x, y, kind, what, ega, seeds, per_seed, diff, widen(diff, level), _interval(over_whole), moved)
         )
     planned = PROTOCOL.families[GROUP].planned_seeds if GROUP in PROTOCOL.families else {}
     runs_in = sum(min(len(variants[x].done), planned.get(label, 0)) for x, (label, _) in VARIANTS.items())
@@ -445,10 +402,7 @@ def as_json(inputs: ReportInputs, data: list[Decomposition]) -> list[dict[str, A
     """results.json's ``author``: each corpus's sides and steps, per seed and as intervals."""
     return [
         {
-            "corpus": d.corpus,
-            "size": d.size,
-            "runs_in": d.runs_in,
-            "runs_planned": d.runs_planned,
+            **{k: getattr(d, k) for k in ("corpus", "size", "runs_in", "runs_planned")},
             "variants": {x: replace(s, runs=sorted(s.runs)) for x, s in d.sides.items()},
             "steps": [{"key": s.key, **vars(s)} for s in d.steps],
         }
@@ -456,16 +410,12 @@ def as_json(inputs: ReportInputs, data: list[Decomposition]) -> list[dict[str, A
     ]
 
 
-def _findings(inputs: ReportInputs, data: list[Decomposition], read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
-    return [f for d in data for f in findings(d)]
-
-
 # it reads the variants of the spec group `author` (`ReportInputs.variants`), not its tables, and the leak study's
 # findings from the report's (its section sets B − C beside them)
 STUDY = Study(
     "author",
     measure=measure,
-    findings=_findings,
+    findings=lambda inputs, data, read: [f for d in data for f in findings(d)],
     section=section,
     figures=figures,
     json=as_json,

@@ -12,7 +12,7 @@ from ega_lightning.experiments.findings import Finding, Where, code_of, judged, 
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference, compare
 from ega_lightning.experiments.study import Study
-from ega_lightning.experiments.text import fmt_interval, how
+from ega_lightning.experiments.text import fmt_interval, how, interval_text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,7 +26,6 @@ class Context(Finding):
     monotone: bool | None = None  # Δ grows with every longer block
 
     def measured(self) -> str:
-        d = self.interval
         if self.ours is None:
             return "EGA-1 by block size: no seed ran every block size, so no like-for-like comparison."
         parts = "; ".join(f"T{block} {fmt_interval(diff)}" for block, diff in self.by_block or [])
@@ -34,7 +33,7 @@ class Context(Finding):
         return (
             f"Δ by block size ({on}, which every block size ran): {parts}; "
             f"{'grows with every longer block' if self.monotone else 'not monotone'}. "
-            f"Longest − shortest block: {fmt_interval(d)} ({how(d)}); the advantage grows with context"
+            f"Longest − shortest block: {interval_text(self.interval)}; the advantage grows with context"
             f"{self.verdict_text}."
         )
 
@@ -71,7 +70,5 @@ def findings(table: Table) -> list[Finding]:
     return [judged(Context, where, reads, claim="context", family="context", **measured)]
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): EGA-1 and the baseline at several block sizes
-GROUPS = ("context",)
+GROUPS = ("context",)  # the spec groups whose tables it is handed: EGA-1 and the baseline at several block sizes
 STUDY = Study("context", groups=GROUPS, table_findings=lambda table, inputs: findings(table))

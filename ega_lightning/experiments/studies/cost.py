@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments.findings import Code, Finding, amendment_of, plain_label
+from ega_lightning.experiments.findings import Code, Finding, Where, amendment_of, plain_label
 from ega_lightning.experiments.rules import BEFORE, COST_DEVICE, MIN_REPETITIONS, Verdict, registered
 from ega_lightning.experiments.stats import Summary, median_interval
-from ega_lightning.experiments.study import Bench, ReportInputs, Study
+from ega_lightning.experiments.study import Bench, Study
 from ega_lightning.experiments.text import num
 
 NO_BENCH = "docs/cost.md"  # the evidence where no `ega bench` result was found
@@ -143,18 +142,15 @@ def timed_gates(found: list[Bench], shape: dict[str, Any], batch_size: Any) -> d
 def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
     """The paper's cost claim against `ega bench`'s first size that times EGA-1 (rules.cost_rule): the median of
     the per-repetition ratios EGA-1 / baseline and its distribution-free interval, from one bench run."""
-    row = None
-    size = None
-    for entry in (bench or {}).get("sizes", []):
-        if "linear" in entry.get("rows", {}):
-            row, size = entry["rows"]["linear"], entry.get("size")
-            break
+    result = bench or {}
+    entry = next((e for e in result.get("sizes", []) if "linear" in e.get("rows", {})), None)
+    row, size = (entry["rows"]["linear"], entry.get("size")) if entry is not None else (None, None)
     q1, q3 = (row or {}).get("time_ratio_q1_q3") or (None, None)
     repetitions = int((row or {}).get("repeats") or 0)
     ratios = [float(r) for r in (row or {}).get("time_ratios") or []]
     ci = median_interval(ratios) if len(ratios) >= 2 else None
-    device = bench_device(bench or {}, source)
-    device_name = ((bench or {}).get("environment") or {}).get("device_name")
+    device = bench_device(result, source)
+    device_name = (result.get("environment") or {}).get("device_name")
     _, cost_rule = registered(Cost.kind, "cost")
     verdict = cost_rule(*(ci or (None, None)), repetitions, device) if row is not None else Verdict.NO_DATA
     if row is not None and ci is None:
@@ -174,11 +170,7 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
         if before is not verdict:
             amended = {"amended_from": plain_label(before), "amended_by": amendment.issue}
     return Cost(
-        section="cost",
-        corpus="",
-        regime=f"`ega bench`, {size} size",
-        subject="EGA-1",
-        against="baseline",
+        **Where("cost", "", f"`ega bench`, {size} size", "EGA-1", "baseline")._asdict(),
         ours=ours,
         verdict=verdict,
         claim="cost",
@@ -221,8 +213,4 @@ def bench_date(bench: dict[str, Any] | None) -> datetime | None:
         return None
 
 
-def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
-    return [cost_finding(*inputs.bench)]
-
-
-STUDY = Study("cost", findings=_findings)
+STUDY = Study("cost", findings=lambda inputs, data, read: [cost_finding(*inputs.bench)])

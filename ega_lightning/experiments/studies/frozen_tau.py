@@ -9,7 +9,7 @@ from typing import ClassVar
 from ega_lightning.experiments.comparisons import Table, Variant, difference, learned, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.study import Study
-from ega_lightning.experiments.text import fmt_interval, how, num
+from ega_lightning.experiments.text import interval_text, num
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,10 +24,9 @@ class FrozenTau(Finding):
     learned_tau: float | None  # where the learned tau ended
 
     def measured(self) -> str:
-        d = self.interval
         return (
             f"{self.subject} (tau held at its tau_init {self.tau_init}, never trained) vs {self.against}: "
-            f"learned − frozen {fmt_interval(d)} ({how(d)}); final val loss {num(self.frozen_loss)} frozen, "
+            f"learned − frozen {interval_text(self.interval)}; final val loss {num(self.frozen_loss)} frozen, "
             f"{num(self.learned_loss)} learned, whose tau ended at {num(self.learned_tau)}{self.verdict_text}."
         )
 
@@ -56,7 +55,5 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
     return out
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): a tau never trained
-GROUPS = ("frozen_tau",)
+GROUPS = ("frozen_tau",)  # the spec groups whose tables it is handed: a tau never trained
 STUDY = Study("frozen_tau", groups=GROUPS, table_findings=lambda table, inputs: findings(table, list(inputs.variants)))

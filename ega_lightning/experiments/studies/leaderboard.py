@@ -6,7 +6,7 @@ paper's gain here (rules.control_rule), with the smallest difference the protoco
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -17,7 +17,7 @@ from ega_lightning.experiments.findings import Finding, Where, code_of, judged, 
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
 from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
-from ega_lightning.experiments.text import fmt_interval, how, interval_cell, num
+from ega_lightning.experiments.text import fmt_interval, how, interval_cell, interval_text, num
 
 LEADERBOARD = "leaderboard"  # the report section of the leaderboard and its positive control
 LEADERBOARD_CORPUS = "tinyshakespeare"
@@ -56,26 +56,17 @@ def pooled(v: Variant, variants: list[Variant]) -> Variant:
     return Variant("leaderboard", v.corpus, v.label, list(runs.values()))
 
 
-def bench_shape(baseline: Variant) -> tuple[dict[str, Any], Any]:
-    """The model shape and batch size of the baseline's runs, as `ega bench` names a size's."""
-    return {k: baseline.hp(k) for k in SIZE_KEYS}, baseline.hp("batch_size")
-
-
-def leaderboard(
-    variants: list[Variant],
-    found: Sequence[Bench] = (),
-    corpus: str = LEADERBOARD_CORPUS,
-    groups: tuple[str, ...] = LEADERBOARD_GROUPS,
-) -> Board:
-    """The pooled baseline and one entry per gate configuration of ``groups`` on ``corpus``, largest
+def leaderboard(variants: list[Variant], found: Sequence[Bench] = ()) -> Board:
+    """The pooled baseline and one entry per gate configuration of `LEADERBOARD_GROUPS` on its corpus, largest
     baseline − gate first (gates without a difference last, in spec order). A finished gate trained in
     another setup than the baseline (model, data, steps) is left out: it measures something else. Step
     times come from the `ega bench` results ``found`` at the baseline's shape, not from the runs: the sweep's
     runs share the machine, so their throughput measures the machine's load as much as the gate."""
-    listed = [v for v in variants if v.group in groups and v.corpus == corpus and v.gated]
+    listed = [v for v in variants if v.group in LEADERBOARD_GROUPS and v.corpus == LEADERBOARD_CORPUS and v.gated]
     first = next((r for v in listed if (r := reference(v, variants)) is not None), None)
     baseline = pooled(first, variants) if first is not None else None
-    timed = timed_gates(list(found), *bench_shape(baseline)) if baseline is not None else {}
+    shape = {k: baseline.hp(k) for k in SIZE_KEYS} if baseline else {}  # `ega bench` names a size by shape and batch
+    timed = timed_gates(list(found), shape, baseline.hp("batch_size")) if baseline else {}
     entries: dict[str, Entry] = {}
     for v in listed:
         if v.label in entries or (v.done and baseline is not None and reference(v, [baseline]) is None):
@@ -148,8 +139,7 @@ class Control(Finding):
         return f"resolves {nominal} (95%, pooled paired std {num(self.pooled_std, 4)}){at_family}"
 
     def measured(self) -> str:
-        d = self.interval
-        best = f"the best, {self.best}: {fmt_interval(d)} ({how(d)})" if self.best else "no gate finished"
+        best = f"the best, {self.best}: {interval_text(self.interval)}" if self.best else "no gate finished"
         return (
             f"Positive control over the {self.gates} gates of the leaderboard ({self.finished} with finished runs), "
             f"threshold {self.threshold:+.4f}: {best}; {self.resolution_text()}{self.verdict_text}."
@@ -296,19 +286,11 @@ def as_json(inputs: ReportInputs, board: Board) -> dict[str, Any] | None:
     }
 
 
-def _measure(inputs: ReportInputs) -> Board:
-    return leaderboard(list(inputs.variants), inputs.benches, groups=STUDY.groups or ())
-
-
-def _findings(inputs: ReportInputs, board: Board, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
-    return control_finding(*board)
-
-
 STUDY = Study(
     "leaderboard",
     groups=LEADERBOARD_GROUPS,
-    measure=_measure,
-    findings=_findings,
+    measure=lambda inputs: leaderboard(list(inputs.variants), inputs.benches),
+    findings=lambda inputs, board, read: control_finding(*board),
     section=leaderboard_section,
     section_first=True,
     figures=board_figure,

@@ -15,7 +15,7 @@ from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, Where, code
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.stats import Difference, compare
 from ega_lightning.experiments.study import Study
-from ega_lightning.experiments.text import fmt_interval, how, num
+from ega_lightning.experiments.text import interval_text, num
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,14 +28,13 @@ class Leak(Finding):
     causal_subject: str | None
 
     def measured(self) -> str:
-        d = self.interval
         text = (
             f"Leak audit: {self.subject} (z from the whole window's mean and variance, so each key's gate reads "
-            f"later characters) vs {self.against}, as trained: Δ {fmt_interval(d)} ({how(d)}); paper "
+            f"later characters) vs {self.against}, as trained: Δ {interval_text(self.interval)}; paper "
             f"{num(self.paper, 3, True)}"
         )
         if self.causal is not None:
-            text += f"; causal {self.causal_subject}: Δ {fmt_interval(self.causal)} ({how(self.causal)})"
+            text += f"; causal {self.causal_subject}: Δ {interval_text(self.causal)}"
         return text + self.verdict_text + "."
 
     def claim_subject(self) -> str:
@@ -49,10 +48,9 @@ class LeakIncrement(Finding):
     kind: ClassVar[str] = "leak_increment"
 
     def measured(self) -> str:
-        d = self.interval
         return (
             f"The leak's own increment, {self.subject} against causal {self.against} (Δ as trained − causal Δ, "
-            f"per seed): {fmt_interval(d)} ({how(d)})."
+            f"per seed): {interval_text(self.interval)}."
         )
 
 
@@ -79,7 +77,7 @@ class LeakCausal(Finding):
             f"{self.subject}'s final checkpoints (trained with z over the whole window) evaluated with the causal "
             f"prefix z (`ega landscape --eval_znorm prefix`, whole validation split, "
             f"seed{'s' if len(self.seeds) > 1 else ''} {', '.join(map(str, self.seeds))}) vs {self.against}: "
-            f"Δ {fmt_interval(d)} ({how(d)}). A train/test mismatch, not a measure of EGA"
+            f"Δ {interval_text(d)}. A train/test mismatch, not a measure of EGA"
         )
         if self.above_causal is not None and self.above_trained is not None and self.normal_tail is not None:
             text += (
@@ -149,9 +147,7 @@ def _causal_evaluation(where: Where, v: Variant, base: Variant, evaluations: Seq
     )
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): z over the whole window
-GROUPS = ("leak",)
+GROUPS = ("leak",)  # the spec groups whose tables it is handed: z over the whole window
 STUDY = Study(
     "leak",
     groups=GROUPS,

@@ -1,6 +1,7 @@
 """The head-to-head study: EGA-1 against its baseline in a section of its own (main on each corpus, and long
 at another budget): the paper's improvement, its narrower generalization gap, where tau ends and the share
-of keys above it."""
+of keys above it. Where a run trained long enough to overfit (configs/sweeps/long.yaml), the final val loss
+measures overfitting as well, so the best val loss is given beside it."""
 
 from __future__ import annotations
 
@@ -12,9 +13,8 @@ from ega_lightning.experiments.comparisons import Row, Table, Variant
 from ega_lightning.experiments.findings import Code, Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.rules import LEVEL_WIDTH, Verdict
 from ega_lightning.experiments.stats import mean_interval
-from ega_lightning.experiments.studies import long
 from ega_lightning.experiments.study import ReportInputs, Study
-from ega_lightning.experiments.text import fmt_interval, how, num
+from ega_lightning.experiments.text import fmt_interval, how, interval_text, num
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,7 +30,7 @@ class Improvement(Finding):
         d = self.interval
         text = (
             f"{self.subject} vs {self.against}: final val loss {num(self.loss)} vs {num(self.baseline_loss)}, "
-            f"Δ {fmt_interval(d)} ({how(d)})"
+            f"Δ {interval_text(d)}"
         )
         if self.paper is not None and d is not None:
             text += f"; paper {self.paper:+.3f}, of which this is {100 * d.estimate / self.paper:.0f}%"
@@ -48,7 +48,6 @@ class Gap(Finding):
     paper_regime: bool | None  # the baseline's gap passes the paper's overfitting line (None: not logged)
 
     def measured(self) -> str:
-        d = self.interval
         overfits = self.paper_regime
         where = (
             "no baseline gap logged"
@@ -58,7 +57,7 @@ class Gap(Finding):
             + f" {paper.OVERFIT_GAP}: {'' if overfits else 'not '}the paper's overfitting regime"
         )
         return (
-            f"Generalization gap (val − train loss), baseline − EGA-1: {fmt_interval(d)} ({how(d)}); paper "
+            f"Generalization gap (val − train loss), baseline − EGA-1: {interval_text(self.interval)}; paper "
             f"{paper.GAP['none']} − {paper.GAP['linear']} = {paper.GAP_REDUCTION:+.3f}; {where}{self.verdict_text}."
         )
 
@@ -84,9 +83,8 @@ class Tau(Finding):
     tracked: int  # seeds with a TauTracker verdict
 
     def measured(self) -> str:
-        d = self.interval
         extra = f"; TauTracker saw it settle in {self.settled} of {self.tracked} seeds" if self.tracked else ""
-        ours = f"{fmt_interval(d, signed=False)} ({how(d)})"
+        ours = interval_text(self.interval, signed=False)
         return f"Final tau of {self.subject}: {ours}; paper ≈ {paper.TAU}{extra}{self.verdict_text}."
 
 
@@ -104,6 +102,19 @@ class FracAboveTau(Finding):
         return (
             f"Validation keys above tau: {fmt_interval(d, signed=False, scale=100, digits=1)}% ({how(d)}); "
             f"paper {100 * paper.FRAC_ABOVE_TAU:.0f}%{self.verdict_text}."
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BestValLoss(Finding):
+    """EGA-1 − baseline on each run's lowest val loss; no verdict reads it."""
+
+    kind: ClassVar[str] = "best_val_loss"
+
+    def measured(self) -> str:
+        return (
+            f"Best val loss (each run's lowest; the val loss rose after it in some runs), {self.subject} vs "
+            f"{self.against}: Δ {interval_text(self.interval)}."
         )
 
 
@@ -133,7 +144,17 @@ def findings(table: Table, row: Row) -> list[Finding]:
         ]
     else:
         out = [Improvement(**where._asdict(), ours=d, code=code, **means)]
-    return out + long.best_val_loss(where, row) + _gap(where, row, code) + _levels(where, v)
+    return out + _best_val_loss(where, row) + _gap(where, row, code) + _levels(where, v)
+
+
+def _best_val_loss(where: Where, row: Row) -> list[Finding]:
+    """The best val loss beside the final one, where some run of the head-to-head rose past its best."""
+    assert row.baseline is not None
+    best = row.diffs["best_val_loss"]
+    compared = [*row.variant.done, *row.baseline.done]
+    if best is None or not any(r.metrics["best_val_loss"] < r.metrics["final_val_loss"] for r in compared):
+        return []
+    return [BestValLoss(**where._asdict(), ours=best)]
 
 
 def _gap(where: Where, row: Row, code: Code) -> list[Finding]:
@@ -157,23 +178,17 @@ def _gap(where: Where, row: Row, code: Code) -> list[Finding]:
 
 def _levels(where: Where, v: Variant) -> list[Finding]:
     """Where tau ends and the share of keys above it, each against the paper's level (rules.level_rule)."""
-    out: list[Finding] = []
     own = where._replace(subject=name(v), against=None)
-    values = list(v.by_seed("final_tau_mean").values())
-    if values:
-        level = {"figure": paper.TAU, "width": LEVEL_WIDTH["tau"]}
-        tracked = [r.metrics["tau_converged"] for r in v.done if r.metrics.get("tau_converged") is not None]
-        reads = [(f"tau: {v.group}/{v.label}", mean_interval(values))]
-        settled = {"settled": sum(tracked), "tracked": len(tracked)}
-        out.append(judged(Tau, own, reads, rule_args=level, paper=paper.TAU, claim="tau", code=code_of(v), **settled))
-    values = list(v.by_seed("final_frac_above_tau").values())
-    if values:
-        figure = paper.FRAC_ABOVE_TAU
-        level = {"figure": figure, "width": LEVEL_WIDTH["frac_above_tau"]}
-        reads = [(f"frac_above_tau: {v.group}/{v.label}", mean_interval(values))]
-        out.append(
-            judged(FracAboveTau, own, reads, rule_args=level, paper=figure, claim="frac_above_tau", code=code_of(v))
-        )
+    tracked = [r.metrics["tau_converged"] for r in v.done if r.metrics.get("tau_converged") is not None]
+    out: list[Finding] = []
+    for cls, metric, claim, figure, extra in (
+        (Tau, "final_tau_mean", "tau", paper.TAU, {"settled": sum(tracked), "tracked": len(tracked)}),
+        (FracAboveTau, "final_frac_above_tau", "frac_above_tau", paper.FRAC_ABOVE_TAU, {}),
+    ):
+        if values := list(v.by_seed(metric).values()):
+            level = {"figure": figure, "width": LEVEL_WIDTH[claim]}
+            reads = [(f"{claim}: {v.group}/{v.label}", mean_interval(values))]
+            out.append(judged(cls, own, reads, rule_args=level, paper=figure, claim=claim, code=code_of(v), **extra))
     return out
 
 
@@ -196,7 +211,5 @@ def table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return out
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): the head-to-head sections, EGA-1 and its baseline in one group
-GROUPS = ("main", "long")
+GROUPS = ("main", "long")  # the spec groups whose tables it is handed: head-to-heads, EGA-1 and its baseline
 STUDY = Study("main", groups=GROUPS, table_findings=table_findings)

@@ -10,7 +10,7 @@ from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
 from ega_lightning.experiments.study import Study
-from ega_lightning.experiments.text import fmt_interval, how
+from ega_lightning.experiments.text import interval_text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,7 +23,7 @@ class Peer(Finding):
 
     def measured(self) -> str:
         d = self.interval
-        measured = f"baseline − gate {fmt_interval(d)} ({how(d)})" if d is not None else "no finished run yet"
+        measured = f"baseline − gate {interval_text(d)}" if d is not None else "no finished run yet"
         claim = f"its own claim, a {paper.PEER_CLAIM}"
         return f"{self.subject} ({self.source}) vs {self.against}: {measured}; {claim}{self.verdict_text}."
 
@@ -48,7 +48,5 @@ def findings(table: Table) -> list[Finding]:
     return out
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): other papers' gates, on each corpus
-GROUPS = ("peers", "peers-ptb")
+GROUPS = ("peers", "peers-ptb")  # the spec groups whose tables it is handed: other papers' gates, on each corpus
 STUDY = Study("peers", groups=GROUPS, table_findings=lambda table, inputs: findings(table))

@@ -57,7 +57,5 @@ def findings(table: Table, variants: list[Variant]) -> list[Finding]:
     return out
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): the runs repeated for the checkpoints `ega landscape` evaluates
-GROUPS = ("landscape",)
+GROUPS = ("landscape",)  # the spec groups whose tables it is handed: runs repeated for `ega landscape`
 STUDY = Study("reruns", groups=GROUPS, table_findings=lambda table, inputs: findings(table, list(inputs.variants)))

@@ -11,7 +11,7 @@ planned run (and evaluation) is in; before that each finding gives its intervals
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -19,12 +19,12 @@ import numpy as np
 
 from ega_lightning.experiments import plots
 from ega_lightning.experiments.comparisons import Variant, difference
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged_once_complete, measured_with, pair
+from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
 from ega_lightning.experiments.paper import Claim
 from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.stats import compare
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
-from ega_lightning.experiments.text import fmt_interval, how
+from ega_lightning.experiments.text import interval_text
 
 TITLE = "Every design on the RoPE baseline, and beyond its training block"
 GROUP = "rope"  # the spec group (configs/sweeps/rope.yaml) and the protocol's family of the gains
@@ -71,44 +71,26 @@ class Measured:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RopeGain(Finding):
+class RopeGain(ReadOnce, Finding):
     """The RoPE baseline − a design, on the final val loss: its claim of a lower loss than the modern baseline."""
 
     kind: ClassVar[str] = "rope_gain"
     measures: ClassVar[tuple[str, ...]] = tuple(f"rope:{label}" for label in DESIGNS)
     runs_in: int  # of what the family reads: runs (`rope`), evaluations beyond the block (`beyond`)
     runs_planned: int
-    counted: ClassVar[str] = "planned runs"
-
-    @property
-    def interim(self) -> bool:
-        return self.runs_in < self.runs_planned
-
-    def state(self) -> str:
-        if not self.runs_in:
-            return f"not yet run (0 of {self.runs_planned} {self.counted} in)"
-        return (
-            f"not read yet: {self.runs_in} of {self.runs_planned} {self.counted} in (the protocol reads the family "
-            "once, when all are finished)"
-        )
 
     def what(self) -> str:
         return "the RoPE baseline − the design"
 
     def measured(self) -> str:
         d = self.interval
-        text = f"{self.subject} against {self.against}, {self.what()}"
+        text = f"{self.subject}{f' against {self.against}' if self.against else ''}, {self.what()}"
         if d is None:
             return f"{text}: {self.state()}."
-        return f"{text}: {fmt_interval(d)} ({how(d)})" + (
-            f"; {self.state()}." if self.interim else f"{self.verdict_text}."
-        )
+        return f"{text}: {interval_text(d)}" + (f"; {self.state()}." if self.interim else f"{self.verdict_text}.")
 
     def claim_subject(self) -> str:
         return f"{self.subject} against {self.against}"
-
-    def verdict_cell(self) -> str:
-        return f"**{self.state()}**" if self.interim else super().verdict_cell()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,9 +106,6 @@ class Beyond(RopeGain):
 
     def what(self) -> str:
         return f"loss on windows of {self.block_size} − on windows of {self.eval_block_size}"
-
-    def measured(self) -> str:
-        return super().measured().replace(" against None", "")
 
     def claim_subject(self) -> str:
         return f"{self.subject} on windows of {self.eval_block_size}, its block {self.block_size}"
@@ -146,7 +125,7 @@ def measure(inputs: ReportInputs) -> Measured | None:
             found = {s: evaluated[(name, length)] for s, name in runs.items() if (name, length) in evaluated}
             beyond[(label, length)] = {s: e.loss for s, e in found.items()}
             by_position[(label, length)] = {s: e.by_position for s, e in found.items()}
-    planned = _planned(GROUP)
+    planned = dict(PROTOCOL.families[GROUP].planned_seeds) if GROUP in PROTOCOL.families else {}
     runs_in = sum(min(len(v.done), planned.get(_entry(v), 0)) for v in variants.values())
     evaluations_in = sum(
         min(len(seeds), planned.get(_entry(variants[label]), 0)) for (label, _), seeds in beyond.items()
@@ -162,25 +141,17 @@ def findings(data: Measured) -> list[Finding]:
     # the protocol's reference, by its label: `comparisons.reference` pairs a gate with the baseline of its own setup,
     # position encoding included, while this study asks whether a design (its position signal part of it) beats the
     # modern baseline, so FoX and ALiBi without positions are set against a RoPE model on purpose
-    reference = data.variants.get(REFERENCE)
+    reference, against = data.variants.get(REFERENCE), f"{NAMES[REFERENCE]} `{REFERENCE}`"
     for label in DESIGNS:
         v = data.variants.get(label)
         if v is None:
             continue
-        where = Where(
-            GROUP,
-            v.corpus,
-            measured_with(v, reference),
-            f"{DESIGNS[label]} `{label}`",
-            f"{NAMES[REFERENCE]} `{REFERENCE}`",
-        )
+        where = Where(GROUP, v.corpus, measured_with(v, reference), f"{DESIGNS[label]} `{label}`", against)
         diff = difference(reference, v, "final_val_loss")
         read = ((pair(reference or REFERENCE, v), diff),)
         counts = {"runs_in": data.runs_in, "runs_planned": data.runs_planned, "code": code_of(reference, v)}
         out.append(
-            judged_once_complete(
-                RopeGain, where, read, claim=f"rope:{label}", complete=data.complete, family=GROUP, **counts
-            )
+            RopeGain.read_once(where, read, claim=f"rope:{label}", complete=data.complete, family=GROUP, **counts)
         )
     for label, v in data.variants.items():
         block = _block(v)
@@ -190,17 +161,10 @@ def findings(data: Measured) -> list[Finding]:
             diff = compare(own, longer) if own and longer else None
             where = Where(GROUP, v.corpus, measured_with(v), f"{NAMES[label]} `{label}`", None)
             read = ((f"{label} T{block} − T{factor * block}", diff),)
-            counts = {
-                "runs_in": data.evaluations_in,
-                "runs_planned": data.evaluations_planned,
-                "code": code_of(v),
-                "block_size": block,
-                "eval_block_size": factor * block,
-            }
+            counts = {"runs_in": data.evaluations_in, "runs_planned": data.evaluations_planned, "code": code_of(v)}
+            counts |= {"block_size": block, "eval_block_size": factor * block}
             out.append(
-                judged_once_complete(
-                    Beyond, where, read, claim=f"beyond:{label}", complete=data.complete, family=BEYOND, **counts
-                )
+                Beyond.read_once(where, read, claim=f"beyond:{label}", complete=data.complete, family=BEYOND, **counts)
             )
     return out
 
@@ -212,14 +176,6 @@ def _block(v: Variant) -> int:
 
 def _entry(v: Variant) -> str:
     return v.runs[0].run.entry if v.runs else ""
-
-
-def _planned(family: str) -> dict[str, int]:
-    return dict(PROTOCOL.families[family].planned_seeds) if family in PROTOCOL.families else {}
-
-
-def _findings(inputs: ReportInputs, data: Measured | None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
-    return findings(data) if data is not None else []
 
 
 # ----------------------------------------------------------------------------- its section and figures
@@ -275,4 +231,11 @@ def section(inputs: ReportInputs, data: Measured | None, found: Sequence[Finding
 
 # it reads the variants of the spec group `rope` (`ReportInputs.variants`), not its tables: the study names its
 # reference, so no table's baseline enters
-STUDY = Study("rope", claims=CLAIMS, measure=measure, findings=_findings, section=section, figures=figures)
+STUDY = Study(
+    "rope",
+    claims=CLAIMS,
+    measure=measure,
+    findings=lambda inputs, data, read: findings(data) if data is not None else [],
+    section=section,
+    figures=figures,
+)

@@ -14,7 +14,7 @@ from ega_lightning.experiments.comparisons import Table, Variant, difference, re
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name
 from ega_lightning.experiments.stats import Difference, Summary, mean_interval, summarize
 from ega_lightning.experiments.study import Study
-from ega_lightning.experiments.text import fmt_interval, fmt_summary, how
+from ega_lightning.experiments.text import fmt_summary, interval_text
 
 DEFAULT_TAU_INIT = 0.0  # CharLM's default: the learned-tau EGA-1 every other initialisation is paired with
 
@@ -59,7 +59,7 @@ class TauInit(Finding):
                 ratio = self.loss_span / (s.std or math.nan)
                 text += f", {ratio:.1f}× the seed-to-seed std of tau_init {init} ({s.std:.3f} over {s.n} seeds)"
         if self.paired:
-            pairs = "; ".join(f"tau_init {init} {fmt_interval(d)} ({how(d)})" for init, d in self.paired)
+            pairs = "; ".join(f"tau_init {init} {interval_text(d)}" for init, d in self.paired)
             text += f". Paired by seed with tau_init {self.reference}, its loss − each: {pairs}"
         return text
 
@@ -69,7 +69,7 @@ class TauInit(Finding):
             return ""
         slopes = ", ".join(f"seed {s} {v:.3f}" for s, v in self.slopes.items())
         return (
-            f". Slope of final tau on tau_init, per seed ({slopes}): {fmt_interval(d, signed=False)} ({how(d)}); "
+            f". Slope of final tau on tau_init, per seed ({slopes}): {interval_text(d, signed=False)}; "
             f"tau converges regardless of its initialisation{self.verdict_text}"
         )
 
@@ -99,22 +99,12 @@ def findings(table: Table) -> list[Finding]:
         if all(s in v.by_seed("final_tau_mean") for v in gated)
     }
     measured = {**_by_initialisation(gated, seeds), "init_span": max(inits) - min(inits), "slopes": slopes}
+    measured |= {"paper": paper.TAU, "code": code_of(*gated)}
     where = Where(table.group, table.corpus, measured_with(gated[0], *gated), "EGA-1", None)
     if not all(v.as_in_paper for v in gated) or not slopes:  # a frozen tau cannot forget anything
-        return [TauInit(**where._asdict(), paper=paper.TAU, code=code_of(*gated), **measured)]
+        return [TauInit(**where._asdict(), **measured)]
     reads = [(f"tau_init slope: {table.group}", mean_interval(list(slopes.values())))]
-    return [
-        judged(
-            TauInit,
-            where,
-            reads,
-            paper=paper.TAU,
-            claim="tau_init",
-            family="tau_init",
-            code=code_of(*gated),
-            **measured,
-        )
-    ]
+    return [judged(TauInit, where, reads, claim="tau_init", family="tau_init", **measured)]
 
 
 def _by_initialisation(gated: list[Variant], seeds: set[int]) -> dict[str, object]:
@@ -149,7 +139,5 @@ def _by_initialisation(gated: list[Variant], seeds: set[int]) -> dict[str, objec
     }
 
 
-# the spec groups it reads (`group:` / `also_in:` of configs/sweeps/*.yaml), and the report hands it only
-# their tables (`studies.run_studies`): EGA-1 from several tau_init, learned and frozen
-GROUPS = ("tau_init", "frozen_tau")
+GROUPS = ("tau_init", "frozen_tau")  # the spec groups whose tables it is handed: EGA-1 from several tau_init
 STUDY = Study("tau_init", groups=GROUPS, table_findings=lambda table, inputs: findings(table))

@@ -217,11 +217,9 @@ def mechanism_finding(
     needed = [f.seeds_needed for f in frozen if f.verdict is Verdict.TOO_FEW_SEEDS]
     known = [n for n in needed if n is not None]
     seeds = max(known) if verdict is Verdict.TOO_FEW_SEEDS and known and len(known) == len(needed) else None
+    regime = f"EGA-1 final checkpoints ({len(ega1)}) and frozen-tau runs, at {scale(frozen_runs)}"
     mechanism = TauMechanism(
-        section=TAU_SECTION,
-        corpus=ega1[0].corpus if ega1 else frozen[0].corpus,
-        regime=f"EGA-1 final checkpoints ({len(ega1)}) and frozen-tau runs, at {scale(frozen_runs)}",
-        subject="EGA-1",
+        **Where(TAU_SECTION, ega1[0].corpus if ega1 else frozen[0].corpus, regime, "EGA-1", None)._asdict(),
         paper=paper.TAU,
         verdict=verdict,
         claim="tau",
@@ -318,33 +316,21 @@ def landscape_figures(inputs: ReportInputs, data: None) -> list[Figure]:
 
 
 def evaluation_dict(e: Evaluation) -> dict[str, Any]:
-    """An evaluated checkpoint as results.json holds it."""
-    return {
-        "source": e.source,
-        "run": e.run,
-        "checkpoint": e.checkpoint,
-        "step": e.step,
-        "gate": e.gate,
-        "trained_znorm": e.trained_znorm,
-        "eval_znorm": e.eval_znorm,
-        "whole_split": e.whole_split,
-        "loss": e.loss,
-        "tau_shift_cost": e.tau_shift_costs,  # results.json writes the keys as strings (results_json.jsonable)
-        "alpha_scale_cost": e.alpha_scale_costs,
+    """An evaluated checkpoint as results.json holds it (the keys of its costs as strings: `results_json.jsonable`)."""
+    keys = ("source", "run", "checkpoint", "step", "gate", "trained_znorm", "eval_znorm", "whole_split", "loss")
+    costs = {"tau_shift_cost": e.tau_shift_costs, "alpha_scale_cost": e.alpha_scale_costs}
+    means = {
         "tau_mean": e.mean("tau"),
         "frac_above_tau": e.mean("frac_above_tau"),
         "normal_tail": e.mean("normal_tail"),
     }
+    return {k: getattr(e, k) for k in keys} | costs | means
 
 
 def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
     """The tail identity, then the tau mechanism, which reads the frozen-tau verdicts corrected for their family."""
     tails = tail_findings(list(inputs.tables_of(TAIL_GROUPS)), list(inputs.variants), inputs.evaluations)
     return tails + mechanism_finding(list(read["frozen_tau"]), inputs.evaluations, list(inputs.variants))
-
-
-def _json(inputs: ReportInputs, data: None) -> list[dict[str, Any]]:
-    return [evaluation_dict(e) for e in inputs.evaluations]
 
 
 STUDY = Study(
@@ -354,5 +340,5 @@ STUDY = Study(
     findings=_findings,
     section=landscape_section,
     figures=landscape_figures,
-    json=_json,
+    json=lambda inputs, data: [evaluation_dict(e) for e in inputs.evaluations],
 )
