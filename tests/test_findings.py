@@ -112,7 +112,7 @@ def iv(low: float | None, high: float | None, estimate: float | None = None) -> 
 def test_an_effect_is_read_three_ways_against_the_margin_and_for_its_size(d, effect, size):
     """The amendment of 2026-12-05: an effect holds beyond +0.005, is negligible within ±0.005, does not hold
     beyond −0.005; straddling either line it is undecided (before it, the same rule read against 0)."""
-    assert rules.MARGIN == 0.005
+    assert rules.margin_of("loss") == 0.005
     assert rules.effect_rule(d) is effect
     assert rules.size_reading(d, 0.103) == size
     assert rules.size_reading(d, 0.103, regime=False) == (None if size is None else "not the paper's regime")
@@ -142,7 +142,7 @@ def test_the_rules_before_the_amendment_read_against_0():
     ],
 )
 def test_level_rule_needs_the_figure_inside_a_narrow_interval(d, verdict):
-    assert rules.level_rule(d, 0.35, rules.LEVEL_WIDTH["tau"]) is verdict
+    assert rules.level_rule(d, 0.35, rules.margin_of(rules.LEVEL_MARGIN["tau"])) is verdict
 
 
 @pytest.mark.parametrize(
@@ -170,7 +170,7 @@ def test_forgets_rule(d, verdict):
     ],
 )
 def test_equivalence_reads_wholly_inside_and_wholly_outside_the_registered_margin(d, verdict):
-    assert rules.MARGIN == 0.005  # the protocol's registered loss margin
+    assert rules.margin_of("loss") == 0.005  # the protocol's registered loss margin
     assert rules.equivalence_rule(d) is verdict
 
 
@@ -203,7 +203,7 @@ def test_growth_and_cost_rules():
     assert rules.growth_rule(iv(-0.03, -0.01)) is Verdict.DOES_NOT_HOLD  # it shrinks by more than the margin
     assert rules.growth_rule(iv(-0.03, 0.004)) is Verdict.TOO_FEW_SEEDS  # straddles −0.005
     assert rules.growth_rule(iv(-0.03, 0.01)) is Verdict.TOO_FEW_SEEDS
-    assert rules.COST_DEVICE == "gpu"  # the amendment of 2026-12-05: the paper's claim concerns a GPU
+    assert rules.cost_device() == "gpu"  # the amendment of 2026-12-05: the paper's claim concerns a GPU
     assert rules.cost_rule(0.98, 1.01, 21, "gpu") is Verdict.HOLDS  # the median's interval wholly under x1.02
     assert rules.cost_rule(1.05, 1.15, 21, "gpu") is Verdict.DOES_NOT_HOLD
     assert rules.cost_rule(0.99, 1.04, 21, "gpu") is Verdict.TOO_FEW_SEEDS
@@ -345,12 +345,14 @@ def test_bonferroni_over_the_ablation_undecides_what_the_nominal_interval_decide
     low, high = scipy.stats.t.interval(1 - 0.05 / 3, 2, loc=mean, scale=sem)
     assert (pair.corrected.low, pair.corrected.high) == pytest.approx((low, high), abs=1e-9)
     low95, _ = scipy.stats.t.interval(0.95, 2, loc=mean, scale=sem)
-    assert pair.ours.low == pytest.approx(low95, abs=1e-9) and pair.ours.low > rules.MARGIN  # nominal: beyond +m
+    assert pair.ours.low == pytest.approx(low95, abs=1e-9)
+    assert pair.ours.low > rules.margin_of("loss")  # nominal: beyond +m
 
 
-def power_beyond_margin(mean: float, sd: float, n: int, level: float, m: float = rules.MARGIN) -> float:
+def power_beyond_margin(mean: float, sd: float, n: int, level: float, m: float | None = None) -> float:
     """P(a t interval at ``level`` over n values lies wholly beyond +m or wholly beyond -m), the values
-    normal(mean, sd): the noncentral t (scipy), for an effect too far from 0 to fall within ±m."""
+    normal(mean, sd): the noncentral t (scipy), for an effect too far from 0 to fall within ±m (the loss margin)."""
+    m = rules.margin_of("loss") if m is None else m
     t = scipy.stats.t.ppf(0.5 + level / 2, n - 1)
     above, below = (mean - m) * math.sqrt(n) / sd, (mean + m) * math.sqrt(n) / sd
     return scipy.stats.nct.sf(t, n - 1, above) + scipy.stats.nct.cdf(-t, n - 1, below)
@@ -587,7 +589,7 @@ def test_the_tail_identity_reads_seeds_and_shows_heads_only_as_a_figure(tmp_path
     db2, db4 = found["EGA-DB2 `db2`"], found["EGA-DB4 `db4`"]
     assert db2.ours.n == 3 and db2.ours.estimate == pytest.approx(statistics.fmean(gaps["db2"]))
     assert db2.family_k == 2 and db2.corrected.level == pytest.approx(0.975)
-    assert db2.corrected.low > rules.TAIL_MARGIN  # wholly outside the margin
+    assert db2.corrected.low > rules.margin_of("tail")  # wholly outside the margin
     assert db2.verdict is Verdict.DOES_NOT_HOLD  # the seeds decide, though its heads sit on the normal tail
     assert db2.heads == 8 and db2.heads_interval.estimate == pytest.approx(0.0, abs=1e-12)
     assert db4.verdict is Verdict.HOLDS and db4.heads == 0
@@ -871,7 +873,7 @@ def test_the_author_steps_sum_to_b_minus_a_per_seed_and_are_read_three_ways_at_k
         x, y = key.split(" − ")
         values = [losses[y][s] - losses[x][s] for s in range(1, 6)]
         lo, hi = scipy.stats.ttest_1samp(values, 0.0).confidence_interval(level)
-        m = rules.MARGIN
+        m = rules.margin_of("loss")
         expected[key] = (
             "holds"
             if lo > m

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,6 +23,49 @@ from ega_lightning.experiments.studies import ablation, author, peers
 from ega_lightning.experiments.study import ReportInputs
 
 from .helpers import CONFIGS, REPO, author_runs
+
+# run in a fresh interpreter: import every module of the package with each file it opens watched, then ask for a
+# margin (the watch sees the protocol read then, so it would see a read at import)
+IMPORT_EVERY_MODULE = """
+import importlib, json, pkgutil, sys
+
+opened = []
+
+
+def watch(event, args):
+    if event == "open" and str(args[0]).endswith("protocol.yaml"):
+        opened.append(str(args[0]))
+
+
+sys.addaudithook(watch)
+import ega_lightning
+
+for module in pkgutil.walk_packages(ega_lightning.__path__, "ega_lightning."):
+    if not module.name.endswith(".__main__"):  # a command's entry point runs it
+        importlib.import_module(module.name)
+print(json.dumps(opened), flush=True)
+from ega_lightning.experiments import rules
+
+rules.margin_of("loss")
+print(json.dumps(opened))
+"""
+
+
+def test_importing_any_module_reads_no_protocol_only_a_margin_asked_for_does():
+    """Issue 53: the protocol is read when a report (or anything that needs a margin) starts, not at import."""
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORT_EVERY_MODULE],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    lines = out.stdout.splitlines()
+    assert lines, out.stderr
+    assert json.loads(lines[0]) == [], f"importing the package read the protocol: {lines[0]}"
+    assert out.returncode == 0, out.stderr
+    after = json.loads(lines[1])
+    assert len(after) == 1 and after[0].endswith("protocol.yaml")  # read once, when the margin was asked for
 
 
 def test_the_protocol_plans_the_seeds_each_spec_declares():
@@ -303,7 +347,7 @@ def test_every_claim_is_judged_by_the_stated_rule_the_protocol_names_for_it():
         assert judging, f"no kind of finding judges the claim {claim.key!r}"
         for cls in judging:
             name, rule = rules.registered(cls.kind, claim.key)
-            assert name in rules.RULES and rules.BY_NAME[name] is rule, (cls.kind, claim.key, name)
+            assert name in rules.rule_texts() and rules.BY_NAME[name] is rule, (cls.kind, claim.key, name)
             judged[(cls.kind, claim.key)] = name
     # the claims whose rule follows the claim, not the kind: the protocol's by_claim, each read by its own rule
     assert judged[("ablation_pair", "ablation:EGA-2")] == "worse"

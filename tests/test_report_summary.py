@@ -8,7 +8,6 @@ import re
 from ega_lightning.experiments import protocol, report_summary, results_json, studies
 from ega_lightning.experiments.comparisons import build_tables, build_variants
 from ega_lightning.experiments.findings import conclude
-from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.study import ReportInputs
 
 from .helpers import REPO, author_runs
@@ -120,7 +119,7 @@ def test_once_every_author_run_is_in_the_summary_reads_their_rows_and_steps_with
     variants = build_variants(author_runs(losses))
     inputs = ReportInputs(tuple(build_tables(variants)), tuple(variants), tuple(author_runs(losses)))
     measured = studies.measure(inputs, [studies.author.STUDY])
-    dates = protocol.entry_dates(PROTOCOL)
+    dates = protocol.entry_dates(protocol.current())
     found = conclude(studies.run_studies(inputs, measured), {}, dates)
     results = json.loads(json.dumps(results_json.results(inputs, found, "ega report", None, dates, measured)))
     lines = report_summary.summary(results, None, "author-tinyshakespeare-waterfall.png")

@@ -97,7 +97,7 @@ def measured_and_found(by_variant, gain=None, learned_baseline=True):
 
 def three_way(values: list[float], k: int) -> tuple[str, tuple[float, float]]:
     lo, hi = scipy.stats.ttest_1samp(values, 0.0).confidence_interval(1 - 0.05 / k)
-    m = rules.MARGIN
+    m = rules.margin_of("loss")
     label = "holds" if lo > m else "negligible" if -m <= lo and hi <= m else "does not hold" if hi < -m else None
     return label or "too few seeds to tell", (lo, hi)
 

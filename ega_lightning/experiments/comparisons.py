@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from ega_lightning.experiments import protocol
 from ega_lightning.experiments.paper import paper_name
 from ega_lightning.experiments.records import Record
 from ega_lightning.experiments.rundirs import FROM_EVENT_FILES, Loaded
@@ -351,9 +352,7 @@ def set_apart_diverged(runs: Sequence[RunData]) -> list[RunData]:
 
 def diverged_rule() -> str:
     """How a verdict treats a diverged seed, as the protocol states it (its amendment), in a few words."""
-    from ega_lightning.experiments.rules import PROTOCOL  # the registered protocol, loaded once
-
-    found = PROTOCOL.rule_text("diverged")
+    found = protocol.current().rule_text("diverged")
     if found is None:
         return "left out of every interval; the protocol states no rule for it"
     return (

@@ -30,16 +30,13 @@ from ega_lightning.experiments.comparisons import (
 from ega_lightning.experiments.rules import (
     BEFORE,
     BY_NAME,
-    MARGIN,
-    MAX_SEEDS,
     NOT_PAPER_REGIME,
-    PROTOCOL,
     SIZE_BEFORE,
-    TAIL_MARGIN,
-    TAU_KEEP,
     Rule,
     Verdict,
     likely_verdict,
+    margin_of,
+    max_seeds,
     registered,
     seeds_for_power,
     size_reading,
@@ -230,7 +227,7 @@ class Finding:
         scale, digits, signed = self.interval_format
         d = self.corrected
         # an end that would print as the margin it decides against gets the digits that show on which side it lies
-        lines = [s * m for m in MARGINS.get(self.rule_name or "", ()) for s in (1, -1)]
+        lines = [s * margin_of(m) for m in MARGINS.get(self.rule_name or "", ()) for s in (1, -1)]
         while (
             d is not None
             and digits < 6
@@ -277,7 +274,7 @@ class Finding:
 
     def seeds_text(self) -> str:
         def count(n: int) -> str:
-            return f"> {MAX_SEEDS}" if n > MAX_SEEDS else f"{n}"
+            return f"> {max_seeds()}" if n > max_seeds() else f"{n}"
 
         if self.seeds_needed is None:
             return ""
@@ -285,7 +282,7 @@ class Finding:
         if self.seeds_range is not None and self.seeds_range != (self.seeds_needed, self.seeds_needed):
             low, high = self.seeds_range
             spread = f"; {count(low)} to {count(high)} with the std at the ends of its 95% interval"
-        power = f"{100 * PROTOCOL.power:.0f}%"
+        power = f"{100 * protocol.current().power:.0f}%"
         likely = f", most likely as **{self.seeds_verdict.value}**" if self.seeds_verdict is not None else ""
         return f"{count(self.seeds_needed)} paired seeds would decide it with {power} probability{likely}{spread}"
 
@@ -346,9 +343,10 @@ class Finding:
 
 F = TypeVar("F", bound=Finding)
 
-# the margin each rule reads an interval against (its lines at ±), where the family's interval is printed
-MARGINS = {name: (MARGIN,) for name in ("effect", "lower", "worse", "best", "grows", "equivalent", "frozen")}
-MARGINS |= {"tail": (TAIL_MARGIN,), "forgets": (TAU_KEEP,)}
+# the margin each rule reads an interval against (its lines at ±; the protocol's names), where the family's
+# interval is printed
+MARGINS = {name: ("loss",) for name in ("effect", "lower", "worse", "best", "grows", "equivalent", "frozen")}
+MARGINS |= {"tail": ("tail",), "forgets": ("tau_keep",)}
 
 
 def _prints_as(end: float | None, line: float, scale: float, digits: int) -> bool:
@@ -494,7 +492,7 @@ def seeds_needed(f: Finding) -> tuple[int, int, int] | None:
 
 def family_of(f: Finding) -> str | None:
     """A finding's family: the protocol's for its kind where the protocol has it, else the study's."""
-    entry = PROTOCOL.verdicts.get(f.kind)
+    entry = protocol.current().verdicts.get(f.kind)
     return entry.family if entry is not None and f.rule is not None else f.family
 
 
@@ -502,7 +500,7 @@ def _registered_rule(f: Finding) -> Finding:
     """``f`` with the protocol's rule name and confirmatory mark for its kind (a verdict the protocol lacks:
     unchanged). The rule its study applied must be the one the protocol names: a :class:`protocol.ProtocolError`
     otherwise, so that no claim reads one rule and states another."""
-    entry = PROTOCOL.verdicts.get(f.kind)
+    entry = protocol.current().verdicts.get(f.kind)
     if entry is None or f.verdict is None or f.rule_name is not None:
         return f
     name = entry.rule_for(f.claim)
@@ -530,7 +528,7 @@ def correct(found: list[Finding]) -> list[Finding]:
         family = family_of(f)
         if family is not None:
             k = len(families[family])
-            level = bonferroni_level(k, PROTOCOL.level)
+            level = bonferroni_level(k, protocol.current().level)
             wide = [widen(d, level) for _, d in f.reads]
             f = replace(f, family=family, family_k=k, family_level=level, corrected=wide[0] if len(wide) == 1 else None)
             if f.rule is not None:
@@ -552,7 +550,7 @@ def correct(found: list[Finding]) -> list[Finding]:
 
 def amendment_of(rule_name: str | None) -> protocol.Amendment | None:
     """The latest amendment of the protocol that changed the rule ``rule_name`` (None: none did)."""
-    return next((a for a in reversed(PROTOCOL.amendments) if rule_name in a.rules), None)
+    return next((a for a in reversed(protocol.current().amendments) if rule_name in a.rules), None)
 
 
 def plain_label(verdict: Verdict, size: str | None = None) -> str:
@@ -603,7 +601,7 @@ def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates:
     for f in (_registered_rule(f) for f in found):
         runs = resting_on(f)
         if dates.source == protocol.UNDATED:
-            if runs and f.kind in PROTOCOL.verdicts:
+            if runs and f.kind in protocol.current().verdicts:
                 f = replace(f, registration=Registration(NOT_DATED, 0, len(runs), ""))
             out.append(f)
             continue
@@ -628,7 +626,7 @@ def conclude(found: list[Finding], starts: Mapping[str, datetime | None], dates:
 def _label_at_level(f: Finding, level: float) -> str | None:
     """The label ``f`` would have at the family-wise ``level`` (its k intervals at 1 - (1 - level) / k), where it
     differs from its label now; None where it is the same or the finding reads no family's intervals."""
-    if f.family_k is None or f.rule is None or not f.reads or f.verdict is None or level == PROTOCOL.level:
+    if f.family_k is None or f.rule is None or not f.reads or f.verdict is None or level == protocol.current().level:
         return None
     wide = [widen(d, bonferroni_level(f.family_k, level)) for _, d in f.reads]
     size_now = f.magnitude.reading if f.magnitude is not None else None

@@ -1,13 +1,15 @@
 """The registered protocol (``configs/protocol.yaml``) as data: the margins, families, rules and planned seeds
 every verdict of the report is read against, and when each entry was fixed.
 
-The protocol is committed before the runs it governs. :func:`load` reads and checks it; :func:`entry_dates`
-gives the date each verdict's rule was fixed (the newest commit of the lines of its entry, of its family and
-of its margins, from ``git blame``), or the date the file states where git history cannot be read.
+The protocol is committed before the runs it governs. :func:`load` reads and checks it; :func:`current` reads the
+registered one once, when a report (or anything that needs a margin) first asks for it, never at import;
+:func:`entry_dates` gives the date each verdict's rule was fixed (the newest commit of the lines of its entry, of
+its family and of its margins, from ``git blame``), or the date the file states where git history cannot be read.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import subprocess
 from collections.abc import Mapping
@@ -218,6 +220,14 @@ def load(path: Path = PATH) -> Protocol:
         raise ProtocolError(f"the protocol {path} lacks or garbles {err}.") from None
     _check(protocol)
     return protocol
+
+
+@functools.cache
+def current() -> Protocol:
+    """The registered protocol (configs/protocol.yaml), read and checked on the first call and kept: every margin,
+    level and count a rule or a report reads is looked up here when it is needed, so importing a module reads no
+    protocol file."""
+    return load()
 
 
 def _number(x: Any) -> bool:

@@ -27,7 +27,6 @@ from ega_lightning.experiments import (
 )
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants, run_rows
 from ega_lightning.experiments.findings import conclude
-from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.spec import collect_runs, load_spec
 from ega_lightning.experiments.studies.cost import BENCH_RUN, bench_date, benches, read_bench
 from ega_lightning.experiments.study import ReportInputs, Study
@@ -91,7 +90,7 @@ def write_report(
     committed = protocol.first_committed(records_dir)
     starts = {r.run.run_name: min(filter(None, (r.started, committed.get(r.run.run_name))), default=None) for r in runs}
     starts[BENCH_RUN] = bench_date(timed[0])
-    dates = protocol.entry_dates(PROTOCOL)
+    dates = protocol.entry_dates(protocol.current())
     found = conclude(found, starts, dates)
     # written beside --out and moved in when whole: a stop before leaves --out as it was (its other files too)
     with staged_files(out) as stage:

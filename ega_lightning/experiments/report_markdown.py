@@ -26,7 +26,7 @@ from ega_lightning.experiments.comparisons import (
     split_text,
 )
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
-from ega_lightning.experiments.rules import PROTOCOL, RULES
+from ega_lightning.experiments.rules import rule_texts
 from ega_lightning.experiments.study import Drawn, Measured, ReportInputs
 from ega_lightning.experiments.text import fmt_summary, interval_cell, num
 
@@ -54,7 +54,7 @@ def claims_table(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> lis
 def protocol_note(found: list[Finding], dates: protocol.Dates) -> list[str]:
     """What the verdicts are read against: the registered protocol, its commit and date, the registration marks
     and each amendment of it."""
-    p = PROTOCOL
+    p = protocol.current()
     if dates.source == "git":
         when = dates.committed.strftime("%Y-%m-%d %H:%M UTC") if dates.committed else "?"
         where = f"configs/protocol.yaml (last changed in commit {(dates.commit or '?')[:10]}, {when})"
@@ -107,7 +107,7 @@ def method_note(found: list[Finding]) -> list[str]:
         f"figures: {paper.SOURCE}. Each verdict carries the scale it was measured at (parameters, steps and "
         "device, from the records). Decision rules, each applied once to every claim it governs:",
         "",
-        *(f"- {key}: {text}" for key, text in RULES.items()),
+        *(f"- {key}: {text}" for key, text in rule_texts().items()),
     ]
     families: dict[str, list[Finding]] = {}
     for f in found:
@@ -135,9 +135,10 @@ def _family_line(family: str, members: list[Finding]) -> str:
         else "; no verdict differs from its nominal 95% one"
     )
     first = members[0]
-    planned = PROTOCOL.families[family].planned_seeds if family in PROTOCOL.families else {}
+    families = protocol.current().families
+    planned = families[family].planned_seeds if family in families else {}
     seeds = "; seeds planned: " + ", ".join(f"{e} {n}" for e, n in planned.items()) if planned else ""
-    reads = PROTOCOL.families[family].reads if family in PROTOCOL.families else family
+    reads = families[family].reads if family in families else family
     return (
         f"  - {family}: {reads}: k = {first.family_k}, each interval at "
         f"{100 * (first.family_level or 0.0):.2f}%{change}{seeds}."

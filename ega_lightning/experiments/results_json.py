@@ -12,7 +12,7 @@ from typing import Any
 from ega_lightning.experiments import paper, protocol
 from ega_lightning.experiments.comparisons import METRICS, Row, RunData
 from ega_lightning.experiments.findings import Finding, claims
-from ega_lightning.experiments.rules import MARGIN, PROTOCOL, RULES
+from ega_lightning.experiments.rules import margin_of, rule_texts
 from ega_lightning.experiments.study import Measured, ReportInputs
 
 
@@ -82,16 +82,16 @@ def results(
     return jsonable(
         {
             "command": command,
-            "protocol": protocol.as_dict(PROTOCOL, dates),
+            "protocol": protocol.as_dict(protocol.current(), dates),
             "paper": paper.as_dict(),
             "conventions": {
                 "diff": "baseline - variant (positive: variant better)",
                 "interval": "95% Student-t: paired over the seeds both sides ran, Welch where they share none; "
                 "n=1: none",
                 "std": "sample standard deviation over seeds (ddof=1)",
-                "equivalence_margin": MARGIN,
-                "rules": RULES,
-                "families": {k: f.reads for k, f in PROTOCOL.families.items()},
+                "equivalence_margin": margin_of("loss"),
+                "rules": rule_texts(),
+                "families": {k: f.reads for k, f in protocol.current().families.items()},
             },
             "sizes": scale,
             "claims": [

@@ -4,10 +4,11 @@ Every verdict of the report comes from one function here, applied by the study t
 (`ega_lightning.experiments.studies`); which rule a kind of finding gets, its margins, its family and its
 level are registered in configs/protocol.yaml (`protocol`), and :data:`BY_NAME` maps the protocol's rule
 names to these functions. The report's method note states the same rules in the words written above each
-function (:data:`RULES`, in the order they are defined). All intervals are Student-t intervals of
-differences paired by seed over the seeds both sides share (see `stats.compare`); a finding of a family
-takes its verdict from its intervals at the family's Bonferroni level (`findings.correct`), the nominal
-interval kept beside it. "Leaves" a margin means wholly outside it, "within" wholly inside.
+function (:func:`rule_texts`, in the order they are defined, with the protocol's values when the note is written).
+All intervals are Student-t intervals of differences paired by seed over the seeds both sides share (see
+`stats.compare`); a finding of a family takes its verdict from its intervals at the family's Bonferroni level
+(`findings.correct`), the nominal interval kept beside it. "Leaves" a margin means wholly outside it, "within"
+wholly inside.
 """
 
 from __future__ import annotations
@@ -21,20 +22,39 @@ from typing import TypeVar
 from ega_lightning.experiments import paper, protocol
 from ega_lightning.experiments.stats import Difference, decides_with_power, simulated
 
-# every margin, level and count below is the registered protocol's (configs/protocol.yaml, with its reasons)
-PROTOCOL = protocol.load()
-MARGIN = PROTOCOL.margin("loss")  # nats/char: the smallest difference in final val loss that matters
-FLAT = PROTOCOL.margin("flat")  # nats/char: a checkpoint's loss (deterministic) that does not move
-TAIL_MARGIN = PROTOCOL.margin("tail")  # fraction of keys: the normal tail 1 - Phi(tau), to within this
+# every margin, level and count below is the registered protocol's (configs/protocol.yaml, with its reasons), read
+# when a rule or a report first needs it (`protocol.current`), never at import
 TAU_STEP = 0.5  # the tau shift at which the landscape is read (both signs)
-LEVEL_WIDTH = {"tau": PROTOCOL.margin("tau_level"), "frac_above_tau": PROTOCOL.margin("frac_level")}
-TAU_KEEP = PROTOCOL.margin("tau_keep")  # slope of final tau on tau_init: within ±TAU_KEEP, tau forgets
-COST_MARGIN = PROTOCOL.margin("cost")  # step-time ratio EGA-1 / baseline: at most this is no cost
-MIN_REPETITIONS = PROTOCOL.verdicts["cost"].min_repetitions or 0  # of the bench the cost verdict reads
-MAX_SEEDS = PROTOCOL.max_seeds  # the most seeds an undecided verdict is projected to (seeds_for_power)
-# the device whose bench the cost claim is read from (the amendment of 2026-12-05; before it: any)
-COST_DEVICE = next((a.cost_device for a in PROTOCOL.amendments if a.cost_device), "gpu")
-POWER = PROTOCOL.power
+# the margin of each level's half-width: how narrow an interval tells a figure from its neighbours
+LEVEL_MARGIN = {"tau": "tau_level", "frac_above_tau": "frac_level"}
+
+
+def margin_of(name: str) -> float:
+    """The registered margin ``name``: loss (nats/char, the smallest difference in final val loss that matters),
+    flat (nats/char, a checkpoint's loss that does not move), tail (fraction of keys: the normal tail 1 - Phi(tau),
+    to within this), tau_level / frac_level (a level's half-width), tau_keep (slope of final tau on tau_init:
+    within ±it, tau forgets), cost (step-time ratio EGA-1 / baseline: at most this is no cost)."""
+    return protocol.current().margin(name)
+
+
+def max_seeds() -> int:
+    """The most seeds an undecided verdict is projected to (`seeds_for_power`)."""
+    return protocol.current().max_seeds
+
+
+def power() -> float:
+    """The probability at which `seeds_for_power` asks a rule to decide."""
+    return protocol.current().power
+
+
+def min_repetitions() -> int:
+    """The fewest repetitions of the bench the cost verdict reads."""
+    return protocol.current().verdicts["cost"].min_repetitions or 0
+
+
+def cost_device() -> str:
+    """The device whose bench the cost claim is read from (the amendment of 2026-12-05; before it: any)."""
+    return next((a.cost_device for a in protocol.current().amendments if a.cost_device), "gpu")
 
 
 class Verdict(enum.Enum):
@@ -54,20 +74,26 @@ class Verdict(enum.Enum):
 
 
 Rule = Callable[..., Verdict]
-RULES: dict[str, str] = {}  # rule name -> its prose, as the method note states it
+PROSE: dict[str, Callable[[], str]] = {}  # rule name -> its prose, written with the protocol's values when asked
 STATED: dict[str, Callable[..., object]] = {}  # rule name -> the function its prose states
 _F = TypeVar("_F", bound=Callable[..., object])
 
 
-def stated(name: str, text: str) -> Callable[[_F], _F]:
-    """Files ``text`` as the prose of the rule it decorates, and the rule, under ``name`` (the method note's order)."""
+def stated(name: str, text: str | Callable[[], str]) -> Callable[[_F], _F]:
+    """Files ``text`` as the prose of the rule it decorates, and the rule, under ``name`` (the method note's order);
+    a callable ``text`` is written when the prose is asked for (`rule_texts`), with the protocol's values then."""
 
     def file(rule: _F) -> _F:
-        RULES[name] = text
+        PROSE[name] = text if callable(text) else lambda: text
         STATED[name] = rule
         return rule
 
     return file
+
+
+def rule_texts() -> dict[str, str]:
+    """Every rule's prose, as the method note states it (rule name -> text, in the order they are defined)."""
+    return {name: text() for name, text in PROSE.items()}
 
 
 # The rules' building blocks: an interval read three ways against ±margin (`against_margin`: an effect, an
@@ -97,27 +123,30 @@ def against_margin(d: Difference | None, margin: float, labels: tuple[Verdict, V
 
 @stated(
     "effect",
-    f"an effect the paper gives a figure for is read against the registered smallest effect m = {MARGIN} "
-    "nats/char, three ways, and its size against the figure. It **holds** when the interval of the difference "
-    "(family level) lies wholly above +m, it is **negligible** when the interval lies within ±m, it **does not "
-    "hold** when it lies wholly below −m (the opposite effect, large enough to matter), else **too few seeds to "
-    "tell** (the interval straddles +m or −m). Its size is **reproduced** when the interval holds the paper's "
-    "figure and the effect holds, **not reproduced** when it lies wholly on one side of the figure, else "
-    "undecided; it is given as the fraction of the paper's figure with its interval, and read only in the paper's "
-    "regime (the generalization gap: where the baseline's own gap reaches the paper's overfitting line, "
-    f"{paper.OVERFIT_GAP}; elsewhere **not the paper's regime**). A claim the regime cannot test at all (the gap, "
-    "where the baseline's own gap is smaller than the reduction the paper reports) reads **not testable here**.",
+    lambda: (
+        "an effect the paper gives a figure for is read against the registered smallest effect "
+        f"m = {margin_of('loss')} nats/char, three ways, and its size against the figure. It **holds** when the "
+        "interval of the difference "
+        "(family level) lies wholly above +m, it is **negligible** when the interval lies within ±m, it **does not "
+        "hold** when it lies wholly below −m (the opposite effect, large enough to matter), else **too few seeds to "
+        "tell** (the interval straddles +m or −m). Its size is **reproduced** when the interval holds the paper's "
+        "figure and the effect holds, **not reproduced** when it lies wholly on one side of the figure, else "
+        "undecided; it is given as the fraction of the paper's figure with its interval, and read only in the paper's "
+        "regime (the generalization gap: where the baseline's own gap reaches the paper's overfitting line, "
+        f"{paper.OVERFIT_GAP}; elsewhere **not the paper's regime**). A claim the regime cannot test at all (the gap, "
+        "where the baseline's own gap is smaller than the reduction the paper reports) reads **not testable here**."
+    ),
 )
-def effect_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
+def effect_rule(d: Difference | None, margin: float | None = None) -> Verdict:
     """An effect three ways against ``margin``: ``d`` a difference whose positive sign is the paper's claim (a peer's
     lower loss, baseline − gate; the growth with context, its contrast per seed)."""
-    return against_margin(d, margin, EFFECT)
+    return against_margin(d, margin_of("loss") if margin is None else margin, EFFECT)
 
 
 NOT_PAPER_REGIME = "not the paper's regime"  # an effect's size where the regime is not the paper's
 
 
-def size_reading(d: Difference | None, figure: float, margin: float = MARGIN, regime: bool = True) -> str | None:
+def size_reading(d: Difference | None, figure: float, margin: float | None = None, regime: bool = True) -> str | None:
     """The size of an effect against the paper's ``figure``: reproduced / not reproduced / undecided, or not the
     paper's regime (``regime`` False)."""
     if d is None or d.low is None or d.high is None:
@@ -125,16 +154,18 @@ def size_reading(d: Difference | None, figure: float, margin: float = MARGIN, re
     if not regime:
         return NOT_PAPER_REGIME
     if d.low <= figure <= d.high:
-        return "reproduced" if d.low > margin else "undecided"
+        return "reproduced" if d.low > (margin_of("loss") if margin is None else margin) else "undecided"
     return "not reproduced"
 
 
 @stated(
     "level",
-    "a paper figure for a level (where tau ends, the share of keys above tau) is **not reproduced** when our "
-    "95% interval lies off it, and **reproduced** only when the interval holds it and is narrow enough to "
-    f"tell it from its neighbours: a half-width of at most {LEVEL_WIDTH['tau']} for tau and "
-    f"{100 * LEVEL_WIDTH['frac_above_tau']:.0f} points for the share of keys; else **too few seeds to tell**.",
+    lambda: (
+        "a paper figure for a level (where tau ends, the share of keys above tau) is **not reproduced** when our "
+        "95% interval lies off it, and **reproduced** only when the interval holds it and is narrow enough to "
+        f"tell it from its neighbours: a half-width of at most {margin_of('tau_level')} for tau and "
+        f"{100 * margin_of('frac_level'):.0f} points for the share of keys; else **too few seeds to tell**."
+    ),
 )
 def level_rule(d: Difference | None, figure: float, width: float) -> Verdict:
     """``d``: a level (where tau ends, a share of keys) against the paper's figure; ``width``: the largest
@@ -154,20 +185,22 @@ def level_rule(d: Difference | None, figure: float, width: float) -> Verdict:
     "margin), **negligible** when it lies within ±m, **does not hold** when it lies above +m (the gate is better "
     "by more than m), else **too few seeds to tell**.",
 )
-def worse_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
+def worse_rule(d: Difference | None, margin: float | None = None) -> Verdict:
     """``d`` = EGA-1 − gate (final val loss): the effect rule with the claim's sign the other way."""
-    return against_margin(d, margin, WORSE)
+    return against_margin(d, margin_of("loss") if margin is None else margin, WORSE)
 
 
 @stated(
     "equivalent",
-    f"a gate is about the baseline (**consistent**) when the whole interval of baseline − gate lies within "
-    f"±{MARGIN} nats/char (the registered smallest effect of interest, below EGA-1's own effect here); "
-    "**not consistent** when it lies wholly outside the margin; else **too few seeds to tell**.",
+    lambda: (
+        f"a gate is about the baseline (**consistent**) when the whole interval of baseline − gate lies within "
+        f"±{margin_of('loss')} nats/char (the registered smallest effect of interest, below EGA-1's own effect here); "
+        "**not consistent** when it lies wholly outside the margin; else **too few seeds to tell**."
+    ),
 )
-def equivalence_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
+def equivalence_rule(d: Difference | None, margin: float | None = None) -> Verdict:
     """``d`` = baseline − gate (final val loss); learned − frozen tau (the frozen rule)."""
-    return against_margin(d, margin, EQUIVALENCE)
+    return against_margin(d, margin_of("loss") if margin is None else margin, EQUIVALENCE)
 
 
 @stated(
@@ -176,11 +209,12 @@ def equivalence_rule(d: Difference | None, margin: float = MARGIN) -> Verdict:
     "above +m (each is worse by more than the loss margin); **does not hold** when any lies below −m (that gate is "
     "better by more than m); else **too few seeds to tell**.",
 )
-def best_rule(*diffs: Difference | None, margin: float = MARGIN) -> Verdict:
+def best_rule(*diffs: Difference | None, margin: float | None = None) -> Verdict:
     """``diffs``: gate − EGA-1 for every other gate of the paper's ablation."""
     known = [d for d in diffs if d is not None]
     if not known:
         return Verdict.NO_DATA
+    margin = margin_of("loss") if margin is None else margin
     if any(d.high is not None and d.high < -margin for d in known):
         return Verdict.DOES_NOT_HOLD
     if len(known) == len(diffs) and all(d.low is not None and d.low > margin for d in known):
@@ -199,53 +233,62 @@ growth_rule = effect_rule  # the contrast (Δ at the longest block − Δ at the
 
 stated(
     "frozen",
-    "freezing tau at its initial value changes nothing (**consistent**) when the whole interval of "
-    f"learned − frozen (same tau_init, paired by seed) lies within ±{MARGIN}; **not consistent** when it "
-    "lies wholly outside the margin; else **too few seeds to tell**.",
+    lambda: (
+        "freezing tau at its initial value changes nothing (**consistent**) when the whole interval of "
+        f"learned − frozen (same tau_init, paired by seed) lies within ±{margin_of('loss')}; **not consistent** "
+        "when it lies wholly outside the margin; else **too few seeds to tell**."
+    ),
 )(equivalence_rule)
 frozen_rule = equivalence_rule  # learned − frozen tau (final val loss)
 
 
 @stated(
     "tail",
-    "the fraction of keys above tau is what a standard normal z gives (**holds**) when the 95% interval, "
-    "over seeds, of measured − (1 − Φ(tau)) lies within "
-    f"±{100 * TAIL_MARGIN:.0f} points; **does not hold** when it lies wholly outside that margin; "
-    "else **too few seeds to tell**. One value per seed, from the gate summary its run recorded during "
-    "training (TauTracker at the run's last validation): the share of keys above tau minus the mean over "
-    "heads of 1 − Φ(tau_head). The heads of one model are not independent samples: the per-head spread "
-    "of the checkpoints `ega landscape` evaluated is shown as a figure, not read by the rule.",
+    lambda: (
+        "the fraction of keys above tau is what a standard normal z gives (**holds**) when the 95% interval, "
+        "over seeds, of measured − (1 − Φ(tau)) lies within "
+        f"±{100 * margin_of('tail'):.0f} points; **does not hold** when it lies wholly outside that margin; "
+        "else **too few seeds to tell**. One value per seed, from the gate summary its run recorded during "
+        "training (TauTracker at the run's last validation): the share of keys above tau minus the mean over "
+        "heads of 1 − Φ(tau_head). The heads of one model are not independent samples: the per-head spread "
+        "of the checkpoints `ega landscape` evaluated is shown as a figure, not read by the rule."
+    ),
 )
-def tail_rule(d: Difference | None, margin: float = TAIL_MARGIN) -> Verdict:
+def tail_rule(d: Difference | None, margin: float | None = None) -> Verdict:
     """``d``: measured fraction above tau − (1 − Phi(tau)), over seeds."""
-    return against_margin(d, margin, WITHIN_HOLDS)
+    return against_margin(d, margin_of("tail") if margin is None else margin, WITHIN_HOLDS)
 
 
 @stated(
     "forgets",
-    "tau converges regardless of its initialisation (**holds**) when the 95% interval, over the seeds every "
-    "tau_init ran, of each seed's least-squares slope of final tau on tau_init lies within "
-    f"±{TAU_KEEP} (less than {100 * TAU_KEEP:.0f}% of the spread of the initialisations is left at the end); "
-    f"**does not hold** when it lies wholly outside ±{TAU_KEEP}; else **too few seeds to tell**. A slope "
-    "of 1: each tau ends where it started, plus a shift common to all.",
+    lambda: (
+        "tau converges regardless of its initialisation (**holds**) when the 95% interval, over the seeds every "
+        "tau_init ran, of each seed's least-squares slope of final tau on tau_init lies within "
+        f"±{margin_of('tau_keep')} (less than {100 * margin_of('tau_keep'):.0f}% of the spread of the initialisations "
+        f"is left at the end); **does not hold** when it lies wholly outside ±{margin_of('tau_keep')}; else **too few "
+        "seeds to tell**. A slope of 1: each tau ends where it started, plus a shift common to all."
+    ),
 )
-def forgets_rule(slope: Difference | None, keep: float = TAU_KEEP) -> Verdict:
+def forgets_rule(slope: Difference | None, keep: float | None = None) -> Verdict:
     """``slope``: the per-seed least-squares slope of final tau on tau_init, over seeds."""
-    return against_margin(slope, keep, WITHIN_HOLDS)
+    return against_margin(slope, margin_of("tau_keep") if keep is None else keep, WITHIN_HOLDS)
 
 
 @stated(
     "mechanism",
-    "why tau does not move, read from EGA-1's final checkpoint and the frozen-tau runs: **neither** "
-    "mechanism when freezing tau is not consistent with learning it (tau's training matters); else "
-    f"**(b) co-adaptation** when moving every tau by ±{TAU_STEP} raises the loss by more than {FLAT} on "
-    "both sides (the trained tau sits at a minimum the rest of the network built around it), and "
-    "**(a) weak gradient** when it does not (the loss does not hold tau where it is, yet tau stays): "
-    "**too few seeds to tell** while a frozen-tau comparison is undecided or missing.",
+    lambda: (
+        "why tau does not move, read from EGA-1's final checkpoint and the frozen-tau runs: **neither** "
+        "mechanism when freezing tau is not consistent with learning it (tau's training matters); else "
+        f"**(b) co-adaptation** when moving every tau by ±{TAU_STEP} raises the loss by more than "
+        f"{margin_of('flat')} on both sides (the trained tau sits at a minimum the rest of the network built around "
+        "it), and "
+        "**(a) weak gradient** when it does not (the loss does not hold tau where it is, yet tau stays): "
+        "**too few seeds to tell** while a frozen-tau comparison is undecided or missing."
+    ),
 )
 def mechanism_rule(frozen: Sequence[Verdict | None], minimum: Sequence[bool]) -> Verdict:
     """``frozen``: the verdict of each frozen-tau comparison; ``minimum``: per final EGA-1 checkpoint, whether
-    moving every tau by ±TAU_STEP raises its loss by more than FLAT on both sides."""
+    moving every tau by ±TAU_STEP raises its loss by more than the flat margin on both sides."""
     if any(v is Verdict.NOT_CONSISTENT for v in frozen):
         return Verdict.NEITHER
     if not frozen or not minimum or any(v is not Verdict.CONSISTENT for v in frozen) or len(set(minimum)) > 1:
@@ -287,61 +330,66 @@ lower_rule = effect_rule  # baseline − gate (final val loss): a peer's claim o
 
 @stated(
     "cost",
-    f"no measurable cost (**holds**) when the distribution-free 95% interval of the median of `ega bench`'s "
-    f"per-repetition step-time ratio EGA-1 / baseline lies wholly at or below ×{COST_MARGIN} (the registered "
-    f"smallest cost of interest), **does not hold** when it lies wholly above ×{COST_MARGIN}, else **too few "
-    f"seeds to tell**; read from one bench run of at least {MIN_REPETITIONS} repetitions (fewer: too few) on the "
-    f"device the claim concerns, a {COST_DEVICE.upper()} (the margin's reason is a GPU target; the paper trained "
-    "on one): a bench on another device is reported as its ratio there, the claim **not testable here**. The "
-    "kernel floor of the design stands beside it (the same fused kernel at head size + 1, the padded channel the "
-    "gate's log g rides, against head size, on the same shapes).",
+    lambda: (
+        f"no measurable cost (**holds**) when the distribution-free 95% interval of the median of `ega bench`'s "
+        f"per-repetition step-time ratio EGA-1 / baseline lies wholly at or below ×{margin_of('cost')} (the registered "
+        f"smallest cost of interest), **does not hold** when it lies wholly above ×{margin_of('cost')}, else **too few "
+        f"seeds to tell**; read from one bench run of at least {min_repetitions()} repetitions (fewer: too few) on the "
+        f"device the claim concerns, a {cost_device().upper()} (the margin's reason is a GPU target; the paper trained "
+        "on one): a bench on another device is reported as its ratio there, the claim **not testable here**. The "
+        "kernel floor of the design stands beside it (the same fused kernel at head size + 1, the padded channel the "
+        "gate's log g rides, against head size, on the same shapes)."
+    ),
 )
 def cost_rule(
-    low: float | None, high: float | None, repetitions: int = MIN_REPETITIONS, device: str = COST_DEVICE
+    low: float | None, high: float | None, repetitions: int | None = None, device: str | None = None
 ) -> Verdict:
-    """``low``, ``high``: the interval of the median step-time ratio over ``repetitions`` repetitions, timed on
-    ``device`` (``cpu`` / ``gpu``)."""
+    """``low``, ``high``: the interval of the median step-time ratio over ``repetitions`` repetitions (None: as many
+    as the protocol asks), timed on ``device`` (``cpu`` / ``gpu``; None: the device the claim concerns)."""
     if low is None or high is None:
         return Verdict.NO_DATA
-    if device != COST_DEVICE:
+    if device is not None and device != cost_device():
         return Verdict.NOT_TESTABLE
-    if repetitions < MIN_REPETITIONS:
+    if repetitions is not None and repetitions < min_repetitions():
         return Verdict.TOO_FEW_SEEDS
-    if high <= COST_MARGIN:
+    if high <= margin_of("cost"):
         return Verdict.HOLDS
-    if low > COST_MARGIN:
+    if low > margin_of("cost"):
         return Verdict.DOES_NOT_HOLD
     return Verdict.TOO_FEW_SEEDS
 
 
 @stated(
     "seeds",
-    f"an undecided verdict gives the paired seeds n at which its rule decides with {100 * POWER:.0f}% "
-    "probability, at the verdict's level, if the mean and std of each of its intervals' per-seed values are the "
-    "true ones (each interval's mean and std drawn as a sample of n from them: the normal mean and the "
-    "chi-square std, 4,000 draws, the intervals drawn independently), and the range of n when the stds are "
-    f"instead at the ends of their own 95% intervals; '> {MAX_SEEDS}' when no n up to {MAX_SEEDS} does. It names the "
-    f"verdict the rule most often reaches in those draws at that n (at {MAX_SEEDS} beyond it).",
+    lambda: (
+        f"an undecided verdict gives the paired seeds n at which its rule decides with {100 * power():.0f}% "
+        "probability, at the verdict's level, if the mean and std of each of its intervals' per-seed values are the "
+        "true ones (each interval's mean and std drawn as a sample of n from them: the normal mean and the "
+        "chi-square std, 4,000 draws, the intervals drawn independently), and the range of n when the stds are "
+        f"instead at the ends of their own 95% intervals; '> {max_seeds()}' when no n up to {max_seeds()} does. It "
+        f"names the verdict the rule most often reaches in those draws at that n (at {max_seeds()} beyond it)."
+    ),
 )
 def seeds_for_power(rule: Rule, intervals: Sequence[Difference | None], level: float) -> tuple[int, int, int] | None:
-    """The paired seeds at which ``rule`` of ``intervals`` (each at ``level``) decides with probability POWER,
-    and the same at the low and high ends of the stds' 95% intervals (MAX_SEEDS + 1: none up to MAX_SEEDS);
-    None when they cannot be projected (one seed, an unpaired interval)."""
+    """The paired seeds at which ``rule`` of ``intervals`` (each at ``level``) decides with the protocol's power,
+    and the same at the low and high ends of the stds' 95% intervals (max_seeds + 1: none up to the protocol's
+    max_seeds); None when they cannot be projected (one seed, an unpaired interval)."""
 
     def decided(*ds: Difference | None) -> bool:
         return rule(*ds) not in (Verdict.TOO_FEW_SEEDS, Verdict.NO_DATA)
 
-    found = [decides_with_power(decided, intervals, level, POWER, MAX_SEEDS, std_end) for std_end in (0, -1, 1)]
+    most = max_seeds()
+    found = [decides_with_power(decided, intervals, level, power(), most, std_end) for std_end in (0, -1, 1)]
     if any(n is None for n in found):
         return None
-    n, low, high = (x if x is not None else MAX_SEEDS + 1 for x in found)
+    n, low, high = (x if x is not None else most + 1 for x in found)
     return n, min(low, high), max(low, high)
 
 
 def likely_verdict(rule: Rule, intervals: Sequence[Difference | None], level: float, n: int) -> Verdict | None:
     """The decided verdict ``rule`` most often reaches in the draws of `seeds_for_power` at n paired seeds (at
-    MAX_SEEDS beyond it); None when none decides or they cannot be projected."""
-    drawn = simulated(intervals, level, min(n, MAX_SEEDS))
+    the protocol's max_seeds beyond it); None when none decides or they cannot be projected."""
+    drawn = simulated(intervals, level, min(n, max_seeds()))
     counts = Counter(rule(*ds) for ds in drawn or [])
     decided = [(c, v) for v, c in counts.items() if v not in (Verdict.TOO_FEW_SEEDS, Verdict.NO_DATA)]
     return max(decided, key=lambda cv: cv[0])[1] if decided else None
@@ -370,16 +418,20 @@ BEFORE: dict[int, dict[str, Callable[..., Verdict]]] = {
         "lower": _as_registered,
         "worse": partial(_as_registered, worse=True),
         "best": partial(best_rule, margin=0.0),
-        "grows": partial(_as_registered, below=MARGIN),
-        "cost": partial(cost_rule, device=COST_DEVICE),  # a bench of any device: read as if on the claim's
+        "grows": lambda d: _as_registered(d, below=margin_of("loss")),
+        "cost": partial(cost_rule, device=None),  # a bench of any device: read as if on the claim's
     }
 }
 SIZE_BEFORE: dict[int, Callable[[Difference | None, float], str | None]] = {
     51: lambda d, figure: size_reading(d, figure, margin=0.0)  # the size against 0, in every regime
 }
-for _a in PROTOCOL.amendments:  # every rule an amendment changes has its reading before it here
-    if missing := set(_a.rules) - set(BEFORE.get(_a.issue, {})):
-        raise protocol.ProtocolError(f"rules.BEFORE lacks the amendment of {_a.date}'s rules before it: {missing}")
+
+
+def _check_before(p: protocol.Protocol) -> None:
+    """Every rule an amendment of ``p`` changes has its reading before it in :data:`BEFORE`."""
+    for a in p.amendments:
+        if missing := set(a.rules) - set(BEFORE.get(a.issue, {})):
+            raise protocol.ProtocolError(f"rules.BEFORE lacks the amendment of {a.date}'s rules before it: {missing}")
 
 
 # the protocol's rule names -> their functions, each as its prose states it (a name with no stated rule: a KeyError)
@@ -391,7 +443,9 @@ def registered(kind: str, claim: str | None) -> tuple[str, Rule]:
     the claim (``by_claim``), for ``claim``: its name and its function. Every study takes its rule from here, so
     the rule a claim's row names is the rule applied; a :class:`protocol.ProtocolError` for a kind or a claim the
     protocol registers no rule for."""
-    entry = PROTOCOL.verdicts.get(kind)
+    p = protocol.current()
+    _check_before(p)
+    entry = p.verdicts.get(kind)
     if entry is None:
         raise protocol.ProtocolError(f"configs/protocol.yaml registers no rule for the `{kind}` finding.")
     name = entry.rule_for(claim)

@@ -11,7 +11,7 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Table, Variant, difference, gate_is, reference, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
-from ega_lightning.experiments.rules import MARGIN
+from ega_lightning.experiments.rules import margin_of
 from ega_lightning.experiments.stats import LEVEL, widen
 from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import interval_text, num
@@ -49,7 +49,7 @@ class Best(Finding):
         return [
             g
             for g, d in zip(self.others, wide, strict=True)
-            if d is not None and d.high is not None and d.high < -MARGIN
+            if d is not None and d.high is not None and d.high < -margin_of("loss")
         ]
 
     def family_read(self) -> Best:
@@ -57,11 +57,11 @@ class Best(Finding):
 
     def comparison(self) -> str:
         """What the verdict rests on, in words: the gates that beat EGA-1, paired seed by seed."""
-        beaten = self.beaten_by()
+        beaten, m = self.beaten_by(), margin_of("loss")
         if beaten:
             names = " and ".join([", ".join(beaten[:-1]), beaten[-1]] if len(beaten) > 1 else beaten)
-            return f"{names} beat{'s' if len(beaten) == 1 else ''} it by more than {MARGIN} (paired, family level)"
-        return f"no paper gate beats it by more than {MARGIN} (paired, family level)"
+            return f"{names} beat{'s' if len(beaten) == 1 else ''} it by more than {m} (paired, family level)"
+        return f"no paper gate beats it by more than {m} (paired, family level)"
 
     def measured(self) -> str:
         return f"EGA-1 best of the paper's gates: {self.comparison()}{self.verdict_text}."

@@ -20,10 +20,9 @@ from typing import Any, ClassVar
 
 import yaml
 
-from ega_lightning.experiments import paper, plots, whole_split
+from ega_lightning.experiments import paper, plots, protocol, whole_split
 from ega_lightning.experiments.comparisons import SHAPE_KEYS, Variant, shape, shape_text
 from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
-from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.stats import Difference, bonferroni_level, compare, summarize, widen
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
 from ega_lightning.experiments.text import anchor, fmt_interval, fmt_summary, how, interval_cell, num, seed_count
@@ -233,7 +232,7 @@ def decomposition(inputs: ReportInputs, corpus: str) -> Decomposition | None:
             letter, label, what, non_causal, v.by_seed("final_val_loss"), over_whole, list(runs.values())
         )
     shared = sorted(set.intersection(*(set(sides[x].estimate) for x in TELESCOPING)))
-    level = bonferroni_level(len(STEPS), PROTOCOL.level)  # the family's k: each comparison of `STEPS` once
+    level = bonferroni_level(len(STEPS), protocol.current().level)  # the family's k: each comparison of `STEPS` once
     steps = []
     for x, y, kind, what, ega in STEPS:
         seeds = shared if x in TELESCOPING else sorted(set(sides[x].estimate) & set(sides[y].estimate))
@@ -244,7 +243,8 @@ def decomposition(inputs: ReportInputs, corpus: str) -> Decomposition | None:
         steps.append(
             Step(x, y, kind, what, ega, seeds, per_seed, diff, widen(diff, level), _interval(over_whole), moved)
         )
-    planned = PROTOCOL.families[GROUP].planned_seeds if GROUP in PROTOCOL.families else {}
+    families = protocol.current().families
+    planned = families[GROUP].planned_seeds if GROUP in families else {}
     runs_in = sum(min(len(variants[x].done), planned.get(label, 0)) for x, (label, _) in VARIANTS.items())
     size = _size(list(variants.values()))
     return Decomposition(corpus, size, sides, steps, runs_in, sum(planned.values()), variants)
@@ -296,7 +296,7 @@ def _moved_line(d: Decomposition) -> str:
             f"(results/{whole_split.DIRNAME}/<run>.json), so no step is read beside it."
         )
     largest = max(moved, key=lambda s: abs(s.moved.estimate) if s.moved else 0.0)
-    m = PROTOCOL.margin("loss")
+    m = protocol.current().margin("loss")
     return (
         "Does the author's estimate move the number? Per step, the estimate's difference − the whole split's, paired "
         "by seed (95%): " + "; ".join(f"{s.key} {fmt_interval(s.moved, digits=4)}" for s in moved) + f". The "
@@ -327,7 +327,7 @@ def section(inputs: ReportInputs, data: list[Decomposition], found: Sequence[Fin
     for d in data:
         mine = {f.key: f for f in found if isinstance(f, AuthorGain) and f.corpus == d.corpus}
         seeds = sorted({s for step in d.steps for s in step.seeds})
-        level = bonferroni_level(len(STEPS), PROTOCOL.level)
+        level = bonferroni_level(len(STEPS), protocol.current().level)
         state = (
             f"all {d.runs_planned} planned runs are in"
             if d.complete
@@ -388,12 +388,12 @@ def figures(inputs: ReportInputs, data: list[Decomposition]) -> list[Figure]:
 
         steps = [_bar(s) for s in d.steps if s.kind == "author_step"]
         totals = [_bar(by_key["B − A"])] + ([_bar(by_key["F − A"])] if by_key["F − A"].diff is not None else [])
-        level = bonferroni_level(len(STEPS), PROTOCOL.level)
+        level = bonferroni_level(len(STEPS), protocol.current().level)
         title = (
             f"The author's EGA-1 from their baseline A to B, step by step ({d.corpus}, {d.size}; "
             f"{seed_count(len(by_key['B − A'].seeds))}, intervals at {100 * level:.2f}%)"
         )
-        fig = plots.waterfall_figure(steps, totals, PROTOCOL.margin("loss"), title)
+        fig = plots.waterfall_figure(steps, totals, protocol.current().margin("loss"), title)
         out.append(("the author's EGA-1's gain, step by step", f"{GROUP}-{d.corpus}-waterfall.png", fig))
     return out
 

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 from ega_lightning.errors import UserError
 from ega_lightning.experiments.findings import Code, Finding, Where, amendment_of, plain_label
-from ega_lightning.experiments.rules import BEFORE, COST_DEVICE, MIN_REPETITIONS, Verdict, registered
+from ega_lightning.experiments.rules import BEFORE, Verdict, cost_device, min_repetitions, registered
 from ega_lightning.experiments.stats import Summary, median_interval
 from ega_lightning.experiments.study import Bench, Study
 from ega_lightning.experiments.text import num
@@ -48,9 +48,9 @@ class Cost(Finding):
 
     def label_text(self) -> str:
         text = super().label_text()
-        if self.verdict is Verdict.TOO_FEW_SEEDS and self.repetitions < MIN_REPETITIONS:
+        if self.verdict is Verdict.TOO_FEW_SEEDS and self.repetitions < min_repetitions():
             return (
-                f"{text} ({self.repetitions} repetitions; the protocol reads one bench of at least {MIN_REPETITIONS})"
+                f"{text} ({self.repetitions} repetitions; the protocol reads one bench of at least {min_repetitions()})"
             )
         return text
 
@@ -61,7 +61,7 @@ class Cost(Finding):
 def benches(records_dir: Path, out: Path) -> list[Bench]:
     """Every `ega bench` result beside the records (bench-*.json, and bench-*/bench-*.json of a bench of its
     own gates): the benches of the most repetitions first (the protocol reads one bench of at least
-    `MIN_REPETITIONS`, so a longer bench is never shadowed by a shorter one), then the full tables
+    `rules.min_repetitions`, so a longer bench is never shadowed by a shorter one), then the full tables
     (bench-<device>-<precision>.json) before the tables of one mode (-compile, -generation), then by path.
     Unreadable files, and JSON that is no bench's, are skipped."""
     top = records_dir.parent
@@ -160,7 +160,7 @@ def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
     if verdict is Verdict.NOT_TESTABLE:
         untested = (
             f"×{num(ours.mean if ours else None)} on {device.upper()}: {device_name or 'not named'}, {repetitions} "
-            f"repetitions; the paper's {COST_DEVICE.upper()} claim is untested, no {COST_DEVICE.upper()} bench is "
+            f"repetitions; the paper's {cost_device().upper()} claim is untested, no {cost_device().upper()} bench is "
             "committed"
         )
     amended: dict[str, Any] = {}

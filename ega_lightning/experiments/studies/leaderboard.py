@@ -154,7 +154,7 @@ class Control(Finding):
 
 
 def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Finding]:
-    """The positive control over the leaderboard (rules.RULES['control']), with the difference the protocol
+    """The positive control over the leaderboard (rules.PROSE['control']), with the difference the protocol
     resolves at each number of paired seeds the leaderboard has."""
     if baseline is None or not entries:
         return []

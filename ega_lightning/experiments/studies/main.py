@@ -11,7 +11,7 @@ from typing import ClassVar
 from ega_lightning.experiments import paper
 from ega_lightning.experiments.comparisons import Row, Table, Variant
 from ega_lightning.experiments.findings import Code, Finding, Where, code_of, judged, measured_with, name, pair
-from ega_lightning.experiments.rules import LEVEL_WIDTH, Verdict
+from ega_lightning.experiments.rules import LEVEL_MARGIN, Verdict, margin_of
 from ega_lightning.experiments.stats import mean_interval
 from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, interval_text, num
@@ -186,7 +186,7 @@ def _levels(where: Where, v: Variant) -> list[Finding]:
         (FracAboveTau, "final_frac_above_tau", "frac_above_tau", paper.FRAC_ABOVE_TAU, {}),
     ):
         if values := list(v.by_seed(metric).values()):
-            level = {"figure": figure, "width": LEVEL_WIDTH[claim]}
+            level = {"figure": figure, "width": margin_of(LEVEL_MARGIN[claim])}
             reads = [(f"{claim}: {v.group}/{v.label}", mean_interval(values))]
             out.append(judged(cls, own, reads, rule_args=level, paper=figure, claim=claim, code=code_of(v), **extra))
     return out

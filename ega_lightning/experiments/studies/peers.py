@@ -32,7 +32,7 @@ class Peer(Finding):
 
 
 def findings(table: Table) -> list[Finding]:
-    """Each peer's own claim, a lower loss than the baseline (rules.RULES['lower']); a peer with no finished run
+    """Each peer's own claim, a lower loss than the baseline (rules.PROSE['lower']); a peer with no finished run
     still counts in its family, which is declared with the study."""
     out: list[Finding] = []
     for row in table.rows:

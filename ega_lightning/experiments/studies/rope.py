@@ -17,11 +17,10 @@ from typing import ClassVar
 
 import numpy as np
 
-from ega_lightning.experiments import plots
+from ega_lightning.experiments import plots, protocol
 from ega_lightning.experiments.comparisons import Variant, difference
 from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
 from ega_lightning.experiments.paper import Claim
-from ega_lightning.experiments.rules import PROTOCOL
 from ega_lightning.experiments.stats import compare
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
 from ega_lightning.experiments.text import interval_text
@@ -125,7 +124,8 @@ def measure(inputs: ReportInputs) -> Measured | None:
             found = {s: evaluated[(name, length)] for s, name in runs.items() if (name, length) in evaluated}
             beyond[(label, length)] = {s: e.loss for s, e in found.items()}
             by_position[(label, length)] = {s: e.by_position for s, e in found.items()}
-    planned = dict(PROTOCOL.families[GROUP].planned_seeds) if GROUP in PROTOCOL.families else {}
+    families = protocol.current().families
+    planned = dict(families[GROUP].planned_seeds) if GROUP in families else {}
     runs_in = sum(min(len(v.done), planned.get(_entry(v), 0)) for v in variants.values())
     evaluations_in = sum(
         min(len(seeds), planned.get(_entry(variants[label]), 0)) for (label, _), seeds in beyond.items()

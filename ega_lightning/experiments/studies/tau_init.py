@@ -87,7 +87,7 @@ def findings(table: Table) -> list[Finding]:
     """Final tau and loss by tau_init on the seeds every initialisation ran (a one-seed row beside a
     3-seed mean would put seed noise into the spread), and each initialisation paired by seed with
     the default tau_init's run. Where every tau was learned, whether tau forgets where it started
-    (rules.RULES['forgets']): per seed, the slope of final tau on tau_init."""
+    (rules.PROSE['forgets']): per seed, the slope of final tau on tau_init."""
     gated = [r.variant for r in table.rows if r.variant.gated and r.variant.done]
     if len({v.hp("tau_init") for v in gated}) < 2:
         return []

@@ -14,7 +14,7 @@ from ega_lightning.experiments import paper, plots
 from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, scale
 from ega_lightning.experiments.landscape_results import Evaluation
-from ega_lightning.experiments.rules import FLAT, TAU_STEP, Verdict, registered
+from ega_lightning.experiments.rules import TAU_STEP, Verdict, margin_of, registered
 from ega_lightning.experiments.stats import Difference, mean_interval
 from ega_lightning.experiments.studies.frozen_tau import FrozenTau
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
@@ -147,7 +147,7 @@ class TauMechanism(Finding):
 
 def tail_findings(tables: list[Table], variants: list[Variant], evaluations: Sequence[Evaluation]) -> list[Finding]:
     """The tail identity of every gate of ``tables`` (the report's: those of `TAIL_GROUPS`, the ablation and the
-    leak audit), each set of runs once: one value per seed from its recorded gate summary (rules.RULES['tail']);
+    leak audit), each set of runs once: one value per seed from its recorded gate summary (rules.PROSE['tail']);
     beside it, as a figure, the heads of its final checkpoints that `ega landscape` evaluated as trained (a
     rerun's stand for its original's)."""
     chosen: dict[tuple[str, ...], Variant] = {}
@@ -197,7 +197,7 @@ def grad_norm_ratio(variants: list[Variant]) -> float | None:
 def mechanism_finding(
     found: list[Finding], evaluations: Sequence[Evaluation], variants: list[Variant]
 ) -> list[Finding]:
-    """Which of the two explanations of a tau that does not move the data support (rules.RULES['mechanism']),
+    """Which of the two explanations of a tau that does not move the data support (rules.PROSE['mechanism']),
     from EGA-1's final checkpoints trained and evaluated causally and the frozen-tau verdicts in ``found``."""
     frozen = [f for f in found if isinstance(f, FrozenTau)]
     shown = [
@@ -208,7 +208,8 @@ def mechanism_finding(
     ega1 = [e for e in shown if e.gate == "linear" and e.final and e.gate_options.get("learn_tau", True)]
     if not frozen and not ega1:
         return []
-    minimum = [e.shift_cost(-TAU_STEP) > FLAT and e.shift_cost(TAU_STEP) > FLAT for e in ega1]
+    flat = margin_of("flat")
+    minimum = [e.shift_cost(-TAU_STEP) > flat and e.shift_cost(TAU_STEP) > flat for e in ega1]
     _, mechanism_rule = registered(TauMechanism.kind, "tau")
     verdict = mechanism_rule([f.verdict for f in frozen], minimum)
     checkpoints = [Checkpoint(e.label, e.gate, e.step, e.final, e.tau_shift_costs, e.alpha_scale_costs) for e in shown]
