@@ -74,6 +74,7 @@ def write_report(
     command = shlex.join(words if records_dir == RECORDS_DIR else [*words, "--records_dir", str(records_dir)])
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give the report a directory (it is made if missing).")
+    protocol.current()  # the registered protocol, read and checked when the report starts: before a record is refreshed
     timed = read_bench(bench, records_dir, out)  # a --bench that cannot be read: said before any work
     runs, known = read_rows(spec_paths, runs_dir, records_dir)
     variants = build_variants(runs)
