@@ -3,10 +3,14 @@
     PYTHONPATH=. python scripts/paired_steps.py --size cpu --repeats 41 --threads 1 none linear \
         "linear-before=linear:ega_lightning.model.fused.ROW_ALIGN=1,ega_lightning.model.fused.FUSED_CHANNEL=False"
 
-A contender is ``[label=]gate[:module.ATTRIBUTE=value,...]``: a model of that gate config (`ega bench`'s
-contender: forward + backward + AdamW on one fixed batch, every model from the same seed), stepped with
-those module attributes set (Python literals) and restored after, so two versions of a code path run in one
-process. Each repetition steps every contender once, in an order rotated per repetition (ABC, BCA, CAB, ...),
+A contender is ``[label=]gate[@precision][:module.ATTRIBUTE=value,...]``: a model of that gate config (`ega
+bench`'s contender: forward + backward + AdamW on one fixed batch, every model from the same seed), stepped in
+that precision (32-true, the default, or bf16-mixed: autocast, as `ega bench --precision`) with those module
+attributes set (Python literals) and restored after, so two versions of a code path, or two precisions, run in
+one process:
+
+    PYTHONPATH=. python scripts/paired_steps.py --size paper --repeats 7 --threads 1 none none-bf16=none@bf16-mixed
+ Each repetition steps every contender once, in an order rotated per repetition (ABC, BCA, CAB, ...),
 after warm-up steps; the ratio to the first contender (and to those named by --against) within a repetition
 cancels the machine's drift. Prints medians with quartiles. On a loaded machine use one thread: two OpenMP
 threads sharing two busy cores wait for each other at every parallel region (steps 5-10x slower, erratic).
@@ -29,15 +33,22 @@ import yaml
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
-def parse(spec: str) -> tuple[str, str, dict[tuple[Any, str], Any]]:
+PRECISIONS = ("32-true", "bf16-mixed")
+
+
+def parse(spec: str) -> tuple[str, str, str, dict[tuple[Any, str], Any]]:
     label, _, rest = spec.partition("=") if "=" in spec.split(":")[0] else ("", "", spec)
     gate, _, sets = rest.partition(":")
+    gate, _, precision = gate.partition("@")
+    precision = precision or PRECISIONS[0]
+    if precision not in PRECISIONS:
+        raise SystemExit(f"{spec}: the precision is one of {', '.join(PRECISIONS)}, not {precision!r}")
     attributes = {}
     for item in filter(None, sets.split(",")):
         path, _, value = item.partition("=")
         module, _, name = path.rpartition(".")
         attributes[(importlib.import_module(module), name)] = ast.literal_eval(value)
-    return label or gate, gate, attributes
+    return label or gate, gate, precision, attributes
 
 
 @contextlib.contextmanager
@@ -73,12 +84,12 @@ def main() -> None:
     device = torch.device("cpu")
     batch = fixed_batch(shape, batch_size, device)
     specs = [parse(s) for s in args.contenders]
-    settings = gate_settings(CONFIGS, sorted({gate for _, gate, _ in specs}))
+    settings = gate_settings(CONFIGS, sorted({gate for _, gate, _, _ in specs}))
     contenders = []
-    for label, gate, attributes in specs:
+    for label, gate, precision, attributes in specs:
         with setting(attributes):
             model = build(shape, settings[gate], device, args.seed)
-        contenders.append((Contender(label, model, batch, "32-true"), attributes))
+        contenders.append((Contender(label, model, batch, precision), attributes))
     for contender, attributes in contenders:
         with setting(attributes):
             for _ in range(args.warmup):
