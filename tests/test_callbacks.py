@@ -3,6 +3,7 @@
 import json
 import logging
 import math
+from pathlib import Path
 
 import lightning as L
 import pytest
@@ -235,7 +236,9 @@ class _Steps(L.LightningModule):
         return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(64, 4)), batch_size=2)
 
 
-def _paced_fit(tmp_path, pace: StepPace, max_steps: int = 12) -> tuple[list[str], list[str]]:
+def _paced_fit(
+    tmp_path, pace: StepPace, max_steps: int = 12, precision: str = "32-true"
+) -> tuple[list[str], list[str]]:
     """Fits `_Steps` with `pace`; the log lines it said and the texts of its TensorBoard entry."""
     lines: list[str] = []
     handler = logging.Handler()
@@ -245,6 +248,7 @@ def _paced_fit(tmp_path, pace: StepPace, max_steps: int = 12) -> tuple[list[str]
     try:
         trainer = L.Trainer(
             max_steps=max_steps,
+            precision=precision,
             logger=TensorBoardLogger(tmp_path, name="run", version=0),
             callbacks=[pace],
             enable_checkpointing=False,
@@ -281,6 +285,35 @@ def test_the_pace_is_measured_on_the_fits_own_steps(tmp_path):
     assert report is not None and report["step_s"] > 0 and report["step"] == 3 and report["remaining_steps"] == 3
     assert report["projected_s"] == report["step_s"] * 3
     assert len(lines) == 1 and texts == lines
+
+
+@pytest.mark.parametrize("units", [False, True])
+def test_a_bf16_fit_on_a_cpu_that_emulates_bf16_is_told_so_when_it_starts(tmp_path, monkeypatch, units):
+    """bf16-mixed on a CPU without bf16 units: one line at step 0, before the pace line (log and TensorBoard);
+    with the units, only the pace line."""
+    monkeypatch.setattr(pace_module, "cpu_has_bf16_units", lambda: units)
+    lines, texts = _paced_fit(tmp_path, StepPace(warmup=1, measured=1), max_steps=4, precision="bf16-mixed")
+    assert texts == lines
+    assert [line.startswith("pace: precision bf16-mixed on a CPU with no bf16 units") for line in lines] == (
+        [False] if units else [True, False]
+    )
+
+
+def test_the_slow_precision_line_is_said_only_for_bf16_on_a_cpu_without_bf16_units():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    said = {
+        (precision, device.type, units): pace_module.slow_precision_line(precision, device, units) is not None
+        for precision in ("32-true", "bf16-mixed", "bf16-true")
+        for device in (cpu, cuda)
+        for units in (False, True)
+    }
+    assert {key for key, value in said.items() if value} == {("bf16-mixed", "cpu", False), ("bf16-true", "cpu", False)}
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists(), reason="no /proc/cpuinfo: not Linux")
+def test_bf16_units_are_read_as_the_kernel_lists_the_cpus_flags():
+    flags = set(Path("/proc/cpuinfo").read_text().split())
+    assert pace_module.cpu_has_bf16_units() == bool(flags & {"avx512_bf16", "amx_tile"})
 
 
 def test_a_run_length_reads_in_the_unit_that_fits_it():

@@ -5,6 +5,10 @@ kernels' first dispatch, a compilation), so the step time is measured over the `
 that follow ``warmup`` of them: the wall time between the ends of two training batches, Lightning's loop and
 the data loader included, validation not (it falls outside those steps). The projection is that step time
 times the steps left to ``max_steps``; it leaves out the evaluations and checkpoints still to come.
+
+A fit in bf16 on a CPU with no bf16 arithmetic (neither AVX-512 BF16 nor AMX) is told so when training
+starts: there every bf16 matmul is emulated, and a step takes an order of magnitude longer than in fp32
+(docs/cost.md measures it), which the pace line would only show minutes later.
 """
 
 from __future__ import annotations
@@ -14,11 +18,32 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_only
 
 # the tag of the TensorBoard text entry
 TAG = "pace"
+
+
+def cpu_has_bf16_units() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX-512 BF16 or AMX tiles), as torch's kernels dispatch;
+    True where torch cannot tell, so that nothing is claimed of a CPU it does not know."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if any(probe is None for probe in probes):
+        return True
+    return any(probe() for probe in probes)
+
+
+def slow_precision_line(precision: str, device: torch.device, has_bf16_units: bool) -> str | None:
+    """The line a fit says at its start when it trains in bf16 on a CPU that emulates it; None otherwise."""
+    if device.type != "cpu" or not precision.startswith("bf16") or has_bf16_units:
+        return None
+    return (
+        f"pace: precision {precision} on a CPU with no bf16 units (neither AVX-512 BF16 nor AMX): every bf16 matmul "
+        "is emulated, and a step takes an order of magnitude longer than with --trainer.precision=32-true "
+        "(docs/cost.md)"
+    )
 
 
 def duration(seconds: float) -> str:
@@ -44,6 +69,9 @@ class StepPace(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.first_step = trainer.global_step
+        slow = slow_precision_line(str(trainer.precision), pl_module.device, cpu_has_bf16_units())
+        if slow is not None:
+            _announce(trainer, slow, trainer.global_step)
         if self.warmup == 0:  # measured from the start of training
             self.started = self.clock()
 
@@ -81,4 +109,4 @@ def _announce(trainer: L.Trainer, line: str, step: int) -> None:
             logger.experiment.flush()
 
 
-__all__ = ["StepPace", "duration"]
+__all__ = ["StepPace", "cpu_has_bf16_units", "duration", "slow_precision_line"]
