@@ -536,6 +536,7 @@ TOY_STUDY = '''"""A study of one claim, with a section and a key of results.json
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ega_lightning.experiments import prose
 from ega_lightning.experiments.findings import Finding, Where, measured_with
 from ega_lightning.experiments.paper import Claim
 from ega_lightning.experiments.study import Study
@@ -546,8 +547,10 @@ from ega_lightning.experiments.text import fmt_interval
 class Toy(Finding):
     kind: ClassVar[str] = "toy"
 
-    def measured(self) -> str:
-        return f"toy: baseline - EGA-1 {fmt_interval(self.interval)}."
+
+@prose.measured.register
+def say_toy(f: Toy) -> str:
+    return f"toy: baseline - EGA-1 {fmt_interval(f.interval)}."
 
 
 def table_findings(table, inputs):
@@ -557,7 +560,7 @@ def table_findings(table, inputs):
 
 
 def section(inputs, data, found, drawn):
-    return ["## toy study", "", *(f"- {f.sentence()}" for f in found if f.kind == "toy"), ""]
+    return ["## toy study", "", *(f"- {prose.sentence(f)}" for f in found if f.kind == "toy"), ""]
 
 
 STUDY = Study(

@@ -15,7 +15,7 @@ import pytest
 import scipy.stats
 import yaml
 
-from ega_lightning.experiments import findings, paper, protocol, rules, studies
+from ega_lightning.experiments import findings, paper, prose, protocol, rules, studies
 from ega_lightning.experiments.comparisons import build_tables, build_variants
 from ega_lightning.experiments.spec import load_spec
 from ega_lightning.experiments.stats import Difference
@@ -382,7 +382,7 @@ def test_moving_the_protocols_commit_after_the_runs_turns_a_registered_verdict_e
     def mark() -> str:
         dates = protocol.entry_dates(protocol.load(path))
         (out,) = findings.conclude(findings.correct([f]), starts, dates)
-        return out.registration.text()
+        return prose.registration_text(out.registration)
 
     def recommit(date: str) -> None:  # the same rule, its line committed again on ``date``
         text = path.read_text()
@@ -430,7 +430,7 @@ def test_a_registration_counts_the_runs_its_label_rests_on_not_every_run_of_its_
     (marked,) = findings.conclude([best], starts, dates)
     rests_on = sorted(f"ts-{v}-seed{s}" for v in ("linear", "db2") for s in range(1, 5))
     assert sorted(findings.resting_on(best)) == rests_on
-    assert marked.registration.text() == "partly registered (2 of 8 runs after the rule)"
+    assert prose.registration_text(marked.registration) == "partly registered (2 of 8 runs after the rule)"
     assert len(best.code.read) == 16  # every run of the four variants: what the mark counted before issue 51
 
 
@@ -491,9 +491,12 @@ def test_an_amendment_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path
     starts["none-seed1"] = datetime(2026, 12, 2, tzinfo=UTC)
     a, b = findings.conclude(findings.correct([changed, kept]), starts, dates)
     assert a.verdict is rules.Verdict.TOO_FEW_SEEDS and (a.amended_from, a.amended_by) == ("does not hold", 51)
-    assert a.registration.text() == "exploratory; the amendment of 2026-12-05 changed its label (was: does not hold)"
+    assert (
+        prose.registration_text(a.registration)
+        == "exploratory; the amendment of 2026-12-05 changed its label (was: does not hold)"
+    )
     assert b.verdict is rules.Verdict.HOLDS and b.amended_from is None
-    assert b.registration.text() == "registered"
+    assert prose.registration_text(b.registration) == "registered"
 
 
 def test_a_level_edit_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path):
@@ -532,10 +535,10 @@ def test_a_level_edit_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path
     starts = {f"{g}-seed1": datetime(2026, 12, 2, tzinfo=UTC) for g in ("alibi", "fox", "none")}
     a, b = findings.conclude(findings.correct([changed, kept]), starts, edit)
     assert (a.verdict, b.verdict) == (rules.Verdict.TOO_FEW_SEEDS, rules.Verdict.HOLDS)
-    assert a.registration.text() == (
+    assert prose.registration_text(a.registration) == (
         "exploratory; the edit of the family-wise level (2026-12-03) changed its label (was: holds)"
     )
-    assert b.registration.level_was is None and b.registration.text() == "registered"
+    assert b.registration.level_was is None and prose.registration_text(b.registration) == "registered"
 
 
 def test_every_field_of_the_protocol_is_checked_when_it_is_read(tmp_path):
@@ -593,7 +596,10 @@ def test_an_entry_registered_after_the_amendment_is_read_under_it_alone():
         return protocol.Dates({k: entry for k in protocol.load().verdicts}, "git", None, None, amended=amended)
 
     (after,) = findings.conclude([step], starts, dates(datetime(2026, 12, 6, tzinfo=UTC)))
-    assert after.amended_from is None and after.registration.text() == "registered"
+    assert after.amended_from is None and prose.registration_text(after.registration) == "registered"
     assert after.registration.fixed.startswith("2026-12-06")
     (before,) = findings.conclude([step], starts, dates(datetime(2026, 12, 1, tzinfo=UTC)))
-    assert before.registration.text() == "registered; the amendment of 2026-12-05 changed its label (was: holds)"
+    assert (
+        prose.registration_text(before.registration)
+        == "registered; the amendment of 2026-12-05 changed its label (was: holds)"
+    )

@@ -11,7 +11,7 @@ import pytest
 import scipy.stats
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import beyond_the_block, rules, studies
+from ega_lightning.experiments import beyond_the_block, prose, rules, studies
 from ega_lightning.experiments.beyond_the_block import BeyondTheBlock
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
 from ega_lightning.experiments.spec import Run, load_spec
@@ -140,11 +140,13 @@ def test_no_label_is_read_before_the_last_planned_run_and_evaluation():
         assert f.verdict is None and f.rule_name is None
         assert (
             "24 of 25 planned runs in" if f.kind == "rope_gain" else "48 of 50 planned evaluations in"
-        ) in f.verdict_cell()
+        ) in prose.verdict_cell(f)
     gain = next(f for f in found(by_variant) if f.claim == "rope:alibi-nopos")
     assert gain.interval is not None and gain.interval.n == 4  # the interim interval, on the seeds both sides have
     assert all(
-        "not yet run (0 of 25" in f.verdict_cell() for f in found({}, learned_baseline=False) if f.kind == "rope_gain"
+        "not yet run (0 of 25" in prose.verdict_cell(f)
+        for f in found({}, learned_baseline=False)
+        if f.kind == "rope_gain"
     )
 
 
@@ -186,7 +188,7 @@ def test_the_section_says_each_finding_and_links_each_figure_and_is_absent_witho
     lines = rope.section(inputs, data, found, drawn)
     assert lines[0] == f"## {rope.TITLE}"
     sentences = [line for line in lines if line.startswith("- ")]
-    assert len(sentences) == 4 + 10 and all(f"- {f.measured()}" in sentences for f in found)
+    assert len(sentences) == 4 + 10 and all(f"- {prose.measured(f)}" in sentences for f in found)
     assert "![loss by position, windows of 256](rope-beyond-T256.png)" in lines
     assert "every planned run and evaluation is in" in lines[2]
     empty = ReportInputs((), ())

@@ -24,6 +24,7 @@ from ega_lightning.experiments.records import Record
 from ega_lightning.experiments.rundirs import FROM_EVENT_FILES, Loaded
 from ega_lightning.experiments.spec import Run, SpecError
 from ega_lightning.experiments.stats import Difference, Summary, compare, summarize
+from ega_lightning.experiments.text import seed_list
 from ega_lightning.host import machine_kind
 
 # A model's shape: the seeds of one variant must share it, or their numbers are not one configuration's
@@ -230,9 +231,7 @@ def split_seeds(*variants: Variant | None) -> list[int]:
 
 def split_text(seeds: list[int]) -> str:
     """The flag of a comparison whose pairs ran on two machines ('' for none)."""
-    if not seeds:
-        return ""
-    return f"⚠ two machines: seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+    return f"⚠ two machines: {seed_list(seeds)}" if seeds else ""
 
 
 @dataclass

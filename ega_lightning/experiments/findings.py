@@ -1,11 +1,11 @@
-"""What a finding is: the typed base every study's findings extend, with what all of them say alike.
+"""What a finding is: the typed base every study's findings extend, as plain data and its computation.
 
 A study (`ega_lightning.experiments.studies`) measures a statement and, where it tests a claim,
 applies its decision rule (`rules`) through :func:`judged`. This module holds what is common to every
 finding: where it was measured (:class:`Where`, :func:`measured_with`, :func:`name`, :func:`pair`), which code
 its sides ran (:class:`Code`), the Bonferroni correction of its family (:func:`correct`), the seeds
-that would decide it (:func:`seeds_needed`), and the parts of its sentence and of its row of the
-claims table that do not depend on what was measured.
+that would decide it (:func:`seeds_needed`) and its registration (:func:`conclude`). What a finding says,
+its sentence and its row of the claims table, is written from this data by `prose`.
 """
 
 from __future__ import annotations
@@ -21,28 +21,22 @@ from ega_lightning.experiments.comparisons import (
     RunData,
     Variant,
     device,
-    diverged_rule,
     shape,
     shape_text,
     split_seeds,
-    split_text,
 )
 from ega_lightning.experiments.rules import (
     BEFORE,
     BY_NAME,
-    NOT_PAPER_REGIME,
     SIZE_BEFORE,
     Rule,
     Verdict,
     likely_verdict,
-    margin_of,
-    max_seeds,
     registered,
     seeds_for_power,
     size_reading,
 )
 from ega_lightning.experiments.stats import LEVEL, Difference, Summary, bonferroni_level, widen
-from ega_lightning.experiments.text import anchor, fmt_interval, how
 
 DIAGNOSTICS = "diagnostics"  # the report section of measurements that test no claim
 NOT_IN_RESULTS = {"results": False}  # field metadata: kept in memory, not written to results.json
@@ -109,18 +103,6 @@ class Registration:
     # the label at the family-wise level before its last edit, where that edit changed it (it then fixes the date)
     level_was: str | None = None
 
-    def text(self) -> str:
-        if self.mark == NOT_DATED:
-            return f"{NOT_DATED} (git history cannot date the protocol here)"
-        mark = self.mark
-        if self.mark == "partly registered":
-            mark = f"partly registered ({self.after} of {self.runs} runs after the rule)"
-        if self.amended is not None:
-            mark += f"; the amendment of {self.fixed[:10]} changed its label (was: {self.amended})"
-        if self.level_was is not None:
-            mark += f"; the edit of the family-wise level ({self.fixed[:10]}) changed its label (was: {self.level_was})"
-        return mark
-
 
 NOT_DATED = "not dated"  # a registration git history cannot date (a shallow clone): nothing is marked registered
 
@@ -128,8 +110,7 @@ NOT_DATED = "not dated"  # a registration git history cannot date (a shallow clo
 @dataclass(frozen=True, kw_only=True)
 class Finding:
     """One measured statement; ``claim``: the claim of the paper it tests (a key of `paper.CLAIM`, None
-    for our own observations). Each study's findings extend it with what they measured, and say it
-    (:meth:`measured`).
+    for our own observations). Each study's findings extend it with what they measured; `prose` says it.
 
     A finding with a verdict keeps the ``rule`` that gave it and the intervals it ``reads`` (each named
     by the comparison it is, so that a family counts a comparison two verdicts read once): `correct`
@@ -139,7 +120,7 @@ class Finding:
     # the claims of the paper (keys of `paper.CLAIM`) a finding of this kind can judge: its rule is the protocol's
     # for the kind and the claim (`rules.registered`), and `judged` refuses any other claim
     measures: ClassVar[tuple[str, ...]] = ()
-    # (scale, digits, signed): how its intervals are written in the claims table and its family's text
+    # (scale, digits, signed): how `prose` writes its intervals in the claims table and its family's text
     interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, True)
     cell_words: ClassVar[tuple[str, str]] = ("", "")  # what its claims-table cell writes before and after its interval
 
@@ -171,187 +152,20 @@ class Finding:
     rule: Rule | None = field(default=None, compare=False, repr=False, metadata=NOT_IN_RESULTS)
     reads: tuple[Read, ...] = ()  # the intervals its verdict reads
 
-    # ------------------------------------------------------------------------- its sentence
-
     @property
     def interval(self) -> Difference | None:
         return self.ours if isinstance(self.ours, Difference) else None
-
-    @property
-    def verdict_text(self) -> str:
-        return f" — {self.label_text()}" if self.verdict is not None else ""
-
-    def label_text(self) -> str:
-        """The verdict in bold; an effect's two readings (direction, size); why a claim is not testable."""
-        if self.verdict is None:
-            return ""
-        if self.not_testable:
-            return f"**{self.verdict.value}** ({self.not_testable})"
-        if self.rule_name != "effect" or self.verdict in (Verdict.NO_DATA,):
-            return f"**{self.verdict.value}**"
-        m = self.magnitude
-        if m is None or m.reading is None:
-            return f"effect **{self.verdict.value}**"
-        if m.reading == NOT_PAPER_REGIME:
-            return f"effect **{self.verdict.value}**, size **{m.reading}**{self.regime_text()}"
-        ends = f" [{100 * m.low:.0f}%, {100 * m.high:.0f}%]" if m.low is not None and m.high is not None else ""
-        return f"effect **{self.verdict.value}**, size **{m.reading}** ({100 * m.fraction:.0f}%{ends} of the paper's)"
 
     def size_regime(self) -> bool:
         """Whether its regime is the paper's, where an effect's size is read (`rules.size_reading`)."""
         return True
 
-    def regime_text(self) -> str:
-        """Why its regime is not the paper's, as the label says it."""
-        return ""
-
-    def measured(self) -> str:
-        """What was measured and its verdict, as its section says it."""
-        raise NotImplementedError(f"{type(self).__name__} says nothing")
-
-    def sentence(self) -> str:
-        """The finding as it reads in its section: what was measured and its verdict, then its family's
-        correction, the seeds that would decide it and the code its sides ran."""
-        seeds = self.seeds_text()
-        extras = [self._family_sentence(), seeds.capitalize() + "." if seeds else "", self._diverged_sentence()]
-        return " ".join([self.measured(), *(x for x in [*extras, self._code_sentence()] if x)])
-
-    def _diverged_sentence(self) -> str:
-        """The seeds its sides lost to divergence, and how its verdict treats them (the protocol's rule)."""
-        if self.code is None or not self.code.diverged:
-            return ""
-        runs = ", ".join(f"`{r}`" for r in self.code.diverged)
-        return f"⚠ Diverged (final val loss not finite): {runs}; {diverged_rule()}."
-
-    def _corrected_text(self) -> str:
-        scale, digits, signed = self.interval_format
-        d = self.corrected
-        # an end that would print as the margin it decides against gets the digits that show on which side it lies
-        lines = [s * margin_of(m) for m in MARGINS.get(self.rule_name or "", ()) for s in (1, -1)]
-        while (
-            d is not None
-            and digits < 6
-            and any(_prints_as(end, line, scale, digits) for end in (d.low, d.high) for line in lines)
-        ):
-            digits += 1
-        return fmt_interval(d, signed=signed, scale=scale, digits=digits)
-
-    def _family_sentence(self) -> str:
-        if self.family is None:
-            return ""
-        text = f"Bonferroni over the {self.family} family (k = {self.family_k}): each interval at {self._level()}"
-        if self.corrected is not None:
-            text += f", this one {self._corrected_text()}"
-        if self.verdict is not None and self.nominal_verdict is not self.verdict:
-            text += f"; at nominal 95% it would read {self.nominal_verdict.value if self.nominal_verdict else None}"
-        return text + "."
-
-    def _level(self, digits: int = 2) -> str:
-        return f"{100 * (self.family_level or 0.0):.{digits}f}%"
-
-    def _code_sentence(self) -> str:
-        if self.code is None or not self.code.sides:
-            return ""
-        sides = "; ".join(
-            f"{side.variant} "
-            + ", ".join(
-                f"{fp[:8]} (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))})"  # 'unknown' is shorter
-                for fp, seeds in side.fingerprints.items()
-            )
-            for side in self.code.sides
-        )
-        machines = ""
-        if self.code.split:
-            seeds = ", ".join(map(str, self.code.split))
-            machines = (
-                f" ⚠ Seed(s) {seeds} pair runs made on different machines, so the difference measures the machines "
-                "as well (rounding differs between them)."
-            )
-        if self.code.flag is None:
-            return f"Code (fingerprint): {sides}.{machines}"
-        runs = ", ".join(f"`{r}`" for r in self.code.runs)
-        return f"Code (fingerprint): {sides}. ⚠ {self.code.flag}: not today's code for {runs}.{machines}"
-
-    def seeds_text(self) -> str:
-        def count(n: int) -> str:
-            return f"> {max_seeds()}" if n > max_seeds() else f"{n}"
-
-        if self.seeds_needed is None:
-            return ""
-        spread = ""
-        if self.seeds_range is not None and self.seeds_range != (self.seeds_needed, self.seeds_needed):
-            low, high = self.seeds_range
-            spread = f"; {count(low)} to {count(high)} with the std at the ends of its 95% interval"
-        power = f"{100 * protocol.current().power:.0f}%"
-        likely = f", most likely as **{self.seeds_verdict.value}**" if self.seeds_verdict is not None else ""
-        return f"{count(self.seeds_needed)} paired seeds would decide it with {power} probability{likely}{spread}"
-
-    # ------------------------------------------------------------------------- its row of the claims table
-
-    def ours_cell(self) -> str:
-        d = self.interval
-        if d is None:
-            return "—"
-        (scale, digits, signed), (before, after) = self.interval_format, self.cell_words
-        return f"{before}{fmt_interval(d, signed=signed, scale=scale, digits=digits)}{after}, {how(d)}"
-
-    def claim_subject(self) -> str:
-        """What a row of the claims table measured, where it is not the claim's own comparison."""
-        return ""
-
-    def family_cell(self) -> str:
-        """The interval a family's verdict reads (Bonferroni), or what the verdict reads where it reads several."""
-        if self.family is None:
-            return "—"
-        where = f"{self.family}, k = {self.family_k}, {self._level(1)}"
-        return where if self.corrected is None else f"{self._corrected_text()} ({where})"
-
-    def verdict_cell(self) -> str:
-        seeds = self.seeds_text()
-        return (self.label_text() or "**None**") + (f" ({seeds})" if seeds else "")
-
-    def registration_cell(self) -> str:
-        if self.confirmatory is False:
-            return "exploratory (not confirmatory)"
-        text = self.registration.text() if self.registration is not None else "—"
-        pending = self.code.pending if self.code is not None else []
-        if pending and self.verdict is not None:
-            done = len(self.code.read) if self.code is not None else 0
-            text += f"; interim: {done} of {done + len(pending)} planned runs finished (the protocol reads it at all)"
-        return text
-
-    def code_cell(self) -> str:
-        if self.code is None or not self.code.sides:
-            return "—"
-        machines = f"; {split_text(self.code.split)}" if self.code.split else ""
-        if self.code.flag is None:
-            return "today's" + machines
-        runs = self.code.runs
-        return f"⚠ {self.code.flag} ({len(runs)} run{'s' if len(runs) > 1 else ''})" + machines
-
     def family_read(self) -> Finding:
         """Itself with what it derives from its verdict's intervals once its family has read them (`correct`)."""
         return self
 
-    def evidence(self) -> str:
-        """The link to the evidence: its section."""
-        return f"[{self.section}](#{anchor(self.section)})"
-
-    def label(self) -> str:
-        return f"{self.subject} vs {self.against}" if self.against else self.subject
-
 
 F = TypeVar("F", bound=Finding)
-
-# the margin each rule reads an interval against (its lines at ±; the protocol's names), where the family's
-# interval is printed
-MARGINS = {name: ("loss",) for name in ("effect", "lower", "worse", "best", "grows", "equivalent", "frozen")}
-MARGINS |= {"tail": ("tail",), "forgets": ("tau_keep",)}
-
-
-def _prints_as(end: float | None, line: float, scale: float, digits: int) -> bool:
-    """Whether ``end``, not ``line`` itself, prints as ``line`` at ``digits``: its side of the line unreadable."""
-    return end is not None and end != line and round(end * scale, digits) == round(line * scale, digits)
 
 
 def judged(
@@ -379,8 +193,8 @@ def judged(
 
 class ReadOnce:
     """A finding of a family the protocol reads once, when every planned run is in (its fixed stopping rule): before
-    that it says how many are in, and no label. Methods only: each finding declares ``runs_in`` and ``runs_planned``
-    among its own fields, where results.json has them."""
+    that it says how many are in, and no label (`prose.state`). Methods only: each finding declares ``runs_in`` and
+    ``runs_planned`` among its own fields, where results.json has them."""
 
     runs_in: int
     runs_planned: int
@@ -398,17 +212,6 @@ class ReadOnce:
     @property
     def interim(self) -> bool:
         return self.runs_in < self.runs_planned
-
-    def state(self) -> str:
-        if not self.runs_in:
-            return f"not yet run (0 of {self.runs_planned} {self.counted} in)"
-        return (
-            f"not read yet: {self.runs_in} of {self.runs_planned} {self.counted} in (the protocol reads the family "
-            "once, when all are finished)"
-        )
-
-    def verdict_cell(self) -> str:
-        return f"**{self.state()}**" if self.interim else super().verdict_cell()
 
 
 # ----------------------------------------------------------------------------- where it was measured
@@ -433,6 +236,11 @@ def measured_with(v: Variant, *others: Variant | None) -> str:
 
 def name(v: Variant) -> str:
     return f"{v.paper_name or v.gate} `{v.label}`"
+
+
+def label(f: Finding) -> str:
+    """What a finding compares: its subject, against what."""
+    return f"{f.subject} vs {f.against}" if f.against else f.subject
 
 
 def pair(a: Variant | str, b: Variant | str) -> str:
@@ -507,7 +315,7 @@ def _registered_rule(f: Finding) -> Finding:
     applied = f.rule.func if isinstance(f.rule, partial) else f.rule
     if applied is not None and applied is not BY_NAME[name]:
         raise protocol.ProtocolError(
-            f"the {f.kind} finding {f.label()!r} ({f.claim}) was judged by {getattr(applied, '__name__', applied)}, "
+            f"the {f.kind} finding {label(f)!r} ({f.claim}) was judged by {getattr(applied, '__name__', applied)}, "
             f"but the protocol registers the rule {name!r} for it."
         )
     return replace(f, rule_name=name, confirmatory=entry.confirmatory)

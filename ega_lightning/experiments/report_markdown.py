@@ -2,8 +2,9 @@
 sentences, table and figures, each study's own section (the leaderboard before the groups, the tau landscape
 after them: `study.Study.section`), the diagnostics, provenance and the runs.
 
-What a finding says is its study's (`ega_lightning.experiments.studies`); every figure of the paper in the
-text comes from `paper`, every rule's words from `rules`.
+What a finding says is written by `prose` (each study's own words registered in its module of
+`ega_lightning.experiments.studies`); every figure of the paper in the text comes from `paper`, every rule's words
+from `rules`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ega_lightning.experiments import paper, protocol, provenance, sizes
+from ega_lightning.experiments import paper, prose, protocol, provenance, sizes
 from ega_lightning.experiments.comparisons import (
     Row,
     RunData,
@@ -25,7 +26,7 @@ from ega_lightning.experiments.comparisons import (
     shape_text,
     split_text,
 )
-from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
+from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims, label
 from ega_lightning.experiments.rules import rule_texts
 from ega_lightning.experiments.study import Drawn, Measured, ReportInputs
 from ega_lightning.experiments.text import fmt_summary, interval_cell, num
@@ -43,10 +44,10 @@ def claims_table(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> lis
         if f is None:
             lines.append(f"| {claim.text} | {claim.figure} | — | — | — | not measured by these runs | — | — | — |")
             continue
-        subject = f" ({f.claim_subject()})" if f.claim_subject() else ""
+        subject = f" ({prose.claim_subject(f)})" if prose.claim_subject(f) else ""
         lines.append(
-            f"| {claim.text}{subject} | {claim.figure} | {f.ours_cell()} | {f.family_cell()} | {f.regime} "
-            f"| {f.verdict_cell()} | {f.registration_cell()} | {f.code_cell()} | {f.evidence()} |"
+            f"| {claim.text}{subject} | {claim.figure} | {prose.ours_cell(f)} | {prose.family_cell(f)} | {f.regime} "
+            f"| {prose.verdict_cell(f)} | {prose.registration_cell(f)} | {prose.code_cell(f)} | {prose.evidence(f)} |"
         )
     return lines
 
@@ -129,7 +130,7 @@ def _family_line(family: str, members: list[Finding]) -> str:
     change = (
         "; at nominal 95% "
         + ", ".join(
-            f"{f.label()} would read **{f.nominal_verdict.value if f.nominal_verdict else None}**" for f in changed
+            f"{label(f)} would read **{f.nominal_verdict.value if f.nominal_verdict else None}**" for f in changed
         )
         if changed
         else "; no verdict differs from its nominal 95% one"
@@ -218,7 +219,7 @@ def section(
     for table in tables:
         lines += [f"### {table.corpus}", ""]
         mine = [f for f in found if f.section == group and f.corpus == table.corpus]
-        lines += [f"- {f.sentence()}" for f in mine]
+        lines += [f"- {prose.sentence(f)}" for f in mine]
         lines += ["", TABLE_HEAD, *(table_line(row) for row in table.rows), ""]
         for row in table.rows:
             if row.baseline is not None and row.baseline.group != group:
@@ -272,7 +273,7 @@ def diagnostics_section(found: list[Finding]) -> list[str]:
         "",
         "Measurements that test no claim of the paper and that no verdict reads.",
         "",
-        *(f"- {f.sentence()}" for f in mine),
+        *(f"- {prose.sentence(f)}" for f in mine),
         "",
     ]
 

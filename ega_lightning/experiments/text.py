@@ -55,6 +55,11 @@ def seed_count(n: int) -> str:
     return f"{n} seed{'' if n == 1 else 's'}"
 
 
+def seed_list(seeds: list[int]) -> str:
+    """``seeds 1, 2``, or ``seed 3``."""
+    return f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}"
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
 

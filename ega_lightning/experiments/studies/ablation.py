@@ -8,9 +8,9 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ega_lightning.experiments import paper
+from ega_lightning.experiments import paper, prose
 from ega_lightning.experiments.comparisons import Table, Variant, difference, gate_is, reference, rerun_of
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, label, measured_with, name, pair
 from ega_lightning.experiments.rules import margin_of
 from ega_lightning.experiments.stats import LEVEL, widen
 from ega_lightning.experiments.study import Study
@@ -24,11 +24,11 @@ class Ranking(Finding):
     kind: ClassVar[str] = "ablation_ranking"
     ranking: list[tuple[str, str, float | None]]  # (name, group, mean final val loss)
 
-    def measured(self) -> str:
-        ranking = ", ".join(
-            f"{n}{'' if group == self.section else f' ({group})'} {num(mean)}" for n, group, mean in self.ranking
-        )
-        return f"Ranking by final val loss, lowest first: {ranking}."
+
+@prose.measured.register
+def say_ranking(f: Ranking) -> str:
+    ranking = ", ".join(f"{n}{'' if group == f.section else f' ({group})'} {num(mean)}" for n, group, mean in f.ranking)
+    return f"Ranking by final val loss, lowest first: {ranking}."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,19 +55,20 @@ class Best(Finding):
     def family_read(self) -> Best:
         return dataclasses.replace(self, beating=self.beaten_by())
 
-    def comparison(self) -> str:
-        """What the verdict rests on, in words: the gates that beat EGA-1, paired seed by seed."""
-        beaten, m = self.beaten_by(), margin_of("loss")
-        if beaten:
-            names = " and ".join([", ".join(beaten[:-1]), beaten[-1]] if len(beaten) > 1 else beaten)
-            return f"{names} beat{'s' if len(beaten) == 1 else ''} it by more than {m} (paired, family level)"
-        return f"no paper gate beats it by more than {m} (paired, family level)"
 
-    def measured(self) -> str:
-        return f"EGA-1 best of the paper's gates: {self.comparison()}{self.verdict_text}."
+@prose.ours_cell.register
+def best_cell(f: Best) -> str:
+    """What the verdict rests on, in words: the gates that beat EGA-1, paired seed by seed."""
+    beaten, m = f.beaten_by(), margin_of("loss")
+    if beaten:
+        names = " and ".join([", ".join(beaten[:-1]), beaten[-1]] if len(beaten) > 1 else beaten)
+        return f"{names} beat{'s' if len(beaten) == 1 else ''} it by more than {m} (paired, family level)"
+    return f"no paper gate beats it by more than {m} (paired, family level)"
 
-    def ours_cell(self) -> str:
-        return self.comparison()
+
+@prose.measured.register
+def say_best(f: Best) -> str:
+    return f"EGA-1 best of the paper's gates: {best_cell(f)}{prose.verdict_text(f)}."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,12 +78,14 @@ class Pair(Finding):
     kind: ClassVar[str] = "ablation_pair"
     measures: ClassVar[tuple[str, ...]] = tuple(f"ablation:{row}" for row in paper.ABLATION)
 
-    def measured(self) -> str:
-        claim = paper.CLAIM[self.claim or ""].text if self.claim in paper.CLAIM else self.subject
-        return f"{claim}: {self.against} − {self.subject} {interval_text(self.interval)}{self.verdict_text}."
 
-    def claim_subject(self) -> str:
-        return f"{self.subject} vs {self.against}"
+@prose.measured.register
+def say_pair(f: Pair) -> str:
+    claim = paper.CLAIM[f.claim or ""].text if f.claim in paper.CLAIM else f.subject
+    return f"{claim}: {f.against} − {f.subject} {interval_text(f.interval)}{prose.verdict_text(f)}."
+
+
+prose.claim_subject.register(Pair, label)  # its claim names no comparison: the row says which
 
 
 def findings(table: Table, variants: list[Variant]) -> list[Finding]:

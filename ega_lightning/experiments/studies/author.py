@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from ega_lightning.experiments import paper, plots, protocol, whole_split
+from ega_lightning.experiments import paper, plots, prose, protocol, whole_split
 from ega_lightning.experiments.comparisons import SHAPE_KEYS, Variant, shape, shape_text
 from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
 from ega_lightning.experiments.stats import Difference, bonferroni_level, compare, summarize, widen
@@ -126,29 +126,6 @@ class AuthorGain(ReadOnce, Finding):
     runs_in: int
     runs_planned: int
 
-    def _mark(self) -> str:
-        return (
-            "; **non-causal** (z over the whole window: a key's gate reads later characters)" if self.non_causal else ""
-        )
-
-    def measured(self) -> str:
-        d = self.interval
-        text = f"{self.key}, {self.what} ({self.subject} against {self.against}{self._mark()})"
-        if d is None:
-            return f"{text}: {self.state()}."
-        text += f": {fmt_interval(d)} ({how(d)}; the author's estimate, 50 random batches)"
-        text += f"; over the whole validation split {fmt_interval(self.whole)} (exploratory)" if self.whole else ""
-        return text + (f"; {self.state()}." if self.interim else f"{self.verdict_text}.")
-
-    def claim_subject(self) -> str:
-        return (
-            f"EGA: {self.ega}. {self.key}, {self.what} ({self.subject} against {self.against}){self._mark()}; at the "
-            f"author's phase-1 size {self.size}, not the paper's {paper.TABLE_SIZE}"
-        )
-
-    def evidence(self) -> str:
-        return f"[{TITLE}](#{anchor(TITLE)})"
-
 
 @dataclass(frozen=True, kw_only=True)
 class AuthorStep(AuthorGain):
@@ -156,6 +133,34 @@ class AuthorStep(AuthorGain):
 
     kind: ClassVar[str] = "author_step"
     measures: ClassVar[tuple[str, ...]] = tuple(f"improvement:{c}" for c in paper.IMPROVEMENT)
+
+
+def _mark(f: AuthorGain) -> str:
+    return "; **non-causal** (z over the whole window: a key's gate reads later characters)" if f.non_causal else ""
+
+
+@prose.measured.register
+def say_author(f: AuthorGain) -> str:
+    d = f.interval
+    text = f"{f.key}, {f.what} ({f.subject} against {f.against}{_mark(f)})"
+    if d is None:
+        return f"{text}: {prose.state(f)}."
+    text += f": {fmt_interval(d)} ({how(d)}; the author's estimate, 50 random batches)"
+    text += f"; over the whole validation split {fmt_interval(f.whole)} (exploratory)" if f.whole else ""
+    return text + prose.verdict_text(f) + "."
+
+
+@prose.claim_subject.register
+def author_subject(f: AuthorGain) -> str:
+    return (
+        f"EGA: {f.ega}. {f.key}, {f.what} ({f.subject} against {f.against}){_mark(f)}; at the "
+        f"author's phase-1 size {f.size}, not the paper's {paper.TABLE_SIZE}"
+    )
+
+
+@prose.evidence.register
+def author_evidence(f: AuthorGain) -> str:
+    return f"[{TITLE}](#{anchor(TITLE)})"
 
 
 def findings(d: Decomposition) -> list[Finding]:
@@ -259,7 +264,7 @@ def measure(inputs: ReportInputs) -> list[Decomposition]:
 
 
 def _step_line(s: Step, f: Finding | None, seeds: Sequence[int]) -> str:
-    label = f.verdict_cell() if f is not None else "—"
+    label = prose.verdict_cell(f) if f is not None else "—"
     cells = [
         f"{s.key}" + (" (= the sum of the four steps)" if s.key == "B − A" else ""),
         s.what,

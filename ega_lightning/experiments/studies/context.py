@@ -7,12 +7,13 @@ import itertools
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ega_lightning.experiments import prose
 from ega_lightning.experiments.comparisons import Row, Table, difference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference, compare
 from ega_lightning.experiments.study import Study
-from ega_lightning.experiments.text import fmt_interval, how, interval_text
+from ega_lightning.experiments.text import fmt_interval, how, interval_text, seed_list
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,22 +26,25 @@ class Context(Finding):
     by_block: list[tuple[int, Difference | None]] | None = None  # (block size, baseline − EGA-1)
     monotone: bool | None = None  # Δ grows with every longer block
 
-    def measured(self) -> str:
-        if self.ours is None:
-            return "EGA-1 by block size: no seed ran every block size, so no like-for-like comparison."
-        parts = "; ".join(f"T{block} {fmt_interval(diff)}" for block, diff in self.by_block or [])
-        on = f"seed{'s' if len(self.seeds) > 1 else ''} {', '.join(map(str, self.seeds))}"
-        return (
-            f"Δ by block size ({on}, which every block size ran): {parts}; "
-            f"{'grows with every longer block' if self.monotone else 'not monotone'}. "
-            f"Longest − shortest block: {interval_text(self.interval)}; the advantage grows with context"
-            f"{self.verdict_text}."
-        )
 
-    def ours_cell(self) -> str:
-        if self.ours is None:
-            return "no seed ran every block size"
-        return f"Δ(longest) − Δ(shortest) {fmt_interval(self.interval)}, {how(self.interval)}"
+@prose.measured.register
+def say_context(f: Context) -> str:
+    if f.ours is None:
+        return "EGA-1 by block size: no seed ran every block size, so no like-for-like comparison."
+    parts = "; ".join(f"T{block} {fmt_interval(diff)}" for block, diff in f.by_block or [])
+    return (
+        f"Δ by block size ({seed_list(f.seeds)}, which every block size ran): {parts}; "
+        f"{'grows with every longer block' if f.monotone else 'not monotone'}. "
+        f"Longest − shortest block: {interval_text(f.interval)}; the advantage grows with context"
+        f"{prose.verdict_text(f)}."
+    )
+
+
+@prose.ours_cell.register
+def context_cell(f: Context) -> str:
+    if f.ours is None:
+        return "no seed ran every block size"
+    return f"Δ(longest) − Δ(shortest) {fmt_interval(f.interval)}, {how(f.interval)}"
 
 
 def findings(table: Table) -> list[Finding]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ega_lightning.errors import UserError
+from ega_lightning.experiments import prose
 from ega_lightning.experiments.findings import Code, Finding, Where, amendment_of, plain_label
 from ega_lightning.experiments.rules import BEFORE, Verdict, cost_device, min_repetitions, registered
 from ega_lightning.experiments.stats import Summary, median_interval
@@ -36,26 +37,27 @@ class Cost(Finding):
     device: str = "unknown"  # cpu | gpu: what it was timed on (`bench_device`)
     device_name: str | None = None  # the CPU's or GPU's name, as `ega bench` recorded it
 
-    def ours_cell(self) -> str:
-        if not isinstance(self.ours, Summary):
-            return "no `ega bench` result"
-        ci = f", median's 95% CI {num(self.median_ci[0])}–{num(self.median_ci[1])}" if self.median_ci else ""
-        floor = f"; kernel floor ×{num(self.kernel_floor)}" if self.kernel_floor is not None else ""
-        return (
-            f"step time ×{num(self.ours.mean)} (quartiles {num(self.q1)}–{num(self.q3)}{ci}), {self.repetitions} "
-            f"repetitions{floor}"
-        )
 
-    def label_text(self) -> str:
-        text = super().label_text()
-        if self.verdict is Verdict.TOO_FEW_SEEDS and self.repetitions < min_repetitions():
-            return (
-                f"{text} ({self.repetitions} repetitions; the protocol reads one bench of at least {min_repetitions()})"
-            )
-        return text
+@prose.ours_cell.register
+def cost_cell(f: Cost) -> str:
+    if not isinstance(f.ours, Summary):
+        return "no `ega bench` result"
+    ci = f", median's 95% CI {num(f.median_ci[0])}–{num(f.median_ci[1])}" if f.median_ci else ""
+    floor = f"; kernel floor ×{num(f.kernel_floor)}" if f.kernel_floor is not None else ""
+    return f"step time ×{num(f.ours.mean)} (quartiles {num(f.q1)}–{num(f.q3)}{ci}), {f.repetitions} repetitions{floor}"
 
-    def evidence(self) -> str:
-        return f"[{self.source}]({self.source})"
+
+@prose.label_text.register
+def cost_label(f: Cost) -> str:
+    text = prose.verdict_label(f)
+    if f.verdict is Verdict.TOO_FEW_SEEDS and f.repetitions < min_repetitions():
+        return f"{text} ({f.repetitions} repetitions; the protocol reads one bench of at least {min_repetitions()})"
+    return text
+
+
+@prose.evidence.register
+def cost_evidence(f: Cost) -> str:
+    return f"[{f.source}]({f.source})"
 
 
 def benches(records_dir: Path, out: Path) -> list[Bench]:

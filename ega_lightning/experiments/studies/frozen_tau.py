@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ega_lightning.experiments import prose
 from ega_lightning.experiments.comparisons import Table, Variant, difference, learned, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.study import Study
@@ -23,15 +24,19 @@ class FrozenTau(Finding):
     learned_loss: float | None
     learned_tau: float | None  # where the learned tau ended
 
-    def measured(self) -> str:
-        return (
-            f"{self.subject} (tau held at its tau_init {self.tau_init}, never trained) vs {self.against}: "
-            f"learned − frozen {interval_text(self.interval)}; final val loss {num(self.frozen_loss)} frozen, "
-            f"{num(self.learned_loss)} learned, whose tau ended at {num(self.learned_tau)}{self.verdict_text}."
-        )
 
-    def claim_subject(self) -> str:
-        return f"{self.subject}, never trained, vs {self.against}: learned − frozen"
+@prose.measured.register
+def say_frozen_tau(f: FrozenTau) -> str:
+    return (
+        f"{f.subject} (tau held at its tau_init {f.tau_init}, never trained) vs {f.against}: "
+        f"learned − frozen {interval_text(f.interval)}; final val loss {num(f.frozen_loss)} frozen, "
+        f"{num(f.learned_loss)} learned, whose tau ended at {num(f.learned_tau)}{prose.verdict_text(f)}."
+    )
+
+
+@prose.claim_subject.register
+def frozen_tau_subject(f: FrozenTau) -> str:
+    return f"{f.subject}, never trained, vs {f.against}: learned − frozen"
 
 
 def findings(table: Table, variants: list[Variant]) -> list[Finding]:

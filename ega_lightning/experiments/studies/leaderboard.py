@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ega_lightning.config_files import SIZE_KEYS
-from ega_lightning.experiments import paper, plots
+from ega_lightning.experiments import paper, plots, prose
 from ega_lightning.experiments.comparisons import Variant, difference, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
@@ -129,28 +129,35 @@ class Control(Finding):
     gates: int
     finished: int  # gates with finished runs
 
-    def resolution_text(self) -> str:
-        """The smallest difference the positive control's protocol resolves, at each number of paired seeds."""
-        if not self.resolution:
-            return "no gate has two paired seeds: no resolution yet"
-        nominal = ", ".join(f"±{num(h.nominal)} at {n} seeds" for n, h in self.resolution.items())
-        family = ", ".join(f"±{num(h.family)} at {n}" for n, h in self.resolution.items())
-        at_family = f"; at the family's {self._level()}: {family}" if self.family_level is not None else ""
-        return f"resolves {nominal} (95%, pooled paired std {num(self.pooled_std, 4)}){at_family}"
 
-    def measured(self) -> str:
-        best = f"the best, {self.best}: {interval_text(self.interval)}" if self.best else "no gate finished"
-        return (
-            f"Positive control over the {self.gates} gates of the leaderboard ({self.finished} with finished runs), "
-            f"threshold {self.threshold:+.4f}: {best}; {self.resolution_text()}{self.verdict_text}."
-        )
+def _resolution(f: Control) -> str:
+    """The smallest difference the positive control's protocol resolves, at each number of paired seeds."""
+    if not f.resolution:
+        return "no gate has two paired seeds: no resolution yet"
+    nominal = ", ".join(f"±{num(h.nominal)} at {n} seeds" for n, h in f.resolution.items())
+    family = ", ".join(f"±{num(h.family)} at {n}" for n, h in f.resolution.items())
+    at_family = f"; at the family's {prose.level(f)}: {family}" if f.family_level is not None else ""
+    return f"resolves {nominal} (95%, pooled paired std {num(f.pooled_std, 4)}){at_family}"
 
-    def ours_cell(self) -> str:
-        best = f"best: {self.best} {fmt_interval(self.interval)}, {how(self.interval)}" if self.best else "—"
-        return f"{best}; {self.resolution_text()}"
 
-    def claim_subject(self) -> str:
-        return f"{self.finished} of {self.gates} leaderboard gates with finished runs"
+@prose.measured.register
+def say_control(f: Control) -> str:
+    best = f"the best, {f.best}: {interval_text(f.interval)}" if f.best else "no gate finished"
+    return (
+        f"Positive control over the {f.gates} gates of the leaderboard ({f.finished} with finished runs), "
+        f"threshold {f.threshold:+.4f}: {best}; {_resolution(f)}{prose.verdict_text(f)}."
+    )
+
+
+@prose.ours_cell.register
+def control_cell(f: Control) -> str:
+    best = f"best: {f.best} {fmt_interval(f.interval)}, {how(f.interval)}" if f.best else "—"
+    return f"{best}; {_resolution(f)}"
+
+
+@prose.claim_subject.register
+def control_subject(f: Control) -> str:
+    return f"{f.finished} of {f.gates} leaderboard gates with finished runs"
 
 
 def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Finding]:
@@ -235,7 +242,7 @@ def leaderboard_section(inputs: ReportInputs, board: Board, found: Sequence[Find
         "",
         describe(baseline),
         "",
-        *(f"- {f.sentence()}" for f in found if f.section == LEADERBOARD),
+        *(f"- {prose.sentence(f)}" for f in found if f.section == LEADERBOARD),
         "",
         TABLE_HEAD,
         *(table_line(i, e, baseline) for i, e in enumerate(entries, 1)),

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ega_lightning.experiments import paper
+from ega_lightning.experiments import paper, prose
 from ega_lightning.experiments.comparisons import Row, Table, Variant, difference, learned, reference
 from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.stats import Difference, compare
 from ega_lightning.experiments.study import Study
-from ega_lightning.experiments.text import interval_text, num
+from ega_lightning.experiments.text import interval_text, num, seed_list
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,18 +27,21 @@ class Leak(Finding):
     causal: Difference | None  # baseline − causal EGA-1
     causal_subject: str | None
 
-    def measured(self) -> str:
-        text = (
-            f"Leak audit: {self.subject} (z from the whole window's mean and variance, so each key's gate reads "
-            f"later characters) vs {self.against}, as trained: Δ {interval_text(self.interval)}; paper "
-            f"{num(self.paper, 3, True)}"
-        )
-        if self.causal is not None:
-            text += f"; causal {self.causal_subject}: Δ {interval_text(self.causal)}"
-        return text + self.verdict_text + "."
 
-    def claim_subject(self) -> str:
-        return f"leak audit: {self.subject}, z over the whole window, as trained"
+@prose.measured.register
+def say_leak(f: Leak) -> str:
+    text = (
+        f"Leak audit: {f.subject} (z from the whole window's mean and variance, so each key's gate reads "
+        f"later characters) vs {f.against}, as trained: Δ {interval_text(f.interval)}; paper {num(f.paper, 3, True)}"
+    )
+    if f.causal is not None:
+        text += f"; causal {f.causal_subject}: Δ {interval_text(f.causal)}"
+    return text + prose.verdict_text(f) + "."
+
+
+@prose.claim_subject.register
+def leak_subject(f: Leak) -> str:
+    return f"leak audit: {f.subject}, z over the whole window, as trained"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,11 +50,13 @@ class LeakIncrement(Finding):
 
     kind: ClassVar[str] = "leak_increment"
 
-    def measured(self) -> str:
-        return (
-            f"The leak's own increment, {self.subject} against causal {self.against} (Δ as trained − causal Δ, "
-            f"per seed): {interval_text(self.interval)}."
-        )
+
+@prose.measured.register
+def say_leak_increment(f: LeakIncrement) -> str:
+    return (
+        f"The leak's own increment, {f.subject} against causal {f.against} (Δ as trained − causal Δ, "
+        f"per seed): {interval_text(f.interval)}."
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,27 +70,28 @@ class LeakCausal(Finding):
     normal_tail: float | None  # 1 − Φ(tau), as trained
     trained_as: str
 
-    def measured(self) -> str:
-        d = self.interval
-        if d is None:
-            return (
-                f"{self.subject}'s checkpoints evaluated with the causal prefix z: not evaluated yet "
-                "(`ega landscape --eval_znorm prefix --max_eval_windows 0 --ckpt_path <run>/checkpoints/last.ckpt "
-                "--out results/landscape/<run>-prefix.json`)."
-            )
-        text = (
-            f"{self.subject}'s final checkpoints (trained with z over the whole window) evaluated with the causal "
-            f"prefix z (`ega landscape --eval_znorm prefix`, whole validation split, "
-            f"seed{'s' if len(self.seeds) > 1 else ''} {', '.join(map(str, self.seeds))}) vs {self.against}: "
-            f"Δ {interval_text(d)}. A train/test mismatch, not a measure of EGA"
+
+@prose.measured.register
+def say_leak_causal(f: LeakCausal) -> str:
+    d = f.interval
+    if d is None:
+        return (
+            f"{f.subject}'s checkpoints evaluated with the causal prefix z: not evaluated yet "
+            "(`ega landscape --eval_znorm prefix --max_eval_windows 0 --ckpt_path <run>/checkpoints/last.ckpt "
+            "--out results/landscape/<run>-prefix.json`)."
         )
-        if self.above_causal is not None and self.above_trained is not None and self.normal_tail is not None:
-            text += (
-                f": evaluated causally, {100 * self.above_causal:.0f}% of keys land above tau, against "
-                f"{100 * self.above_trained:.0f}% as trained (1 − Φ(tau) = {100 * self.normal_tail:.0f}%), so the "
-                "gates open where training never had them open"
-            )
-        return text + ". No verdict reads it, and its nearness in size to the paper's figure means nothing."
+    text = (
+        f"{f.subject}'s final checkpoints (trained with z over the whole window) evaluated with the causal "
+        f"prefix z (`ega landscape --eval_znorm prefix`, whole validation split, {seed_list(f.seeds)}) vs "
+        f"{f.against}: Δ {interval_text(d)}. A train/test mismatch, not a measure of EGA"
+    )
+    if f.above_causal is not None and f.above_trained is not None and f.normal_tail is not None:
+        text += (
+            f": evaluated causally, {100 * f.above_causal:.0f}% of keys land above tau, against "
+            f"{100 * f.above_trained:.0f}% as trained (1 − Φ(tau) = {100 * f.normal_tail:.0f}%), so the "
+            "gates open where training never had them open"
+        )
+    return text + ". No verdict reads it, and its nearness in size to the paper's figure means nothing."
 
 
 def findings(table: Table, variants: list[Variant], evaluations: Sequence[Evaluation]) -> list[Finding]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ega_lightning.experiments import paper
+from ega_lightning.experiments import paper, prose
 from ega_lightning.experiments.comparisons import Row, Table, Variant
 from ega_lightning.experiments.findings import Code, Finding, Where, code_of, judged, measured_with, name, pair
 from ega_lightning.experiments.rules import LEVEL_MARGIN, Verdict, margin_of
@@ -26,15 +26,14 @@ class Improvement(Finding):
     loss: float | None  # EGA-1's mean final val loss
     baseline_loss: float | None
 
-    def measured(self) -> str:
-        d = self.interval
-        text = (
-            f"{self.subject} vs {self.against}: final val loss {num(self.loss)} vs {num(self.baseline_loss)}, "
-            f"Δ {interval_text(d)}"
-        )
-        if self.paper is not None and d is not None:
-            text += f"; paper {self.paper:+.3f}, of which this is {100 * d.estimate / self.paper:.0f}%"
-        return text + self.verdict_text + "."
+
+@prose.measured.register
+def say_improvement(f: Improvement) -> str:
+    d = f.interval
+    text = f"{f.subject} vs {f.against}: final val loss {num(f.loss)} vs {num(f.baseline_loss)}, Δ {interval_text(d)}"
+    if f.paper is not None and d is not None:
+        text += f"; paper {f.paper:+.3f}, of which this is {100 * d.estimate / f.paper:.0f}%"
+    return text + prose.verdict_text(f) + "."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,29 +46,33 @@ class Gap(Finding):
     gap: float | None
     paper_regime: bool | None  # the baseline's gap passes the paper's overfitting line (None: not logged)
 
-    def measured(self) -> str:
-        overfits = self.paper_regime
-        where = (
-            "no baseline gap logged"
-            if overfits is None
-            else f"the baseline's gap {num(self.baseline_gap)} "
-            + ("passes" if overfits else "stays below")
-            + f" {paper.OVERFIT_GAP}: {'' if overfits else 'not '}the paper's overfitting regime"
-        )
-        return (
-            f"Generalization gap (val − train loss), baseline − EGA-1: {interval_text(self.interval)}; paper "
-            f"{paper.GAP['none']} − {paper.GAP['linear']} = {paper.GAP_REDUCTION:+.3f}; {where}{self.verdict_text}."
-        )
-
     def size_regime(self) -> bool:
         """The paper's reduction is a claim about its overfitting regime: its size is read only there."""
         return self.paper_regime is not False
 
-    def regime_text(self) -> str:
-        return (
-            f" (the baseline's gap {num(self.baseline_gap)} stays below the paper's overfitting line "
-            f"{paper.OVERFIT_GAP}; its baseline's was {paper.GAP['none']})"
-        )
+
+@prose.measured.register
+def say_gap(f: Gap) -> str:
+    overfits = f.paper_regime
+    where = (
+        "no baseline gap logged"
+        if overfits is None
+        else f"the baseline's gap {num(f.baseline_gap)} "
+        + ("passes" if overfits else "stays below")
+        + f" {paper.OVERFIT_GAP}: {'' if overfits else 'not '}the paper's overfitting regime"
+    )
+    return (
+        f"Generalization gap (val − train loss), baseline − EGA-1: {interval_text(f.interval)}; paper "
+        f"{paper.GAP['none']} − {paper.GAP['linear']} = {paper.GAP_REDUCTION:+.3f}; {where}{prose.verdict_text(f)}."
+    )
+
+
+@prose.regime_text.register
+def gap_regime(f: Gap) -> str:
+    return (
+        f" (the baseline's gap {num(f.baseline_gap)} stays below the paper's overfitting line "
+        f"{paper.OVERFIT_GAP}; its baseline's was {paper.GAP['none']})"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,10 +85,12 @@ class Tau(Finding):
     settled: int  # seeds whose TauTracker saw tau settle
     tracked: int  # seeds with a TauTracker verdict
 
-    def measured(self) -> str:
-        extra = f"; TauTracker saw it settle in {self.settled} of {self.tracked} seeds" if self.tracked else ""
-        ours = interval_text(self.interval, signed=False)
-        return f"Final tau of {self.subject}: {ours}; paper ≈ {paper.TAU}{extra}{self.verdict_text}."
+
+@prose.measured.register
+def say_tau(f: Tau) -> str:
+    extra = f"; TauTracker saw it settle in {f.settled} of {f.tracked} seeds" if f.tracked else ""
+    ours = interval_text(f.interval, signed=False)
+    return f"Final tau of {f.subject}: {ours}; paper ≈ {paper.TAU}{extra}{prose.verdict_text(f)}."
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,12 +102,14 @@ class FracAboveTau(Finding):
     interval_format: ClassVar[tuple[float, int, bool]] = (100.0, 1, False)
     cell_words: ClassVar[tuple[str, str]] = ("", "%")
 
-    def measured(self) -> str:
-        d = self.interval
-        return (
-            f"Validation keys above tau: {fmt_interval(d, signed=False, scale=100, digits=1)}% ({how(d)}); "
-            f"paper {100 * paper.FRAC_ABOVE_TAU:.0f}%{self.verdict_text}."
-        )
+
+@prose.measured.register
+def say_frac_above_tau(f: FracAboveTau) -> str:
+    d = f.interval
+    return (
+        f"Validation keys above tau: {fmt_interval(d, signed=False, scale=100, digits=1)}% ({how(d)}); "
+        f"paper {100 * paper.FRAC_ABOVE_TAU:.0f}%{prose.verdict_text(f)}."
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,11 +118,13 @@ class BestValLoss(Finding):
 
     kind: ClassVar[str] = "best_val_loss"
 
-    def measured(self) -> str:
-        return (
-            f"Best val loss (each run's lowest; the val loss rose after it in some runs), {self.subject} vs "
-            f"{self.against}: Δ {interval_text(self.interval)}."
-        )
+
+@prose.measured.register
+def say_best_val_loss(f: BestValLoss) -> str:
+    return (
+        f"Best val loss (each run's lowest; the val loss rose after it in some runs), {f.subject} vs "
+        f"{f.against}: Δ {interval_text(f.interval)}."
+    )
 
 
 def primary_rows(table: Table) -> list[Row]:

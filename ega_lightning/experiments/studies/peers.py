@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ega_lightning.experiments import paper
+from ega_lightning.experiments import paper, prose
 from ega_lightning.experiments.comparisons import Table
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, label, measured_with, pair
 from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import interval_text
 
@@ -21,14 +21,16 @@ class Peer(Finding):
     measures: ClassVar[tuple[str, ...]] = tuple(f"peer:{gate}" for gate in paper.PEERS)
     source: str  # the peer's paper
 
-    def measured(self) -> str:
-        d = self.interval
-        measured = f"baseline − gate {interval_text(d)}" if d is not None else "no finished run yet"
-        claim = f"its own claim, a {paper.PEER_CLAIM}"
-        return f"{self.subject} ({self.source}) vs {self.against}: {measured}; {claim}{self.verdict_text}."
 
-    def claim_subject(self) -> str:
-        return f"{self.subject} vs {self.against}"
+@prose.measured.register
+def say_peer(f: Peer) -> str:
+    d = f.interval
+    measured = f"baseline − gate {interval_text(d)}" if d is not None else "no finished run yet"
+    claim = f"its own claim, a {paper.PEER_CLAIM}"
+    return f"{f.subject} ({f.source}) vs {f.against}: {measured}; {claim}{prose.verdict_text(f)}."
+
+
+prose.claim_subject.register(Peer, label)  # one claim per peer: the row says which peer, against which baseline
 
 
 def findings(table: Table) -> list[Finding]:

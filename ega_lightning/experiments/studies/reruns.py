@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ega_lightning.experiments import prose
 from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, measured_with, name
 from ega_lightning.experiments.study import Study
+from ega_lightning.experiments.text import seed_list
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,18 +23,19 @@ class Rerun(Finding):
     identical: bool  # every seed's final val loss equals the original's
     largest_difference: float
 
-    def measured(self) -> str:
-        same = (
-            "bit for bit the same final val loss"
-            if self.identical
-            else f"final val loss differs by up to {self.largest_difference:.2e}"
-        )
-        seeds = ", ".join(map(str, self.seeds))
-        return (
-            f"{self.subject} reruns {self.against} (group {self.original_group}) at "
-            f"seed{'s' if len(self.seeds) > 1 else ''} {seeds} with the same configuration, kept for its "
-            f"checkpoints: {same}. Evidence for nothing its original does not give: no verdict reads it."
-        )
+
+@prose.measured.register
+def say_rerun(f: Rerun) -> str:
+    same = (
+        "bit for bit the same final val loss"
+        if f.identical
+        else f"final val loss differs by up to {f.largest_difference:.2e}"
+    )
+    return (
+        f"{f.subject} reruns {f.against} (group {f.original_group}) at {seed_list(f.seeds)} with the same "
+        f"configuration, kept for its checkpoints: {same}. Evidence for nothing its original does not give: no "
+        "verdict reads it."
+    )
 
 
 def findings(table: Table, variants: list[Variant]) -> list[Finding]:

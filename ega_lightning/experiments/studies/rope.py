@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ega_lightning.experiments import plots, protocol
+from ega_lightning.experiments import plots, prose, protocol
 from ega_lightning.experiments.comparisons import Variant, difference
 from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
 from ega_lightning.experiments.paper import Claim
@@ -78,19 +78,6 @@ class RopeGain(ReadOnce, Finding):
     runs_in: int  # of what the family reads: runs (`rope`), evaluations beyond the block (`beyond`)
     runs_planned: int
 
-    def what(self) -> str:
-        return "the RoPE baseline − the design"
-
-    def measured(self) -> str:
-        d = self.interval
-        text = f"{self.subject}{f' against {self.against}' if self.against else ''}, {self.what()}"
-        if d is None:
-            return f"{text}: {self.state()}."
-        return f"{text}: {interval_text(d)}" + (f"; {self.state()}." if self.interim else f"{self.verdict_text}.")
-
-    def claim_subject(self) -> str:
-        return f"{self.subject} against {self.against}"
-
 
 @dataclass(frozen=True, kw_only=True)
 class Beyond(RopeGain):
@@ -103,11 +90,32 @@ class Beyond(RopeGain):
     block_size: int
     eval_block_size: int
 
-    def what(self) -> str:
-        return f"loss on windows of {self.block_size} − on windows of {self.eval_block_size}"
 
-    def claim_subject(self) -> str:
-        return f"{self.subject} on windows of {self.eval_block_size}, its block {self.block_size}"
+def _gain(f: RopeGain, what: str) -> str:
+    text = f"{f.subject}{f' against {f.against}' if f.against else ''}, {what}"
+    if f.interval is None:
+        return f"{text}: {prose.state(f)}."
+    return f"{text}: {interval_text(f.interval)}{prose.verdict_text(f)}."
+
+
+@prose.measured.register
+def say_rope_gain(f: RopeGain) -> str:
+    return _gain(f, "the RoPE baseline − the design")
+
+
+@prose.measured.register
+def say_beyond(f: Beyond) -> str:
+    return _gain(f, f"loss on windows of {f.block_size} − on windows of {f.eval_block_size}")
+
+
+@prose.claim_subject.register
+def rope_gain_subject(f: RopeGain) -> str:
+    return f"{f.subject} against {f.against}"
+
+
+@prose.claim_subject.register
+def beyond_subject(f: Beyond) -> str:
+    return f"{f.subject} on windows of {f.eval_block_size}, its block {f.block_size}"
 
 
 def measure(inputs: ReportInputs) -> Measured | None:
@@ -220,9 +228,9 @@ def section(inputs: ReportInputs, data: Measured | None, found: Sequence[Finding
         f"each design's final checkpoints on windows of {' and '.join(f'{f}×' for f in FACTORS)} its block against "
         f"its loss on windows of the block (family `{BEYOND}`), read three ways against the loss margin: {state}.",
         "",
-        *(f"- {f.measured()}" for f in mine if not isinstance(f, Beyond)),
+        *(f"- {prose.measured(f)}" for f in mine if not isinstance(f, Beyond)),
         "",
-        *(f"- {f.measured()}" for f in mine if isinstance(f, Beyond)),
+        *(f"- {prose.measured(f)}" for f in mine if isinstance(f, Beyond)),
         "",
         *(f"![{caption}]({file})" for caption, file in drawn),
         "",

@@ -9,12 +9,12 @@ import statistics
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ega_lightning.experiments import paper
+from ega_lightning.experiments import paper, prose
 from ega_lightning.experiments.comparisons import Table, Variant, difference, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name
 from ega_lightning.experiments.stats import Difference, Summary, mean_interval, summarize
 from ega_lightning.experiments.study import Study
-from ega_lightning.experiments.text import fmt_summary, interval_text
+from ega_lightning.experiments.text import fmt_summary, interval_text, seed_list
 
 DEFAULT_TAU_INIT = 0.0  # CharLM's default: the learned-tau EGA-1 every other initialisation is paired with
 
@@ -38,43 +38,39 @@ class TauInit(Finding):
     scatter: tuple[float, Summary] | None  # the seed-to-seed std of the initialisation with most seeds
     slopes: dict[int, float]  # seed -> least-squares slope of final tau on tau_init
 
-    def measured(self) -> str:
-        if not self.seeds:
-            return "Final tau and loss by initialisation: no seed ran every initialisation, so no like-for-like view."
-        seeds = f"seed{'s' if len(self.seeds) > 1 else ''} {', '.join(map(str, self.seeds))}"
-        on = f"{seeds}, which every initialisation ran"
-        taus = "; ".join(f"tau_init {init} → {fmt_summary(s)}" for init, _, s in self.taus)
-        text = f"Final tau by initialisation ({on}): {taus}"
-        if self.tau_span is not None:
-            text += f"; the final means span {self.tau_span:.3f} (paper ≈ {paper.TAU} regardless)"
-        return text + self._losses() + self._slopes() + "."
 
-    def _losses(self) -> str:
-        losses = "; ".join(f"tau_init {init} {fmt_summary(s)}" for init, s in self.losses)
-        text = f". Final val loss by initialisation: {losses}"
-        if self.loss_span is not None:
-            text += f"; the means span {self.loss_span:.3f}"
-            if self.scatter is not None:
-                init, s = self.scatter
-                ratio = self.loss_span / (s.std or math.nan)
-                text += f", {ratio:.1f}× the seed-to-seed std of tau_init {init} ({s.std:.3f} over {s.n} seeds)"
-        if self.paired:
-            pairs = "; ".join(f"tau_init {init} {interval_text(d)}" for init, d in self.paired)
-            text += f". Paired by seed with tau_init {self.reference}, its loss − each: {pairs}"
-        return text
-
-    def _slopes(self) -> str:
-        d = self.interval
-        if d is None:
-            return ""
-        slopes = ", ".join(f"seed {s} {v:.3f}" for s, v in self.slopes.items())
-        return (
-            f". Slope of final tau on tau_init, per seed ({slopes}): {interval_text(d, signed=False)}; "
-            f"tau converges regardless of its initialisation{self.verdict_text}"
+@prose.measured.register
+def say_tau_init(f: TauInit) -> str:
+    """Final tau by initialisation, then the final val loss (its spread against the seeds' own), then the slope."""
+    if not f.seeds:
+        return "Final tau and loss by initialisation: no seed ran every initialisation, so no like-for-like view."
+    taus = "; ".join(f"tau_init {init} → {fmt_summary(s)}" for init, _, s in f.taus)
+    text = f"Final tau by initialisation ({seed_list(f.seeds)}, which every initialisation ran): {taus}"
+    if f.tau_span is not None:
+        text += f"; the final means span {f.tau_span:.3f} (paper ≈ {paper.TAU} regardless)"
+    losses = "; ".join(f"tau_init {init} {fmt_summary(s)}" for init, s in f.losses)
+    text += f". Final val loss by initialisation: {losses}"
+    if f.loss_span is not None:
+        text += f"; the means span {f.loss_span:.3f}"
+        if f.scatter is not None:
+            init, s = f.scatter
+            ratio = f.loss_span / (s.std or math.nan)
+            text += f", {ratio:.1f}× the seed-to-seed std of tau_init {init} ({s.std:.3f} over {s.n} seeds)"
+    if f.paired:
+        pairs = "; ".join(f"tau_init {init} {interval_text(d)}" for init, d in f.paired)
+        text += f". Paired by seed with tau_init {f.reference}, its loss − each: {pairs}"
+    if f.interval is not None:
+        slopes = ", ".join(f"seed {s} {v:.3f}" for s, v in f.slopes.items())
+        text += (
+            f". Slope of final tau on tau_init, per seed ({slopes}): {interval_text(f.interval, signed=False)}; "
+            f"tau converges regardless of its initialisation{prose.verdict_text(f)}"
         )
+    return text + "."
 
-    def claim_subject(self) -> str:
-        return f"EGA-1 from tau_init {', '.join(str(init) for init, _, _ in self.taus)}"
+
+@prose.claim_subject.register
+def tau_init_subject(f: TauInit) -> str:
+    return f"EGA-1 from tau_init {', '.join(str(init) for init, _, _ in f.taus)}"
 
 
 def _slope(xs: list[float], ys: list[float]) -> float:

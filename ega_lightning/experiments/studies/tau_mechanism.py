@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ega_lightning.experiments import paper, plots
+from ega_lightning.experiments import paper, plots, prose
 from ega_lightning.experiments.comparisons import Table, Variant, rerun_of
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, name, scale
 from ega_lightning.experiments.landscape_results import Evaluation
@@ -51,25 +51,29 @@ class Tail(Finding):
     heads_runs: list[str]
     max_abs_gap: float | None  # the largest gap of one head
 
-    def measured(self) -> str:
-        d = self.interval
-        text = (
-            f"{self.subject}, z over the {self.znorm}: {100 * self.frac_above_tau:.1f}% of keys above tau "
-            f"against {100 * self.normal_tail:.1f}% = 1 − Φ(tau) (means over seeds of the gate summaries "
-            f"recorded during training); measured − normal, one value per seed: {fmt_interval(d, scale=100, digits=1)} "
-            f"points ({how(d)}){self.verdict_text}."
-        )
-        if self.heads_interval is None:
-            return text
-        runs = ", ".join(f"`{r}`" for r in self.heads_runs)
-        return text + (
-            f" As a figure only (heads of one model are not independent): over the {self.heads} heads "
-            f"of {runs} evaluated by `ega landscape`, {fmt_interval(self.heads_interval, scale=100, digits=1)} "
-            f"points, the largest {100 * (self.max_abs_gap or 0.0):.1f}."
-        )
 
-    def claim_subject(self) -> str:
-        return f"is it 1 − Φ(tau)? {self.subject}, z over the {self.znorm}, one value per seed"
+@prose.measured.register
+def say_tail(f: Tail) -> str:
+    d = f.interval
+    text = (
+        f"{f.subject}, z over the {f.znorm}: {100 * f.frac_above_tau:.1f}% of keys above tau "
+        f"against {100 * f.normal_tail:.1f}% = 1 − Φ(tau) (means over seeds of the gate summaries "
+        f"recorded during training); measured − normal, one value per seed: {fmt_interval(d, scale=100, digits=1)} "
+        f"points ({how(d)}){prose.verdict_text(f)}."
+    )
+    if f.heads_interval is None:
+        return text
+    runs = ", ".join(f"`{r}`" for r in f.heads_runs)
+    return text + (
+        f" As a figure only (heads of one model are not independent): over the {f.heads} heads "
+        f"of {runs} evaluated by `ega landscape`, {fmt_interval(f.heads_interval, scale=100, digits=1)} "
+        f"points, the largest {100 * (f.max_abs_gap or 0.0):.1f}."
+    )
+
+
+@prose.claim_subject.register
+def tail_subject(f: Tail) -> str:
+    return f"is it 1 − Φ(tau)? {f.subject}, z over the {f.znorm}, one value per seed"
 
 
 @dataclass(frozen=True)
@@ -107,39 +111,43 @@ class TauMechanism(Finding):
     frozen: list[tuple[str, Verdict | None]]  # each frozen-tau comparison and its verdict
     grad_norm_ratio: float | None  # median |grad tau| / |grad energy projection| of EGA-1
 
-    def _frozen(self) -> str:
-        return ", ".join(f"{s}: {v.value if v is not None else None}" for s, v in self.frozen)
 
-    def measured(self) -> str:
-        parts = []
-        for c in self.checkpoints:
-            shifts = ", ".join(
-                f"{num(delta, 2, True)}: {num(cost, 4, True)}" for delta, cost in c.tau_shift_cost.items()
-            )
-            alpha = num(c.alpha_scale_cost.get(0.0), 3, True)
-            parts.append(f"`{c.label}`: tau shifted by {shifts}; alpha × 0: {alpha}")
-        text = "Why tau does not move. Loss change with every tau shifted (nats/char): " + (
-            "; ".join(parts) if parts else "no checkpoint evaluated yet"
-        )
-        if self.frozen:
-            text += ". Frozen tau vs learned: " + self._frozen()
-        ratio = self.grad_norm_ratio
-        if ratio is not None:
-            text += f". Median |grad tau| / |grad energy projection| over EGA-1's logged steps: {ratio:.3g}"
-        meaning = MEANING.get(self.verdict) if self.verdict else None
-        return text + self.verdict_text + (f": {meaning}." if meaning else ".")
+def _frozen(f: TauMechanism) -> str:
+    return ", ".join(f"{s}: {v.value if v is not None else None}" for s, v in f.frozen)
 
-    def ours_cell(self) -> str:
-        final = [c for c in self.checkpoints if c.final and c.gate == "linear"]
-        costs = "; ".join(
-            f"tau {-TAU_STEP:+}: {num(c.tau_shift_cost[-TAU_STEP], 4, True)}, "
-            f"{TAU_STEP:+}: {num(c.tau_shift_cost[TAU_STEP], 4, True)}"
-            for c in final
-        )
-        return "; ".join(part for part in (costs, self._frozen()) if part) or "—"
 
-    def claim_subject(self) -> str:
-        return "why tau does not move: mechanism (a) or (b)"
+@prose.measured.register
+def say_tau_mechanism(f: TauMechanism) -> str:
+    parts = []
+    for c in f.checkpoints:
+        shifts = ", ".join(f"{num(delta, 2, True)}: {num(cost, 4, True)}" for delta, cost in c.tau_shift_cost.items())
+        alpha = num(c.alpha_scale_cost.get(0.0), 3, True)
+        parts.append(f"`{c.label}`: tau shifted by {shifts}; alpha × 0: {alpha}")
+    text = "Why tau does not move. Loss change with every tau shifted (nats/char): " + (
+        "; ".join(parts) if parts else "no checkpoint evaluated yet"
+    )
+    if f.frozen:
+        text += ". Frozen tau vs learned: " + _frozen(f)
+    if f.grad_norm_ratio is not None:
+        text += f". Median |grad tau| / |grad energy projection| over EGA-1's logged steps: {f.grad_norm_ratio:.3g}"
+    meaning = MEANING.get(f.verdict) if f.verdict else None
+    return text + prose.verdict_text(f) + (f": {meaning}." if meaning else ".")
+
+
+@prose.ours_cell.register
+def tau_mechanism_cell(f: TauMechanism) -> str:
+    final = [c for c in f.checkpoints if c.final and c.gate == "linear"]
+    costs = "; ".join(
+        f"tau {-TAU_STEP:+}: {num(c.tau_shift_cost[-TAU_STEP], 4, True)}, "
+        f"{TAU_STEP:+}: {num(c.tau_shift_cost[TAU_STEP], 4, True)}"
+        for c in final
+    )
+    return "; ".join(part for part in (costs, _frozen(f)) if part) or "—"
+
+
+@prose.claim_subject.register
+def tau_mechanism_subject(f: TauMechanism) -> str:
+    return "why tau does not move: mechanism (a) or (b)"
 
 
 # ----------------------------------------------------------------------------- the findings
@@ -274,7 +282,7 @@ def landscape_section(inputs: ReportInputs, data: None, found: Sequence[Finding]
         "",
         DESCRIPTION,
         "",
-        *(f"- {f.sentence()}" for f in found if f.section == TAU_SECTION),
+        *(f"- {prose.sentence(f)}" for f in found if f.section == TAU_SECTION),
         "",
     ]
     if inputs.evaluations:
