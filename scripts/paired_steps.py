@@ -9,8 +9,9 @@ that precision (32-true, the default, or bf16-mixed: autocast, as `ega bench --p
 attributes set (Python literals) and restored after, so two versions of a code path, or two precisions, run in
 one process:
 
-    PYTHONPATH=. python scripts/paired_steps.py --size paper --repeats 7 --threads 1 none none-bf16=none@bf16-mixed
- Each repetition steps every contender once, in an order rotated per repetition (ABC, BCA, CAB, ...),
+    PYTHONPATH=. python scripts/paired_steps.py --size cpu --repeats 11 --threads 1 none none-bf16=none@bf16-mixed
+
+Each repetition steps every contender once, in an order rotated per repetition (ABC, BCA, CAB, ...),
 after warm-up steps; the ratio to the first contender (and to those named by --against) within a repetition
 cancels the machine's drift. Prints medians with quartiles. On a loaded machine use one thread: two OpenMP
 threads sharing two busy cores wait for each other at every parallel region (steps 5-10x slower, erratic).
@@ -30,10 +31,9 @@ from typing import Any
 import torch
 import yaml
 
+from ega_lightning.bench.harness import PRECISIONS
+
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
-
-
-PRECISIONS = ("32-true", "bf16-mixed")
 
 
 def parse(spec: str) -> tuple[str, str, str, dict[tuple[Any, str], Any]]:

@@ -26,6 +26,8 @@ if TYPE_CHECKING:  # Lightning is imported where a model is built: `ega bench --
 T = TypeVar("T")
 
 VOCAB = CORPORA["tinyshakespeare"].vocab
+# the precisions a contender steps in: fp32, or bf16 under autocast (`Contender`)
+PRECISIONS = ("32-true", "bf16-mixed")
 
 
 def sync(device: torch.device) -> None:

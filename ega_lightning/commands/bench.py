@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from ega_lightning.bench.harness import PRECISIONS
 from ega_lightning.bench.run import benchmark
 from ega_lightning.bench.settings import gate_settings, size_settings
 from ega_lightning.bench.table import to_markdown
@@ -51,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--repeats", type=int, default=7, help="timed repetitions per contender, >= 3 (default 7)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps before timing (default 2)")
     parser.add_argument("--batch_size", type=int, default=None, help="override the size's batch size")
-    parser.add_argument("--precision", choices=["32-true", "bf16-mixed"], default="32-true", help="default 32-true")
+    parser.add_argument("--precision", choices=PRECISIONS, default=PRECISIONS[0], help="default 32-true")
     parser.add_argument(
         "--device",
         default="cuda" if torch.cuda.is_available() else "cpu",
