@@ -14,6 +14,7 @@ from ega_lightning import CharLM
 from ega_lightning.bench.harness import VOCAB, cold_compiler_caches
 from ega_lightning.bench.reference import NanoGPTReference
 from ega_lightning.bench.settings import gate_settings, size_settings
+from ega_lightning.bench.table import to_markdown
 from ega_lightning.commands.bench import main
 from ega_lightning.config_files import PACKAGED_CONFIGS
 from ega_lightning.errors import UserError
@@ -103,6 +104,21 @@ def test_generation_only_times_generation_alone_into_its_own_files(tmp_path):
     assert all(r["repeats"] == 3 and r["speedup"] > 0 for r in generation["rows"].values())
     markdown = (out / "bench-cpu-32-true-generation.md").read_text()
     assert "medians of 3 alternating repetitions" in markdown and "Training step" not in markdown
+
+
+@pytest.mark.parametrize(("bench", "compiled"), [("bench-compile", True), ("bench-aligned", False)])
+def test_the_reference_table_says_when_both_models_ran_compiled(bench, compiled):
+    """Under --compile the nanoGPT-style model is compiled and set against our compiled baseline: the committed
+    benches' tables say which (their JSON through `to_markdown`)."""
+    (path,) = (Path(__file__).resolve().parents[1] / "results" / bench).glob("*.json")
+    result = json.loads(path.read_text())
+    (heading,) = [line for line in to_markdown(result).splitlines() if "nanoGPT-style model" in line]
+    assert heading.endswith("same batch, both compiled)") is compiled
+    ours = [size["rows"]["none+compile" if compiled else "none"]["median_ms"] for size in result["sizes"]]
+    cells = [
+        line.split(" | ")[1] for line in to_markdown(result).splitlines() if line.startswith(("| cpu |", "| paper |"))
+    ]
+    assert cells[-len(ours) :] == [f"{ms:.1f}" for ms in ours]
 
 
 def test_nanogpt_reference_has_the_baselines_shape():
