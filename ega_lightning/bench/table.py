@@ -25,8 +25,7 @@ def to_markdown(result: dict[str, Any]) -> str:
     for size in result["sizes"]:
         out += _compiled(size)
     if ref_rows:
-        compiled = any("none+compile" in size["rows"] for size in result["sizes"])  # `_reference_row`'s pairing
-        both = ", both compiled" if compiled else ""
+        both = ", both compiled" if result.get("compile") else ""  # the reference is compiled under --compile
         out += ["", f"## Our baseline against a nanoGPT-style model (same shape, same batch{both})", ""]
         out += [_table(["size", "ours (none) ms", "nanoGPT-style ms", "ours / nanoGPT"], ref_rows)]
     for g in result.get("generation", []):
