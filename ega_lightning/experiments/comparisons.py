@@ -275,10 +275,14 @@ class Variant:
     def setup_key(self) -> str | None:
         """What a variant's reference shares with it (`reference`), as JSON: its corpus, model shape and recipe
         (`recipe`) less the gate's own options (`GATE_OWN`) and the attention path (`PATH_KEYS`); None unfinished."""
+        return self.setup()
+
+    def setup(self, apart_from: Sequence[str] = ()) -> str | None:
+        """`setup_key` less the recipe keys ``apart_from`` too (a named reference of another position encoding)."""
         if not self.done:
             return None
         r = self.done[0]
-        own = {k: v for k, v in recipe(r).items() if k not in GATE_OWN + PATH_KEYS}
+        own = {k: v for k, v in recipe(r).items() if k not in (*GATE_OWN, *PATH_KEYS, *apart_from)}
         return json.dumps({"corpus": r.corpus, "shape": shape(r.hparams), **own}, sort_keys=True)
 
     @property
@@ -446,7 +450,10 @@ def build_variants(runs: Sequence[RunData]) -> list[Variant]:
 
 
 def reference(
-    variant: Variant, variants: Sequence[Variant], named: Callable[[Variant], bool] | None = None
+    variant: Variant,
+    variants: Sequence[Variant],
+    named: Callable[[Variant], bool] | None = None,
+    apart_from: Sequence[str] = (),
 ) -> Variant | None:
     """What ``variant`` is measured against: the one answer every study and the leaderboard ask for.
 
@@ -456,12 +463,15 @@ def reference(
     (`GATE_OWN`: the gate slots, the gate's own options and initialisation, the author's dropout_before_gate) and
     the attention path (`PATH_KEYS`), compared nowhere. A gate-less variant has no reference. A study that names
     another reference passes ``named``, which variants may be it (e.g. `gate_is` EGA-1's ``linear``, or the same
-    gate with tau learned); it is still of the same setup. Of several: the variant's own group first, then the
-    same tau_init, then spec order. The pairs are the seeds both ran (`difference`)."""
-    if variant.setup_key is None or (named is None and not variant.gated):
+    gate with tau learned); it is still of the same setup, save the recipe keys it names ``apart_from`` (the RoPE
+    study's baseline is set against designs of another position encoding: ``position``). Of several: the
+    variant's own group first, then the same tau_init, then spec order. The pairs are the seeds both ran
+    (`difference`)."""
+    own = variant.setup(apart_from)
+    if own is None or (named is None and not variant.gated):
         return None
     wanted = named or (lambda x: not x.gated)
-    candidates = [x for x in variants if x is not variant and x.done and wanted(x) and x.setup_key == variant.setup_key]
+    candidates = [x for x in variants if x is not variant and x.done and wanted(x) and x.setup(apart_from) == own]
     candidates.sort(key=lambda x: (x.group != variant.group, x.hp("tau_init") != variant.hp("tau_init")))
     return candidates[0] if candidates else None
 

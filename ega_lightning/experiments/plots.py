@@ -103,26 +103,39 @@ def z_figure(series: Sequence[tuple[str, Sequence[float], Sequence[float]]], tit
     return fig
 
 
-def leaderboard_figure(
-    points: Sequence[tuple[str, float, float | None, float | None]], threshold: float, paper_figure: float, title: str
-) -> Figure:
-    """One row per gate, best at the top: its estimate and 95% interval (label, estimate, low, high; no bar
-    for one seed), against 0, the positive control's threshold and the paper's figure."""
+# one row of a leaderboard panel: (label, estimate, low, high); no interval: low and high None
+Point = tuple[str, float, float | None, float | None]
+# one panel: (its name, its rows best first, the positive control's threshold where the control reads that board)
+Panel = tuple[str, Sequence[Point], float | None]
+
+
+def leaderboard_figure(panels: Sequence[Panel], paper_figure: float, title: str) -> Figure:
+    """One row per gate, best at the top: its estimate and 95% interval (no bar for one seed), against 0, the
+    paper's figure and, on a board the positive control reads, its threshold. One panel alone is titled
+    ``title``; several stand side by side on one x-axis, each titled by its name, ``title`` above them."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7.5, 1.2 + 0.35 * len(points)))
-    ax = fig.add_subplot()
-    y = np.arange(len(points))[::-1]
-    for yi, (_, estimate, low, high) in zip(y, points, strict=True):
-        bar = None if low is None or high is None else [[estimate - low], [high - estimate]]
-        ax.errorbar(estimate, yi, xerr=bar, fmt="o", color="C0", capsize=3)
-    ax.axvline(0.0, color="grey", linewidth=0.8)
-    ax.axvline(threshold, color="C3", linestyle="--", label=f"positive control {threshold:+.4f}")
-    ax.axvline(paper_figure, color="C2", linestyle=":", label=f"paper's EGA-1 {paper_figure:+.3f}")
-    ax.set_yticks(y, [label for label, *_ in points])
-    ax.set(xlabel="baseline − gate, final val loss (nats/char; right: the gate is better)", title=title)
-    ax.grid(alpha=0.3, axis="x")
-    ax.legend(fontsize=8, loc="lower right")
+    rows = max(len(points) for _, points, _ in panels)
+    fig = Figure(figsize=(7.5 * len(panels), 1.2 + 0.35 * rows))
+    axes = [fig.add_subplot()] if len(panels) == 1 else list(fig.subplots(1, len(panels), sharex=True))
+    for ax, (name, points, threshold) in zip(axes, panels, strict=True):
+        y = np.arange(len(points))[::-1]
+        for yi, (_, estimate, low, high) in zip(y, points, strict=True):
+            bar = None if low is None or high is None else [[estimate - low], [high - estimate]]
+            ax.errorbar(estimate, yi, xerr=bar, fmt="o", color="C0", capsize=3)
+        ax.axvline(0.0, color="grey", linewidth=0.8)
+        if threshold is not None:
+            ax.axvline(threshold, color="C3", linestyle="--", label=f"positive control {threshold:+.4f}")
+        ax.axvline(paper_figure, color="C2", linestyle=":", label=f"paper's EGA-1 {paper_figure:+.3f}")
+        ax.set_yticks(y, [label for label, *_ in points])
+        ax.set(
+            xlabel="baseline − gate, final val loss (nats/char; right: the gate is better)",
+            title=title if len(panels) == 1 else name,
+        )
+        ax.grid(alpha=0.3, axis="x")
+        ax.legend(fontsize=8, loc="lower right")
+    if len(panels) > 1:
+        fig.suptitle(title)
     fig.tight_layout()
     return fig
 

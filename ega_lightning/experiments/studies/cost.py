@@ -125,11 +125,28 @@ class Timed:
         return f"×{num(self.ratio)}{quartiles}"
 
 
-def timed_gates(found: list[Bench], shape: dict[str, Any], batch_size: Any) -> dict[str, Timed]:
+def bench_position(result: dict[str, Any]) -> str:
+    """The position encoding an `ega bench` result ran its baseline at: its command's ``--position`` (which sets every
+    model's), else learned, the default (a gate config's own, such as fox_nopos's none, is its row's alone)."""
+    words = str(result.get("command") or "").split()
+    for i, word in enumerate(words):
+        if word == "--position" and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith("--position="):
+            return word.split("=", 1)[1]
+    return "learned"
+
+
+def timed_gates(
+    found: list[Bench], shape: dict[str, Any], batch_size: Any, position: str = "learned"
+) -> dict[str, Timed]:
     """Each gate's `Timed` from the first bench of ``found`` that timed it at ``shape`` (n_layer, n_head,
-    n_embd, block_size) and ``batch_size``, uncompiled (a `+compile` row times another path)."""
+    n_embd, block_size), ``batch_size`` and its baseline at ``position`` (`bench_position`), uncompiled (a
+    `+compile` row times another path)."""
     timed: dict[str, Timed] = {}
     for result, source in found:
+        if bench_position(result) != position:  # its ratios are over another baseline
+            continue
         for size in result.get("sizes", []):
             if size.get("shape") != shape or size.get("batch_size") != batch_size:
                 continue

@@ -1,12 +1,14 @@
 """The leaderboard and its positive control: every gate at the TinyShakespeare cpu size side by side (the EGA
 ablation of configs/sweeps/short.yaml and its peers of configs/sweeps/peers.yaml), each against the baseline,
 its runs pooled over every section that shows its configuration; and whether any gate reaches half the
-paper's gain here (rules.control_rule), with the smallest difference the protocol resolves."""
+paper's gain here (rules.control_rule), with the smallest difference the protocol resolves. Beside it, once the
+RoPE study (configs/sweeps/rope.yaml) is in the report, a second board: each of its designs against the RoPE
+baseline the study names, ranked the same way (no control reads it)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -15,6 +17,7 @@ from ega_lightning.experiments import paper, plots, prose
 from ega_lightning.experiments.comparisons import Variant, difference, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
+from ega_lightning.experiments.studies import rope
 from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, interval_cell, interval_text, num
@@ -44,6 +47,50 @@ class Entry:
 Board = tuple[Variant | None, list[Entry]]  # the pooled baseline and the leaderboard (`leaderboard`)
 
 
+@dataclass(frozen=True)
+class Panel:
+    """One board of the leaderboard: the designs it ranks, what they are set against, and the benches that time
+    them."""
+
+    name: str  # its panel of the figure, and the sub-heading of its table where it has one
+    designs: Callable[[Variant], bool]  # the variants it ranks
+    # its reference, as `comparisons.reference` reads them (None: the gate-less variant of the same setup)
+    named: Callable[[Variant], bool] | None = None
+    apart_from: tuple[str, ...] = ()  # the recipe keys a design may differ in from its reference
+    position: str = "learned"  # the position encoding of the benches that time it (`cost.bench_position`)
+    # the row of such a bench that times a design (None: none can); the learned board's labels are gate configs
+    bench_row: Callable[[Variant], str | None] = lambda v: v.label
+
+
+def _rope_reference(x: Variant) -> bool:
+    # by the study's label and a RoPE position: a learned-position `none` is never a RoPE design's baseline
+    return x.label == rope.REFERENCE and x.hp("position") == "rope"
+
+
+LEARNED = Panel(
+    "learned positions", lambda v: v.group in LEADERBOARD_GROUPS and v.corpus == LEADERBOARD_CORPUS and v.gated
+)
+ROPE = Panel(
+    "RoPE baseline",
+    lambda v: v.group == rope.GROUP and v.corpus == LEADERBOARD_CORPUS and v.label in rope.DESIGNS,
+    named=_rope_reference,
+    # the study asks whether a design, its position signal part of it, beats the RoPE model: FoX and ALiBi without
+    # positions are set against it on purpose (`rope.findings`)
+    apart_from=("position",),
+    position="rope",
+    # `ega bench --position rope` runs every model with RoPE: its rows (gate configs) time the RoPE designs alone
+    bench_row=lambda v: v.gate if v.hp("position") == "rope" else None,
+)
+
+
+@dataclass(frozen=True)
+class Boards:
+    """What the leaderboard measures: the board of learned positions (the positive control's) and the RoPE one."""
+
+    learned: Board
+    rope: Board
+
+
 def same_configuration(v: Variant, variants: list[Variant]) -> list[Variant]:
     """The variants of every section that show ``v``'s configuration (label, gate and setup), ``v`` among them."""
     return [x for x in variants if (x.label, x.corpus, x.gate, x.setup_key) == (v.label, v.corpus, v.gate, v.setup_key)]
@@ -56,36 +103,48 @@ def pooled(v: Variant, variants: list[Variant]) -> Variant:
     return Variant("leaderboard", v.corpus, v.label, list(runs.values()))
 
 
-def leaderboard(variants: list[Variant], found: Sequence[Bench] = ()) -> Board:
-    """The pooled baseline and one entry per gate configuration of `LEADERBOARD_GROUPS` on its corpus, largest
-    baseline − gate first (gates without a difference last, in spec order). A finished gate trained in
-    another setup than the baseline (model, data, steps) is left out: it measures something else. Step
-    times come from the `ega bench` results ``found`` at the baseline's shape, not from the runs: the sweep's
-    runs share the machine, so their throughput measures the machine's load as much as the gate."""
-    listed = [v for v in variants if v.group in LEADERBOARD_GROUPS and v.corpus == LEADERBOARD_CORPUS and v.gated]
-    first = next((r for v in listed if (r := reference(v, variants)) is not None), None)
+def leaderboard(variants: list[Variant], found: Sequence[Bench] = (), panel: Panel = LEARNED) -> Board:
+    """The pooled baseline and one entry per design of ``panel`` (by default every gate configuration of
+    `LEADERBOARD_GROUPS` on its corpus), largest baseline − design first (those without a difference last, in
+    spec order). A finished design trained in another setup than the baseline (model, data, steps) is left out: it
+    measures something else. Step times come from the `ega bench` results ``found`` at the baseline's shape and
+    position, not from the runs: the sweep's runs share the machine, so their throughput measures the machine's
+    load as much as the gate."""
+    listed = [v for v in variants if panel.designs(v)]
+
+    def reference_of(v: Variant, among: Sequence[Variant]) -> Variant | None:
+        return reference(v, among, panel.named, panel.apart_from)
+
+    first = next((r for v in listed if (r := reference_of(v, variants)) is not None), None)
     baseline = pooled(first, variants) if first is not None else None
     shape = {k: baseline.hp(k) for k in SIZE_KEYS} if baseline else {}  # `ega bench` names a size by shape and batch
-    timed = timed_gates(list(found), shape, baseline.hp("batch_size")) if baseline else {}
+    timed = timed_gates(list(found), shape, baseline.hp("batch_size"), panel.position) if baseline else {}
     entries: dict[str, Entry] = {}
     for v in listed:
-        if v.label in entries or (v.done and baseline is not None and reference(v, [baseline]) is None):
+        if v.label in entries or (v.done and baseline is not None and reference_of(v, [baseline]) is None):
             continue
         own = pooled(v, variants)
         from_groups = [x.group for x in same_configuration(v, variants)]
         base_params = baseline.n_params if baseline is not None else None
         added = own.n_params - base_params if own.n_params is not None and base_params is not None else None
         diff = difference(baseline, own, "final_val_loss")
-        entries[v.label] = Entry(own, list(dict.fromkeys(from_groups)), diff, added, timed.get(v.label))
+        row = panel.bench_row(v)
+        entries[v.label] = Entry(own, list(dict.fromkeys(from_groups)), diff, added, timed.get(row) if row else None)
     ranked = sorted(entries.values(), key=lambda e: -e.diff.estimate if e.diff is not None else math.inf)
     rank_bands(ranked)
     return baseline, ranked
 
 
+def measure(variants: list[Variant], found: Sequence[Bench] = ()) -> Boards:
+    """Both boards of the leaderboard, each ranked and banded on its own."""
+    return Boards(leaderboard(variants, found, LEARNED), leaderboard(variants, found, ROPE))
+
+
 def rank_bands(ranked: list[Entry]) -> None:
     """Sets each ranked entry's band: walking down from the best, a gate joins the current band while its paired
-    difference to the band's first gate includes 0 at the control family's level (k: the gates ranked), else it
-    opens the next band. Gates without a difference get none."""
+    difference to the band's first gate includes 0 at 1 − 0.05/k (k: the gates ranked on this board; the
+    learned board's is the control family's level), else it opens the next band. Gates without a difference get
+    none."""
     known = [e for e in ranked if e.diff is not None]
     level = bonferroni_level(len(known))
     band, first = 0, None
@@ -208,10 +267,23 @@ def describe(baseline: Variant) -> str:
     )
 
 
-TABLE_HEAD = (
-    "| rank | band | gate | from | seeds paired | baseline − gate [95% CI] | half-width | params added | step time × "
-    "(gate / baseline, `ega bench`) |\n|---:|---:|---|---|---|---|---:|---:|---|"
-)
+def table_head(design: str = "gate", baseline: str = "baseline", bench: str = "`ega bench`") -> str:
+    """The leaderboard table's head, naming what a board ranks and what against."""
+    return (
+        f"| rank | band | {design} | from | seeds paired | {baseline} − {design} [95% CI] | half-width | params added "
+        f"| step time × ({design} / {baseline}, {bench}) |\n|---:|---:|---|---|---|---|---:|---:|---|"
+    )
+
+
+def describe_rope(baseline: Variant, ranked: int) -> str:
+    """What the RoPE board shows, as its sub-section opens: one sentence."""
+    return (
+        f"Each design of the RoPE study (section {rope.GROUP}) on {baseline.corpus} against the RoPE baseline "
+        f"`{baseline.label}` ({len(baseline.done)} finished seeds), the reference the study names, never a "
+        "learned-position baseline, ranked and banded as above with k its own ranked designs "
+        f"(k = {ranked}), its step time from an `ega bench --position rope` at the baseline's size (— where none "
+        "timed the design at its own position encoding)."
+    )
 
 
 def table_line(rank: int, e: Entry, baseline: Variant) -> str:
@@ -232,44 +304,78 @@ def table_line(rank: int, e: Entry, baseline: Variant) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def leaderboard_section(inputs: ReportInputs, board: Board, found: Sequence[Finding], drawn: Drawn) -> list[str]:
-    """Every gate at the TinyShakespeare cpu size against the baseline, best first, and the positive control."""
+def rope_lines(board: Board) -> list[str]:
+    """The RoPE board under its own sub-heading; nothing before the report reads a finished RoPE baseline."""
     baseline, entries = board
     if baseline is None or not entries:
         return []
-    lines = [
-        f"## {LEADERBOARD}",
+    ranked = sum(e.diff is not None for e in entries)
+    return [
+        f"### {ROPE.name}",
         "",
-        describe(baseline),
+        describe_rope(baseline, ranked),
         "",
-        *(f"- {prose.sentence(f)}" for f in found if f.section == LEADERBOARD),
-        "",
-        TABLE_HEAD,
+        table_head("design", "RoPE baseline", "`ega bench --position rope`"),
         *(table_line(i, e, baseline) for i, e in enumerate(entries, 1)),
         "",
     ]
+
+
+def leaderboard_section(inputs: ReportInputs, boards: Boards, found: Sequence[Finding], drawn: Drawn) -> list[str]:
+    """Every gate at the TinyShakespeare cpu size against the baseline, best first, and the positive control; then
+    the RoPE board where the report has one."""
+    baseline, entries = boards.learned
+    rope_board = rope_lines(boards.rope)
+    if (baseline is None or not entries) and not rope_board:
+        return []
+    lines = [f"## {LEADERBOARD}", ""]
+    if baseline is not None and entries:
+        lines += [
+            describe(baseline),
+            "",
+            *(f"- {prose.sentence(f)}" for f in found if f.section == LEADERBOARD),
+            "",
+            table_head(),
+            *(table_line(i, e, baseline) for i, e in enumerate(entries, 1)),
+            "",
+        ]
+    lines += rope_board
     for caption, file in drawn:
         lines += [f"![{caption}]({file})", ""]
     return lines
 
 
-def board_figure(inputs: ReportInputs, board: Board) -> list[Figure]:
-    """(caption, file name, figure): every finished gate of the leaderboard with its 95% interval."""
-    shown = [(e.variant.label, e.diff) for e in board[1] if e.diff is not None]
-    if not shown:
+def points(board: Board) -> list[plots.Point]:
+    """Every finished design of a board with its 95% interval, best first."""
+    return [(e.variant.label, e.diff.estimate, e.diff.low, e.diff.high) for e in board[1] if e.diff is not None]
+
+
+def board_figure(inputs: ReportInputs, boards: Boards) -> list[Figure]:
+    """(caption, file name, figure): every finished gate of the leaderboard with its 95% interval; the RoPE board's
+    designs in a panel beside it where one has finished."""
+    drawn = ((LEARNED, boards.learned, paper.POSITIVE_CONTROL), (ROPE, boards.rope, None))  # the control reads one
+    panels: list[plots.Panel] = [(p.name, shown, control) for p, board, control in drawn if (shown := points(board))]
+    if not panels:
         return []
-    points = [(label, d.estimate, d.low, d.high) for label, d in shown]
     fig = plots.leaderboard_figure(
-        points,
-        paper.POSITIVE_CONTROL,
+        panels,
         paper.IMPROVEMENT[LEADERBOARD_CORPUS],
         f"{LEADERBOARD_CORPUS}: baseline − gate (final val loss, paired by seed)",
     )
     return [("leaderboard", f"{LEADERBOARD}-{LEADERBOARD_CORPUS}.png", fig)]
 
 
-def as_json(inputs: ReportInputs, board: Board) -> dict[str, Any] | None:
-    """The leaderboard as results.json holds it (None without a baseline)."""
+def as_json(inputs: ReportInputs, boards: Boards) -> dict[str, Any] | None:
+    """The leaderboard as results.json holds it, the RoPE board under ``rope`` where it has entries (None without
+    either)."""
+    learned, rope_board = board_json(boards.learned), board_json(boards.rope)
+    if rope_board is None or not rope_board["rows"]:
+        return learned
+    return {**(learned or {}), "rope": rope_board}
+
+
+def board_json(board: Board) -> dict[str, Any] | None:
+    """One board as results.json holds it (None without a baseline)."""
     baseline, entries = board
     if baseline is None:
         return None
@@ -296,8 +402,9 @@ def as_json(inputs: ReportInputs, board: Board) -> dict[str, Any] | None:
 STUDY = Study(
     "leaderboard",
     groups=LEADERBOARD_GROUPS,
-    measure=lambda inputs: leaderboard(list(inputs.variants), inputs.benches),
-    findings=lambda inputs, board, read: control_finding(*board),
+    measure=lambda inputs: measure(list(inputs.variants), inputs.benches),
+    # the protocol registered the control on the learned board: the RoPE one neither joins its family nor its k
+    findings=lambda inputs, boards, read: control_finding(*boards.learned),
     section=leaderboard_section,
     section_first=True,
     figures=board_figure,
