@@ -689,6 +689,29 @@ def test_the_cost_claim_reads_the_bench_of_the_most_repetitions(tmp_path):
     assert cost.cost_finding(bench, source).repetitions == 21
 
 
+def test_the_cost_claim_never_reads_a_bench_run_on_another_position_encoding(tmp_path):
+    """A `--position rope` bench of more repetitions times EGA-1 against the RoPE baseline: the claim is about the
+    learned-position model, so the shorter learned-position bench is read."""
+    results = tmp_path / "results"
+    (results / "bench-rope").mkdir(parents=True)
+    benches = (
+        (results / "bench-cpu-32-true.json", 21, 1.07, "ega bench --sizes cpu --gates none linear --repeats 21"),
+        (
+            results / "bench-rope" / "bench-cpu-32-true.json",
+            61,
+            1.30,
+            "ega bench --sizes cpu --position rope --repeats 61",
+        ),
+    )
+    for path, n, ratio, command in benches:
+        row = {"time_ratio": ratio, "repeats": n, "time_ratios": [ratio] * n}
+        bench = {"command": command, "sizes": [{"size": "cpu", "rows": {"none": row, "linear": row}}]}
+        write_atomic(path, json.dumps(bench))
+    assert cost.benches(results / "runs", results)[0][1] == "bench-rope/bench-cpu-32-true.md"  # the longest first
+    bench, source = cost.read_bench(None, results / "runs", results)
+    assert source == "bench-cpu-32-true.md" and cost.cost_finding(bench, source).ours.mean == 1.07
+
+
 def test_report_refuses_a_bench_it_cannot_read_and_an_out_that_is_a_file_before_any_work(tmp_path, capsys):
     spec_path = str(tmp_path / "spec.yaml")  # never read: both mistakes are said first
     out_file = tmp_path / "outfile"

@@ -95,7 +95,8 @@ def _load(path: Path) -> tuple[dict[str, Any] | None, str]:
 
 def read_bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[str, Any] | None, str]:
     """The `ega bench` result the cost claim is read from, and its table's path relative to ``out``: ``path``,
-    else the first of `benches` that times EGA-1's training step."""
+    else the first of `benches` that times EGA-1's training step against the learned-position baseline (a
+    `--position rope` bench sets EGA-1 against another model than the one the claim is about)."""
     if path is not None:  # asked for by name: a path that cannot be read is a mistake, not "no bench"
         result, why = _load(path)
         if result is None:
@@ -105,6 +106,8 @@ def read_bench(path: Path | None, records_dir: Path, out: Path) -> tuple[dict[st
             )
         return result, os.path.relpath(path.with_suffix(".md"), out)
     for result, source in benches(records_dir, out):
+        if bench_position(result) != "learned":
+            continue
         if any("linear" in size.get("rows", {}) for size in result.get("sizes", [])):
             return result, source
     return None, NO_BENCH
