@@ -1,4 +1,5 @@
-"""Every value two results.json files differ in, and by how much: `python scripts/results_diff.py OLD NEW`.
+"""Every value two results.json files differ in, and by how much: `python scripts/results_diff.py OLD NEW` (each a
+results.json, or the folder `ega report --out` wrote it in).
 
 Issue 53 asks for the report to stay byte-identical across a rewrite, and where floats move in their last bits
 (another library's arithmetic) for every differing number and its size: one line per differing leaf (its path,
@@ -42,7 +43,19 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2:
         print(__doc__.strip().splitlines()[0], file=sys.stderr)
         return 2
-    old, new = (json.loads(Path(p).read_text(encoding="utf-8")) for p in argv)
+    paths = [Path(p) / "results.json" if Path(p).is_dir() else Path(p) for p in argv]
+    unreadable = [p for p in paths if not p.is_file()]
+    if unreadable:
+        print(
+            f"{unreadable[0]} is not a file: give two results.json files (or the folders holding them).",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        old, new = (json.loads(p.read_text(encoding="utf-8")) for p in paths)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        print(f"{err}: both files must be the results.json that `ega report` writes.", file=sys.stderr)
+        return 2
     found = differences(old, new)
     sizes = []
     for path, a, b in found:

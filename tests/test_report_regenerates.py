@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import pytest
@@ -57,3 +58,26 @@ def test_results_diff_lists_every_value_that_moved_and_by_how_much():
     absolute, relative = results_diff.size(0.1 + 0.2, 0.3)
     assert absolute == abs(0.1 + 0.2 - 0.3) > 0 and relative == absolute / (0.1 + 0.2)
     assert results_diff.size(True, 1) is None and results_diff.differences(old, old) == []
+
+
+def test_results_diff_takes_the_report_folders_and_refuses_what_is_no_results_json_in_one_line(tmp_path, capsys):
+    """`results_diff.py OLD NEW` given the folders `ega report --out` wrote (it raised IsADirectoryError), and a
+    path that is neither: one line and status 2, no traceback."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("results_diff", REPO / "scripts" / "results_diff.py")
+    assert spec is not None and spec.loader is not None
+    results_diff = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(results_diff)
+    for name, value in (("old", 1.0), ("new", 1.5)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps({"x": value}))
+    assert results_diff.main([str(tmp_path / "old"), str(tmp_path / "new" / "results.json")]) == 1
+    assert capsys.readouterr().out.splitlines()[0] == ".x: 1.0 -> 1.5 (abs 0.5, rel 0.5)"
+    (tmp_path / "empty").mkdir()
+    assert results_diff.main([str(tmp_path / "old"), str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "empty/results.json is not a file" in err
+    (tmp_path / "bad.json").write_text("{")
+    assert results_diff.main([str(tmp_path / "old"), str(tmp_path / "bad.json")]) == 2
+    assert "must be the results.json" in capsys.readouterr().err
