@@ -695,17 +695,12 @@ def test_the_cost_claim_never_reads_a_bench_run_on_another_position_encoding(tmp
     results = tmp_path / "results"
     (results / "bench-rope").mkdir(parents=True)
     benches = (
-        (results / "bench-cpu-32-true.json", 21, 1.07, "ega bench --sizes cpu --gates none linear --repeats 21"),
-        (
-            results / "bench-rope" / "bench-cpu-32-true.json",
-            61,
-            1.30,
-            "ega bench --sizes cpu --position rope --repeats 61",
-        ),
+        (results / "bench-cpu-32-true.json", 21, 1.07, None),
+        (results / "bench-rope" / "bench-cpu-32-true.json", 61, 1.30, "rope"),
     )
-    for path, n, ratio, command in benches:
+    for path, n, ratio, position in benches:
         row = {"time_ratio": ratio, "repeats": n, "time_ratios": [ratio] * n}
-        bench = {"command": command, "sizes": [{"size": "cpu", "rows": {"none": row, "linear": row}}]}
+        bench = {"position": position, "sizes": [{"size": "cpu", "rows": {"none": row, "linear": row}}]}
         write_atomic(path, json.dumps(bench))
     assert cost.benches(results / "runs", results)[0][1] == "bench-rope/bench-cpu-32-true.md"  # the longest first
     bench, source = cost.read_bench(None, results / "runs", results)

@@ -196,9 +196,9 @@ def test_a_rope_bench_times_the_rope_designs_at_their_position_and_the_learned_b
     has no row at RoPE (—), and a bench without --position, whose baseline is learned, times no RoPE design."""
     results = tmp_path / "results"
     (results / "runs").mkdir(parents=True)
-    write_bench(results / "bench-cpu-32-true.json", "", {"linear": 1.5, "fox_nopos": 1.6})
-    write_bench(results / "bench-rope" / "bench-cpu-32-true.json", "--position rope", {"linear": 1.1, "fox": 1.2})
-    write_bench(results / "bench-learned" / "bench-cpu-32-true.json", "--position=learned", {"fox": 1.3})
+    write_bench(results / "bench-cpu-32-true.json", None, {"linear": 1.5, "fox_nopos": 1.6})
+    write_bench(results / "bench-rope" / "bench-cpu-32-true.json", "rope", {"linear": 1.1, "fox": 1.2})
+    write_bench(results / "bench-learned" / "bench-cpu-32-true.json", "learned", {"fox": 1.3})
     found = cost.benches(results / "runs", results)
     assert [cost.bench_position(result) for result, _ in found] == ["learned", "learned", "rope"]
     rows = with_batch(runs(losses()))
@@ -223,12 +223,11 @@ def test_a_rope_bench_times_the_rope_designs_at_their_position_and_the_learned_b
     }
 
 
-def write_bench(path: Path, position: str, ratios: dict[str, float]) -> None:
+def write_bench(path: Path, position: str | None, ratios: dict[str, float]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     rows = {"none": {"time_ratio": 1.0}, **{g: {"time_ratio": r} for g, r in ratios.items()}}
     size = {"size": "cpu", "shape": ROPE_SHAPE, "batch_size": BATCH, "rows": rows}
-    command = f"ega bench --sizes cpu {position}".strip()
-    path.write_text(json.dumps({"command": command, "sizes": [size]}))
+    path.write_text(json.dumps({"position": position, "sizes": [size]}))
     path.with_suffix(".md").write_text("bench\n")
 
 

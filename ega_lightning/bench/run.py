@@ -158,6 +158,7 @@ def benchmark(
         "date": started.strftime("%Y-%m-%d %H:%M UTC"),
         "precision": args.precision,
         "compile": args.compile,
+        "position": args.position,  # None: each gate config's own (the baseline's is learned)
         "repeats": args.repeats,
         "warmup": args.warmup,
         "environment": environment(device),

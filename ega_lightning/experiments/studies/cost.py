@@ -129,15 +129,10 @@ class Timed:
 
 
 def bench_position(result: dict[str, Any]) -> str:
-    """The position encoding an `ega bench` result ran its baseline at: its command's ``--position`` (which sets every
-    model's), else learned, the default (a gate config's own, such as fox_nopos's none, is its row's alone)."""
-    words = str(result.get("command") or "").split()
-    for i, word in enumerate(words):
-        if word == "--position" and i + 1 < len(words):
-            return words[i + 1]
-        if word.startswith("--position="):
-            return word.split("=", 1)[1]
-    return "learned"
+    """The position encoding an `ega bench` result ran its baseline at: its ``position`` (``--position``, which sets
+    every model's), else learned, the default (a gate config's own, such as fox_nopos's none, is its row's alone; a
+    bench written before the field was kept ran every baseline learned)."""
+    return result.get("position") or "learned"
 
 
 def timed_gates(
