@@ -101,11 +101,15 @@ def test_every_number_of_the_summary_is_results_jsons():
     rows = [
         i for i, line in enumerate(lines) if line.startswith("| EGA-1 lowers the final val loss on TinyShakespeare")
     ]
+    claim = "EGA-1 lowers the final val loss on TinyShakespeare"
+    key = next(c["key"] for c in results["paper"]["claims"] if c["claim"] == claim)
+    held = _numbers([f for f in results["findings"] if f["claim"] == key]) | _numbers(results["paper"])
+    # one number off results.json's: the first of 0.020, 0.021, ... that no finding of the claim holds (a fixed one,
+    # 0.021, came to be held when the author's study's third seed landed)
+    off = next(n for n in (f"0.{k:03d}" for k in range(20, 1000)) if n not in held)
     tampered = list(lines)
-    tampered[rows[0]] = tampered[rows[0]].replace("+0.019", "+0.021", 1)  # one number off results.json's
-    assert tampered != lines and _stray_numbers(tampered, results) == [
-        ("EGA-1 lowers the final val loss on TinyShakespeare", "0.021")
-    ]
+    tampered[rows[0]] = tampered[rows[0]].replace("+0.019", f"+{off}", 1)
+    assert tampered != lines and _stray_numbers(tampered, results) == [(claim, off)]
 
 
 def test_once_every_author_run_is_in_the_summary_reads_their_rows_and_steps_with_labels():
