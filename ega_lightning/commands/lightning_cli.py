@@ -173,18 +173,22 @@ class EgaCLI(PlannedCheckpointMerge, LightningCLI):
         setup_environment = strategy.setup_environment
 
         def agreeing_setup_environment() -> None:
+            import torch.distributed as dist
+
             setup_environment()  # DDP: the device, then the process group
             host = socket.gethostname()
             mine = run_policy.rank_verdict(self.run_plan, strategy.global_rank, host, self._refusal)
             verdicts = [mine]
             if torch_distributed_world() > 1:
-                import torch.distributed as dist
-
                 verdicts = [None] * dist.get_world_size()
                 dist.all_gather_object(verdicts, mine)  # every rank, no rank-zero block
             agreed = run_policy.agreed_refusal(verdicts, self.run_plan)
             if agreed is not None:
                 message, busy = agreed
+                if torch_distributed_world() > 1:
+                    # every rank leaves here: a gloo group still alive at the interpreter's exit can abort it
+                    # ("terminate called without an active exception", status -6 for the refusal's own)
+                    dist.destroy_process_group()
                 raise (runs.RunBusy if busy else UserError)(message)
             if torch_distributed_world() > 1:  # SIGTERM and SIGINT stop every rank at one step from now on
                 self._signals.take_under_ddp(self.trainer)
