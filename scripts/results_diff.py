@@ -41,7 +41,7 @@ def size(old: Any, new: Any) -> tuple[float, float] | None:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print(__doc__.strip().splitlines()[0], file=sys.stderr)
+        print(" ".join(__doc__.split("\n\n")[0].split()), file=sys.stderr)  # the usage: the first paragraph
         return 2
     paths = [Path(p) / "results.json" if Path(p).is_dir() else Path(p) for p in argv]
     unreadable = [p for p in paths if not p.is_file()]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from typing import Any
 
 import pytest
 
@@ -39,15 +40,21 @@ def test_ega_report_under_the_narrowest_kernels_reproduces_the_committed_report_
         assert (clone / "results" / name).read_text() == committed, f"{name} differs from the committed one"
 
 
-def test_results_diff_lists_every_value_that_moved_and_by_how_much():
-    """scripts/results_diff.py, which issue 53's byte-for-byte check falls back on: a float moved in its last bit,
-    a flag that became the number 1, a key on one side only; and nothing for two equal files."""
+def _results_diff() -> Any:
+    """scripts/results_diff.py as a module (scripts/ is no package)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("results_diff", REPO / "scripts" / "results_diff.py")
     assert spec is not None and spec.loader is not None
-    results_diff = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(results_diff)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_results_diff_lists_every_value_that_moved_and_by_how_much():
+    """scripts/results_diff.py, which issue 53's byte-for-byte check falls back on: a float moved in its last bit,
+    a flag that became the number 1, a key on one side only; and nothing for two equal files."""
+    results_diff = _results_diff()
     old = {"rows": [{"low": 0.1 + 0.2, "n": 3}], "holds": True, "gone": "x"}
     new = {"rows": [{"low": 0.3, "n": 3}], "holds": 1}
     assert results_diff.differences(old, new) == [
@@ -63,12 +70,7 @@ def test_results_diff_lists_every_value_that_moved_and_by_how_much():
 def test_results_diff_takes_the_report_folders_and_refuses_what_is_no_results_json_in_one_line(tmp_path, capsys):
     """`results_diff.py OLD NEW` given the folders `ega report --out` wrote (it raised IsADirectoryError), and a
     path that is neither: one line and status 2, no traceback."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("results_diff", REPO / "scripts" / "results_diff.py")
-    assert spec is not None and spec.loader is not None
-    results_diff = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(results_diff)
+    results_diff = _results_diff()
     for name, value in (("old", 1.0), ("new", 1.5)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps({"x": value}))
@@ -78,6 +80,9 @@ def test_results_diff_takes_the_report_folders_and_refuses_what_is_no_results_js
     assert results_diff.main([str(tmp_path / "old"), str(tmp_path / "empty")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "empty/results.json is not a file" in err
+    assert results_diff.main([]) == 2  # the usage: the docstring's whole first paragraph, as one line
+    usage = capsys.readouterr().err
+    assert usage.count("\n") == 1 and usage.rstrip().endswith("the folder `ega report --out` wrote it in).")
     (tmp_path / "bad.json").write_text("{")
     assert results_diff.main([str(tmp_path / "old"), str(tmp_path / "bad.json")]) == 2
     assert "must be the results.json" in capsys.readouterr().err
