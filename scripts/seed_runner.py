@@ -1,20 +1,24 @@
-"""Run a registered study seed by seed, each seed's runs back to back on one CPU model.
+"""Run a registered study seed by seed, each seed's runs back to back on one CPU kind.
 
 A study's verdicts pair the runs of one seed, and rounding differs between CPUs, so every run of a seed must run on
 one machine, one after another (nothing else of the study beside it). This runner takes the seeds in order; for each
 it runs every run of that seed in the spec (`ega sweep SPEC --only <run>`, one at a time) and moves on only when all
-are finished. A seed's runs stay on one CPU model (configs/protocol.yaml, the amendment of issue 50): a seed an
-earlier sitting left part-done on this CPU model continues (its finished runs stand, `ega sweep` resumes an
-interrupted run from its last checkpoint, bit for bit), and only a seed taken up on another CPU model is rerun
-whole, its records and run directories removed first, so no seed's pairs straddle two CPU kinds. Records land in
-``--records_dir`` (outside the checkout: they are committed from there, one seed at a time, after the seed is done);
-each seed's CPU is written beside them (``<records_dir>/seed<N>.cpu``). With ``--whole_split``, once a seed's runs
-are done each run's final checkpoint is also evaluated over the whole validation split (`ega validate`, the default
-evaluation), into ``<records_dir>/whole_split/<run>.json``: for a study whose recorded val/loss is another estimate
-(the author's 50 random batches), the number it is read beside. With ``--beyond_the_block 2 4`` each final
-checkpoint is evaluated on windows of 2 and 4 times its training block (`ega validate --data.eval_block_size`, for
-a model with rope or no position embedding), into ``<records_dir>/beyond_the_block/<run>-T<L>.json``: the loss over
-the split and at each position 1..L (issue 56's length extrapolation).
+are finished. A seed's runs stay on one CPU kind (configs/protocol.yaml, the amendments of issue 50): the CPU's model
+and the vector instructions torch's kernels dispatch to, since one model name covers kinds that round differently (AMD
+EPYC with AVX2 alone or with AVX-512). A seed an earlier sitting left part-done on this kind continues (its finished
+runs stand, `ega sweep` resumes an interrupted run from its last checkpoint, bit for bit, or starts it over where the
+checkpoint went with its machine), and only a seed taken up on another kind is rerun whole, its records, evaluations
+and run directories removed first, so no seed's pairs straddle two CPU kinds. Records land in ``--records_dir``, each
+seed's CPU kind beside them (``<records_dir>/seed<N>.cpu``). With ``--whole_split`` each run's final checkpoint is
+evaluated over the whole validation split as soon as the run finishes (`ega validate`, the default evaluation), into
+``<records_dir>/whole_split/<run>.json``: for a study whose recorded val/loss is another estimate (the author's 50
+random batches), the number it is read beside. With ``--beyond_the_block 2 4`` each final checkpoint is evaluated on
+windows of 2 and 4 times its training block (`ega validate --data.eval_block_size`, for a model with rope or no
+position embedding), into ``<records_dir>/beyond_the_block/<run>-T<L>.json``: the loss over the split and at each
+position 1..L (issue 56's length extrapolation). Where the machine does not outlive the sitting, keep
+``--records_dir`` in the checkout (``results/in-progress/<study>``) and commit each run's files as they land: a new
+machine of the seed's kind then goes on from them (the run directories, outside it, are lost with the machine); move a
+whole seed's records to ``results/runs/`` (its evaluations beside the study's) when it is done.
 
 A run the sweep could not record (its record is written from the run directory later, e.g. by `ega report`, which
 writes a finished run's record) is finished all the same: a seed is done when each run has a record or a finished
@@ -28,7 +32,7 @@ processes only within one session: set the runner's session weight too, ``echo -
 names: renice every /proc/<pid>/task/*.
 
     nice -n -10 python scripts/seed_runner.py configs/sweeps/author.yaml --seeds 1 2 3 4 5 \\
-        --records_dir ../study-records --runs_dir ../study-runs --whole_split
+        --records_dir results/in-progress/author --runs_dir ../study-runs --whole_split
 
 ``--checkout`` names another checkout whose code trains (by default this one): a clean worktree at the study's
 commit (`git worktree add --detach ../study <commit>`), so that work in this one neither marks the runs as run from
@@ -50,6 +54,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from ega_lightning import host  # noqa: E402
 from ega_lightning.experiments.rundirs import read_scalars  # noqa: E402
 from ega_lightning.experiments.spec import DONE_FILE, Run, collect_runs, load_spec  # noqa: E402
 from ega_lightning.io import read_yaml, write_atomic  # noqa: E402
@@ -57,10 +62,12 @@ from ega_lightning.run_policy import evaluation_name  # noqa: E402
 
 
 def cpu() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown"
+    """This machine's CPU kind: its model and the vector instructions torch's kernels dispatch to. One model name
+    covers CPUs of either kind (the project's "AMD EPYC" machines come with AVX2 alone or with AVX-512), and the
+    kernels, so the rounding, differ between them: a seed's pairs on one kind need both."""
+    import torch  # here, not at the top: the rest of the runner (and its tests) do without it
+
+    return f"{host.cpu_model()} ({torch.backends.cpu.get_cpu_capability()})"
 
 
 def env_of(checkout: Path) -> dict[str, str]:
@@ -124,6 +131,43 @@ def beyond_the_block(run_name: str, runs_dir: Path, out: Path, checkout: Path, e
     return 0
 
 
+def evaluation_files(r: Run, args: argparse.Namespace) -> list[Path]:
+    """The evaluations of run ``r`` that ``args.records_dir`` holds."""
+    found = [args.records_dir / "whole_split" / f"{r.run_name}.json"]
+    found += sorted((args.records_dir / "beyond_the_block").glob(f"{r.run_name}-T*.json"))
+    return [f for f in found if f.is_file()]
+
+
+def evaluations(r: Run, args: argparse.Namespace) -> int:
+    """The evaluations of finished run ``r`` that ``args`` asks for and ``args.records_dir`` lacks: 0, or the first
+    failure's status. Where they lack and the run's checkpoint is gone (a record committed from a machine that did
+    not outlive its sitting) it says so and goes on: they cannot be made here."""
+    run_dir = args.runs_dir / r.run_name
+    if not (run_dir / "checkpoints" / "last.ckpt").is_file():
+        held = {f.name for f in evaluation_files(r, args)}
+        wanted = int(args.whole_split) + len(args.beyond_the_block)
+        if len(held) < wanted:
+            print(f"{r.run_name}: {wanted - len(held)} evaluation(s) missing and no checkpoint to make them from")
+        return 0
+    wanted: list[tuple[Path, int | None]] = []
+    if args.whole_split:
+        wanted.append((args.records_dir / "whole_split" / f"{r.run_name}.json", None))
+    if args.beyond_the_block:
+        block = int(read_yaml(run_dir / "hparams.yaml")["block_size"])
+        for length in (factor * block for factor in args.beyond_the_block):
+            wanted.append((args.records_dir / "beyond_the_block" / f"{r.run_name}-T{length}.json", length))
+    for out, length in wanted:
+        if out.is_file():
+            continue
+        if length is None:
+            status = whole_split(r.run_name, args.runs_dir, out, args.checkout)
+        else:
+            status = beyond_the_block(r.run_name, args.runs_dir, out, args.checkout, length)
+        if status:
+            return status
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spec", type=Path)
@@ -156,11 +200,12 @@ def main(argv: list[str] | None = None) -> int:
         if not all(finished(r, p) for r, p in zip(mine, records, strict=True)):
             cpu_file = args.records_dir / f"seed{seed}.cpu"
             started_on = cpu_file.read_text().strip() if cpu_file.is_file() else None
-            if started_on is not None and started_on != cpu():  # a seed's pairs on one CPU model: start over
+            if started_on is not None and started_on != cpu():  # a seed's pairs on one CPU kind: start over
                 for r, p in zip(mine, records, strict=True):
-                    if p.is_file() or (args.runs_dir / r.run_name).exists():
+                    if p.is_file() or (args.runs_dir / r.run_name).exists() or evaluation_files(r, args):
                         print(f"seed {seed}: began on {started_on}, this is {cpu()}: removing {r.run_name}'s runs")
-                        p.unlink(missing_ok=True)
+                        for made in [p, *evaluation_files(r, args)]:  # its evaluations too: they ran on its kind
+                            made.unlink(missing_ok=True)
                         shutil.rmtree(args.runs_dir / r.run_name, ignore_errors=True)
             cpu_file.write_text(cpu() + "\n")
             for r, p in zip(mine, records, strict=True):
@@ -177,16 +222,12 @@ def main(argv: list[str] | None = None) -> int:
                 if not finished(r, p):  # the sweep exits 0 for a run it skips: nothing finished is nothing done
                     print(f"seed {seed}: {r.run_name} has neither a record nor a finished run directory", flush=True)
                     return 1
-        for r in mine if args.whole_split else []:
-            out = args.records_dir / "whole_split" / f"{r.run_name}.json"
-            if not out.is_file() and (status := whole_split(r.run_name, args.runs_dir, out, args.checkout)) != 0:
-                return status
-        for r, factor in [(r, f) for r in mine for f in args.beyond_the_block]:
-            length = factor * int(read_yaml(args.runs_dir / r.run_name / "hparams.yaml")["block_size"])
-            out = args.records_dir / "beyond_the_block" / f"{r.run_name}-T{length}.json"
-            if not out.is_file() and (
-                status := beyond_the_block(r.run_name, args.runs_dir, out, args.checkout, length)
-            ):
+                # evaluated at once, not when the seed is done: a machine that does not outlive the sitting takes
+                # the run directory (its checkpoint) with it, while the record and its evaluations are committed
+                if status := evaluations(r, args):
+                    return status
+        for r in mine:  # runs an earlier sitting finished before their evaluations
+            if status := evaluations(r, args):
                 return status
         print(f"seed {seed}: done ({len(mine)} records)", flush=True)
     return 0

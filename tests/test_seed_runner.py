@@ -1,0 +1,125 @@
+"""scripts/seed_runner.py's bookkeeping, its runs and evaluations stood in for: a seed's pairs stay on one CPU kind
+(model and vector instructions), and each run is evaluated before the next one starts, so that a machine that does not
+outlive its sitting leaves every finished run with its evaluations."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+
+from .helpers import REPO
+
+SPEC = REPO / "configs/sweeps/author.yaml"
+RUNS = ["author-none", "author-ega1", "author-ega1-prefix", "author-ega1-gatefirst", "author-linear", "author-ega4"]
+
+
+def _seed_runner() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("seed_runner", REPO / "scripts/seed_runner.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, list[str]]:
+    """The runner on a machine whose CPU model is "AMD EPYC" with AVX512 kernels, its training and evaluation
+    replaced by stand-ins that write what the real ones write and log what ran, in order."""
+    module = _seed_runner()
+    ran: list[str] = []
+    monkeypatch.setattr(module.host, "cpu_model", lambda: "AMD EPYC")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+
+    def sweep(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        run_name = command[command.index("--only") + 1]
+        records_dir = Path(command[command.index("--records_dir") + 1])
+        runs_dir = Path(command[command.index("--runs_dir") + 1])
+        (runs_dir / run_name / "checkpoints").mkdir(parents=True)
+        (runs_dir / run_name / "checkpoints" / "last.ckpt").write_text("a checkpoint")
+        (records_dir / f"{run_name}.json").write_text(json.dumps({"run_name": run_name, "cpu": module.cpu()}))
+        ran.append(f"fit {run_name}")
+        return subprocess.CompletedProcess(command, 0)
+
+    def whole_split(run_name: str, runs_dir: Path, out: Path, checkout: Path) -> int:
+        assert (runs_dir / run_name / "checkpoints" / "last.ckpt").is_file()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"run_name": run_name, "cpu": module.cpu()}))
+        ran.append(f"evaluate {run_name}")
+        return 0
+
+    monkeypatch.setattr(module.subprocess, "run", sweep)
+    monkeypatch.setattr(module, "whole_split", whole_split)
+    return module, ran
+
+
+def _args(tmp_path: Path, seed: int) -> list[str]:
+    # the runs directory is each test's: it is what a new machine lacks
+    return [str(SPEC), "--seeds", str(seed), "--records_dir", str(tmp_path / "records")]
+
+
+def test_each_run_is_evaluated_before_the_next_one_trains(runner, tmp_path):
+    module, ran = runner
+    argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "runs"), "--whole_split"]
+    assert module.main(argv) == 0
+    expected = [step for name in RUNS for step in (f"fit {name}-seed4", f"evaluate {name}-seed4")]
+    assert ran == expected
+    assert (tmp_path / "records/seed4.cpu").read_text() == "AMD EPYC (AVX512)\n"
+
+
+def test_a_seed_begun_on_this_cpu_kind_keeps_its_committed_runs_on_a_new_machine(runner, tmp_path):
+    """A new machine of the same kind: the records and evaluations committed from the last sitting stand, the run
+    directories are gone; only the seed's other runs train."""
+    module, ran = runner
+    records = tmp_path / "records"
+    (records / "whole_split").mkdir(parents=True)
+    (records / "seed4.cpu").write_text("AMD EPYC (AVX512)\n")
+    for name in RUNS[:2]:
+        (records / f"{name}-seed4.json").write_text("{}")
+        (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
+    argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "new-machine-runs"), "--whole_split"]
+    assert module.main(argv) == 0
+    assert ran == [step for name in RUNS[2:] for step in (f"fit {name}-seed4", f"evaluate {name}-seed4")]
+    assert (records / "whole_split" / f"{RUNS[0]}-seed4.json").read_text() == "{}"  # kept, not remade
+
+
+@pytest.mark.parametrize("begun_on", ["AMD EPYC (AVX2)", "Intel(R) Xeon(R) Platinum 8488C (AVX512)"])
+def test_a_seed_begun_on_another_cpu_kind_is_rerun_whole_with_its_evaluations(runner, tmp_path, begun_on):
+    """The same model name with other vector instructions is another kind: AVX2 and AVX-512 kernels round
+    differently, so the seed's finished runs and their evaluations are removed and every run trains here."""
+    module, ran = runner
+    records = tmp_path / "records"
+    (records / "whole_split").mkdir(parents=True)
+    (records / "seed4.cpu").write_text(begun_on + "\n")
+    for name in RUNS[:3]:
+        (records / f"{name}-seed4.json").write_text("{}")
+        (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
+    argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "runs"), "--whole_split"]
+    assert module.main(argv) == 0
+    assert ran == [step for name in RUNS for step in (f"fit {name}-seed4", f"evaluate {name}-seed4")]
+    for name in RUNS:  # every record and evaluation is this kind's
+        for made in (records / f"{name}-seed4.json", records / "whole_split" / f"{name}-seed4.json"):
+            assert json.loads(made.read_text())["cpu"] == "AMD EPYC (AVX512)"
+    assert (records / "seed4.cpu").read_text() == "AMD EPYC (AVX512)\n"
+
+
+def test_a_finished_run_without_its_evaluation_or_checkpoint_is_named_not_failed(runner, tmp_path, capsys):
+    """Every run of the seed is recorded, one evaluation missing and its checkpoint gone with the last machine: the
+    runner names it and exits 0, training nothing."""
+    module, ran = runner
+    records = tmp_path / "records"
+    (records / "whole_split").mkdir(parents=True)
+    for name in RUNS:
+        (records / f"{name}-seed4.json").write_text("{}")
+        if name != RUNS[1]:
+            (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
+    argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "runs"), "--whole_split"]
+    assert module.main(argv) == 0
+    assert ran == []
+    assert f"{RUNS[1]}-seed4: 1 evaluation(s) missing and no checkpoint to make them from" in capsys.readouterr().out
