@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from ega_lightning.bench.harness import PRECISIONS
 
@@ -65,7 +64,7 @@ def setting(attributes: dict[tuple[Any, str], Any]) -> Iterator[None]:
 
 def main() -> None:
     from ega_lightning.bench.harness import Contender, build, fixed_batch
-    from ega_lightning.bench.settings import gate_settings
+    from ega_lightning.bench.settings import gate_settings, size_settings
     from ega_lightning.host import cpu_name
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,8 +78,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    size = yaml.safe_load((CONFIGS / "size" / f"{args.size}.yaml").read_text())
-    shape, batch_size = size["model"], size["data"]["batch_size"]
+    # the bench's shape: the size's model keys without its dropout (configs/size/paper.yaml's 0.2 would time
+    # dropout's masks and the attention path that takes them, not the gate)
+    shape, batch_size = size_settings(CONFIGS, args.size)
     device = torch.device("cpu")
     batch = fixed_batch(shape, batch_size, device)
     specs = [parse(s) for s in args.contenders]
