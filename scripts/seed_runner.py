@@ -20,16 +20,16 @@ position 1..L (issue 56's length extrapolation). Where the machine does not outl
 machine of the seed's kind then goes on from them (the run directories, outside it, are lost with the machine); move a
 whole seed's records to ``results/runs/`` (its evaluations beside the study's) when it is done.
 
-A run the sweep could not record (its record is written from the run directory later, e.g. by `ega report`, which
-writes a finished run's record) is finished all the same: a seed is done when each run has a record or a finished
-run directory (a DONE file). Pause it while a benchmark times (``kill -STOP <pid>`` on its process group, ``kill
--CONT`` after); stop it with SIGTERM (the run in progress stops at its next step and resumes at the next sitting).
-Beside other work on a 2-core machine, give it the higher priority from the start (a run's two compute threads wait
-for each other: one starved thread stalls both, ~4.5 s a step instead of ~0.5 s beside two test workers on an AMD
-EPYC). Where the kernel groups processes by session (/proc/sys/kernel/sched_autogroup_enabled is 1), nice weighs
-processes only within one session: set the runner's session weight too, ``echo -10 > /proc/<pid>/autogroup``
-(0.4 s a step beside two helpers' tests instead of 4 s). `renice` of a running process changes only the thread it
-names: renice every /proc/<pid>/task/*.
+A run the study checkout's sweep could not record is recorded from its finished run directory by this checkout's sweep
+(`ega report` would also write it, later, where the run directory is still there); a seed is done when each run has a
+record or a finished run directory (a DONE file). Pause it while a benchmark times (``kill -STOP <pid>`` on its
+process group, ``kill -CONT`` after); stop it with SIGTERM (the run in progress stops at its next step and resumes at
+the next sitting). Beside other work on a 2-core machine, give it the higher priority from the start (a run's two
+compute threads wait for each other: one starved thread stalls both, ~4.5 s a step instead of ~0.5 s beside two test
+workers on an AMD EPYC). Where the kernel groups processes by session (/proc/sys/kernel/sched_autogroup_enabled is 1),
+nice weighs processes only within one session: set the runner's session weight too, ``echo -10 >
+/proc/<pid>/autogroup`` (0.4 s a step beside two helpers' tests instead of 4 s). `renice` of a running process changes
+only the thread it names: renice every /proc/<pid>/task/*.
 
     nice -n -10 python scripts/seed_runner.py configs/sweeps/author.yaml --seeds 1 2 3 4 5 \\
         --records_dir results/in-progress/author --runs_dir ../study-runs --whole_split
@@ -185,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         help="evaluate each final checkpoint on windows of FACTOR x its training block (e.g. 2 4)",
     )
     args = parser.parse_args(argv)
+    # absolute: the sweeps run in the checkout, the runner's own checks here
+    args.records_dir, args.runs_dir = args.records_dir.resolve(), args.runs_dir.resolve()
     runs = collect_runs([load_spec(args.spec)])
     args.records_dir.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
@@ -222,6 +224,12 @@ def main(argv: list[str] | None = None) -> int:
                 if not finished(r, p):  # the sweep exits 0 for a run it skips: nothing finished is nothing done
                     print(f"seed {seed}: {r.run_name} has neither a record nor a finished run directory", flush=True)
                     return 1
+                if not p.is_file() and args.checkout.resolve() != REPO:
+                    # the study's checkout could not record it (e2ababa refuses the author's attention order with
+                    # gate none); this checkout's sweep writes the record from the finished run directory, so that
+                    # the run is not lost with a machine that does not outlive the sitting
+                    subprocess.run(command, cwd=REPO, env=env_of(REPO))
+                    print(f"seed {seed}: {r.run_name} recorded by {REPO.name}'s sweep: {p.is_file()}", flush=True)
                 # evaluated at once, not when the seed is done: a machine that does not outlive the sitting takes
                 # the run directory (its checkpoint) with it, while the record and its evaluations are committed
                 if status := evaluations(r, args):

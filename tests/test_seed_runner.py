@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import torch
 
+from ega_lightning.runs import DONE
+
 from .helpers import REPO
 
 SPEC = REPO / "configs/sweeps/author.yaml"
@@ -37,14 +39,20 @@ def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType,
     monkeypatch.setattr(module.host, "cpu_model", lambda: "AMD EPYC")
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
 
-    def sweep(command: list[str], **_: Any) -> subprocess.CompletedProcess[str]:
+    def sweep(command: list[str], cwd: Path, **_: Any) -> subprocess.CompletedProcess[str]:
         run_name = command[command.index("--only") + 1]
         records_dir = Path(command[command.index("--records_dir") + 1])
-        runs_dir = Path(command[command.index("--runs_dir") + 1])
-        (runs_dir / run_name / "checkpoints").mkdir(parents=True)
-        (runs_dir / run_name / "checkpoints" / "last.ckpt").write_text("a checkpoint")
+        run_dir = Path(command[command.index("--runs_dir") + 1]) / run_name
+        if (run_dir / DONE).is_file():  # `ega sweep` on a finished run directory: it records it, trains nothing
+            ran.append(f"record {run_name} in {Path(cwd).name}")
+        else:
+            (run_dir / "checkpoints").mkdir(parents=True)
+            (run_dir / "checkpoints" / "last.ckpt").write_text("a checkpoint")
+            (run_dir / DONE).write_text("")
+            ran.append(f"fit {run_name}")
+            if Path(cwd).resolve() != REPO and "-ega1-" in run_name:  # as e2ababa's sweep: trained, not recorded
+                return subprocess.CompletedProcess(command, 0)
         (records_dir / f"{run_name}.json").write_text(json.dumps({"run_name": run_name, "cpu": module.cpu()}))
-        ran.append(f"fit {run_name}")
         return subprocess.CompletedProcess(command, 0)
 
     def whole_split(run_name: str, runs_dir: Path, out: Path, checkout: Path) -> int:
@@ -123,3 +131,16 @@ def test_a_finished_run_without_its_evaluation_or_checkpoint_is_named_not_failed
     assert module.main(argv) == 0
     assert ran == []
     assert f"{RUNS[1]}-seed4: 1 evaluation(s) missing and no checkpoint to make them from" in capsys.readouterr().out
+
+
+def test_a_run_the_study_checkout_could_not_record_is_recorded_by_this_checkouts_sweep(runner, tmp_path):
+    """The study's checkout trains the author's dropout-first variants and does not record them: this checkout's
+    sweep writes their records from the finished run directories before the next run, so none is lost with the
+    machine."""
+    module, ran = runner
+    argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "runs"), "--checkout", str(tmp_path)]
+    assert module.main(argv) == 0
+    unrecorded = ("author-ega1-seed4", "author-ega1-prefix-seed4", "author-ega1-gatefirst-seed4")
+    assert [step for step in ran if step.startswith("record")] == [f"record {r} in {REPO.name}" for r in unrecorded]
+    assert ran.index(f"record {unrecorded[0]} in {REPO.name}") == ran.index(f"fit {unrecorded[0]}") + 1
+    assert all((tmp_path / "records" / f"{name}-seed4.json").is_file() for name in RUNS)
