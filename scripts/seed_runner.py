@@ -18,7 +18,8 @@ position embedding), into ``<records_dir>/beyond_the_block/<run>-T<L>.json``: th
 position 1..L (issue 56's length extrapolation). Where the machine does not outlive the sitting, keep
 ``--records_dir`` in the checkout (``results/in-progress/<study>``) and commit each run's files as they land: a new
 machine of the seed's kind then goes on from them (the run directories, outside it, are lost with the machine); move a
-whole seed's records to ``results/runs/`` (its evaluations beside the study's) when it is done.
+whole seed's records to ``results/runs/`` (its evaluations beside the study's) when it is done, and the runner skips
+it.
 
 A run the study checkout's sweep could not record is recorded from its finished run directory by this checkout's sweep
 (`ega report` would also write it, later, where the run directory is still there); a seed is done when each run has a
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+REPORTED = REPO / "results" / "runs"  # the records `ega report` reads: a seed's, once the seed is whole
 sys.path.insert(0, str(REPO))
 
 from ega_lightning import host  # noqa: E402
@@ -194,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         if not mine:
             print(f"seed {seed}: the spec has no run of it", file=sys.stderr)
             return 2
+        if all((REPORTED / f"{r.run_name}.json").is_file() for r in mine):  # a whole seed, moved where it is read
+            print(f"seed {seed}: done (its records are the report's)", flush=True)
+            continue
         records = [args.records_dir / f"{r.run_name}.json" for r in mine]
 
         def finished(r: Run, record: Path) -> bool:

@@ -144,3 +144,18 @@ def test_a_run_the_study_checkout_could_not_record_is_recorded_by_this_checkouts
     assert [step for step in ran if step.startswith("record")] == [f"record {r} in {REPO.name}" for r in unrecorded]
     assert ran.index(f"record {unrecorded[0]} in {REPO.name}") == ran.index(f"fit {unrecorded[0]}") + 1
     assert all((tmp_path / "records" / f"{name}-seed4.json").is_file() for name in RUNS)
+
+
+def test_a_seed_whose_records_the_report_reads_is_not_run_again(runner, tmp_path, monkeypatch):
+    """Seeds 1 to 3 whole in results/runs/ (here a stand-in folder), none of their files in the records directory: a
+    fresh machine given the documented command (--seeds 1 2 3 4 5) starts at seed 4; a seed only part-moved is not
+    whole there and runs."""
+    module, ran = runner
+    reported = tmp_path / "reported"
+    reported.mkdir()
+    monkeypatch.setattr(module, "REPORTED", reported)
+    for name, seed in [(name, seed) for name in RUNS for seed in (1, 2, 3)] + [(RUNS[0], 4)]:
+        (reported / f"{name}-seed{seed}.json").write_text("{}")
+    argv = [str(SPEC), "--seeds", "1", "2", "3", "4", "--records_dir", str(tmp_path / "records")]
+    assert module.main([*argv, "--runs_dir", str(tmp_path / "runs")]) == 0
+    assert [step.split()[1] for step in ran] == [f"{name}-seed4" for name in RUNS]
