@@ -119,13 +119,17 @@ def gate_results(g: Gate, x: torch.Tensor, on: bool, monkeypatch) -> tuple[torch
 )
 @pytest.mark.parametrize("T", [1, 24])
 def test_a_gate_with_the_fused_arithmetic_is_the_autograd_path_in_fp32(name, options, T, monkeypatch):
-    """Forward bit for bit (the same operators in the same order); gradients to fp32 rounding."""
+    """Forward to fp32's last bit (the same operators in the same order; the fused node runs them on a contiguous
+    copy of the energy's strided view, and where the CPU's kernels take another vector path for the two layouts, as
+    AVX-512's do, an element may round one ulp apart: 4 of 144 at T = 24 on an AMD EPYC with AVX-512, none on one
+    with AVX2 alone); gradients to fp32 rounding."""
     torch.manual_seed(0)
     g = build_gate(name, TINY_MODEL["n_embd"], TINY_MODEL["n_head"], tau_init=0.3, alpha_init=1.5, **options)
     x = torch.randn(3, T, TINY_MODEL["n_embd"], generator=torch.Generator().manual_seed(1), requires_grad=True)
     log_g, grads = gate_results(g, x, True, monkeypatch)
     plain, plain_grads = gate_results(g, x, False, monkeypatch)
-    assert torch.equal(log_g, plain)
+    ulp = torch.nextafter(plain.abs(), torch.tensor(float("inf"))) - plain.abs()
+    assert ((log_g - plain).abs() <= ulp).all()
     assert len(grads) == len(plain_grads)
     for grad, plain_grad in zip(grads, plain_grads, strict=True):
         assert_fp32_rounding_apart(grad, plain_grad)

@@ -10,7 +10,9 @@ the graph from the saved energy, see `base.Recomputed`, then walks it). Here eac
 - `ZNormLogGate`: log g = log sigmoid(alpha_h (z_j - tau_h)) of e, the z-norm and the sigmoid in one node.
 
 The forward passes run the reference's operators in the reference's order, so z and log g are the
-reference's bit for bit; the backward passes are the same derivative written out (so their rounding, not
+reference's to fp32's last bit (bit for bit where the CPU's kernels take one vector path for a strided and a
+contiguous operand, as AVX2's do; an element may round one ulp apart where they do not, as AVX-512's); the
+backward passes are the same derivative written out (so their rounding, not
 their value, differs from autograd's). tests/test_fused_gate.py holds them to the formula in float64
 (gradcheck) and to the autograd path in fp32. `base.Gate` chooses them (`FUSED_GATE_ARITHMETIC`).
 
@@ -45,7 +47,7 @@ def znorm_forward(
     `base.Gate.normalise` (window) in their order, so z is theirs bit for bit."""
     # the energy usually arrives as a transposed view of (B, T, R) (EGA-1's projection): every element-wise
     # operator and cumulative sum below runs several times faster (6x at the paper size) on rows of T, and
-    # gives the same values
+    # gives the same values to the last bit (AVX-512's kernels may round an element one ulp apart)
     rows = e.contiguous()  # (B, R, T)
     if mode == "prefix":
         # centred on e_1: z is shift-invariant, and the running sums stay small
