@@ -603,3 +603,35 @@ def test_an_entry_registered_after_the_amendment_is_read_under_it_alone():
         prose.registration_text(before.registration)
         == "registered; the amendment of 2026-12-05 changed its label (was: holds)"
     )
+
+
+def test_each_amendment_in_results_json_is_dated_by_its_own_lines():
+    """results.json dates each amendment by the newest commit of its own lines (git blame), in the file's order:
+    issue 50 amended the protocol twice, and the second one's date was given to both (the dates were keyed by
+    issue)."""
+    if (
+        subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--is-shallow-repository"], capture_output=True, text=True
+        ).stdout.strip()
+        != "false"
+    ):
+        pytest.skip("a shallow clone or no git history: the protocol's lines cannot be dated")
+    blame = subprocess.run(
+        ["git", "-C", str(REPO), "blame", "--line-porcelain", "HEAD", "--", "ega_lightning/configs/protocol.yaml"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    when, line = {}, 0
+    for row in blame:
+        if row[:40].isalnum() and len(row.split()) >= 3 and len(row.split()[0]) == 40:
+            line = int(row.split()[2])
+        elif row.startswith("committer-time "):
+            when[line] = datetime.fromtimestamp(int(row.split()[1]), UTC)
+    amendments = protocol.load().amendments
+    stated = json.loads((REPO / "results" / "results.json").read_text())["protocol"]["amendments"]
+    assert [a["issue"] for a in stated] == [a.issue for a in amendments]
+    assert sum(a.issue == 50 for a in amendments) >= 2  # the case the test is for
+    for a, said in zip(amendments, stated, strict=True):
+        first, last = a.lines
+        assert datetime.fromisoformat(said["committed"]) == max(when[n] for n in range(first, last + 1)), a.issue

@@ -369,8 +369,11 @@ class Dates:
     commit: str | None
     committed: datetime | None
     why: str = ""
-    amended: dict[int, datetime] = field(default_factory=dict)  # each amendment (its issue) -> its date
+    # the issue of each amendment that changes a rule -> its date (what a label it changed is fixed at)
+    amended: dict[int, datetime] = field(default_factory=dict)
     level_edit: LevelEdit | None = None
+    # each amendment's date, in the file's order: one issue may amend the protocol twice (issue 50 did)
+    amendment_dates: tuple[datetime, ...] = ()
 
 
 def _git(cwd: Path, *args: str) -> str | None:
@@ -445,8 +448,10 @@ def entry_dates(p: Protocol) -> Dates:
     if blamed == SHALLOW:
         return Dates({}, UNDATED, None, None, SHALLOW)
     if isinstance(blamed, str):
-        amended = {a.issue: _stated(a.date) for a in p.amendments}
-        return Dates({k: _stated(p.registered) for k in p.verdicts}, "stated", None, None, blamed, amended)
+        each = tuple(_stated(a.date) for a in p.amendments)
+        amended = {a.issue: d for a, d in zip(p.amendments, each, strict=True) if a.rules}
+        stated = {k: _stated(p.registered) for k in p.verdicts}
+        return Dates(stated, "stated", None, None, blamed, amended, amendment_dates=each)
     now = datetime.now(UTC)
 
     def newest_of(span: tuple[int, int]) -> datetime:
@@ -458,7 +463,8 @@ def entry_dates(p: Protocol) -> Dates:
         if e.family is not None:
             spans.append(p.lines[f"families.{e.family}"])
         by_kind[kind] = max(newest_of(s) for s in spans)
-    amended = {a.issue: newest_of(a.lines) for a in p.amendments}
+    each = tuple(newest_of(a.lines) for a in p.amendments)
+    amended = {a.issue: d for a, d in zip(p.amendments, each, strict=True) if a.rules}
     level_edit = None
     first, last = p.lines["level"]
     commit = max(range(first, last + 1), key=lambda n: blamed.when.get(n, now))
@@ -466,7 +472,7 @@ def entry_dates(p: Protocol) -> Dates:
     if before is not None:
         level_edit = LevelEdit(newest_of((first, last)), before)
     committed = max(blamed.when.values(), default=None)
-    return Dates(by_kind, "git", blamed.newest, committed, amended=amended, level_edit=level_edit)
+    return Dates(by_kind, "git", blamed.newest, committed, amended=amended, level_edit=level_edit, amendment_dates=each)
 
 
 def _stated(date: str) -> datetime:
@@ -515,7 +521,7 @@ def as_dict(p: Protocol, dates: Dates) -> dict[str, Any]:
         "fixed": {k: d.isoformat() for k, d in dates.by_kind.items()},
         "amendments": [
             {"issue": a.issue, "date": a.date, "rules": list(a.rules), "cost_device": a.cost_device, **a.text}
-            | ({"committed": dates.amended[a.issue].isoformat()} if a.issue in dates.amended else {})
-            for a in p.amendments
+            | ({"committed": dates.amendment_dates[i].isoformat()} if i < len(dates.amendment_dates) else {})
+            for i, a in enumerate(p.amendments)
         ],
     }
