@@ -37,6 +37,7 @@ def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType,
     module = _seed_runner()
     ran: list[str] = []
     monkeypatch.setattr(module.host, "cpu_model", lambda: "AMD EPYC")
+    monkeypatch.setattr(module, "REPORTED", tmp_path / "reported")  # the report's records: none of seed 4 here
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
 
     def sweep(command: list[str], cwd: Path, **_: Any) -> subprocess.CompletedProcess[str]:
@@ -146,14 +147,13 @@ def test_a_run_the_study_checkout_could_not_record_is_recorded_by_this_checkouts
     assert all((tmp_path / "records" / f"{name}-seed4.json").is_file() for name in RUNS)
 
 
-def test_a_seed_whose_records_the_report_reads_is_not_run_again(runner, tmp_path, monkeypatch):
+def test_a_seed_whose_records_the_report_reads_is_not_run_again(runner, tmp_path):
     """Seeds 1 to 3 whole in results/runs/ (here a stand-in folder), none of their files in the records directory: a
     fresh machine given the documented command (--seeds 1 2 3 4 5) starts at seed 4; a seed only part-moved is not
     whole there and runs."""
     module, ran = runner
-    reported = tmp_path / "reported"
+    reported = module.REPORTED
     reported.mkdir()
-    monkeypatch.setattr(module, "REPORTED", reported)
     for name, seed in [(name, seed) for name in RUNS for seed in (1, 2, 3)] + [(RUNS[0], 4)]:
         (reported / f"{name}-seed{seed}.json").write_text("{}")
     argv = [str(SPEC), "--seeds", "1", "2", "3", "4", "--records_dir", str(tmp_path / "records")]
