@@ -2,6 +2,7 @@
 imports as `tests.helpers.<name>`. The fixtures are conftest.py's (which imports from here, never the reverse)."""
 
 import contextlib
+import importlib.util
 import os
 import signal
 import socket
@@ -10,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import lightning as L
@@ -453,3 +455,12 @@ def author_runs(losses: dict[str, dict[int, float]], seeds: tuple[int, ...] = (1
             }
             out.append(RunData(status="done", reason="", **done, **common))
     return out
+
+
+def seed_runner() -> ModuleType:
+    """scripts/seed_runner.py as a module (scripts/ is no package)."""
+    spec = importlib.util.spec_from_file_location("seed_runner", REPO / "scripts/seed_runner.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,9 +1,8 @@
 """Evaluation beyond the training length (issue 56): `ega validate --data.eval_block_size` of a rope or none model on
 longer windows, its loss by position in TensorBoard, the refusal for learned positions."""
 
-import importlib.util
 import json
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -14,7 +13,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from ega_lightning import CharDataModule, CharLM
 from ega_lightning.run_policy import eval_block_size_has_positions, evaluation_name
 
-from .helpers import REPO, SHORT, TINY, TINY_MODEL, TINY_VOCAB, run_ega, scalars
+from .helpers import REPO, SHORT, TINY, TINY_MODEL, TINY_VOCAB, run_ega, scalars, seed_runner
 
 BLOCK = TINY_MODEL["block_size"]
 
@@ -124,7 +123,7 @@ def test_ega_validate_at_twice_the_block_writes_its_own_evaluation(tmp_path, dat
 
     # the study's record of it (scripts/seed_runner.py --beyond_the_block 2): the whole split in windows of 2 x the
     # block, its loss the mean of the loss by position (every window predicts at each of its 2 x 32 positions)
-    runner = _seed_runner()
+    runner = seed_runner()
     out = tmp_path / "records/beyond_the_block/r-T64.json"
     monkeypatch.setenv("EGA_DATA_DIR", str(data_dir))
     assert runner.beyond_the_block("r", tmp_path / "lightning_logs", out, REPO, 2 * BLOCK) == 0
@@ -133,11 +132,3 @@ def test_ega_validate_at_twice_the_block_writes_its_own_evaluation(tmp_path, dat
     assert len(record["loss_by_position"]) == 2 * BLOCK
     assert record["val_loss"] == pytest.approx(sum(record["loss_by_position"]) / (2 * BLOCK), rel=1e-5)
     assert "<runs_dir>/r/checkpoints/last.ckpt --data.eval_block_size=64" in record["command"]
-
-
-def _seed_runner() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("seed_runner", REPO / "scripts/seed_runner.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

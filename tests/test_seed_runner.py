@@ -4,7 +4,6 @@ outlive its sitting leaves every finished run with its evaluations."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -16,25 +15,17 @@ import torch
 
 from ega_lightning.runs import DONE
 
-from .helpers import REPO
+from .helpers import REPO, seed_runner
 
 SPEC = REPO / "configs/sweeps/author.yaml"
 RUNS = ["author-none", "author-ega1", "author-ega1-prefix", "author-ega1-gatefirst", "author-linear", "author-ega4"]
-
-
-def _seed_runner() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("seed_runner", REPO / "scripts/seed_runner.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture
 def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType, list[str]]:
     """The runner on a machine whose CPU model is "AMD EPYC" with AVX512 kernels, its training and evaluation
     replaced by stand-ins that write what the real ones write and log what ran, in order."""
-    module = _seed_runner()
+    module = seed_runner()
     ran: list[str] = []
     monkeypatch.setattr(module.host, "cpu_model", lambda: "AMD EPYC")
     monkeypatch.setattr(module, "REPORTED", tmp_path / "reported")  # the report's records: none of seed 4 here
