@@ -59,7 +59,7 @@ def step(contender: Any) -> None:
 
 
 def main() -> None:
-    from ega_lightning.bench.harness import Contender, build, fixed_batch
+    from ega_lightning.bench.harness import PRECISIONS, Contender, build, fixed_batch
     from ega_lightning.bench.settings import gate_settings, size_settings
     from ega_lightning.host import cpu_name
 
@@ -76,6 +76,9 @@ def main() -> None:
     shape, batch_size = size_settings(CONFIGS, args.size)
     batch = fixed_batch(shape, batch_size, torch.device("cpu"))
     specs = [(spec, *spec.partition("@")[::2]) for spec in args.contenders]
+    for spec, _, precision in specs:  # as scripts/paired_steps.py: an unknown one would time fp32 under its name
+        if precision and precision not in PRECISIONS:
+            raise SystemExit(f"{spec}: the precision is one of {', '.join(PRECISIONS)}, not {precision!r}")
     settings = gate_settings(CONFIGS, sorted({gate for _, gate, _ in specs}))
     print(
         f"{cpu_name(torch.backends.cpu.get_cpu_capability())}, torch {torch.__version__}, "
