@@ -7,9 +7,10 @@ elementwise. The formula runs in float64; the layer in fp32 (tolerance 1e-5 abso
 output), on the reference, fused, flex (CPU: forward only) and compiled paths.
 
 FoX's bias reaches the kernel in one of two forms, as `fused.rides_channel` says: as b_j = -C_j in the
-padded query/key channel (fp32) or as the relative (T, T) mask b_j - b_i (bf16). Both forms are held to
-the formula in values and gradients, in fp32 and under bf16 autocast, up to |C_j| ~ 590 (T = 256, forget
-gates at f = 0.1); the channel under bf16 is shown to be off, which is why the rule exists.
+padded query/key channel, with the kernel in fp32 under bf16 autocast (`fused.fp32_kernel`), or as the
+relative (T, T) mask b_j - b_i (a frozen forget gate). Both forms are held to the formula in values and
+gradients, in fp32 and under bf16 autocast, up to |C_j| ~ 590 (T = 256, forget gates at f = 0.1); the
+channel in a bf16 kernel is shown to be off, which is why the rule keeps the kernel in fp32 there.
 """
 
 from __future__ import annotations
@@ -135,22 +136,27 @@ def gradient_error(actual: dict[str, torch.Tensor], expected: dict[str, torch.Te
     return {k: ((actual[k].double() - expected[k]).abs().max() / expected[k].abs().max()).item() for k in expected}
 
 
-def sdpa_head_sizes(monkeypatch) -> list[tuple[int, bool]]:
-    """Each SDPA call from here on, as (its q's head size, whether it got a mask)."""
-    calls: list[tuple[int, bool]] = []
+def sdpa_head_sizes(monkeypatch) -> list[tuple[int, bool, torch.dtype]]:
+    """Each SDPA call from here on, as (its q's head size, whether it got a mask, the dtype it returned: the
+    kernel's)."""
+    calls: list[tuple[int, bool, torch.dtype]] = []
     sdpa = F.scaled_dot_product_attention
 
     def spy(q, k, v, attn_mask=None, **kwargs):
-        calls.append((q.shape[-1], attn_mask is not None))
-        return sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+        y = sdpa(q, k, v, attn_mask=attn_mask, **kwargs)
+        calls.append((q.shape[-1], attn_mask is not None, y.dtype))
+        return y
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     return calls
 
 
 def force_form(monkeypatch, form: str) -> None:
-    """Every key bias in `form` ("channel" or "relative"), whatever the rule would choose."""
-    monkeypatch.setattr(fused, "rides_channel", lambda gate, x: form == "channel")
+    """Every key bias in `form` ("channel", "bf16 channel": the channel in the kernel autocast would run, or
+    "relative"), whatever the rule would choose."""
+    monkeypatch.setattr(fused, "rides_channel", lambda gate, x: form != "relative")
+    if form == "bf16 channel":
+        monkeypatch.setattr(fused, "fp32_kernel", lambda gate, x: False)
 
 
 # ----------------------------------------------------------------------------- key biases
@@ -190,13 +196,16 @@ def test_alibi_gradients_are_the_reference_paths():
 
 
 @pytest.mark.parametrize("forget_bias", [None, F_01], ids=["trained-like", "f=0.1"])
-@pytest.mark.parametrize(("form", "bf16"), [("channel", False), ("relative", False), ("relative", True)])
+@pytest.mark.parametrize(
+    ("form", "bf16"), [("channel", False), ("relative", False), ("channel", True), ("relative", True)]
+)
 def test_fox_is_the_papers_formula_in_both_forms(form, bf16, forget_bias, monkeypatch):
     """Values and gradients (of x and of every parameter) against FoX's formula in float64, at T = 256,
-    in each form where it is exact: the channel in fp32 (where the rule puts it), the relative mask in fp32
-    (a frozen forget gate's form) and under bf16 autocast (where the rule puts it). Tolerances: outputs
-    2 FP32 / BF16; gradients GRAD_FP32 / GRAD_BF16 of each tensor's largest (measured: outputs 9e-6 and
-    7e-6 in fp32, 6.5e-3 in bf16; gradients 5e-4, 2e-4 and 1.8e-2)."""
+    in each form where it is exact: the channel in fp32 and under bf16 autocast with its kernel in fp32
+    (where the rule puts it), the relative mask in fp32 (a frozen forget gate's form) and under bf16 autocast
+    (the rule's form there before the fp32 kernel). Tolerances: outputs 2 FP32 / BF16; gradients GRAD_FP32 /
+    GRAD_BF16 of each tensor's largest (measured, both forget biases: outputs 9e-6 and 7e-6 in fp32, under bf16
+    5.9e-3 in the channel and 6.7e-3 relative; gradients 5e-4 and 2e-4 in fp32, 9.8e-3 and 1.4e-2 under bf16)."""
     layer, x = make_layer("fox", forget_bias=forget_bias), inputs()
     expected, expected_grads = papers_fox_gradients(layer, x)
     if forget_bias is not None:  # the regime the issue names: the summed forget near 590 at T = 256
@@ -210,15 +219,15 @@ def test_fox_is_the_papers_formula_in_both_forms(form, bf16, forget_bias, monkey
 
 
 @pytest.mark.parametrize("forget_bias", [None, F_01], ids=["trained-like", "f=0.1"])
-def test_fox_in_bf16_needs_the_relative_form(forget_bias, monkeypatch):
-    """FoX's absolute bias b_j = -C_j in the padded channel under bf16 autocast (what the rule keeps it
-    from) is off by far more than the stated tolerances, in values and gradients; the relative form is
-    within them (test above)."""
+def test_fox_in_bf16_needs_the_fp32_kernel(forget_bias, monkeypatch):
+    """FoX's absolute bias b_j = -C_j in the padded channel of a bf16 kernel under bf16 autocast (what the
+    rule keeps it from) is off by far more than the stated tolerances, in values and gradients; with the
+    kernel in fp32 it is within them (test above)."""
     layer, x = make_layer("fox", forget_bias=forget_bias), inputs()
     expected, expected_grads = papers_fox_gradients(layer, x)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert not fused.rides_channel(layer.gate, x)
-    force_form(monkeypatch, "channel")
+        assert fused.rides_channel(layer.gate, x) and fused.fp32_kernel(layer.gate, x)
+    force_form(monkeypatch, "bf16 channel")
     y, grads = layer_gradients(layer, x, bf16=True)
     assert layer.gate(x).abs().max() > 64  # where bf16's spacing reaches 0.5
     assert (y.double() - expected).abs().max() > 5 * BF16
@@ -229,7 +238,7 @@ def test_fox_in_bf16_needs_the_relative_form(forget_bias, monkeypatch):
     ("case", "channel"),
     [
         ("fox", True),
-        ("fox under bf16 autocast", False),
+        ("fox under bf16 autocast", True),
         ("fox frozen", False),
         ("alibi", False),
         ("alibi under bf16 autocast", False),
@@ -237,26 +246,30 @@ def test_fox_in_bf16_needs_the_relative_form(forget_bias, monkeypatch):
     ],
 )
 def test_the_rule_chooses_the_form_that_training_and_evaluation_take(case, channel, monkeypatch):
-    """`fused.rides_channel` says channel (SDPA at head size hs + 1, causal, no mask) or relative mask
-    (head size hs with the (T, T) mask), and training's path and evaluation's take what it says."""
+    """`fused.rides_channel` says channel (SDPA at head size hs + 1, causal, no mask; in fp32 where
+    `fused.fp32_kernel` says so) or relative mask (head size hs with the (T, T) mask), and training's path and
+    evaluation's take what it says."""
     layer, x = make_layer(case.split()[0]), inputs()
     if "frozen" in case:
         layer.gate.requires_grad_(False)
     calls = sdpa_head_sizes(monkeypatch)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled="autocast" in case):
         assert fused.rides_channel(layer.gate, x) == channel
+        fp32 = fused.fp32_kernel(layer.gate, x)
         layer(x)
         with torch.no_grad():
             layer(x)
     hs = C // NH
-    assert calls == 2 * [(hs + 1, False) if channel else (hs, True)]
+    assert fp32 == (case == "fox under bf16 autocast")
+    kernel = torch.float32 if fp32 or "autocast" not in case else torch.bfloat16
+    assert calls == 2 * [(hs + 1, False, kernel) if channel else (hs, True, kernel)]
 
 
 @pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16-mixed"])
 def test_fox_cached_generation_follows_the_rule_and_equals_recomputation(bf16):
-    """The cache holds FoX's keys with their channel in fp32, and its b beside plain keys under bf16 (the
-    relative form); either way the cached logits equal recomputing the window (fp32: 1e-5; bf16: 5e-2,
-    where other shapes round otherwise)."""
+    """The cache holds FoX's keys with their channel in fp32, under bf16 autocast too (the kernel in fp32);
+    either way the cached logits equal recomputing the window (fp32: 1e-5; bf16: 5e-2, where other shapes
+    round otherwise)."""
     torch.manual_seed(0)
     model = CharLM(TINY_VOCAB, **TINY_MODEL, gate="fox").eval().model
     with torch.no_grad():
@@ -269,8 +282,8 @@ def test_fox_cached_generation_follows_the_rule_and_equals_recomputation(bf16):
         cached = [model(idx[:, :prefill], cache)[:, -1]]  # a prefill of several positions, then one at a time
         cached += [model(idx[:, t : t + 1], cache)[:, -1] for t in range(prefill, T)]
         recomputed = [model(idx[:, : t + 1])[:, -1] for t in range(prefill - 1, T)]
-    assert cache[0].k.shape[-1] == (hs if bf16 else hs + 1)
-    assert (cache[0].bias is not None) == bf16
+    assert cache[0].k.shape[-1] == hs + 1 and cache[0].k.dtype == torch.float32
+    assert cache[0].bias is None
     tolerance = 5e-2 if bf16 else 1e-5
     for step, full in zip(cached, recomputed, strict=True):
         torch.testing.assert_close(step.float(), full.float(), atol=tolerance, rtol=tolerance)
@@ -297,7 +310,7 @@ def test_key_bias_on_flex_attention_follows_the_rule_and_is_the_papers_formula(g
         warnings.simplefilter("ignore")  # eager FlexAttention warns that it is not compiled
         y = layer(x)
         channel = fused.rides_channel(layer.gate, x)
-    assert channel == (gate == "fox" and not bf16)
+    assert channel == (gate == "fox")
     assert taken == ["flex_gated_attention" if channel else "flex_biased_attention"]
     assert_close(y, papers_attention(layer, x, papers_bias(gate, layer, x)), BF16 if bf16 else FP32)
 

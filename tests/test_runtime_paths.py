@@ -20,7 +20,7 @@ from ega_lightning.model.config import POSITIONS
 from .helpers import TINY_MODEL, TINY_VOCAB, attention, needs_flex, validate_tiny
 
 GATED = [name for name in gate_names(Gate) if name != "none"]
-# every shipped gate whose bias rides the padded channel in fp32 (`fused.rides_channel`): the energy gates and FoX
+# every shipped gate whose bias rides the padded channel (`fused.rides_channel`): the energy gates and FoX
 CHANNEL_GATES = [*GATED, "fox"]
 
 
@@ -97,10 +97,12 @@ def test_cuda_padding_layout_caches_as_it_recomputes(position):
 
 @pytest.mark.parametrize("width", [1, 8])
 @pytest.mark.parametrize(
-    ("gate", "mode"), [*((g, m) for g in GATED for m in ("fp32", "bf16-mixed", "frozen tau")), ("fox", "fp32")]
+    ("gate", "mode"),
+    [*((g, m) for g in GATED for m in ("fp32", "bf16-mixed", "frozen tau")), ("fox", "fp32"), ("fox", "bf16-mixed")],
 )
 def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width, mode, monkeypatch):
-    """FoX only in fp32: under bf16 its bias takes the relative mask, not the channel."""
+    """FoX in fp32 (one channel) and under bf16 (two: `fused.key_channels`); frozen, its bias takes the relative
+    mask, not the channel."""
     data, learn_tau = batch(), mode != "frozen tau"
     options = {} if gate == "fox" else {"gate_options": {"learn_tau": learn_tau}}
     runs = {}

@@ -19,8 +19,8 @@ class ForgetGate(KeyBias):
     With C_t = sum_{l<=t} log f_l that sum is C_i - C_j, a per-key bias b_j = -C_j. The paper's
     initialisation: w_h ~ N(0, 0.02) (the model's init of every gate weight), b_h = 0, so f ~ 1/2 and b_j ~
     0.69 j at the start. Computed in fp32 even under autocast: C_j reaches ~88 at j = 128, where a bf16
-    value is off by up to 0.5; the layer adds it in its padded fp32 channel, as EGA's log g, and as the
-    relative mask b_j - b_i under bf16 (see `KeyBias`). Parameters: n_head (n_embd + 1) per layer. A forget
+    value is off by up to 0.5; the layer adds it in its padded channel, as EGA's log g, with that channel and
+    its kernel in fp32 under bf16 too (see `KeyBias`). Parameters: n_head (n_embd + 1) per layer. A forget
     bias of +inf (f = 1) is plain attention.
     """
 

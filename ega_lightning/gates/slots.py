@@ -8,7 +8,7 @@
   Within one query's softmax b_i is a constant, so this is exactly "add b_j"; subtracting it keeps the added
   term relative and small near the diagonal, where it matters, whatever the size of b itself (FoX's b_j
   grows like 0.69 j). The attention layer adds b_j as it is, in its padded query/key channel, where b is
-  learnable and that channel is fp32 (which keeps it), and b_j - b_i otherwise
+  learnable (that channel and its kernel in fp32, which keeps it, under bf16 too), and b_j - b_i otherwise
   (`ega_lightning.model.fused.rides_channel`, the one rule). ALiBi and FoX's forget gate are key biases. The
   energy gates of the EGA family (`ega_lightning.gates.Gate`) are key biases too, with b = log g <= 0 added
   as it is: they take their own fused paths in the attention layer and keep tau, alpha and the z-norm.

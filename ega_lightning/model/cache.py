@@ -23,6 +23,7 @@ from ega_lightning.model.attention import CausalSelfAttention
 from ega_lightning.model.fused import (
     channel_floor,
     folded_projection,
+    full_precision_kernel,
     pad_width,
     padded_proj_weight,
     padded_qkv_weights,
@@ -105,11 +106,12 @@ def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerCache
     t_new = q.shape[2]
     k, v = cache.append(k, v)  # (B, nh, T_cached + t_new, d)
     if t_new == 1:  # one new query sees every key: no mask needed
-        return F.scaled_dot_product_attention(q, k, v, scale=scale)
-    # new query i sits at position T_all - t_new + i and sees every key up to it
-    positions = torch.arange(cache.length, device=q.device)
-    visible = positions[None, :] <= positions[cache.length - t_new :, None]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
+        visible = None
+    else:  # new query i sits at position T_all - t_new + i and sees every key up to it
+        positions = torch.arange(cache.length, device=q.device)
+        visible = positions[None, :] <= positions[cache.length - t_new :, None]
+    with full_precision_kernel(q):  # fp32 q, k, v under autocast (`fused.fp32_kernel`) stay fp32
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
 
 
 def _key_biased(layer: CausalSelfAttention, x: torch.Tensor, cache: LayerCache, dropout_p: float) -> torch.Tensor:
@@ -139,4 +141,7 @@ def _gated_qkv(layer: CausalSelfAttention, x: torch.Tensor, cache: LayerCache) -
         log_g, cache.gate = gate.step(x, cache.gate, folded) if isinstance(gate, Gate) else gate.step(x, cache.gate)
         return log_g
 
-    return write_key_channel(F.linear(x, weight, bias), layout, channel_floor(gate), projection is not None, log_gate)
+    qkv = F.linear(x, weight, bias)
+    if fused.fp32_kernel(gate, x):
+        qkv = qkv.float()
+    return write_key_channel(qkv, layout, channel_floor(gate), projection is not None, log_gate)

@@ -9,13 +9,14 @@ autograd's graph would make); c_proj takes y' = [y, 0] through zero columns (`pa
 `FusedAttention` runs it in training and evaluation, `cache.cached_attention` in generation; the tests
 hold both to the reference formula (`attention.CausalSelfAttention`).
 
-Any key bias b_j can ride the channel the same way (softmax_j(s_ij + b_j) = softmax_j(s_ij + b_j - b_i)),
-where the channel's dtype keeps b_j: `rides_channel` is the one rule of which bias does; the others take
-the relative (t, T) mask b_j - b_i.
+Any key bias b_j can ride the channel the same way (softmax_j(s_ij + b_j) = softmax_j(s_ij + b_j - b_i)):
+`rides_channel` is the one rule of which bias does (the others take the relative (t, T) mask b_j - b_i), and
+`fp32_kernel` of where the channel needs fp32 to keep b_j (a learned key bias under bf16/fp16).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +43,9 @@ COPY_FREE_WRITE = True
 # `GatedQKV` computes EGA-1's channel as `FusedGateChannel` (forward and a hand-written backward, no graph);
 # False: as `RecomputedChannel` (the gate's graph rebuilt in backward), which the tests hold it equal to.
 FUSED_CHANNEL = True
+# A learned key bias (FoX) under bf16/fp16 rides the channel with the kernel in fp32 (`fp32_kernel`); False: it
+# takes the relative (T, T) mask there, as before (scripts/paired_steps.py times one against the other).
+FP32_KERNEL = True
 
 
 def pad_width(device: torch.device) -> int:
@@ -70,19 +74,29 @@ def rides_channel(gate: KeyBias, x: torch.Tensor) -> bool:
 
     - An energy gate (`Gate`): the channel, always. Its log g lies in [LOG_GATE_FLOOR, 0], which bf16
       keeps to its relative precision.
-    - Another key bias with parameters to learn (FoX): the channel where its dtype is fp32 or wider
-      (`EXACT_CHANNEL_DTYPES`: an fp32 model outside bf16/fp16 autocast), in evaluation and generation as
-      in training, so that all of them round alike. A mask that needs a gradient sends SDPA off its fused
-      kernel (on CPU 2.2x the kernel's time, with the (T, T) scores kept for backward). Under bf16/fp16,
-      whose spacing reaches 0.5-4 at the b_j of a window, the relative form: 0 on the diagonal, small
-      near it, and computed in fp32.
+    - Another key bias with parameters to learn (FoX): the channel, in evaluation and generation as in
+      training, so that all of them round alike; under bf16/fp16 with the kernel in fp32 (`fp32_kernel`).
+      A mask that needs a gradient sends SDPA off its fused kernel (on CPU 2.2x the kernel's time in fp32
+      and 2.7x the bf16 step at the `paper` size, with the (T, T) scores and the mask's gradient kept).
     - A key bias without parameters to learn (ALiBi's fixed slopes, a frozen gate): the mask, which then
       needs no gradient, so SDPA keeps its fused kernel at head size hs.
     """
     if isinstance(gate, Gate):
         return True
     learnable = any(p.requires_grad for p in gate.parameters())
-    return learnable and channel_dtype(x) in EXACT_CHANNEL_DTYPES
+    return learnable and (FP32_KERNEL or channel_dtype(x) in EXACT_CHANNEL_DTYPES)
+
+
+def fp32_kernel(gate: KeyBias, x: torch.Tensor) -> bool:
+    """Whether a layer whose key bias rides the channel runs its attention kernel in fp32: a key bias that
+    is not an energy gate's (FoX) where the channel's dtype would be bf16/fp16. The Q/K/V matmul still runs
+    in that dtype; its buffer is cast to fp32 (q, k, v as that matmul rounded them) and the channel written
+    there. In a bf16 kernel the channel's spacing reaches 4-16 at FoX's b_j sqrt(hs) of a window (values off,
+    tests/test_peer_gates.py::test_fox_in_bf16_needs_the_fp32_kernel), and b's gradient, a column sum of the
+    scores' gradient, would come back rounded per key before FoX's forget gates take its suffix sums, which
+    cancel: a second bf16 channel holding b's remainder would mend the values; the gradient would still come
+    back rounded."""
+    return not isinstance(gate, Gate) and rides_channel(gate, x) and channel_dtype(x) not in EXACT_CHANNEL_DTYPES
 
 
 def key_channel(bias: torch.Tensor, hs: int, dtype: torch.dtype, floor: float | None = LOG_GATE_FLOOR) -> torch.Tensor:
@@ -227,6 +241,7 @@ class GatedQKV(torch.autograd.Function):
         bias: torch.Tensor | None,
         projection: torch.Tensor | None,
         layout: tuple[int, int, int, int],
+        buffer_dtype: torch.dtype | None,
         channel_fn: RecomputedChannel | FusedGateChannel,
         source: torch.Tensor | None,
         *params: nn.Parameter,
@@ -239,6 +254,8 @@ class GatedQKV(torch.autograd.Function):
             x, padded, padded_bias = x.to(dtype), padded.to(dtype), padded_bias.to(dtype)
         with torch.autocast(x.device.type, enabled=False):
             qkv = torch.addmm(padded_bias, x, padded.t())  # (B T, width)
+            if buffer_dtype is not None and qkv.dtype != buffer_dtype:  # `fp32_kernel`: q, k, v as rounded
+                qkv = qkv.to(buffer_dtype)
             channel = key_channel_of(qkv, layout)  # (B, T, nh)
             ctx.folded = source is None
             if ctx.folded:
@@ -264,7 +281,7 @@ class GatedQKV(torch.autograd.Function):
         # (B T, 3 nh d): the buffer's gradient, in rows of the buffer's width (`buffer_width`) whose last
         # elements (the alignment) nothing reads or writes; the matmuls below take it with K = 3 nh d, as
         # autograd's graph of the unaligned buffer would (a longer K may sum in another order)
-        grad = x.new_empty(x.shape[0], padded.shape[0])[:, :used]
+        grad = grads[0].new_empty(x.shape[0], padded.shape[0])[:, :used]  # the buffer's dtype
         padded = padded[:used]
         for part, g in zip(qkv_heads(grad, layout), grads, strict=True):
             part.copy_(g)
@@ -275,6 +292,8 @@ class GatedQKV(torch.autograd.Function):
             source_grad = None
         else:
             channel.zero_()
+        if grad.dtype != x.dtype:  # an fp32 buffer of a bf16 matmul (`fp32_kernel`): its cast's backward
+            grad = grad.to(x.dtype)
         # addmm's backward as autograd runs it, then each parameter's rows of the padded gradients
         needs = ctx.needs_input_grad
         x_grad = grad.mm(padded) if needs[0] else None
@@ -286,7 +305,8 @@ class GatedQKV(torch.autograd.Function):
         if needs[2]:
             bias_grad = grad.sum(0).view(3, nh, d)[..., :hs].flatten()
         matmul = zip((x_grad, weight_grad, bias_grad, projection_grad), ctx.dtypes, strict=True)
-        return *(g if g is None or g.dtype == t else g.to(t) for g, t in matmul), None, None, source_grad, *param_grads
+        matmul_grads = (g if g is None or g.dtype == t else g.to(t) for g, t in matmul)
+        return *matmul_grads, None, None, None, source_grad, *param_grads
 
 
 # ------------------------------------------------------------------------------------------------
@@ -329,6 +349,15 @@ def write_key_channel(
     projection = rows_of_t(channel) if folded else None  # copied: log g overwrites the channel below
     channel.copy_(key_channel(log_gate(projection), layout[2], qkv.dtype, floor))
     return tuple(qkv_heads(qkv, layout).unbind(0))
+
+
+def full_precision_kernel(q: torch.Tensor) -> contextlib.AbstractContextManager:
+    """Where q is fp32 under autocast (`fp32_kernel`), autocast off for the kernel, which it would run in
+    its lower dtype; elsewhere nothing."""
+    device = q.device.type
+    if q.dtype == torch.float32 and torch.is_autocast_enabled(device):
+        return torch.autocast(device, enabled=False)
+    return contextlib.nullcontext()
 
 
 def project_padded(y: torch.Tensor, c_proj: nn.Linear, weight: torch.Tensor | None = None) -> torch.Tensor:
@@ -397,7 +426,8 @@ class FusedAttention(CausalSelfAttention):
     def causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
         """Causal SDPA of (B, nh, T, d) q, k, v, scaled by the true head size."""
         scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+        with full_precision_kernel(q):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
 
     def _key_biased(self, x: torch.Tensor, dropout_p: float) -> torch.Tensor:
         """Attention (B, nh, T, hs) with a key bias's relative term b_j - b_i (see `gates.slots`) in fp32,
@@ -424,6 +454,8 @@ class FusedAttention(CausalSelfAttention):
         nh, hs = self.n_head, C // self.n_head
         width = self.pad_width or pad_width(x.device)
         q, k, v = self.heads(x)  # (B, nh, T, hs)
+        if fp32_kernel(self.gate, x):
+            q, k, v = q.float(), k.float(), v.float()
         channel = key_channel(per_key_bias(self.gate, x), hs, q.dtype, channel_floor(self.gate))  # (B, T, nh)
         channel = channel.transpose(1, 2)[..., None]  # (B, nh, T, 1)
         zeros = channel.new_zeros(B, nh, T, width - 1)
@@ -462,9 +494,14 @@ class FusedAttention(CausalSelfAttention):
                 source = per_key_bias(self.gate, x)
                 channel_fn = RecomputedChannel(_identity, hs, floor, tuple(self.gate.parameters()))
             weight, bias = self.c_attn.weight, self.c_attn.bias
+            buffer_dtype = torch.float32 if fp32_kernel(self.gate, x) else None
             x = x.reshape(B * T, C)
-            return GatedQKV.apply(x, weight, bias, projection, layout, channel_fn, source, *channel_fn.params)
+            return GatedQKV.apply(
+                x, weight, bias, projection, layout, buffer_dtype, channel_fn, source, *channel_fn.params
+            )
         qkv = F.linear(x, *padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout))
+        if fp32_kernel(self.gate, x):
+            qkv = qkv.float()
         if isinstance(self.gate, Gate):
             return write_key_channel(qkv, layout, floor, projection is not None, lambda p: self.gate(x, p))
         return write_key_channel(qkv, layout, floor, False, lambda _: per_key_bias(self.gate, x))
