@@ -629,11 +629,17 @@ def test_committed_landscapes_agree_with_the_records_of_their_runs():
 def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
     runs = synthetic({"linear": ("linear", None, [1.5, 1.6]), "window": ("linear", {"znorm": "window"}, [1.4])})
     runs += synthetic({"frozen": ("linear", {"learn_tau": False}, [1.5]), "db2": ("db2", None, [1.5])})
+    # EGA-1 on RoPE (the RoPE study's): the paper's gate, but not the paper's model
+    runs += [
+        dataclasses.replace(r, hparams={**r.hparams, "position": "rope"})
+        for r in synthetic({"rope": ("linear", None, [1.5])})
+    ]
     logged = {
         "linear": [(0.01, 1.0), (0.03, 1.0)],
         "window": [(0.5, 1.0)] * 4,
         "frozen": [(0.0, 1.0)],
         "db2": [(1.0, 1.0)],
+        "rope": [(0.9, 1.0)] * 4,
     }
 
     def with_grad_norms(r: RunData) -> RunData:
