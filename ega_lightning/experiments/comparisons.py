@@ -304,7 +304,7 @@ class Variant:
         """tau learned, z over the causal prefix and learned positions (a record from before the option has them):
         not a frozen-tau or whole-window diagnostic, nor a model of another position encoding (the RoPE study's)."""
         as_trained = bool(self.options.get("learn_tau", True)) and self.options.get("znorm", "prefix") == "prefix"
-        return as_trained and self.hp("position") in (None, "learned")
+        return as_trained and (self.hp("position") or RECIPE_DEFAULTS["position"]) == "learned"
 
     def by_seed(self, metric: str) -> dict[int, float]:
         return {r.run.seed: x for r in self.done if (x := r.metrics.get(metric)) is not None and math.isfinite(x)}
