@@ -41,10 +41,14 @@ def test_ega_report_under_the_narrowest_kernels_reproduces_the_committed_report_
 
 
 def _results_diff() -> Any:
-    """scripts/results_diff.py as a module (scripts/ is no package)."""
+    return _script("results_diff")
+
+
+def _script(name: str) -> Any:
+    """scripts/<name>.py as a module (scripts/ is no package)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("results_diff", REPO / "scripts" / "results_diff.py")
+    spec = importlib.util.spec_from_file_location(name, REPO / "scripts" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -86,3 +90,24 @@ def test_results_diff_takes_the_report_folders_and_refuses_what_is_no_results_js
     (tmp_path / "bad.json").write_text("{")
     assert results_diff.main([str(tmp_path / "old"), str(tmp_path / "bad.json")]) == 2
     assert "must be the results.json" in capsys.readouterr().err
+
+
+def test_the_line_count_splits_a_module_into_code_docstrings_comments_and_blank_lines():
+    """scripts/report_lines.py's split, which issue 53's closing note reads: docstrings of the module, a class and a
+    function (one of two lines), a comment, a string that is not a docstring, blank lines."""
+    module = (
+        '"""The module."""\n'
+        "\n"
+        "# a comment\n"
+        "class A:\n"
+        '    """A class,\n'
+        '    over two lines."""\n'
+        "\n"
+        "    def f(self):\n"
+        '        """Its method."""\n'
+        '        x = "not a docstring"\n'
+        "        return x  # code with a comment\n"
+    )
+    counts = _script("report_lines").kinds(module)
+    assert counts == {"code": 4, "docstrings": 4, "comments": 1, "blank": 2}
+    assert sum(counts.values()) == module.count("\n")
