@@ -103,15 +103,16 @@ def uninterrupted(tmp_path_factory, data_dir) -> dict[int, float]:
 
 
 def sigterm_trial(
-    work: Path, name: str, env: dict[str, str], delay: float, signum: int = signal.SIGTERM
+    work: Path, name: str, env: dict[str, str], delay: float, signum: int = signal.SIGTERM, after_step: int = 4
 ) -> tuple[float, str]:
-    """A 2-process DDP fit, ``signum`` to its process group ``delay`` s after its first last.ckpt: every rank gone
-    within 30 s (else the test fails), rank 0's exit status 128 + ``signum``; the seconds it took and the output."""
+    """A 2-process DDP fit, ``signum`` to its process group ``delay`` s after its last.ckpt holds ``after_step``: every
+    rank gone within 30 s (else the test fails), rank 0's exit status 128 + ``signum``; the seconds it took and the
+    output."""
     log = work / f"{name}.log"
     proc = ega_in_session([*FIT, *DDP, f"--run_name={name}"], work, env, log)
     ranks = [proc.pid]
     try:
-        wait_for_training(proc, work / f"lightning_logs/{name}/checkpoints/last.ckpt", log)
+        wait_for_training(proc, work / f"lightning_logs/{name}/checkpoints/last.ckpt", log, step=after_step)
         time.sleep(delay)
         ranks += children_of(proc.pid)
         assert len(ranks) == 2 and proc.poll() is None, f"not training on 2 ranks: {ranks}\n{log.read_text()[-3000:]}"
@@ -138,8 +139,12 @@ def test_sigterm_to_a_ddp_fits_group_stops_every_rank_143_and_the_resume_ends_bi
     rng = random.Random(41 + busy)
     for trial in range(TRIALS):
         name = f"t{trial}"
+        # the signal lands at a random checkpoint and a random moment after it, with 20 steps or more left: a time
+        # alone (up to 1.5 s after step 4) outlasted the whole fit on an idle machine (27 ms a step), which then
+        # finished and exited 0
+        step, delay = rng.choice(range(4, STEPS - 16, 4)), rng.uniform(0, 0.2)
         with busy_loops(busy):
-            took, out = sigterm_trial(tmp_path, name, env, delay=rng.uniform(0, 1.5))
+            took, out = sigterm_trial(tmp_path, name, env, delay=delay, after_step=step)
         assert took < BOUND_S
         assert out.count(STOP_LINE) == 2, out[-3000:]  # each rank took the stop path, after the same step
         assert "Traceback" not in out and "ended with status" not in out, out[-3000:]
