@@ -64,7 +64,7 @@ def test_every_shipped_record_is_a_record_and_the_schema_writes_it_back_as_it_is
         record = records.read(path)
         text = path.read_text()
         assert record.run_name == path.stem and record.scalars["val/loss"], path
-        if list(json.loads(text)) in (today, before_52):  # every field of today's schema, in its order
+        if list(json.loads(text)) in (today, before_52):  # every field of its schema, in its order
             assert record.to_json() == text, path
             complete += 1
         else:  # records from before the fingerprint was kept: read, the fingerprint unknown

@@ -50,10 +50,6 @@ def test_ega_report_under_the_narrowest_kernels_reproduces_the_committed_report_
         assert (clone / "results" / name).read_text() == committed, f"{name} differs from the committed one"
 
 
-def _results_diff() -> Any:
-    return _script("results_diff")
-
-
 def _script(name: str) -> Any:
     """scripts/<name>.py as a module (scripts/ is no package)."""
     import importlib.util
@@ -68,7 +64,7 @@ def _script(name: str) -> Any:
 def test_results_diff_lists_every_value_that_moved_and_by_how_much():
     """scripts/results_diff.py, which issue 53's byte-for-byte check falls back on: a float moved in its last bit,
     a flag that became the number 1, a key on one side only; and nothing for two equal files."""
-    results_diff = _results_diff()
+    results_diff = _script("results_diff")
     old = {"rows": [{"low": 0.1 + 0.2, "n": 3}], "holds": True, "gone": "x"}
     new = {"rows": [{"low": 0.3, "n": 3}], "holds": 1}
     assert results_diff.differences(old, new) == [
@@ -84,7 +80,7 @@ def test_results_diff_lists_every_value_that_moved_and_by_how_much():
 def test_results_diff_takes_the_report_folders_and_refuses_what_is_no_results_json_in_one_line(tmp_path, capsys):
     """`results_diff.py OLD NEW` given the folders `ega report --out` wrote (it raised IsADirectoryError), and a
     path that is neither: one line and status 2, no traceback."""
-    results_diff = _results_diff()
+    results_diff = _script("results_diff")
     for name, value in (("old", 1.0), ("new", 1.5)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "results.json").write_text(json.dumps({"x": value}))
