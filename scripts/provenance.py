@@ -137,7 +137,7 @@ def earlier(path: Path | None) -> dict[tuple[str, str], str]:
     data = json.loads(path.read_text())
     commits = [c["commit"] for c in data["commits"]]
     return {
-        (c["model_key"], commit): fp
+        (model_key(json.loads(c["model_key"])), commit): fp
         for c in data["configurations"]
         for commit, fp in zip(commits, c["history"], strict=True)
     }

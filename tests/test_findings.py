@@ -20,6 +20,7 @@ from ega_lightning.experiments import (
     landscape_results,
     paper,
     prose,
+    provenance,
     rules,
     spec,
     stats,
@@ -763,6 +764,35 @@ def test_code_status_compares_a_records_code_fingerprint_with_todays_of_its_own_
     variants = build_variants([linear, old])
     code = findings.code_of(*variants)
     assert code.flag == "different" and code.runs == ["linear-seed1", "linear-seed2"]
+
+
+def test_a_configuration_recorded_with_and_without_an_argument_at_its_default_is_one_provenance_row():
+    """Records before output_gate existed lack it; later ones keep output_gate "none", its default: the same model,
+    one row of the Provenance table, and a provenance.json an older script keyed both ways reads as that row."""
+    shape = {"vocab": "ab", "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
+    before = seeded("ts-linear", "linear", "main", {1: {}}, **shape)
+    after = seeded("ts-linear", "linear", "main", {2: {}}, **shape, output_gate="none", position="learned")
+    headwise = seeded("ts-headwise", "linear", "main", {1: {}}, **shape, output_gate="output_headwise")
+    runs = [dataclasses.replace(r, code={"status": "today", "how": "compared"}) for r in before + after + headwise]
+    assert provenance.model_key(before[0].hparams) == provenance.model_key(after[0].hparams)
+    assert provenance.model_key(before[0].hparams) != provenance.model_key(headwise[0].hparams)
+
+    def configuration(hparams: dict, changes: list[dict]) -> dict:
+        key = json.dumps({k: v for k, v in hparams.items() if k in shape or k in ("gate", "output_gate")})
+        return {"model_key": key, "changes": changes}
+
+    change = {"commit": "a" * 40, "date": "2026-12-01T00:00", "from": "1" * 16, "to": "2" * 16}
+    written = {
+        "head": "b" * 40,
+        "start": "2026-11-30T00:00",
+        "training_path": ["ega_lightning/model"],
+        "commits": [],
+        "configurations": [configuration(before[0].hparams, [change]), configuration(after[0].hparams, [change])],
+    }
+    rows = [line for line in provenance.section(written, runs) if line.startswith("| `ts-")]
+    assert [row.split(" | ")[0] for row in rows] == ["| `ts-linear`", "| `ts-headwise`"]
+    assert rows[0].split(" | ")[2] == "at aaaaaaa (2026-12-01T00:00): 11111111 → 22222222"
+    assert rows[1].split(" | ")[2] == "not in results/provenance.json"
 
 
 # ----------------------------------------------------------------------------- the groups a study reads

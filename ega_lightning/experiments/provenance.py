@@ -98,11 +98,21 @@ def _today(hparams: dict[str, Any]) -> str | None:
 
 
 def model_key(hparams: dict[str, Any]) -> str:
-    """One configuration as the fingerprint sees it (today's CharLM arguments; no seed, no data keys; an
-    argument at None, which later code records where earlier code did not, is left out)."""
-    from ega_lightning.fingerprint import _model_kwargs
+    """One configuration as the fingerprint sees it (today's CharLM arguments; no seed, no data keys). An
+    argument at None or at CharLM's default is left out: later code records arguments earlier code did not
+    (``output_gate``: absent, then ``"none"``), and either way the same model is built. Idempotent on a key's
+    own JSON, so a key an older `scripts/provenance.py` wrote reads as today's."""
+    import inspect
 
-    return json.dumps({k: v for k, v in _model_kwargs(hparams).items() if v is not None}, sort_keys=True, default=str)
+    from ega_lightning.fingerprint import _model_kwargs
+    from ega_lightning.module import CharLM
+
+    def canonical(value: Any) -> Any:  # a tuple default against a list read back from JSON
+        return json.loads(json.dumps(value, default=str))
+
+    defaults = {n: canonical(p.default) for n, p in inspect.signature(CharLM.__init__).parameters.items()}
+    kwargs = {k: canonical(v) for k, v in _model_kwargs(hparams).items()}
+    return json.dumps({k: v for k, v in kwargs.items() if v is not None and v != defaults[k]}, sort_keys=True)
 
 
 def section(provenance: dict[str, Any] | None, runs: list[RunData]) -> list[str]:
@@ -125,7 +135,9 @@ def section(provenance: dict[str, Any] | None, runs: list[RunData]) -> list[str]
     by_key: dict[str, list[RunData]] = {}
     for r in done:
         by_key.setdefault(model_key(r.hparams), []).append(r)
-    history = {c["model_key"]: c for c in (provenance or {}).get("configurations") or []}
+    history: dict[str, list[dict[str, Any]]] = {}
+    for c in (provenance or {}).get("configurations") or []:
+        history.setdefault(model_key(json.loads(c["model_key"])), []).append(c)
     if provenance:
         commits = provenance["commits"]
         lines += [
@@ -143,7 +155,9 @@ def section(provenance: dict[str, Any] | None, runs: list[RunData]) -> list[str]
         entries = sorted({r.run.run_name.removesuffix(f"-seed{r.run.seed}") for r in rows})
         today = _today(rows[0].hparams)
         rerun = ", ".join(f"`{r.run.run_name}`" for r in rows if r.code["status"] != "today") or "none"
-        changes = _changes(history[key]) if key in history else "not in results/provenance.json"
+        # an older provenance.json may hold one configuration twice (with and without an argument at its default)
+        known = dict.fromkeys(_changes(c) for c in history.get(key, []))
+        changes = " / ".join(known) or "not in results/provenance.json"
         lines.append(f"| {', '.join(f'`{e}`' for e in entries)} | {(today or '—')[:8]} | {changes} | {rerun} |")
     lines.append("")
     unknown = [r.run.run_name for r in done if r.code["status"] != "today"]
