@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 
 def cpu_model() -> str:
@@ -74,3 +75,35 @@ def cpu_name(capability: str) -> str:
     torch's kernels dispatch to (``capability``: they set what an extra head channel costs) and its
     logical cores."""
     return f"{cpu_model()} ({platform.machine()}, {capability}, {os.cpu_count()} logical cores)"
+
+
+# the vector units that set a CPU's kernels, so its rounding and its speed, by the /proc/cpuinfo flag that shows each,
+# in the order the brief names them: an "AMD EPYC" is either of the first two kinds, an Intel Xeon may add AMX
+VECTOR_UNITS = (("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX-512 BF16"), ("amx_tile", "AMX"))
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's flags (/proc/cpuinfo's first ``flags`` line); empty where the machine does not say."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def vector_units(flags: set[str] | None = None) -> list[str]:
+    """The vector units of `VECTOR_UNITS` this CPU has, by name (``flags``: this machine's by default)."""
+    flags = cpu_flags() if flags is None else flags
+    return [name for flag, name in VECTOR_UNITS if flag in flags]
+
+
+def cpu_kind(capability: str, flags: set[str] | None = None) -> dict[str, Any]:
+    """This CPU as a record names it: the model, the instructions torch's kernels dispatch to (``capability``,
+    ``torch.backends.cpu.get_cpu_capability()``: AVX2, AVX512, ...), the vector units the CPU has (AMX and AVX-512
+    BF16 are oneDNN's, not in the capability) and its logical cores. Two segments of one run compare by it."""
+    return {
+        "model": cpu_model(),
+        "capability": capability,
+        "units": vector_units(flags),
+        "cores": os.cpu_count(),
+    }

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import fcntl
+import json
 import os
 import shutil
 from pathlib import Path
@@ -41,6 +42,8 @@ HPC_GLOB = "hpc_ckpt_*.ckpt"
 # `ega sweep`'s mark of a run that finished as its spec gives it (experiments.spec.done_marker): a fit that trains
 # the run again (--overwrite=true, or by hand with --ckpt_path last) makes it stale, and deletes it
 DONE = "DONE"
+# which CPU kind trained which steps: one line per fit that trained the run (`callbacks.segments`)
+SEGMENTS = "segments.jsonl"
 TRAINING_GLOBS = (
     DONE,
     "checkpoints",
@@ -49,6 +52,7 @@ TRAINING_GLOBS = (
     "config_*.yaml",
     "hparams.yaml",
     "*.json",
+    SEGMENTS,
     HPC_GLOB,
 )
 EVALUATIONS = ("validate", "test")
@@ -105,6 +109,18 @@ def clear_outputs(run_dir: Path) -> None:
 def clear_done(run_dir: Path) -> None:
     """Deletes the run's DONE: a fit that trains the run on (a resume by hand) is not the run the DONE names."""
     (run_dir / DONE).unlink(missing_ok=True)
+
+
+def read_segments(run_dir: Path) -> list[dict[str, Any]] | None:
+    """The run's segments (`callbacks.segments`) in order, each with its ``to_step``: the next one's start, the last
+    one's None (the run's end, which its record knows). None where the run kept no file (runs before it)."""
+    path = run_dir / SEGMENTS
+    if not path.is_file():
+        return None
+    found = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    for segment, following in zip(found, [*found[1:], None], strict=True):
+        segment["to_step"] = None if following is None else following["from_step"]
+    return found
 
 
 def remove_temporaries(run_dir: Path) -> None:

@@ -11,6 +11,13 @@ one process:
 
     PYTHONPATH=. python scripts/paired_steps.py --size cpu --repeats 11 --threads 1 none none-bf16=none@bf16-mixed
 
+With ``--recipe`` the models are a recipe's instead of a size's (its architecture: shape, dropout, biases, residual
+init; its batch size), and each gate config's attention options (``dropout_before_gate``, ``attention``) hold as they
+do in training: the author's paper-size A and B as they train (issue 67), dropout's masks and the reference path
+included:
+
+    PYTHONPATH=. python scripts/paired_steps.py --recipe configs/recipe/author_phase2.yaml --repeats 7 none author
+
 Each repetition steps every contender once, in an order rotated per repetition (ABC, BCA, CAB, ...),
 after warm-up steps; the ratio to the first contender (and to those named by --against) within a repetition
 cancels the machine's drift. Prints medians with quartiles. On a loaded machine use one thread: two OpenMP
@@ -33,6 +40,10 @@ import torch
 from ega_lightning.bench.harness import PRECISIONS
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+# what a recipe's model keys say of the model timed (the rest, the optimizer's and the schedule's, is not a step's)
+RECIPE_MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "dropout", "bias", "qkv_bias", "scale_residual_init")
+# a gate config's keys that choose the attention's path and order in training, held with --recipe
+TRAINING_PATH_KEYS = ("dropout_before_gate", "attention")
 
 
 def parse(spec: str) -> tuple[str, str, str, dict[tuple[Any, str], Any]]:
@@ -75,20 +86,32 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--against", nargs="*", help="labels of further contenders to give ratios to")
+    parser.add_argument("--recipe", type=Path, help="a recipe config (configs/recipe/): its model and batch size")
     args = parser.parse_args()
+    from ega_lightning.allocator import keep_freed_memory
+
+    # as `ega fit` steps (allocator.py); EGA_KEEP_FREED_MEMORY=0 times glibc's defaults
+    print(f"allocator keeps freed memory: {keep_freed_memory()}")
     if args.threads:
         torch.set_num_threads(args.threads)
     # the bench's shape: the size's model keys without its dropout (configs/size/paper.yaml's 0.2 would time
     # dropout's masks and the attention path that takes them, not the gate)
     shape, batch_size = size_settings(CONFIGS, args.size)
+    if args.recipe:
+        from ega_lightning.config_files import read_config
+
+        recipe = read_config(args.recipe)
+        shape = {k: v for k, v in recipe["model"].items() if k in RECIPE_MODEL_KEYS}
+        batch_size = recipe["data"]["batch_size"]
     device = torch.device("cpu")
     batch = fixed_batch(shape, batch_size, device)
     specs = [parse(s) for s in args.contenders]
     settings = gate_settings(CONFIGS, sorted({gate for _, gate, _, _ in specs}))
     contenders = []
     for label, gate, precision, attributes in specs:
+        path = {k: v for k, v in settings[gate].items() if k in TRAINING_PATH_KEYS} if args.recipe else {}
         with setting(attributes):
-            model = build(shape, settings[gate], device, args.seed)
+            model = build({**shape, **path}, settings[gate], device, args.seed)
         contenders.append((Contender(label, model, batch, precision), attributes))
     for contender, attributes in contenders:
         with setting(attributes):
@@ -102,7 +125,8 @@ def main() -> None:
     cpu = cpu_name(torch.backends.cpu.get_cpu_capability())
     print(
         f"{cpu}, torch {torch.__version__}, {torch.get_num_threads()} threads, "
-        f"size {args.size}, {args.repeats} repetitions after {args.warmup} warm-up steps"
+        f"{f'recipe {args.recipe}' if args.recipe else f'size {args.size}'} ({shape}, batch {batch_size}), "
+        f"{args.repeats} repetitions after {args.warmup} warm-up steps"
     )
     bases = [contenders[0][0]] + [c for c, _ in contenders if c.name in (args.against or [])]
     for contender, _ in contenders:

@@ -83,6 +83,14 @@ def test_sigkill_then_resume_ends_exactly_like_an_uninterrupted_run(tmp_path, en
     assert list(full_val) == list(resumed_val) == [7, 15]
     assert resumed_val[15] == pytest.approx(full_val[15], abs=1e-6)
 
+    # one segment per fit that trained the run, the resumed one from the checkpoint's step, each naming its CPU kind
+    from ega_lightning.runs import read_segments
+
+    assert [s["from_step"] for s in read_segments(full_dir)] == [0]
+    segments = read_segments(killed_dir)
+    assert [(s["from_step"], s["to_step"]) for s in segments] == [(0, stopped_at), (stopped_at, None)]
+    assert all(s["cpu"]["capability"] == torch.backends.cpu.get_cpu_capability() for s in segments)
+
 
 def summary(run_dir) -> dict:
     return json.loads((run_dir / "gate_summary.json").read_text())

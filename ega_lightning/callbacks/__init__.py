@@ -8,6 +8,7 @@ from ega_lightning.callbacks.keep import KeepCheckpointAt
 from ega_lightning.callbacks.last import LastCheckpoint
 from ega_lightning.callbacks.logger import RunLogger
 from ega_lightning.callbacks.pace import StepPace
+from ega_lightning.callbacks.segments import RunSegments
 from ega_lightning.callbacks.tau import TauTracker
 
 __all__ = [
@@ -18,6 +19,7 @@ __all__ = [
     "LastCheckpoint",
     "RunBoard",
     "RunLogger",
+    "RunSegments",
     "StepPace",
     "TauTracker",
 ]

@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 
+from ega_lightning.allocator import keep_freed_memory
 from ega_lightning.errors import DEBUG_ENV, end_command, in_ega_terms
 
 # name: (module with a main(argv), one line for `ega --help`); fit/validate/test are Lightning's
@@ -63,6 +64,7 @@ def usage() -> str:
 
 def main(args: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if args is None else args)
+    keep_freed_memory()  # a training step's freed activations reused, not faulted in again (allocator.py)
     if "--debug" in argv:  # anywhere on the line: show tracebacks (also for DDP's re-executed ranks)
         argv.remove("--debug")
         os.environ[DEBUG_ENV] = "1"

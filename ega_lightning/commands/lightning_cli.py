@@ -22,7 +22,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException, SI
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ega_lightning import run_policy, runs, summary
-from ega_lightning.callbacks import LastCheckpoint, StepPace
+from ega_lightning.callbacks import LastCheckpoint, RunSegments, StepPace
 from ega_lightning.callbacks.stop import AgreedStop, StopSignals
 from ega_lightning.config_files import resolve_config_args
 from ega_lightning.data import CharDataModule
@@ -206,6 +206,8 @@ class EgaCLI(PlannedCheckpointMerge, LightningCLI):
         # AgreedStop: where the ranks of a DDP fit agree to stop on a signal; StepPace: the measured step time
         # and the projected time to max_steps, after the first steps (issue 55)
         added: list[Any] = [AgreedStop(self._signals), StepPace()]
+        if self.subcommand == "fit":  # which CPU kind trains which steps: a record names each segment (issue 67)
+            added.append(RunSegments(self.run_plan.run_dir))
         every = self.run_plan.last_every
         if every:  # last.ckpt on a step schedule (and at the end), apart from best.ckpt, which follows val/loss
             added.append(LastCheckpoint(self.run_plan.run_dir / "checkpoints", every_n_steps=every))

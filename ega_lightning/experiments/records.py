@@ -71,6 +71,10 @@ class Record:
     source: str | None = None  # where its numbers were read: the run's event files
     done: Done = field(default_factory=Done)
     machine: str | None = None
+    # which CPU kind trained which steps, one entry per fit that trained the run (`callbacks.segments`): from_step,
+    # to_step, cpu (model, capability, vector units, cores), device; None: records before it, which name only the
+    # machine that finished the run
+    segments: list[dict[str, Any]] | None = None
     git_commit: str | None = None
     git_dirty: bool | None = None
     # the paths of the package and its configs that differed from the commit (None: not recorded, records before it)
@@ -106,6 +110,8 @@ class Record:
             del data["done"]["started_at"]
         if data["git_modified"] is None:  # likewise
             del data["git_modified"]
+        if data["segments"] is None:  # likewise
+            del data["segments"]
         return data
 
     def to_json(self) -> str:

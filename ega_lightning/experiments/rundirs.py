@@ -190,6 +190,7 @@ def make_record(run: Run, run_dir: Path) -> Record:
         done=Done.of(done),
         # a DONE from before machines were noted: a run directory is recorded where it ran
         machine=done.get("machine") or machine(),
+        segments=_segments(run_dir, (config.get("trainer") or {}).get("max_steps")),
         git_commit=done.get("git_commit"),
         git_dirty=done.get("git_dirty"),
         git_modified=done.get("git_modified"),
@@ -207,6 +208,15 @@ def make_record(run: Run, run_dir: Path) -> Record:
     if reason is not None:
         raise RecordError(f"{run_dir} is DONE, but {reason}: delete the run directory to rerun the run.")
     return record
+
+
+def _segments(run_dir: Path, max_steps: int | None) -> list[dict[str, Any]] | None:
+    """The run's segments (`runs.read_segments`), the last one ending at the run's end (a record is of a finished
+    run: its max_steps)."""
+    found = run_dirs.read_segments(run_dir)
+    if found:
+        found[-1]["to_step"] = max_steps
+    return found
 
 
 def record_run(run: Run, run_dir: Path, records_dir: Path) -> Path:
