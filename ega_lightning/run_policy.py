@@ -586,17 +586,18 @@ def max_steps_positive(request: RunRequest, plan: RunPlan) -> str | None:
 
 
 def dropout_before_gate_trains_on_reference(request: RunRequest, plan: RunPlan) -> str | None:
-    """The author's order (dropout, gate, renormalise) acts on the attention weights, which only the reference
-    path materialises; evaluation has no dropout, where every path computes it."""
+    """The author's order (dropout, gate, renormalise) acts on the attention weights, which the reference path
+    materialises and the fused path takes as a keep mask (`fused.FusedAttention.causal`); FlexAttention has no
+    attention dropout. Evaluation has no dropout, where every path computes it."""
     model = request.config.get("model") or {}
     if request.command != "fit" or not model.get("dropout_before_gate") or not model.get("dropout"):
         return None
-    if model.get("attention", "fused") == "reference":
+    if model.get("attention", "fused") in ("reference", "fused"):
         return None
     return (
-        f"model.dropout_before_gate with model.dropout {model['dropout']} trains on model.attention=reference only "
-        f"(the {model.get('attention', 'fused')} path never materialises the attention weights that dropout acts "
-        "on). Add --model.attention=reference, or train without model.dropout_before_gate."
+        f"model.dropout_before_gate with model.dropout {model['dropout']} trains on model.attention=reference or "
+        f"fused only (the {model.get('attention')} path has no attention dropout). Add --model.attention=fused, or "
+        "train without model.dropout_before_gate."
     )
 
 

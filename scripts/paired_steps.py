@@ -7,7 +7,7 @@ A contender is ``[label=]gate[@precision][:module.ATTRIBUTE=value,...]``: a mode
 bench`'s contender: forward + backward + AdamW on one fixed batch, every model from the same seed), stepped in
 that precision (32-true, the default, or bf16-mixed: autocast, as `ega bench --precision`) with those module
 attributes set (Python literals) and restored after, so two versions of a code path, or two precisions, run in
-one process:
+one process; ``model.NAME=value`` sets a model option instead (``author-fused=author:model.attention='fused'``):
 
     PYTHONPATH=. python scripts/paired_steps.py --size cpu --repeats 11 --threads 1 none none-bf16=none@bf16-mixed
 
@@ -46,19 +46,22 @@ RECIPE_MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "dropout", "bi
 TRAINING_PATH_KEYS = ("dropout_before_gate", "attention")
 
 
-def parse(spec: str) -> tuple[str, str, str, dict[tuple[Any, str], Any]]:
+def parse(spec: str) -> tuple[str, str, str, dict[tuple[Any, str], Any], dict[str, Any]]:
     label, _, rest = spec.partition("=") if "=" in spec.split(":")[0] else ("", "", spec)
     gate, _, sets = rest.partition(":")
     gate, _, precision = gate.partition("@")
     precision = precision or PRECISIONS[0]
     if precision not in PRECISIONS:
         raise SystemExit(f"{spec}: the precision is one of {', '.join(PRECISIONS)}, not {precision!r}")
-    attributes = {}
+    attributes, options = {}, {}
     for item in filter(None, sets.split(",")):
         path, _, value = item.partition("=")
         module, _, name = path.rpartition(".")
-        attributes[(importlib.import_module(module), name)] = ast.literal_eval(value)
-    return label or gate, gate, precision, attributes
+        if module == "model":  # a model option, as --model.<name> sets it
+            options[name] = ast.literal_eval(value)
+        else:
+            attributes[(importlib.import_module(module), name)] = ast.literal_eval(value)
+    return label or gate, gate, precision, attributes, options
 
 
 @contextlib.contextmanager
@@ -106,12 +109,12 @@ def main() -> None:
     device = torch.device("cpu")
     batch = fixed_batch(shape, batch_size, device)
     specs = [parse(s) for s in args.contenders]
-    settings = gate_settings(CONFIGS, sorted({gate for _, gate, _, _ in specs}))
+    settings = gate_settings(CONFIGS, sorted({gate for _, gate, _, _, _ in specs}))
     contenders = []
-    for label, gate, precision, attributes in specs:
+    for label, gate, precision, attributes, options in specs:
         path = {k: v for k, v in settings[gate].items() if k in TRAINING_PATH_KEYS} if args.recipe else {}
         with setting(attributes):
-            model = build({**shape, **path}, settings[gate], device, args.seed)
+            model = build({**shape, **path, **options}, settings[gate], device, args.seed)
         contenders.append((Contender(label, model, batch, precision), attributes))
     for contender, attributes in contenders:
         with setting(attributes):

@@ -459,7 +459,12 @@ def author_runs(losses: dict[str, dict[int, float]], seeds: tuple[int, ...] = (1
 
 def seed_runner() -> ModuleType:
     """scripts/seed_runner.py as a module (scripts/ is no package)."""
-    spec = importlib.util.spec_from_file_location("seed_runner", REPO / "scripts/seed_runner.py")
+    return script("seed_runner")
+
+
+def script(name: str) -> ModuleType:
+    """scripts/<name>.py as a module (scripts/ is no package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / f"scripts/{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

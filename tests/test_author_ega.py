@@ -317,11 +317,118 @@ def test_the_window_znorm_is_named_as_the_leak_and_cannot_generate():
 # ----------------------------------------------------------------------------- the attention order's refusals
 
 
-def test_dropout_first_trains_on_the_reference_path_only_and_evaluates_on_any():
+def dropout_first_pair(hs: int = 4, T: int = 6, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """q, k, v (1, 2, T, hs) and a gate g (1, 2, T) in (0, 1], float64, drawn from ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(1, 2, T, hs, generator=gen, dtype=torch.float64) for _ in range(3))
+    g = torch.rand(1, 2, T, generator=gen, dtype=torch.float64) * 0.9 + 0.1
+    return q, k, v, g
+
+
+def fused_dropout_first(q, k, v, g, keep, p, monkeypatch) -> torch.Tensor:
+    """The fused path's dropout-first attention of q, k, v with gate g under the keep mask ``keep``: the padded
+    q' = [q, 1], k' = [k, log g sqrt(hs)], v' = [v, 0] into `FusedAttention.causal`, y back to hs channels."""
+    from ega_lightning.model import fused
+
+    hs = q.shape[-1]
+    layer = (
+        CharLM(
+            TINY_VOCAB,
+            n_layer=1,
+            n_head=q.shape[1],
+            n_embd=q.shape[1] * hs,
+            block_size=q.shape[2],
+            gate="author",
+            dropout=p,
+            dropout_before_gate=True,
+            attention="fused",
+        )
+        .model.blocks[0]
+        .attn
+    )
+    monkeypatch.setattr(fused, "dropout_keep", lambda shape, p, dtype, device: keep.clone())
+    channel = fused.key_channel(g.log(), hs, q.dtype).transpose(1, 2)[..., None]  # (B, nh, T, 1)
+    q1 = torch.cat([q, torch.ones_like(channel)], dim=-1)
+    k1 = torch.cat([k, channel], dim=-1)
+    v1 = torch.cat([v, torch.zeros_like(channel)], dim=-1)
+    return layer.causal(q1, k1, v1, p, dropout_first=True)[..., :hs]
+
+
+def reference_dropout_first(q, k, v, g, keep, p, monkeypatch) -> torch.Tensor:
+    monkeypatch.setattr(F, "dropout", lambda x, p=0.5, training=True, inplace=False: x * keep.to(x.dtype) / (1 - p))
+    return dropout_first_attention_reference(q, k, v, g, dropout_p=p)
+
+
+def test_dropout_first_on_the_fused_kernel_equals_the_reference_under_one_mask(monkeypatch):
+    """Issue 67: the author's order on the fused kernel (the keep mask as SDPA's boolean mask, log g in the padded
+    channel) is the reference's d a g / sum d a g: the forward, every gradient (q, k, v, g), a row whose every key is
+    dropped (0, finite gradients on this torch's CPU kernel), and rows whose kept mass is near the floor (1e-8)."""
+    p, T = 0.3, 6
+    q, k, v, g = dropout_first_pair(T=T)
+    keep = torch.rand(1, 2, T, T, generator=torch.Generator().manual_seed(9)) >= p
+    keep[0, 0, 3, :] = False  # query 3 of head 0 keeps none of its keys
+    keep[0, 1, 4, :4] = False  # query 4 of head 1 keeps only keys 4 and 5, 5 beyond the causal mask: key 4 alone
+    keep[0, 1, 4, 4] = True
+    # near the floor: head 1's query 5 keeps keys 0 and 1 alone, whose gates are tiny, so its kept mass
+    # d a g ~ 1e-6, above the reference's floor (1e-8), both paths still renormalise it
+    keep[0, 1, 5, :] = False
+    keep[0, 1, 5, :2] = True
+    g[0, 1, :2] = 1e-6
+    grads = []
+    for path in (fused_dropout_first, reference_dropout_first):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, g)]
+        y = path(*leaves, keep, p, monkeypatch)
+        (y * torch.linspace(-1, 1, y.numel(), dtype=y.dtype).view_as(y)).sum().backward()
+        grads.append((y.detach(), *(t.grad for t in leaves)))
+        monkeypatch.undo()
+    (y_fused, *fused_grads), (y_ref, *ref_grads) = grads
+    assert (y_fused[0, 0, 3] == 0).all() and (y_ref[0, 0, 3] == 0).all()
+    assert torch.allclose(y_fused[0, 1, 4], v[0, 1, 4])  # one kept key: its value
+    assert_close(y_fused, y_ref, "output")
+    for name, a, b in zip("qkvg", fused_grads, ref_grads, strict=True):
+        assert torch.isfinite(a).all(), name
+        assert_close(a, b, f"gradient of {name}")
+
+
+def test_below_the_floor_the_fused_kernel_renormalises_where_the_reference_does_not(monkeypatch):
+    """The one place the two differ, by the reference's floor: a row whose kept mass is below 1e-8 is d a g / 1e-8 on
+    the reference (its weights sum below 1) and a softmax over the kept keys on the fused kernel (they sum to 1)."""
+    p, T = 0.1, 4
+    q, k, v, g = dropout_first_pair(T=T)
+    keep = torch.ones(1, 2, T, T, dtype=torch.bool)
+    keep[0, 0, 3, 2:] = False  # query 3 keeps keys 0 and 1, gated to 1e-12
+    g[0, 0, :2] = 1e-12
+    v = torch.ones_like(v)  # the output is then the sum of the row's weights
+    fused = fused_dropout_first(q, k, v, g, keep, p, monkeypatch)[0, 0, 3]
+    monkeypatch.undo()
+    reference = reference_dropout_first(q, k, v, g, keep, p, monkeypatch)[0, 0, 3]
+    assert torch.allclose(fused, torch.ones_like(fused)) and (reference < 1e-3).all()
+
+
+def test_the_fused_dropout_first_model_trains_as_the_reference_one():
+    """A training step of the author's EGA-1 as published (dropout first, 0.3 everywhere) on the fused path equals the
+    reference path's in float64, from one seed: the keep masks are drawn with the generator calls the reference's
+    dropout makes, so the loss and every gradient agree."""
+    w, idx = author_weights(1), tokens()
+    runs = []
+    for attention in ("fused", "reference"):
+        lm = our_model(1, "window", attention, dropout=0.3).train()
+        load_author(lm, w, 1)
+        torch.manual_seed(11)
+        loss = F.cross_entropy(lm(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+        loss.backward()
+        runs.append((loss.detach(), {n: p.grad for n, p in lm.model.named_parameters()}))
+    (fused_loss, fused_grads), (ref_loss, ref_grads) = runs
+    no_dropout = F.cross_entropy(our_model(1, "window").eval()(idx[:, :-1]).flatten(0, 1), idx[:, 1:].flatten())
+    assert abs(fused_loss - no_dropout) > 1e-3  # dropout acted
+    assert_close(fused_loss, ref_loss, "loss")
+    for name, grad in ref_grads.items():
+        assert_close(fused_grads[name], grad, f"gradient of {name}")
+
+
+def test_dropout_first_evaluates_on_every_path():
     lm = our_model(1, "prefix", "fused", dropout=0.1).float()
     idx = tokens()[:, :-1]
-    with pytest.raises(ValueError, match="trains on attention=reference only"):
-        lm.train()(idx)
     reference = our_model(1, "prefix", "reference", dropout=0.1).float()
     reference.load_state_dict(lm.state_dict())
     with torch.no_grad():  # no dropout in eval: both orders are one formula, on every path
@@ -428,16 +535,17 @@ def test_the_authors_evaluation_draws_the_same_random_batches_at_every_evaluatio
     assert all(torch.equal(a[0], b[0]) for a, b in zip([*ranks[0], *ranks[1]], dealt, strict=True))
 
 
-def test_ega_fit_refuses_dropout_first_off_the_reference_path_and_evaluation_takes_any():
+def test_ega_fit_refuses_dropout_first_where_the_path_has_no_attention_dropout_and_evaluation_takes_any():
     from ega_lightning.run_policy import RunRequest
     from ega_lightning.run_policy import dropout_before_gate_trains_on_reference as refusal
 
     def request(command: str, **model: object) -> RunRequest:
-        base = {"gate": "author", "dropout_before_gate": True, "dropout": 0.1, "attention": "fused"}
+        base = {"gate": "author", "dropout_before_gate": True, "dropout": 0.1, "attention": "flex"}
         return RunRequest(command, {"model": {**base, **model}}, frozenset(), None)
 
-    assert "--model.attention=reference" in refusal(request("fit"), None)
+    assert "--model.attention=fused" in refusal(request("fit"), None)
     assert refusal(request("fit", attention="reference"), None) is None
+    assert refusal(request("fit", attention="fused"), None) is None  # issue 67: the keep mask on the fused kernel
     assert refusal(request("fit", dropout=0.0), None) is None  # no dropout: both orders are one formula
     assert refusal(request("fit", dropout_before_gate=False), None) is None
     assert refusal(request("validate"), None) is None

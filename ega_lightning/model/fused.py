@@ -372,13 +372,21 @@ def project_padded(y: torch.Tensor, c_proj: nn.Linear, weight: torch.Tensor | No
 
 
 def refuse_dropout_first(layer: CausalSelfAttention, dropout_p: float, path: str) -> None:
-    """The author's order (dropout before the gate) with dropout in training, on a path that never
-    materialises the weights dropout acts on; with no dropout both orders are one formula, computed here."""
+    """The author's order (dropout before the gate) with dropout in training, on a path that can neither
+    materialise the weights dropout acts on nor take its keep mask (FlexAttention); with no dropout both orders are
+    one formula, computed there."""
     if layer.cfg.dropout_before_gate and dropout_p > 0:
         raise ValueError(
-            f"dropout_before_gate with attention dropout {dropout_p} trains on attention=reference only: "
+            f"dropout_before_gate with attention dropout {dropout_p} trains on attention=reference or fused only: "
             f"the {path} path never materialises the weights that dropout acts on."
         )
+
+
+def dropout_keep(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """The keep mask (B, nh, T, T) of dropout on the attention weights, True where a weight is kept: drawn with the
+    generator calls F.dropout makes on the reference path's weights of that dtype (``bernoulli_(1 - p)`` of a
+    tensor of their shape), so that one seed drops the same weights on both paths."""
+    return torch.empty(shape, dtype=dtype, device=device).bernoulli_(1 - p).bool()
 
 
 def rotate_padded(
@@ -405,7 +413,6 @@ class FusedAttention(CausalSelfAttention):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: the LayerNorm-ed hidden state (B, T, C) -> (B, T, C)."""
         dropout_p = self.dropout if self.training else 0.0
-        refuse_dropout_first(self, dropout_p, self.impl)
         return self.resid_dropout(self.attend(x, dropout_p))
 
     def attend(self, x: torch.Tensor, dropout_p: float) -> torch.Tensor:
@@ -418,16 +425,37 @@ class FusedAttention(CausalSelfAttention):
         if torch.compiler.is_compiling():
             return self._gated_compiled(x, dropout_p)
         q, k, v = rotate_padded(self, *self._gated_qkv(x))  # 3 x (B, nh, T, hs + width)
-        y = self.causal(q, k, v, dropout_p)
+        y = self.causal(q, k, v, dropout_p, self.dropout_first)
         if self.output_gate is not None:  # the gate's factor is per true channel: y back to hs of them
             return self.project(y[..., : self.n_embd // self.n_head], x)
         return project_padded(y, self.c_proj)
 
-    def causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float) -> torch.Tensor:
-        """Causal SDPA of (B, nh, T, d) q, k, v, scaled by the true head size."""
+    @property
+    def dropout_first(self) -> bool:
+        """Whether attention dropout comes before the energy gate and the renormalisation (the author's order)."""
+        return self.cfg.dropout_before_gate
+
+    def causal(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dropout_p: float, dropout_first: bool = False
+    ) -> torch.Tensor:
+        """Causal SDPA of (B, nh, T, d) q, k, v, scaled by the true head size; with ``dropout_first`` (the author's
+        order, `attention.dropout_first_attention_reference`) its dropout as a keep mask.
+
+        The author's order drops weights of softmax(s), multiplies by g and renormalises each row: d_ij a_ij g_j /
+        sum_k d_ik a_ik g_k, with the log g of the padded channel in s, is the softmax of s over the kept keys
+        alone, dropout's 1 / (1 - p) cancelling. So the kernel takes the keep mask (and the causal one) as its
+        boolean mask, with no dropout of its own. A row whose every key is dropped gives 0, as the reference's floor
+        does; the two differ only where a row's kept mass d a g lies below the reference's floor (1e-8) or a log g
+        below the channel's clamp (`LOG_GATE_FLOOR`): scripts/dropout_first_floor.py counts both on a checkpoint.
+        """
         scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
         with full_precision_kernel(q):
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+            if not (dropout_first and dropout_p > 0):
+                return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True, scale=scale)
+            B, nh, T, _ = q.shape
+            keep = dropout_keep(torch.Size((B, nh, T, T)), dropout_p, q.dtype, q.device)  # (B, nh, T, T)
+            keep &= torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=keep, scale=scale)
 
     def _key_biased(self, x: torch.Tensor, dropout_p: float) -> torch.Tensor:
         """Attention (B, nh, T, hs) with a key bias's relative term b_j - b_i (see `gates.slots`) in fp32,
@@ -462,7 +490,7 @@ class FusedAttention(CausalSelfAttention):
         q = torch.cat([q, torch.ones_like(channel), zeros], dim=-1)  # (B, nh, T, hs + width)
         k = torch.cat([k, channel, zeros], dim=-1)
         v = torch.cat([v, channel.new_zeros(B, nh, T, width)], dim=-1)
-        y = self.causal(q, k, v, dropout_p)[..., :hs]  # (B, nh, T, hs)
+        y = self.causal(q, k, v, dropout_p, self.dropout_first)[..., :hs]  # (B, nh, T, hs)
         return self.project(y, x)
 
     def _gated_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
