@@ -107,3 +107,11 @@ def cpu_kind(capability: str, flags: set[str] | None = None) -> dict[str, Any]:
         "units": vector_units(flags),
         "cores": os.cpu_count(),
     }
+
+
+def cpu_kind_line(capability: str, flags: set[str] | None = None) -> str:
+    """`cpu_kind` in one line, as CI prints it beside each suite's time: "AMD EPYC (AVX512 kernels; AVX2, AVX-512,
+    AVX-512 BF16), 2 cores"."""
+    kind = cpu_kind(capability, flags)
+    units = ", ".join(kind["units"]) or "no vector units"
+    return f"{kind['model']} ({capability} kernels; {units}), {kind['cores']} cores"

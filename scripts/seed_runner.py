@@ -17,9 +17,10 @@ windows of 2 and 4 times its training block (`ega validate --data.eval_block_siz
 position embedding), into ``<records_dir>/beyond_the_block/<run>-T<L>.json``: the loss over the split and at each
 position 1..L (issue 56's length extrapolation). Where the machine does not outlive the sitting, keep
 ``--records_dir`` in the checkout (``results/in-progress/<study>``) and commit each run's files as they land: a new
-machine of the seed's kind then goes on from them (the run directories, outside it, are lost with the machine); move a
-whole seed's records to ``results/runs/`` (its evaluations beside the study's) when it is done, and the runner skips
-it.
+machine of the seed's kind then goes on from them (the run directories, outside it, are lost with the machine; with
+``--across_kinds`` a machine of any kind goes on, for runs too long to rerun a seed whole whose protocol says so,
+seed<N>.cpu listing every kind the seed ran on); move a whole seed's records to ``results/runs/`` (its evaluations
+beside the study's) when it is done, and the runner skips it.
 
 A run the study checkout's sweep could not record is recorded from its finished run directory by this checkout's sweep
 (`ega report` would also write it, later, where the run directory is still there); a seed is done when each run has a
@@ -179,6 +180,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkout", type=Path, default=REPO, help="the checkout whose code trains (default: this)")
     parser.add_argument("--whole_split", action="store_true", help="evaluate each final checkpoint on the whole split")
     parser.add_argument(
+        "--across_kinds",
+        action="store_true",
+        help="a seed begun on another CPU kind goes on here instead of rerunning whole (runs too long to rerun: the "
+        "paper-size study, whose protocol reads its pairs with the kinds beside them); seed<N>.cpu lists every kind",
+    )
+    parser.add_argument(
         "--beyond_the_block",
         type=int,
         nargs="+",
@@ -206,15 +213,24 @@ def main(argv: list[str] | None = None) -> int:
 
         if not all(finished(r, p) for r, p in zip(mine, records, strict=True)):
             cpu_file = args.records_dir / f"seed{seed}.cpu"
-            started_on = cpu_file.read_text().strip() if cpu_file.is_file() else None
-            if started_on is not None and started_on != cpu():  # a seed's pairs on one CPU kind: start over
+            kinds = cpu_file.read_text().split("\n") if cpu_file.is_file() else []
+            kinds = [kind.strip() for kind in kinds if kind.strip()]
+            started_on = kinds[0] if kinds else None
+            if started_on is not None and started_on != cpu() and args.across_kinds:
+                # its runs resume where their checkpoints survived, else restart; each record's segments say which
+                # steps each kind trained
+                print(f"seed {seed}: began on {started_on}, this is {cpu()}: going on here (--across_kinds)")
+                if cpu() not in kinds:
+                    kinds.append(cpu())
+            elif started_on is not None and started_on != cpu():  # a seed's pairs on one CPU kind: start over
                 for r, p in zip(mine, records, strict=True):
                     if p.is_file() or (args.runs_dir / r.run_name).exists() or evaluation_files(r, args):
                         print(f"seed {seed}: began on {started_on}, this is {cpu()}: removing {r.run_name}'s runs")
                         for made in [p, *evaluation_files(r, args)]:  # its evaluations too: they ran on its kind
                             made.unlink(missing_ok=True)
                         shutil.rmtree(args.runs_dir / r.run_name, ignore_errors=True)
-            cpu_file.write_text(cpu() + "\n")
+                kinds = []
+            cpu_file.write_text("".join(f"{kind}\n" for kind in (kinds or [cpu()])))
             for r, p in zip(mine, records, strict=True):
                 if finished(r, p):
                     continue

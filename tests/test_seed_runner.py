@@ -150,3 +150,20 @@ def test_a_seed_whose_records_the_report_reads_is_not_run_again(runner, tmp_path
     argv = [str(SPEC), "--seeds", "1", "2", "3", "4", "--records_dir", str(tmp_path / "records")]
     assert module.main([*argv, "--runs_dir", str(tmp_path / "runs")]) == 0
     assert [step.split()[1] for step in ran] == [f"{name}-seed4" for name in RUNS]
+
+
+def test_across_kinds_a_seed_begun_on_another_kind_goes_on_here_and_lists_both(runner, tmp_path):
+    """The paper-size study (issue 67): a run is 8-11 hours, so a seed taken up on another CPU kind goes on, its
+    finished runs and their evaluations kept, and seed<N>.cpu lists the kind it began on and this one."""
+    module, ran = runner
+    records = tmp_path / "records"
+    (records / "whole_split").mkdir(parents=True)
+    (records / "seed4.cpu").write_text("AMD EPYC (AVX2)\n")
+    for name in RUNS[:3]:
+        (records / f"{name}-seed4.json").write_text("{}")
+        (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
+    argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "runs"), "--whole_split", "--across_kinds"]
+    assert module.main(argv) == 0
+    assert ran == [step for name in RUNS[3:] for step in (f"fit {name}-seed4", f"evaluate {name}-seed4")]
+    assert (records / f"{RUNS[0]}-seed4.json").read_text() == "{}"  # kept
+    assert (records / "seed4.cpu").read_text() == "AMD EPYC (AVX2)\nAMD EPYC (AVX512)\n"

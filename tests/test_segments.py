@@ -42,3 +42,4 @@ def test_the_cpu_kind_names_the_vector_units_that_set_its_kernels():
     assert host.vector_units(epyc_avx512) == ["AVX2", "AVX-512", "AVX-512 BF16"]
     assert host.vector_units(xeon_amx) == ["AVX2", "AVX-512", "AVX-512 BF16", "AMX"]
     assert host.cpu_kind("AVX512", xeon_amx)["units"][-1] == "AMX"
+    assert "(AVX2 kernels; AVX2)" in host.cpu_kind_line("AVX2", epyc_avx2)  # CI's line beside each suite's time
