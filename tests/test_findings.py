@@ -627,7 +627,7 @@ def test_committed_landscapes_agree_with_the_records_of_their_runs():
     assert checked > 0
 
 
-def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
+def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper_under_our_recipe():
     runs = synthetic({"linear": ("linear", None, [1.5, 1.6]), "window": ("linear", {"znorm": "window"}, [1.4])})
     runs += synthetic({"frozen": ("linear", {"learn_tau": False}, [1.5]), "db2": ("db2", None, [1.5])})
     # EGA-1 on RoPE (the RoPE study's): the paper's gate, but not the paper's model
@@ -635,12 +635,15 @@ def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
         dataclasses.replace(r, hparams={**r.hparams, "position": "rope"})
         for r in synthetic({"rope": ("linear", None, [1.5])})
     ]
+    # EGA-1 under the author's recipe (issue 50's group `author`): the paper's gate, model and positions, another recipe
+    runs += seeded("author-linear", "linear", "author", {1: {}, 2: {}}, lr=0.0003, dropout=0.1)
     logged = {
         "linear": [(0.01, 1.0), (0.03, 1.0)],
         "window": [(0.5, 1.0)] * 4,
         "frozen": [(0.0, 1.0)],
         "db2": [(1.0, 1.0)],
         "rope": [(0.9, 1.0)] * 4,
+        "author-linear": [(0.9, 1.0)] * 4,
     }
 
     def with_grad_norms(r: RunData) -> RunData:
@@ -651,8 +654,10 @@ def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
         )
 
     runs = [with_grad_norms(r) for r in runs]
-    # two causal EGA-1 seeds, two steps each: ratios 0.01, 0.03, 0.01, 0.03
-    assert tau_mechanism.grad_norm_ratio(build_variants(runs)) == pytest.approx(0.02)
+    # two causal EGA-1 seeds under our recipe, two steps each: ratios 0.01, 0.03, 0.01, 0.03; it names the runs read
+    ratio, read = tau_mechanism.grad_norm_ratio(build_variants(runs))
+    assert ratio == pytest.approx(0.02)
+    assert read == sorted(r.run.run_name for r in runs if r.run.entry == "linear")
 
 
 def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp_path):
