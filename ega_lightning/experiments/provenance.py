@@ -190,10 +190,11 @@ def cpu_kinds(done: list[RunData]) -> list[str]:
         "that trained them (`segments`: from_step, to_step, model, torch's capability, vector units, cores)."
     ]
     if unchecked:
-        groups = "; ".join(
-            f"{group} {len(rows)} ({', '.join(sorted({r.machine or 'machine not known' for r in rows}))})"
-            for group, rows in unchecked.items()
-        )
+
+        def models(rows: list[RunData]) -> str:  # the CPU model part of each machine ("AMD EPYC x2")
+            return ", ".join(sorted({(r.machine or "machine not known").split(";")[0] for r in rows}))
+
+        groups = "; ".join(f"{group} {len(rows)} ({models(rows)})" for group, rows in unchecked.items())
         lines.append(
             f"- The report cannot check the CPU kind of {sum(map(len, unchecked.values()))} past records (made before "
             "records had `segments`; each names only the machine that finished it, its CPU model without the vector "

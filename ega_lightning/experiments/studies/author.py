@@ -319,8 +319,8 @@ def _path_line(d: Decomposition, s: Step) -> str:
         f"{s.key} also switches the attention path: {s.x} trains on the {paths[s.x]} path, {s.y} on the "
         f"{paths[s.y]} one. Both compute the author's forward: `{paths['held_by']}` holds our model on each path "
         "(reference and fused, z over the prefix and over the whole window) to the author's own forward, loss and "
-        "every gradient in float64 (relative error below 1e-10), so the step measures the order, not the path "
-        "(beyond float32 rounding, which differs between the paths as between machines).\n"
+        "every gradient in float64 (relative error below 1e-10), so the step measures what it names, not the "
+        "path (beyond float32 rounding, which differs between the paths as between machines).\n"
     )
 
 
