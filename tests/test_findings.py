@@ -956,7 +956,16 @@ def test_the_author_steps_sum_to_b_minus_a_per_seed_and_are_read_three_ways_at_k
     assert set(expected.values()) == {"holds", "negligible", "does not hold", "too few seeds to tell"}
     assert found["F − A"].claim == "phase1:EGA-4" and found["B − A"].claim == "improvement:tinyshakespeare"
     assert found["E − A"].ega != found["B − A"].ega == "the author's"  # E − A is our gate in their recipe
-    assert found["B − A"].magnitude is None  # not at the paper's size: no share of its +0.103 is read
+    # B − A is the paper's own comparison: its size is read against the +0.103 by the effect rule (issue 68: the
+    # summary printed the figure beside it with no reading), the steps and F − A (no figure) have none
+    ba, figure = found["B − A"], 0.103
+    lo, hi = ba.corrected.low, ba.corrected.high
+    reading = (
+        "reproduced" if lo <= figure <= hi and lo > m else "not reproduced" if hi < figure or lo > figure else None
+    )
+    assert ba.paper == figure and ba.magnitude.reading == (reading or "undecided")
+    assert ba.magnitude.fraction == pytest.approx(ba.interval.estimate / figure)
+    assert all(found[k].magnitude is None for k in found if k != "B − A")
 
 
 def test_the_author_study_reads_no_label_before_its_last_planned_run():
