@@ -627,7 +627,7 @@ def test_committed_landscapes_agree_with_the_records_of_their_runs():
     assert checked > 0
 
 
-def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
+def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper_under_our_recipe():
     runs = synthetic({"linear": ("linear", None, [1.5, 1.6]), "window": ("linear", {"znorm": "window"}, [1.4])})
     runs += synthetic({"frozen": ("linear", {"learn_tau": False}, [1.5]), "db2": ("db2", None, [1.5])})
     # EGA-1 on RoPE (the RoPE study's): the paper's gate, but not the paper's model
@@ -635,12 +635,15 @@ def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
         dataclasses.replace(r, hparams={**r.hparams, "position": "rope"})
         for r in synthetic({"rope": ("linear", None, [1.5])})
     ]
+    # EGA-1 under the author's recipe (issue 50's group `author`): the paper's gate, model and positions, another recipe
+    runs += seeded("author-linear", "linear", "author", {1: {}, 2: {}}, lr=0.0003, dropout=0.1)
     logged = {
         "linear": [(0.01, 1.0), (0.03, 1.0)],
         "window": [(0.5, 1.0)] * 4,
         "frozen": [(0.0, 1.0)],
         "db2": [(1.0, 1.0)],
         "rope": [(0.9, 1.0)] * 4,
+        "author-linear": [(0.9, 1.0)] * 4,
     }
 
     def with_grad_norms(r: RunData) -> RunData:
@@ -651,8 +654,10 @@ def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper():
         )
 
     runs = [with_grad_norms(r) for r in runs]
-    # two causal EGA-1 seeds, two steps each: ratios 0.01, 0.03, 0.01, 0.03
-    assert tau_mechanism.grad_norm_ratio(build_variants(runs)) == pytest.approx(0.02)
+    # two causal EGA-1 seeds under our recipe, two steps each: ratios 0.01, 0.03, 0.01, 0.03; it names the runs read
+    ratio, read = tau_mechanism.grad_norm_ratio(build_variants(runs))
+    assert ratio == pytest.approx(0.02)
+    assert read == sorted(r.run.run_name for r in runs if r.run.entry == "linear")
 
 
 def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp_path):
@@ -951,7 +956,16 @@ def test_the_author_steps_sum_to_b_minus_a_per_seed_and_are_read_three_ways_at_k
     assert set(expected.values()) == {"holds", "negligible", "does not hold", "too few seeds to tell"}
     assert found["F − A"].claim == "phase1:EGA-4" and found["B − A"].claim == "improvement:tinyshakespeare"
     assert found["E − A"].ega != found["B − A"].ega == "the author's"  # E − A is our gate in their recipe
-    assert found["B − A"].magnitude is None  # not at the paper's size: no share of its +0.103 is read
+    # B − A is the paper's own comparison: its size is read against the +0.103 by the effect rule (issue 68: the
+    # summary printed the figure beside it with no reading), the steps and F − A (no figure) have none
+    ba, figure = found["B − A"], 0.103
+    lo, hi = ba.corrected.low, ba.corrected.high
+    reading = (
+        "reproduced" if lo <= figure <= hi and lo > m else "not reproduced" if hi < figure or lo > figure else None
+    )
+    assert ba.paper == figure and ba.magnitude.reading == (reading or "undecided")
+    assert ba.magnitude.fraction == pytest.approx(ba.interval.estimate / figure)
+    assert all(found[k].magnitude is None for k in found if k != "B − A")
 
 
 def test_the_author_study_reads_no_label_before_its_last_planned_run():

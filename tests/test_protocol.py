@@ -233,6 +233,17 @@ def _size(lo: float, hi: float, figure: float, m: float, regime: bool) -> str:
     return "not reproduced"
 
 
+def _past_the_block(f: dict) -> list[float]:
+    """Per seed, from results/beyond-the-block/: the mean loss at positions 97-128 minus at 129 to the window's
+    length, in the same windows (the amendment of issue 68)."""
+    out = []
+    for run in f["code"]["read"]:
+        e = json.loads((REPO / "results" / "beyond-the-block" / f"{run}-T{f['eval_block_size']}.json").read_text())
+        curve = e["loss_by_position"]
+        out.append(sum(curve[96:128]) / 32 - sum(curve[128:]) / len(curve[128:]))
+    return out
+
+
 def test_every_label_of_the_committed_report_recomputes_from_results_json_under_the_protocol():
     """results.json alone (json, yaml and scipy, none of the report's code): each confirmatory verdict from its
     intervals at its family's level 1 - 0.05/k under the protocol's rule as amended on 2026-12-05 (effects three ways
@@ -243,7 +254,7 @@ def test_every_label_of_the_committed_report_recomputes_from_results_json_under_
     registered = yaml.safe_load(protocol.PATH.read_text())
     margins = registered["margins"]
     amendment = next(a for a in registered["amendments"] if a["issue"] == 51)
-    # the amendment of issue 52 (how a diverged seed is read) changes no rule's reading
+    # the amendments of issues 52, 50 and 68 change no rule's reading (issue 68's replaces the measure `beyond` reads)
     assert all(not a["rules"] for a in registered["amendments"] if a is not amendment)
     m = margins["loss"]["value"]
     overfit = 0.3  # the paper's overfitting line (its baseline's gap: 0.331), as the amendment states it
@@ -273,6 +284,11 @@ def test_every_label_of_the_committed_report_recomputes_from_results_json_under_
         assert f["family"] == entry["family"], f["kind"]
         k, level = f["family_k"], 1 - (1 - registered["level"]) / f["family_k"]
         assert f["family_level"] == pytest.approx(level)
+        if f["kind"] == "beyond_the_block":  # the amendment of issue 68: past the block, from the loss by position
+            (_, d), diffs = f["reads"][0], _past_the_block(f)
+            assert d["estimate"] == pytest.approx(sum(diffs) / len(diffs)) and d["n"] == len(diffs) == 5
+            replaced = _label(rule, [_family_interval(f["window_contrast"], level)], f, margins, results["paper"], m)
+            assert f["replaces"] == replaced and f["registration"]["mark"] == "exploratory"
         ends = [_family_interval(d, level) for _, d in f["reads"]]
         now, then = (
             _label(rule, ends, f, margins, results["paper"], m),

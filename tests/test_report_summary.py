@@ -76,8 +76,13 @@ def test_the_summary_is_the_reports_first_screen():
     assert len(lines) <= 45 and text.splitlines().index("## Summary") < 5
     results = json.loads((RESULTS / "results.json").read_text())
     claims = {c["key"]: c["claim"] for c in results["paper"]["claims"]}
-    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| claim")]
+    table = [line for line in lines if line.startswith("| ")]
+    others = table.index("| study | the paper | we measured | verdict | registered | EGA |")
+    rows = [line for line in table[:others] if not line.startswith("| claim")]
     assert [r.split(" | ")[0][2:] for r in rows] == [claims[key] for key, _ in report_summary.ROWS]
+    # then one line per other study whose verdicts are read (issue 68): the peers, the RoPE study, past the block
+    studies = [line.split(" | ")[0][2:] for line in table[others + 1 :] if not line.startswith("|---")]
+    assert studies == [what for what, _ in report_summary.OTHER_STUDIES]
     # each row says which EGA its verdicts are about: the author's-EGA rows the author's (issue 50), others ours
     for row, (_, kinds) in zip(rows, report_summary.ROWS, strict=True):
         assert row.rstrip(" |").endswith("the author's" if kinds == ("author_gain",) else "| ours"), row

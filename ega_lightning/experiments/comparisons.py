@@ -101,6 +101,9 @@ class RunData:
     # which code it ran, as far as the record and results/provenance.json establish it (`provenance.code_status`)
     code: dict[str, Any] = field(default_factory=lambda: dict(UNKNOWN_CODE))
     started: datetime | None = None  # its first attempt's start (the protocol's registration reads it)
+    # which CPU kind trained which steps (its record's `segments`, issue 67); None: a record before them, which names
+    # only the machine that finished the run, so its CPU kind per step cannot be checked
+    segments: list[dict[str, Any]] | None = None
 
 
 def _tail_gap(final: dict[str, Any]) -> float | None:
@@ -168,6 +171,7 @@ def _row(loaded: Loaded, corpus: str, code: dict[str, Any] | None) -> RunData:
         fingerprint=record.code_fingerprint,
         code=dict(code) if code is not None else dict(UNKNOWN_CODE),
         started=started(record),
+        segments=record.segments,
     )
 
 
@@ -541,8 +545,15 @@ class Row:
         return 100.0 * (own - base) / base
 
 
+# a spec group whose study names its reference (the RoPE study's `rope-none`): group -> (which variants may be it,
+# the recipe keys a design may differ in from it), registered by the study's module. Every variant of the group but
+# the reference itself is then a design read against it, a gate-less one too (`make_row`)
+NAMED_REFERENCES: dict[str, tuple[Callable[[Variant], bool], tuple[str, ...]]] = {}
+
+
 def make_row(variant: Variant, variants: list[Variant]) -> Row:
-    baseline = reference(variant, variants)
+    named, apart_from = NAMED_REFERENCES.get(variant.group, (None, ()))
+    baseline = reference(variant, variants, named, apart_from)
     return Row(variant, baseline, {m: difference(baseline, variant, m) for m in DIFF_METRICS})
 
 

@@ -123,6 +123,9 @@ class Finding:
     # (scale, digits, signed): how `prose` writes its intervals in the claims table and its family's text
     interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, True)
     cell_words: ClassVar[tuple[str, str]] = ("", "")  # what its claims-table cell writes before and after its interval
+    # whether it tests its claim itself (a row of the claims table); a step of a decomposition (the author's B − C,
+    # C − D, D − E, E − A) reads the claim's comparison apart and tests nothing: its own section holds it
+    tests_claim: ClassVar[bool] = True
 
     section: str
     corpus: str
@@ -452,6 +455,30 @@ def claims(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> list[tupl
     claim nothing measured gets None."""
     rows: list[tuple[paper.Claim, Finding | None]] = []
     for claim in (*paper.CLAIMS, *extra):
-        matching = [f for f in found if f.claim == claim.key]
+        matching = [f for f in found if f.claim == claim.key and f.tests_claim]
         rows += [(claim, f) for f in matching] if matching else [(claim, None)]
     return rows
+
+
+def study_wide(found: Sequence[Finding]) -> dict[str, Any]:
+    """The study-wide bound, as data: the families the protocol registers, those the report reads a label of, each at a
+    family-wise 1 − level with no correction across them, the union bound over those read, and the families the
+    protocol gained after its first commit (after the first studies), with the date each was added."""
+    p = protocol.current()
+    alpha = 1 - p.level
+    read = list(dict.fromkeys(f.family for f in found if f.family is not None and f.verdict is not None))
+    added = protocol.families_added(p.path)
+    first = min(added.values(), default=None)
+    later = [
+        {"family": name, "added": when.date().isoformat()}
+        for name, when in added.items()
+        if name in p.families and first is not None and when > first
+    ]
+    return {
+        "registered": list(p.families),
+        "read": read,
+        "alpha_each": round(alpha, 10),
+        "bound": round(len(read) * alpha, 10),
+        "first_commit": first.date().isoformat() if first is not None else None,
+        "added_after_first": later,
+    }

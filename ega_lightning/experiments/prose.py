@@ -117,9 +117,7 @@ def family_sentence(f: Finding) -> str:
     text = f"Bonferroni over the {f.family} family (k = {f.family_k}): each interval at {level(f)}"
     if f.corrected is not None:
         text += f", this one {corrected_text(f)}"
-    if f.verdict is not None and f.nominal_verdict is not f.verdict:
-        text += f"; at nominal 95% it would read {f.nominal_verdict.value if f.nominal_verdict else None}"
-    return text + "."
+    return text + "."  # its label reads this level alone: no nominal-95% label is set beside it
 
 
 def level(f: Finding, digits: int = 2) -> str:

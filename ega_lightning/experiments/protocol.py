@@ -83,6 +83,8 @@ class Amendment:
     cost_device: str | None  # the device whose bench the cost claim is read from
     text: dict[str, str]  # what it changes, by its keys (why, error_control, ...), as the method note says it
     lines: tuple[int, int] = (0, 0)
+    # the kinds of finding whose measure it replaces (`kinds:`): each is fixed at its date, whatever its label
+    kinds: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,7 @@ def load(path: Path = PATH) -> Protocol:
                 a.get("cost_device"),
                 {k: str(v) for k, v in a.items() if isinstance(v, str) and k not in ("date", "cost_device")},
                 span,
+                tuple(a.get("kinds") or ()),
             )
             for a, span in zip(amended, spans, strict=True)
         )
@@ -303,6 +306,7 @@ def _field_problems(data: dict[str, Any]) -> list[str]:
         issue = a.get("issue")
         check(isinstance(issue, int) and not isinstance(issue, bool), f"{where}.issue", issue, "an issue number")
         check(_strings(a.get("rules") or []), f"{where}.rules", a.get("rules"), "a list of rule names")
+        check(_strings(a.get("kinds") or []), f"{where}.kinds", a.get("kinds"), "a list of kinds of verdict")
         device = a.get("cost_device")
         check(device is None or isinstance(device, str), f"{where}.cost_device", device, "a device name")
     return problems
@@ -328,6 +332,11 @@ def _check(p: Protocol) -> None:
             f"the amendment of {a.date} changes the rule {r!r}, not one of {', '.join(RULE_NAMES)}"
             for r in a.rules
             if r not in RULE_NAMES
+        ]
+        problems += [
+            f"the amendment of {a.date} replaces the measure of {k!r}, no verdict"
+            for k in a.kinds
+            if k not in p.verdicts
         ]
     counts: dict[str, set[int]] = {}
     for family in p.families.values():
@@ -451,7 +460,7 @@ def entry_dates(p: Protocol) -> Dates:
         each = tuple(_stated(a.date) for a in p.amendments)
         amended = {a.issue: d for a, d in zip(p.amendments, each, strict=True) if a.rules}
         stated = {k: _stated(p.registered) for k in p.verdicts}
-        return Dates(stated, "stated", None, None, blamed, amended, amendment_dates=each)
+        return Dates(_replaced(p, stated, each), "stated", None, None, blamed, amended, amendment_dates=each)
     now = datetime.now(UTC)
 
     def newest_of(span: tuple[int, int]) -> datetime:
@@ -465,6 +474,7 @@ def entry_dates(p: Protocol) -> Dates:
         by_kind[kind] = max(newest_of(s) for s in spans)
     each = tuple(newest_of(a.lines) for a in p.amendments)
     amended = {a.issue: d for a, d in zip(p.amendments, each, strict=True) if a.rules}
+    by_kind = _replaced(p, by_kind, each)
     level_edit = None
     first, last = p.lines["level"]
     commit = max(range(first, last + 1), key=lambda n: blamed.when.get(n, now))
@@ -475,9 +485,38 @@ def entry_dates(p: Protocol) -> Dates:
     return Dates(by_kind, "git", blamed.newest, committed, amended=amended, level_edit=level_edit, amendment_dates=each)
 
 
+def _replaced(p: Protocol, by_kind: dict[str, datetime], each: tuple[datetime, ...]) -> dict[str, datetime]:
+    """``by_kind`` with each kind an amendment replaced the measure of (`Amendment.kinds`) fixed at that amendment's
+    date where it is later: a verdict whose measure changed after its runs is read anew."""
+    out = dict(by_kind)
+    for a, when in zip(p.amendments, each, strict=True):
+        for kind in a.kinds:
+            if kind in out:
+                out[kind] = max(out[kind], when)
+    return out
+
+
 def _stated(date: str) -> datetime:
     stated = datetime.fromisoformat(date)
     return stated if stated.tzinfo else stated.replace(tzinfo=UTC)
+
+
+def families_added(path: Path = PATH) -> dict[str, datetime]:
+    """Family name -> the date of the first commit of the protocol that has it ({} where git history cannot be read):
+    the families of its first commit were registered with it, the others added after the first studies."""
+    cwd = path.resolve().parent
+    log = _git(cwd, "log", "--reverse", "--format=%H %ct", "--", path.resolve().name)
+    added: dict[str, datetime] = {}
+    for line in (log or "").splitlines():
+        commit, when = line.split()
+        text = _git(cwd, "show", f"{commit}:./{path.resolve().name}")
+        try:
+            families = (yaml.safe_load(text or "") or {}).get("families") or {}
+        except (yaml.YAMLError, AttributeError):
+            continue
+        for name in families if isinstance(families, dict) else ():
+            added.setdefault(name, datetime.fromtimestamp(int(when), UTC))
+    return added
 
 
 def first_committed(records_dir: Path) -> dict[str, datetime]:
@@ -521,6 +560,7 @@ def as_dict(p: Protocol, dates: Dates) -> dict[str, Any]:
         "fixed": {k: d.isoformat() for k, d in dates.by_kind.items()},
         "amendments": [
             {"issue": a.issue, "date": a.date, "rules": list(a.rules), "cost_device": a.cost_device, **a.text}
+            | ({"kinds": list(a.kinds)} if a.kinds else {})
             | ({"committed": dates.amendment_dates[i].isoformat()} if i < len(dates.amendment_dates) else {})
             for i, a in enumerate(p.amendments)
         ],

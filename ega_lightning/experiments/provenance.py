@@ -173,7 +173,35 @@ def section(provenance: dict[str, Any] | None, runs: list[RunData]) -> list[str]
             "unknown, whatever their fingerprint; a rerun from a clean tree would establish it."
         )
     lines += [f"- `{r.run.run_name}`: {r.code['how']}." for r in done if r.code["status"] == MODIFIED]
+    lines += cpu_kinds(done)
     return [*lines, ""]
+
+
+def cpu_kinds(done: list[RunData]) -> list[str]:
+    """Which finished runs name the CPU kind of each fit that trained them (their record's ``segments``: model,
+    torch's capability, vector units, cores; issue 67), and which past records the report cannot check so."""
+    named = [r for r in done if r.segments]
+    unchecked: dict[str, list[RunData]] = {}
+    for r in done:
+        if not r.segments:
+            unchecked.setdefault(r.run.group, []).append(r)
+    lines = [
+        f"- CPU kind per segment: {len(named)} of {len(done)} finished runs' records name the CPU kind of each fit "
+        "that trained them (`segments`: from_step, to_step, model, torch's capability, vector units, cores)."
+    ]
+    if unchecked:
+
+        def models(rows: list[RunData]) -> str:  # the CPU model part of each machine ("AMD EPYC x2")
+            return ", ".join(sorted({(r.machine or "machine not known").split(";")[0] for r in rows}))
+
+        groups = "; ".join(f"{group} {len(rows)} ({models(rows)})" for group, rows in unchecked.items())
+        lines.append(
+            f"- The report cannot check the CPU kind of {sum(map(len, unchecked.values()))} past records (made before "
+            "records had `segments`; each names only the machine that finished it, its CPU model without the vector "
+            "instructions torch dispatched to): which kind trained which steps, and whether a resume crossed kinds, "
+            f"is not on record for them. By group: {groups}."
+        )
+    return lines
 
 
 def _changes(config: dict[str, Any]) -> str:

@@ -26,7 +26,8 @@ from ega_lightning.experiments.comparisons import (
     shape_text,
     split_text,
 )
-from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims, label
+from ega_lightning.experiments.findings import DIAGNOSTICS, Finding, claims
+from ega_lightning.experiments.findings import study_wide as findings_study_wide
 from ega_lightning.experiments.rules import rule_texts
 from ega_lightning.experiments.study import Drawn, Measured, ReportInputs
 from ega_lightning.experiments.text import fmt_summary, interval_cell, num
@@ -122,19 +123,32 @@ def method_note(found: list[Finding]) -> list[str]:
             "comparison belongs to one family. Families:"
         )
         lines += [_family_line(key, members) for key, members in families.items()]
+        lines.append(study_wide(found))
     return lines
 
 
-def _family_line(family: str, members: list[Finding]) -> str:
-    changed = [f for f in members if f.verdict is not None and f.nominal_verdict not in (None, f.verdict)]
-    change = (
-        "; at nominal 95% "
-        + ", ".join(
-            f"{label(f)} would read **{f.nominal_verdict.value if f.nominal_verdict else None}**" for f in changed
+def study_wide(found: Sequence[Finding]) -> str:
+    """The study-wide bound, plainly (`findings.study_wide`: results.json's ``conventions.study_wide``)."""
+    w = findings_study_wide(found)
+    unread = [name for name in w["registered"] if name not in w["read"]]
+    alpha, n = w["alpha_each"], len(w["read"])
+    later = ", ".join(f"{x['family']} ({x['added']})" for x in w["added_after_first"])
+    return (
+        f"- study-wide: the protocol registers {len(w['registered'])} families, each read at a family-wise "
+        f"{100 * alpha:.0f}%, and no correction is made across them; this report reads a label of {n} of them"
+        + (f" (not of {', '.join(unread)})" if unread else "")
+        + f". The chance that at least one of the {n} holds a false label is bounded only by {n} × {alpha:.2f} = "
+        f"{w['bound']:.2f} (the union bound), not by {alpha:.2f}"
+        + (
+            f"; added after the first studies (not in the protocol's first commit, {w['first_commit']}): {later}"
+            if later
+            else ""
         )
-        if changed
-        else "; no verdict differs from its nominal 95% one"
+        + "."
     )
+
+
+def _family_line(family: str, members: list[Finding]) -> str:
     first = members[0]
     families = protocol.current().families
     planned = families[family].planned_seeds if family in families else {}
@@ -142,7 +156,7 @@ def _family_line(family: str, members: list[Finding]) -> str:
     reads = families[family].reads if family in families else family
     return (
         f"  - {family}: {reads}: k = {first.family_k}, each interval at "
-        f"{100 * (first.family_level or 0.0):.2f}%{change}{seeds}."
+        f"{100 * (first.family_level or 0.0):.2f}%, and every label of it reads that level{seeds}."
     )
 
 
@@ -179,17 +193,20 @@ def _seeds_text(v: Variant) -> str:
 
 def table_line(row: Row) -> str:
     v = row.variant
+    reference = not v.gated and row.baseline is None  # a baseline; a gate-less design a study sets against one is not
     cells = [
         f"`{v.label}`",
-        f"{v.gate} ({v.paper_name or 'not in paper'})",
+        f"{v.gate} (a design without a gate)"
+        if not v.gated and not reference
+        else f"{v.gate} ({v.paper_name or 'not in paper'})",
         f"{shape_text(shape(v.done[0].hparams))}, {v.done[0].max_steps} steps" if v.done else "—",
         _seeds_text(v),
         f"{v.n_params:,}" if v.n_params else "—",
-        "baseline" if not v.gated else (f"{row.overhead_pct:+.2f}%" if row.overhead_pct is not None else "—"),
+        "baseline" if reference else (f"{row.overhead_pct:+.2f}%" if row.overhead_pct is not None else "—"),
         fmt_summary(v.summary("final_val_loss")),
         fmt_summary(v.summary("best_val_loss")),
         "—"
-        if not v.gated
+        if reference
         else " ".join(filter(None, (interval_cell(row.diffs["final_val_loss"]), split_text(row.split_seeds)))),
         fmt_summary(v.summary("final_gap")),
         fmt_summary(v.summary("final_tau_mean")),

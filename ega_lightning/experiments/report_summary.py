@@ -10,8 +10,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ega_lightning.experiments import prose
+from ega_lightning.experiments.findings import Registration
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies.author import TITLE
+from ega_lightning.experiments.studies.rope import READINGS
 from ega_lightning.experiments.text import anchor, fmt_interval, num, seed_count
 
 # the claims of the paper the summary reads, each from the kinds of finding that measure the claim itself (the leak
@@ -33,9 +36,21 @@ ROWS = (
     ("cost", ("cost",)),
     ("context", ("context",)),
 )
+# the other studies whose verdicts are read, one line each after the paper's claims: (what the line says, the kinds of
+# finding it reads; every claim they judge, in results.json's order)
+OTHER_STUDIES = (
+    ("the peers of EGA: each against the baseline, its own claim of a lower loss", ("peer",)),
+    ("the RoPE study: each design against the RoPE baseline `rope-none`, a lower loss", ("rope_gain",)),
+    (
+        "past the block (RoPE study, exploratory): loss at the block's last 32 positions − past it, same windows",
+        ("beyond_the_block",),
+    ),
+)
 AUTHOR_GATES = ("author",)  # the gate names of the author's EGA (issue 50); a verdict reading one is about it
 AUTHOR_KINDS = ("author_gain", "author_step")  # read once every planned run is in: a row before that has no label
 WATERFALL = "<!-- the author's EGA: its waterfall goes here (issue 50) -->"
+# what each label of the measure past the block says (`rope.READINGS`)
+PAST_THE_BLOCK = {verdict.value: reading for verdict, reading in READINGS.items()}
 UNDECIDED = ("too few seeds to tell", "no finished runs")
 DIFFERENCE = ("estimate", "low", "high", "n", "df", "method")  # an interval's keys in results.json, in its order
 
@@ -90,6 +105,9 @@ def measured(f: dict[str, Any]) -> str:
         return f"{_at(f)}: {_interval(d, signed=False, scale=100, digits=1)}%"
     if kind == "context":
         return f"{_at(f)}: EGA-1's gain at the longest block − at the shortest {_interval(d)}"
+    if kind == "beyond_the_block":
+        block, length = f["block_size"], f["eval_block_size"]
+        return f"{_short(f['subject'])} at {length}: {block - 31}–{block} − {block + 1}–{length} {_interval(d)}"
     if f["against"]:  # a difference: which side minus which (positive: the subject has the lower value)
         what = "gap" if kind == "gap" else "loss"
         return f"{_at(f)}: {_short(f['against'])} − {_short(f['subject'])} {what} {_interval(d)}"
@@ -108,8 +126,12 @@ def verdict(f: dict[str, Any], max_seeds: int) -> str:
     text = f"**{f['verdict']}**"
     m = f.get("magnitude")
     if m and m.get("reading"):
-        share = f", {100 * m['fraction']:.0f}% of the paper's" if m["reading"] != "not the paper's regime" else ""
+        ends = f" [{100 * m['low']:.0f}%, {100 * m['high']:.0f}%]" if m.get("low") is not None else ""
+        share = f", {100 * m['fraction']:.0f}%{ends} of the paper's" if m["reading"] != "not the paper's regime" else ""
         text += f", size {m['reading']}{share}"
+    if f["kind"] == "beyond_the_block" and f["verdict"] in PAST_THE_BLOCK:
+        text += f" ({PAST_THE_BLOCK[f['verdict']]}"
+        text += f"; in place of the window contrast's {f['replaces']})" if f.get("replaces") else ")"
     if f["kind"] == "cost" and f.get("not_testable"):
         text += " (a CPU bench; the paper's GPU claim untested)"
     if f["verdict"] in UNDECIDED and f.get("seeds_needed"):
@@ -118,6 +140,13 @@ def verdict(f: dict[str, Any], max_seeds: int) -> str:
         likely = f", most likely {f['seeds_verdict']}" if f.get("seeds_verdict") else ""
         text += f" ({seeds} seeds would decide it{likely})"
     return text
+
+
+def registered(f: dict[str, Any]) -> str:
+    """Its registration as the claims table says it (`prose.registration_text`: the mark, the amendment that
+    changed its label); "—" where it has no label."""
+    r = f.get("registration")
+    return prose.registration_text(Registration(**r)) if f["verdict"] and r else "—"
 
 
 def which_ega(f: dict[str, Any], gates: dict[str, str]) -> str:
@@ -182,6 +211,23 @@ def author_lines(results: dict[str, Any], figure: str | None) -> list[str]:
     return lines
 
 
+def row(what: str, figure: str, found: list[dict[str, Any]], results: dict[str, Any], gates: dict[str, str]) -> str:
+    """One line of the summary's tables: what it reads, the paper's figure, then each finding's measurement, verdict,
+    registration and EGA (`measured`, `verdict`, `registered`, `which_ega`), from results.json alone."""
+    cells = [
+        "; ".join(measured(f) for f in found),
+        "; ".join(verdict(f, results["protocol"]["max_seeds"]) for f in found),
+        "; ".join(registered(f) for f in found),
+        ", ".join(dict.fromkeys(which_ega(f, gates) for f in found)),
+    ]
+    return f"| {what} | {figure} | " + " | ".join(cells) + " |"
+
+
+def _read(results: dict[str, Any], kinds: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The findings of ``kinds`` with a label, in results.json's order."""
+    return [f for f in results["findings"] if f["kind"] in kinds and f["verdict"]]
+
+
 def summary(
     results: dict[str, Any], leaderboard_figure: str | None = None, waterfall_figure: str | None = None
 ) -> list[str]:
@@ -210,9 +256,11 @@ def summary(
     ]
     control = next((f for f in results["findings"] if f["kind"] == "control"), None)
     if control is not None:
+        best = control.get("best_family") or control["ours"]
+        level = f" (at the control family's {100 * control['family_level']:.2f}%)" if control.get("best_family") else ""
         lines += [
             f"Positive control: **{control['verdict']}**: {control['best']} beats the baseline by "
-            f"{_interval(control['ours'])}, so an effect of the paper's size would show at this scale.",
+            f"{_interval(best)}{level}, so an effect of the paper's size would show at this scale.",
             "",
         ]
     lines += [
@@ -221,13 +269,18 @@ def summary(
     ]
     for key, found in rows:
         claim = claims[key]
-        cells = [
-            "; ".join(measured(f) for f in found),
-            "; ".join(verdict(f, results["protocol"]["max_seeds"]) for f in found),
-            "; ".join((f.get("registration") or {}).get("mark") or "—" if f["verdict"] else "—" for f in found),
-            ", ".join(dict.fromkeys(which_ega(f, gates) for f in found)),
+        lines.append(row(claim["claim"], claim["figure"], found, results, gates))
+    others = [(what, found) for what, kinds in OTHER_STUDIES if (found := _read(results, kinds))]
+    if others:
+        lines += [
+            "",
+            "One line per other study whose verdicts are read, written as the lines above (each interval at its "
+            "family's level):",
+            "",
+            "| study | the paper | we measured | verdict | registered | EGA |",
+            "|---|---|---|---|---|---|",
+            *(row(what, "—", found, results, gates) for what, found in others),
         ]
-        lines.append(f"| {claim['claim']} | {claim['figure']} | " + " | ".join(cells) + " |")
     lines += [""]
     if leaderboard_figure:
         lines += [f"![every gate against the baseline, TinyShakespeare, cpu size]({leaderboard_figure})", ""]

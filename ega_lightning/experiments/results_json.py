@@ -11,7 +11,7 @@ from typing import Any
 
 from ega_lightning.experiments import paper, protocol
 from ega_lightning.experiments.comparisons import METRICS, Row, RunData
-from ega_lightning.experiments.findings import Finding, claims
+from ega_lightning.experiments.findings import Finding, claims, study_wide
 from ega_lightning.experiments.rules import margin_of, rule_texts
 from ega_lightning.experiments.study import Measured, ReportInputs
 
@@ -58,7 +58,8 @@ def _variant_dict(row: Row) -> dict[str, Any]:
 
 
 RUN_KEYS = ("group", "variant", "seed")  # of a run's spec entry (`spec.Run`)
-ROW_KEYS = ("corpus", "gate", "output_gate", "status", "reason", "source", "machine", "code")  # of its `RunData`
+# of its `RunData`; `segments`: the CPU kind of each fit that trained it (None: a record before them, unchecked)
+ROW_KEYS = ("corpus", "gate", "output_gate", "status", "reason", "source", "machine", "segments", "code")
 
 
 def _run_dict(r: RunData) -> dict[str, Any]:
@@ -92,11 +93,14 @@ def results(
                 "equivalence_margin": margin_of("loss"),
                 "rules": rule_texts(),
                 "families": {k: f.reads for k, f in protocol.current().families.items()},
+                "study_wide": study_wide(found),
             },
             "sizes": scale,
             "claims": [
                 {
                     "claim": c.key,
+                    "text": c.text,
+                    "figure": c.figure,
                     "verdict": f.verdict if f else None,
                     "section": f.section if f else None,
                     "rule": f.rule_name if f else None,

@@ -161,8 +161,9 @@ def size_reading(d: Difference | None, figure: float, margin: float | None = Non
 @stated(
     "level",
     lambda: (
-        "a paper figure for a level (where tau ends, the share of keys above tau) is **not reproduced** when our "
-        "95% interval lies off it, and **reproduced** only when the interval holds it and is narrow enough to "
+        "a paper figure for a level (where tau ends, the share of keys above tau) is **not reproduced** when its "
+        "interval at its family's level (1 − 0.05/k) lies off it, and **reproduced** only when the interval holds it "
+        "and is narrow enough to "
         f"tell it from its neighbours: a half-width of at most {margin_of('tau_level')} for tau and "
         f"{100 * margin_of('frac_level'):.0f} points for the share of keys; else **too few seeds to tell**."
     ),
@@ -245,8 +246,8 @@ frozen_rule = equivalence_rule  # learned − frozen tau (final val loss)
 @stated(
     "tail",
     lambda: (
-        "the fraction of keys above tau is what a standard normal z gives (**holds**) when the 95% interval, "
-        "over seeds, of measured − (1 − Φ(tau)) lies within "
+        "the fraction of keys above tau is what a standard normal z gives (**holds**) when the interval at its "
+        "family's level (1 − 0.05/k), over seeds, of measured − (1 − Φ(tau)) lies within "
         f"±{100 * margin_of('tail'):.0f} points; **does not hold** when it lies wholly outside that margin; "
         "else **too few seeds to tell**. One value per seed, from the gate summary its run recorded during "
         "training (TauTracker at the run's last validation): the share of keys above tau minus the mean over "
@@ -262,8 +263,9 @@ def tail_rule(d: Difference | None, margin: float | None = None) -> Verdict:
 @stated(
     "forgets",
     lambda: (
-        "tau converges regardless of its initialisation (**holds**) when the 95% interval, over the seeds every "
-        "tau_init ran, of each seed's least-squares slope of final tau on tau_init lies within "
+        "tau converges regardless of its initialisation (**holds**) when the interval at its family's level "
+        "(1 − 0.05/k), over the seeds every tau_init ran, of each seed's least-squares slope of final tau on "
+        "tau_init lies within "
         f"±{margin_of('tau_keep')} (less than {100 * margin_of('tau_keep'):.0f}% of the spread of the initialisations "
         f"is left at the end); **does not hold** when it lies wholly outside ±{margin_of('tau_keep')}; else **too few "
         "seeds to tell**. A slope of 1: each tau ends where it started, plus a shift common to all."

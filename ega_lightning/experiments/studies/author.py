@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import yaml
 
 from ega_lightning.experiments import paper, plots, prose, protocol, whole_split
-from ega_lightning.experiments.comparisons import SHAPE_KEYS, Variant, shape, shape_text
+from ega_lightning.experiments.comparisons import RECIPE_DEFAULTS, SHAPE_KEYS, Variant, shape, shape_text
 from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
 from ega_lightning.experiments.stats import Difference, bonferroni_level, compare, summarize, widen
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
@@ -64,6 +64,7 @@ class Side:
     estimate: dict[int, float]
     whole: dict[int, float]
     runs: list[str]  # its finished runs
+    attention: str = RECIPE_DEFAULTS["attention"]  # the attention path its runs trained on (reference | fused)
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,7 @@ class AuthorStep(AuthorGain):
 
     kind: ClassVar[str] = "author_step"
     measures: ClassVar[tuple[str, ...]] = tuple(f"improvement:{c}" for c in paper.IMPROVEMENT)
+    tests_claim: ClassVar[bool] = False  # a step of B − A: the author's section and table hold it, not the claims table
 
 
 def _mark(f: AuthorGain) -> str:
@@ -178,7 +180,11 @@ def findings(d: Decomposition) -> list[Finding]:
         measured = {k: getattr(s, k) for k in ("key", "what", "ega", "seeds", "per_seed", "whole", "moved")}
         measured |= {"size": d.size, "runs_in": d.runs_in, "runs_planned": d.runs_planned, "code": code_of(x, y)}
         measured["non_causal"] = d.sides[s.x].non_causal or d.sides[s.y].non_causal
-        out.append(cls.read_once(where, reads, claim=claim, complete=d.complete, family=GROUP, **measured))
+        # B − A is the paper's own comparison (its +0.103): its size is read against that figure, as every effect is
+        figure = paper.IMPROVEMENT.get(d.corpus) if (s.x, s.y) == ("B", "A") else None
+        out.append(
+            cls.read_once(where, reads, claim=claim, complete=d.complete, family=GROUP, paper=figure, **measured)
+        )
     return out
 
 
@@ -233,8 +239,9 @@ def decomposition(inputs: ReportInputs, corpus: str) -> Decomposition | None:
         runs = {r.run.seed: r.run.run_name for r in v.done}
         over_whole = {seed: whole[name] for seed, name in runs.items() if name in whole}
         non_causal = options.get("znorm") == "window"
+        path = str(v.hp("attention") or RECIPE_DEFAULTS["attention"])
         sides[letter] = Side(
-            letter, label, what, non_causal, v.by_seed("final_val_loss"), over_whole, list(runs.values())
+            letter, label, what, non_causal, v.by_seed("final_val_loss"), over_whole, list(runs.values()), path
         )
     shared = sorted(set.intersection(*(set(sides[x].estimate) for x in TELESCOPING)))
     level = bonferroni_level(len(STEPS), protocol.current().level)  # the family's k: each comparison of `STEPS` once
@@ -290,6 +297,31 @@ def _side_line(side: Side) -> str:
         fmt_interval(moved, digits=4),
     ]
     return "| " + " | ".join(cells) + " |"
+
+
+# the test that holds our model, on each attention path, to the author's forward and gradients in float64 (tests/)
+PATHS_HELD_BY = "tests/test_author_ega.py::test_our_author_configuration_computes_the_authors_forward_and_gradients"
+
+
+def _paths(d: Decomposition, s: Step) -> dict[str, Any]:
+    """The attention path each side of a step trained on, and where they differ the test that holds both paths to
+    the author's forward (the step then measures what it names, not the path)."""
+    x, y = d.sides[s.x].attention, d.sides[s.y].attention
+    return {s.x: x, s.y: y, "held_by": PATHS_HELD_BY if x != y else None}
+
+
+def _path_line(d: Decomposition, s: Step) -> str:
+    """Beside a step whose sides trained on different attention paths: that both compute the author's forward."""
+    paths = _paths(d, s)
+    if paths["held_by"] is None:
+        return ""
+    return (
+        f"{s.key} also switches the attention path: {s.x} trains on the {paths[s.x]} path, {s.y} on the "
+        f"{paths[s.y]} one. Both compute the author's forward: `{paths['held_by']}` holds our model on each path "
+        "(reference and fused, z over the prefix and over the whole window) to the author's own forward, loss and "
+        "every gradient in float64 (relative error below 1e-10), so the step measures what it names, not the "
+        "path (beyond float32 rounding, which differs between the paths as between machines).\n"
+    )
 
 
 def _moved_line(d: Decomposition) -> str:
@@ -364,6 +396,7 @@ def section(inputs: ReportInputs, data: list[Decomposition], found: Sequence[Fin
             "|---|---|---|---:|---|---|---|",
             *(_side_line(s) for s in d.sides.values()),
             "",
+            *(line for s in d.steps if (line := _path_line(d, s))),
             _moved_line(d),
             "",
             "The leak, in the author's EGA and in ours:",
@@ -409,7 +442,7 @@ def as_json(inputs: ReportInputs, data: list[Decomposition]) -> list[dict[str, A
         {
             **{k: getattr(d, k) for k in ("corpus", "size", "runs_in", "runs_planned")},
             "variants": {x: replace(s, runs=sorted(s.runs)) for x, s in d.sides.items()},
-            "steps": [{"key": s.key, **vars(s)} for s in d.steps],
+            "steps": [{"key": s.key, **vars(s), "paths": _paths(d, s)} for s in d.steps],
         }
         for d in data
     ]

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ega_lightning.config_files import SIZE_KEYS
 from ega_lightning.experiments import paper, plots, prose
 from ega_lightning.experiments.comparisons import Variant, difference, reference
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with, pair
+from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
 from ega_lightning.experiments.studies import rope
 from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
@@ -62,18 +62,13 @@ class Panel:
     bench_row: Callable[[Variant], str | None] = lambda v: v.label
 
 
-def _rope_reference(x: Variant) -> bool:
-    # by the study's label and a RoPE position: a learned-position `none` is never a RoPE design's baseline
-    return x.label == rope.REFERENCE and x.hp("position") == "rope"
-
-
 LEARNED = Panel(
     "learned positions", lambda v: v.group in LEADERBOARD_GROUPS and v.corpus == LEADERBOARD_CORPUS and v.gated
 )
 ROPE = Panel(
     "RoPE baseline",
     lambda v: v.group == rope.GROUP and v.corpus == LEADERBOARD_CORPUS and v.label in rope.DESIGNS,
-    named=_rope_reference,
+    named=rope.is_reference,
     # the study asks whether a design, its position signal part of it, beats the RoPE model: FoX and ALiBi without
     # positions are set against it on purpose (`rope.findings`)
     apart_from=("position",),
@@ -187,6 +182,13 @@ class Control(Finding):
     resolution: dict[int, Resolution]  # paired seeds n -> the difference the protocol resolves
     gates: int
     finished: int  # gates with finished runs
+    best_family: Difference | None = None  # the best gate's interval at the family's level (set by `family_read`)
+
+    def family_read(self) -> Control:
+        """The best gate's interval at the control family's level, the level its label reads."""
+        if self.interval is None or self.family_level is None:
+            return self
+        return replace(self, best_family=widen(self.interval, self.family_level))
 
 
 def _resolution(f: Control) -> str:
@@ -224,7 +226,8 @@ def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Find
     resolves at each number of paired seeds the leaderboard has."""
     if baseline is None or not entries:
         return []
-    reads = [(pair(e.variant.label, f"baseline/{baseline.label}"), e.diff) for e in entries]
+    # each read named as its value is taken: the baseline's loss minus the gate's
+    reads = [(f"baseline/{baseline.label} − {e.variant.label}", e.diff) for e in entries]
     level = bonferroni_level(len(reads))  # one finding reads the family: its k is its own reads
     pooled = pooled_std([e.diff for e in entries])
     ns = sorted({e.diff.n for e in entries if e.diff is not None and e.diff.low is not None})

@@ -3,25 +3,28 @@
 configs/sweeps/rope.yaml trains, at the cpu size under our recipe, the RoPE baseline and four designs set against
 it (the study names that reference: no other run is), paired by seed: EGA-1 with RoPE, FoX and ALiBi each in its
 paper's design (no position embedding) and the baseline with no position signal at all. The family `rope` reads
-each design against the RoPE baseline on the final val loss; the family `beyond` reads each design's same final
-checkpoint on windows of 2 and 4 times its block against its loss on windows of the block
-(`scripts/seed_runner.py --beyond_the_block 2 4`, results/beyond-the-block/). Both are read once, when every
-planned run (and evaluation) is in; before that each finding gives its intervals with no label.
+each design against the RoPE baseline on the final val loss; the family `beyond` reads, since the protocol's
+amendment of 2026-12-07 (issue 68), each design's same final checkpoint in windows of 2 and 4 times its block: its
+mean loss at the block's last 32 positions minus at every position past the block, in the same windows
+(`scripts/seed_runner.py --beyond_the_block 2 4`, results/beyond-the-block/); the window contrast it replaced (loss
+on windows of the block − on the longer windows) is kept beside it as a figure with no label. Both are read once,
+when every planned run (and evaluation) is in; before that each finding gives its intervals with no label.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import numpy as np
 
-from ega_lightning.experiments import plots, prose, protocol
+from ega_lightning.experiments import comparisons, plots, prose, protocol
 from ega_lightning.experiments.comparisons import Variant, difference
 from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
 from ega_lightning.experiments.paper import Claim
-from ega_lightning.experiments.stats import compare
+from ega_lightning.experiments.rules import Verdict
+from ega_lightning.experiments.stats import Difference, compare, widen
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
 from ega_lightning.experiments.text import interval_text
 
@@ -39,6 +42,26 @@ DESIGNS = {
 NAMES = {REFERENCE: "the RoPE baseline", **DESIGNS}
 FACTORS = (2, 4)  # the evaluation windows, in training blocks
 BINS = 32  # the points along a window in the loss-by-position figures
+# past the block (the amendment of 2026-12-07, issue 68): the loss at every position past the training block minus the
+# loss at the block's last `EDGE` positions, of the same windows
+EDGE = 32
+# what each label of the measure past the block says (three ways against the loss margin)
+READINGS = {
+    Verdict.HOLDS: "reads past its block",
+    Verdict.NEGLIGIBLE: "holds its loss",
+    Verdict.DOES_NOT_HOLD: "does not extrapolate",
+    Verdict.TOO_FEW_SEEDS: "undecided",
+}
+
+
+def is_reference(x: Variant) -> bool:
+    """The study's reference by its label and a RoPE position: a learned-position `none` is never a RoPE design's."""
+    return x.label == REFERENCE and x.hp("position") == "rope"
+
+
+# the study's table and results.json's groups read every design against the reference the protocol names, FoX and
+# ALiBi without positions and the baseline with no position signal too (their position signal part of the design)
+comparisons.NAMED_REFERENCES[GROUP] = (is_reference, ("position",))
 
 CLAIMS = (
     *(
@@ -46,7 +69,7 @@ CLAIMS = (
         for label, name in DESIGNS.items()
     ),
     *(
-        Claim(f"beyond:{label}", f"{name}: a lower loss on windows longer than its training block", "—")
+        Claim(f"beyond:{label}", f"{name}: a lower loss past its training block than at the block's end", "—")
         for label, name in NAMES.items()
     ),
 )
@@ -82,14 +105,30 @@ class RopeGain(ReadOnce, Finding):
 
 @dataclass(frozen=True, kw_only=True)
 class Beyond(RopeGain):
-    """A design's loss on windows of the block − on windows of ``eval_block_size``, the same final checkpoints:
-    positive where the longer windows give the lower loss."""
+    """Past the block (the amendment of 2026-12-07): in the same windows of ``eval_block_size``, a design's mean loss
+    at the block's last `EDGE` positions (97 to 128) minus its mean loss at every position past the block (129 to
+    ``eval_block_size``), per final checkpoint, paired over seeds: positive where the design reads past its block.
+    Beside it, descriptive, the window contrast it replaced (loss on windows of the block − on windows of
+    ``eval_block_size``: how much the window's length moves the mean) and the label that contrast was read as."""
 
     kind: ClassVar[str] = "beyond_the_block"
     measures: ClassVar[tuple[str, ...]] = tuple(f"beyond:{label}" for label in NAMES)
     counted: ClassVar[str] = "planned evaluations"
     block_size: int
     eval_block_size: int
+    window_contrast: Difference | None = None  # loss(windows of the block) − loss(longer windows), 95%, descriptive
+    replaces: str | None = None  # the window contrast's label at the family's level, which this measure replaced
+
+    def family_read(self) -> Beyond:
+        """The label the window contrast was read as (the effect rule at the family's level), named beside the
+        label that replaced it."""
+        if self.window_contrast is None or self.family_level is None or self.rule is None or self.verdict is None:
+            return self
+        return replace(self, replaces=self.rule(widen(self.window_contrast, self.family_level)).value)
+
+    @property
+    def reading(self) -> str | None:
+        return READINGS.get(self.verdict) if self.verdict is not None else None
 
 
 def _gain(f: RopeGain, what: str) -> str:
@@ -104,9 +143,33 @@ def say_rope_gain(f: RopeGain) -> str:
     return _gain(f, "the RoPE baseline − the design")
 
 
+def past_the_block(f: Beyond) -> str:
+    """What the measure past the block reads, in positions."""
+    last = f"{f.block_size - EDGE + 1}–{f.block_size}"
+    past = f"{f.block_size + 1}–{f.eval_block_size}"
+    return f"loss at positions {last} − at positions {past} of windows of {f.eval_block_size}"
+
+
 @prose.measured.register
 def say_beyond(f: Beyond) -> str:
-    return _gain(f, f"loss on windows of {f.block_size} − on windows of {f.eval_block_size}")
+    text = _gain(f, past_the_block(f))
+    contrast = (
+        f" The window contrast beside it (loss on windows of {f.block_size} − on windows of {f.eval_block_size}: how "
+        f"much the window's length moves the mean, descriptive, no label): {interval_text(f.window_contrast)}"
+        if f.window_contrast is not None
+        else ""
+    )
+    return text + (contrast + "." if contrast else "")
+
+
+@prose.label_text.register
+def beyond_label(f: Beyond) -> str:
+    label = prose.verdict_label(f)
+    if not label:
+        return label
+    reading = f" ({f.reading})" if f.reading else ""
+    replaced = f"; in place of the window contrast's **{f.replaces}** (exploratory)" if f.replaces else ""
+    return label + reading + replaced
 
 
 @prose.claim_subject.register
@@ -116,7 +179,7 @@ def rope_gain_subject(f: RopeGain) -> str:
 
 @prose.claim_subject.register
 def beyond_subject(f: Beyond) -> str:
-    return f"{f.subject} on windows of {f.eval_block_size}, its block {f.block_size}"
+    return f"{f.subject}: {past_the_block(f)}, its block {f.block_size}"
 
 
 def measure(inputs: ReportInputs) -> Measured | None:
@@ -165,13 +228,18 @@ def findings(data: Measured) -> list[Finding]:
     for label, v in data.variants.items():
         block = _block(v)
         for factor in FACTORS:
-            longer = data.beyond[(label, factor * block)]
+            length = factor * block
+            longer = data.beyond[(label, length)]
             own = {s: x for s, x in v.by_seed("final_val_loss").items() if s in longer}
-            diff = compare(own, longer) if own and longer else None
+            contrast = compare(own, longer) if own and longer else None
+            curves = data.by_position[(label, length)]
+            edge = {s: float(np.mean(c[block - EDGE : block])) for s, c in curves.items()}
+            past = {s: float(np.mean(c[block:])) for s, c in curves.items()}
+            diff = compare(edge, past) if edge and past else None
             where = Where(GROUP, v.corpus, measured_with(v), f"{NAMES[label]} `{label}`", None)
-            read = ((f"{label} T{block} − T{factor * block}", diff),)
+            read = ((f"{label} T{length}: positions {block - EDGE + 1}–{block} − {block + 1}–{length}", diff),)
             counts = {"runs_in": data.evaluations_in, "runs_planned": data.evaluations_planned, "code": code_of(v)}
-            counts |= {"block_size": block, "eval_block_size": factor * block}
+            counts |= {"block_size": block, "eval_block_size": length, "window_contrast": contrast}
             out.append(
                 Beyond.read_once(where, read, claim=f"beyond:{label}", complete=data.complete, family=BEYOND, **counts)
             )
@@ -234,8 +302,14 @@ def section(inputs: ReportInputs, data: Measured | None, found: Sequence[Finding
         f"## {TITLE}",
         "",
         f"Each design against the RoPE baseline `{REFERENCE}`, the reference this study names (family `{GROUP}`), and "
-        f"each design's final checkpoints on windows of {' and '.join(f'{f}×' for f in FACTORS)} its block against "
-        f"its loss on windows of the block (family `{BEYOND}`), read three ways against the loss margin: {state}.",
+        f"past the block (family `{BEYOND}`, the amendment of 2026-12-07: exploratory): in windows of "
+        f"{' and '.join(f'{f}×' for f in FACTORS)} its block, each design's final checkpoints' mean loss at the "
+        f"block's last {EDGE} positions minus at every position past the block, paired over seeds; both read three "
+        "ways against the loss margin (past the block: lower by more than the margin reads past its block, within it "
+        f"holds its loss, higher by more does not extrapolate): {state}. Beside each, the window contrast the "
+        "measure replaced (the loss on windows of the block − on the longer windows, taken on other text): how much "
+        "the window's length moves the mean, a figure with no label, since it is positive for any model that merely "
+        "holds its loss past its block.",
         "",
         *(f"- {prose.measured(f)}" for f in mine if not isinstance(f, Beyond)),
         "",

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from ega_lightning.experiments import paper, plots, prose
@@ -109,7 +109,8 @@ class TauMechanism(Finding):
     measures: ClassVar[tuple[str, ...]] = ("tau",)
     checkpoints: list[Checkpoint]
     frozen: list[tuple[str, Verdict | None]]  # each frozen-tau comparison and its verdict
-    grad_norm_ratio: float | None  # median |grad tau| / |grad energy projection| of EGA-1
+    grad_norm_ratio: float | None  # median |grad tau| / |grad energy projection| of EGA-1 under our recipe
+    grad_norm_runs: list[str] = field(default_factory=list)  # the runs that median reads (`grad_norm_ratio`)
 
 
 def _frozen(f: TauMechanism) -> str:
@@ -129,7 +130,11 @@ def say_tau_mechanism(f: TauMechanism) -> str:
     if f.frozen:
         text += ". Frozen tau vs learned: " + _frozen(f)
     if f.grad_norm_ratio is not None:
-        text += f". Median |grad tau| / |grad energy projection| over EGA-1's logged steps: {f.grad_norm_ratio:.3g}"
+        text += (
+            f". Median |grad tau| / |grad energy projection| over the logged steps of EGA-1's {len(f.grad_norm_runs)} "
+            f"runs under our recipe (learned positions, tau learned, z over the causal prefix; the author's recipe's "
+            f"and the RoPE study's runs not read): {f.grad_norm_ratio:.3g}"
+        )
     meaning = MEANING.get(f.verdict) if f.verdict else None
     return text + prose.verdict_text(f) + (f": {meaning}." if meaning else ".")
 
@@ -191,15 +196,22 @@ def _tail(v: Variant, runs: set[str], variants: list[Variant], evaluations: Sequ
     return judged(Tail, where, reads, **claim, **measured)
 
 
-def grad_norm_ratio(variants: list[Variant]) -> float | None:
-    """Median over the logged steps of EGA-1 runs trained as in the paper: |grad tau| / |grad energy projection|."""
-    ratios = []
-    ega1 = [v for v in variants if v.gate == "linear" and v.as_in_paper]
-    for r in {id(r): r for v in ega1 for r in v.done}.values():
+OTHER_RECIPES = ("author",)  # spec groups trained under another recipe than ours (the author's, issue 50)
+
+
+def grad_norm_ratio(variants: list[Variant]) -> tuple[float | None, list[str]]:
+    """Median over the logged steps of EGA-1 runs trained as in the paper under our recipe (learned positions, tau
+    learned, z over the causal prefix; not the author's recipe's runs, nor the RoPE study's): |grad tau| / |grad
+    energy projection|, and the runs it reads (those that logged both norms)."""
+    ratios, read = [], []
+    ega1 = [v for v in variants if v.gate == "linear" and v.as_in_paper and v.group not in OTHER_RECIPES]
+    for r in {r.run.run_name: r for v in ega1 for r in v.done}.values():
         tau = dict(r.scalars.get("gate/grad_norm/tau", []))
         energy = dict(r.scalars.get("gate/grad_norm/energy", []))
-        ratios += [tau[s] / energy[s] for s in tau if energy.get(s)]
-    return statistics.median(ratios) if ratios else None
+        own = [tau[s] / energy[s] for s in tau if energy.get(s)]
+        ratios += own
+        read += [r.run.run_name] if own else []
+    return (statistics.median(ratios) if ratios else None), sorted(read)
 
 
 def mechanism_finding(
@@ -226,16 +238,27 @@ def mechanism_finding(
     needed = [f.seeds_needed for f in frozen if f.verdict is Verdict.TOO_FEW_SEEDS]
     known = [n for n in needed if n is not None]
     seeds = max(known) if verdict is Verdict.TOO_FEW_SEEDS and known and len(known) == len(needed) else None
+    # the verdict those seeds would most likely reach: the same rule on the frozen-tau verdicts each would most
+    # likely reach at them (each projection's own), the landscape's reading as it is
+    likely_frozen = [f.seeds_verdict if f.verdict is Verdict.TOO_FEW_SEEDS else f.verdict for f in frozen]
+    likely = (
+        mechanism_rule(likely_frozen, minimum)
+        if seeds is not None and all(v is not None for v in likely_frozen)
+        else None
+    )
     regime = f"EGA-1 final checkpoints ({len(ega1)}) and frozen-tau runs, at {scale(frozen_runs)}"
+    ratio, ratio_runs = grad_norm_ratio(variants)
     mechanism = TauMechanism(
         **Where(TAU_SECTION, ega1[0].corpus if ega1 else frozen[0].corpus, regime, "EGA-1", None)._asdict(),
         paper=paper.TAU,
         verdict=verdict,
         claim="tau",
         seeds_needed=seeds,
+        seeds_verdict=likely,
         checkpoints=checkpoints,
         frozen=[(f.subject, f.verdict) for f in frozen],
-        grad_norm_ratio=grad_norm_ratio(variants),
+        grad_norm_ratio=ratio,
+        grad_norm_runs=ratio_runs,
     )
     return [mechanism]
 
