@@ -19,7 +19,7 @@ from torchmetrics import MeanMetric
 from ega_lightning.data.datamodule import Batch
 from ega_lightning.data.tokenizer import CharTokenizer
 from ega_lightning.errors import RunFailed, UserError
-from ega_lightning.gates import NO_GATE, ZNORM_MODES, Gate, ResolvedGate, resolve_gate
+from ega_lightning.gates import ZNORM_MODES, Gate, ResolvedGate, resolve_gate
 from ega_lightning.gates.registry import is_builtin
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, has_hooks, require_flex_attention
 from ega_lightning.model.config import POSITIONS
@@ -74,9 +74,15 @@ def check_model_matches(
         )
 
 
-# CharLM's tau_init and alpha_init: at these values they leave a gate with defaults of its own (``Gate.model_init``
-# False) at its own
+# CharLM's tau_init and alpha_init, and their defaults: at these values they leave a gate with defaults of its own
+# (``Gate.model_init`` False) at its own
 MODEL_INIT = {"tau_init": 0.0, "alpha_init": 1.0}
+# The model's defaults, stated once, as `GPTConfig`'s fields: CharLM's flat signature (the CLI's --model.* flags, every
+# config, load_from_checkpoint and the code fingerprint read it) takes each from this instance
+MODEL = GPTConfig(vocab_size=0)
+# The one default that is not the model's: `ega fit` and CharLM train EGA-1 unless told otherwise (a GPT built by hand
+# has GPTConfig's plain attention)
+DEFAULT_GATE = "linear"
 
 
 class NonFiniteLossError(RunFailed):
@@ -185,8 +191,9 @@ class CharLM(L.LightningModule):
             (the default); False: 0.02, the author's. Either way drawn from the paired seeding's generators.
         dropout_before_gate: the author's attention order, dropout on the weights first, then the energy gate,
             then renormalise (which also undoes dropout's scaling); the default gates and renormalises first.
-            Needs an energy gate; with dropout > 0 it trains on ``attention: reference`` only (the fast paths
-            never materialise the weights), and evaluates on any path (no dropout: both orders are one formula).
+            Needs an energy gate; with dropout > 0 it trains on ``attention: reference`` (the weights materialised)
+            or ``fused`` (their keep mask as the kernel's boolean mask), and evaluates on any path (no dropout: both
+            orders are one formula).
         decay_every_parameter: AdamW's weight decay on every parameter, biases, LayerNorms and gates included
             (the author's); the default decays the 2-D weights only.
         position: the position encoding: ``learned`` (nanoGPT's absolute embedding, the default), ``rope`` (rotary,
@@ -198,30 +205,30 @@ class CharLM(L.LightningModule):
     def __init__(
         self,
         vocab: str,
-        n_layer: int = 4,
-        n_head: int = 4,
-        n_embd: int = 128,
-        block_size: int = 128,
-        dropout: float = 0.0,
-        bias: bool = True,
-        gate: str = "linear",
-        tau_init: float = 0.0,
-        alpha_init: float = 1.0,
+        n_layer: int = MODEL.n_layer,
+        n_head: int = MODEL.n_head,
+        n_embd: int = MODEL.n_embd,
+        block_size: int = MODEL.block_size,
+        dropout: float = MODEL.dropout,
+        bias: bool = MODEL.bias,
+        gate: str = DEFAULT_GATE,
+        tau_init: float = MODEL_INIT["tau_init"],
+        alpha_init: float = MODEL_INIT["alpha_init"],
         gate_options: dict[str, Any] | None = None,
         eval_znorm: str | None = None,
-        attention: str = "fused",
+        attention: str = MODEL.attention,
         compile: bool = False,
         lr: float = 1e-3,
         min_lr: float = 1e-4,
         warmup_steps: int = 100,
         weight_decay: float = 0.1,
         betas: tuple[float, float] = (0.9, 0.99),
-        output_gate: str = NO_GATE,
-        qkv_bias: bool | None = None,
-        scale_residual_init: bool = True,
-        dropout_before_gate: bool = False,
+        output_gate: str = MODEL.output_gate,  # type: ignore[assignment]
+        qkv_bias: bool | None = MODEL.qkv_bias,
+        scale_residual_init: bool = MODEL.scale_residual_init,
+        dropout_before_gate: bool = MODEL.dropout_before_gate,
         decay_every_parameter: bool = False,
-        position: str = "learned",
+        position: str = MODEL.position,
     ) -> None:
         super().__init__()
         arguments = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # by their names
