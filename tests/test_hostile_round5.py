@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ega_lightning.commands import report
 from ega_lightning.experiments import records, rundirs
 from ega_lightning.experiments.spec import load_spec
@@ -42,3 +44,40 @@ def test_report_refuses_to_replace_a_record_of_other_arguments_and_steps(tmp_pat
     same = fake_run(tmp_path / "again", "ts-none-seed1", "none", [2.0, 1.5, 1.4])
     loaded = rundirs.read_runs([run], same.parent, recorded)
     assert rundirs.refresh_records(loaded, recorded) == [records.record_path(recorded, "ts-none-seed1")]
+
+
+def _without_amendment(text: str, issue: int) -> str:
+    """The protocol's text less its (first) amendment of ``issue``."""
+    start = text.index(f'  - date: "2026-12-05"\n    issue: {issue}\n')
+    end = text.index("\n  - date: ", start + 1) + 1
+    return text[:start] + text[end:]
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (lambda t: _without_amendment(t, 51), "lacks the amendment of issue 51, yet this code reads the rules best,"),
+        (
+            lambda t: t.replace("rules: [effect, lower, worse, best, grows, cost]", "rules: [cost]", 1),
+            "has the amendment of issue 51 without the rule(s) best, effect, grows, lower, worse",
+        ),
+    ],
+)
+def test_an_amendment_deleted_from_the_protocol_is_refused_not_left_in_force(tmp_path, monkeypatch, capsys, edit, said):
+    """Case 3: deleting an amendment from configs/protocol.yaml (uncommitted) left its rules in force (they live in
+    code), its verdicts read "registered" on the entry's date, and nothing said so. Now `ega report` checks that every
+    amendment the code applies is in the protocol, with its rules, and refuses in one paragraph, exit 2, nothing
+    written, the records left as they were."""
+    from ega_lightning.experiments import protocol
+
+    monkeypatch.chdir(tmp_path)
+    edited = tmp_path / "protocol.yaml"
+    edited.write_text(edit(protocol.PATH.read_text()))
+    monkeypatch.setattr(protocol, "current", lambda: protocol.load(edited))
+    spec = _spec(tmp_path / "spec.yaml", [])
+    fake_run(tmp_path / "runs", "ts-none-seed1", "none", [2.0, 1.5])
+    code = report.main([str(spec), "--runs_dir", "runs", "--out", "out", "--records_dir", "out/runs"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert said in err and "Restore the amendment" in err
+    assert not (tmp_path / "out").exists()

@@ -20,6 +20,7 @@ from ega_lightning.experiments import (
     report_markdown,
     report_summary,
     results_json,
+    rules,
     rundirs,
     sizes,
     studies,
@@ -77,7 +78,9 @@ def write_report(
     command = shlex.join(words if records_dir == RECORDS_DIR else [*words, "--records_dir", str(records_dir)])
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give the report a directory (it is made if missing).")
-    protocol.current()  # the registered protocol, read and checked when the report starts: before a record is refreshed
+    # the registered protocol, read and checked when the report starts: before a record is refreshed; the amendments
+    # whose rules the code applies must be in it (an amendment deleted from it would leave its rules in force)
+    rules.check_amendments(protocol.current())
     timed = read_bench(bench, records_dir, out)  # a --bench that cannot be read: said before any work
     runs, known, loaded = read_rows(spec_paths, runs_dir, records_dir)
     variants = build_variants(runs)
