@@ -12,7 +12,7 @@ from ega_lightning.commands import report
 from ega_lightning.experiments import records, rundirs
 from ega_lightning.experiments.spec import load_spec
 
-from .test_experiments import fake_run, write_spec
+from .test_experiments import fake_run, findings_of, write_spec
 
 
 def _spec(path: Path, args: list[str], name: str = "ts-none") -> Path:
@@ -81,3 +81,37 @@ def test_an_amendment_deleted_from_the_protocol_is_refused_not_left_in_force(tmp
     assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert said in err and "Restore the amendment" in err
     assert not (tmp_path / "out").exists()
+
+
+def _head_to_head(tmp_path: Path, ega1_args: list[str], recipe: dict | None) -> Path:
+    """EGA-1 (linear) against its baseline in group `main`, 3 seeds, EGA-1 lower by 0.10 each: a clear improvement."""
+    for seed in (1, 2, 3):
+        fake_run(tmp_path / "runs", f"none-seed{seed}", "none", [2.0, 1.5 + seed / 100], gap=0.3)
+        fake_run(tmp_path / "runs", f"ega1-seed{seed}", "linear", [2.0, 1.4 + seed / 100], gap=0.2, recipe=recipe)
+    spec = {
+        "name": "hth",
+        "runs": [
+            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
+            {"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear", "args": ega1_args},
+        ],
+    }
+    return write_spec(tmp_path / "spec.yaml", spec)
+
+
+def test_a_main_entry_evaluated_over_the_whole_window_feeds_no_registered_claim(tmp_path, monkeypatch):
+    """Case 4: a `main` entry with `--model.eval_znorm=window` (z over the whole window at evaluation: non-causal) fed
+    the registered "EGA-1 lowers the final val loss" as ours. Now its improvement and gap are "not testable here",
+    saying why; the same runs evaluated causally still read their verdict."""
+    monkeypatch.chdir(tmp_path)
+    leaky = _head_to_head(tmp_path / "leaky", ["--model.eval_znorm=window"], {"eval_znorm": "window"})
+    assert report.main([str(leaky), "--runs_dir", "leaky/runs", "--out", "a", "--records_dir", "a/runs"]) == 0
+    found = {f["kind"]: f for f in findings_of(tmp_path / "a") if f["section"] == "main"}
+    for kind in ("improvement", "gap"):
+        assert found[kind]["verdict"] == "not testable here", found[kind]
+        assert "`linear` evaluated z over the whole window" in found[kind]["not_testable"]
+        assert "non-causal" in found[kind]["not_testable"]
+
+    causal = _head_to_head(tmp_path / "causal", ["--model.eval_znorm=prefix"], {"eval_znorm": "prefix"})
+    assert report.main([str(causal), "--runs_dir", "causal/runs", "--out", "b", "--records_dir", "b/runs"]) == 0
+    (improvement,) = findings_of(tmp_path / "b", "improvement")
+    assert improvement["verdict"] != "not testable here"
