@@ -4,6 +4,7 @@ against nothing, resumes that change a run, sweep runs taken for done, and `ega 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,112 @@ def test_a_main_entry_evaluated_over_the_whole_window_feeds_no_registered_claim(
     assert report.main([str(causal), "--runs_dir", "causal/runs", "--out", "b", "--records_dir", "b/runs"]) == 0
     (improvement,) = findings_of(tmp_path / "b", "improvement")
     assert improvement["verdict"] != "not testable here"
+
+
+def test_an_evaluation_file_of_another_step_or_cpu_than_its_record_is_refused(tmp_path, monkeypatch, capsys):
+    """Case 5: a beyond-the-block evaluation edited to another checkpoint step (1499 -> 499) and CPU was accepted and
+    moved a label; `step` and `cpu` were read and compared with nothing (the whole-split files likewise). Now each is
+    checked against its run's record (its last step; the CPU model it ran on) and the seed's other evaluations (one
+    CPU kind): a mismatch is one paragraph, exit 2, nothing written."""
+    from ega_lightning import host
+
+    from .helpers import TINY_MODEL
+
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path / "spec.yaml", {"name": "e", "runs": [{"name": "nopos", "seeds": [1, 2]}]})
+    for seed in (1, 2):
+        fake_run(tmp_path / "runs", f"nopos-seed{seed}", "none", [2.0, 1.5])  # max_steps 6: the final step is 5
+    kind = f"{host.cpu_model()} (AVX512)"
+    length = 2 * TINY_MODEL["block_size"]
+
+    def write(folder: str, name: str, **fields) -> Path:
+        path = tmp_path / "out" / folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(fields))
+        return path
+
+    def whole(seed: int, step: int = 5, cpu: str = kind) -> Path:
+        run = f"nopos-seed{seed}"
+        return write("author-whole-split", f"{run}.json", run_name=run, step=step, val_loss_whole_split=1.5, cpu=cpu)
+
+    def beyond(seed: int, step: int = 5, cpu: str = kind) -> Path:
+        run = f"nopos-seed{seed}"
+        fields = {"run_name": run, "step": step, "eval_block_size": length, "val_loss": 1.6, "cpu": cpu}
+        return write("beyond-the-block", f"{run}-T{length}.json", **fields, loss_by_position=[1.6] * length)
+
+    def report_exit() -> tuple[int, str]:
+        code = report.main([str(spec), "--runs_dir", "runs", "--out", "out", "--records_dir", "out/runs"])
+        return code, capsys.readouterr().err
+
+    for seed in (1, 2):
+        whole(seed), beyond(seed)
+    assert report_exit()[0] == 0  # as the seed runner writes them
+    (tmp_path / "out" / "results.json").unlink()
+    for edit, said in [
+        (lambda: beyond(1, step=2), "is an evaluation at step 2, but the record of nopos-seed1 ends at step 5"),
+        (lambda: whole(2, step=2), "is an evaluation at step 2, but the record of nopos-seed2 ends at step 5"),
+        (lambda: beyond(2, cpu="Intel(R) Xeon(R) Platinum 8488C (AVX512)"), "ran on"),
+        (lambda: whole(1, cpu=f"{host.cpu_model()} (AVX2)"), "a seed's evaluations run on one CPU kind"),
+    ]:
+        path = edit()
+        code, err = report_exit()
+        assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert str(path.relative_to(tmp_path)) in err and said in err, err
+        assert not (tmp_path / "out" / "results.json").exists()
+        for seed in (1, 2):  # restored
+            whole(seed), beyond(seed)
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"model.eval_znorm": "window"}, "model.eval_znorm: checkpoint None, this command 'window' (how val/loss"),
+        ({"trainer.accumulate_grad_batches": 4}, "accumulate_grad_batches: checkpoint 1, this command 4 (the global"),
+        ({"model.scale_residual_init": False}, "model.scale_residual_init: checkpoint True, this command False (the"),
+        ({"model.decay_every_parameter": True}, "model.decay_every_parameter: checkpoint False, this command True"),
+    ],
+)
+def test_a_resume_that_changes_the_evaluation_the_batch_or_the_initialisation_is_refused(changes, message):
+    """Case 6 (the plan): `--ckpt_path last` with another eval_znorm (best.ckpt chosen across causal and leaky
+    evaluations), accumulate_grad_batches (the global batch changed mid-run), scale_residual_init (no effect, yet
+    recorded) or decay_every_parameter (a ValueError traceback, config.yaml rewritten) was accepted; now refused."""
+    from dataclasses import replace
+
+    from ega_lightning import run_policy
+    from ega_lightning.errors import UserError
+
+    from .test_run_policy import RESUMED, SAVED, checkpoint, request
+
+    model = {"model.eval_znorm": None, "model.scale_residual_init": True, "model.decay_every_parameter": False}
+    saved = {**SAVED, "trainer.accumulate_grad_batches": 1, **model}
+    ckpt = replace(checkpoint("runs/r/checkpoints/last.ckpt", step=20, corpus="tinyshakespeare"), saved=saved)
+    own = {**RESUMED, "trainer.precision": "32-true", "trainer.accumulate_grad_batches": 1, **model}
+    assert run_policy.plan_run(request(ckpt=ckpt, **own)).resume_step == 20  # the run's own command resumes
+    with pytest.raises(UserError) as refused:
+        run_policy.plan_run(request(ckpt=ckpt, **{**own, **changes}))
+    assert message in str(refused.value) and "--overwrite=true" in str(refused.value)
+
+
+@pytest.mark.slow
+def test_ega_fit_refuses_a_resume_that_changes_the_run_and_leaves_it_as_it_was(tmp_path, data_dir):
+    """Case 6 through `ega fit`: a two-step run, resumed with --ckpt_path last and one of the changed values, is one
+    paragraph, exit 2, its config.yaml and last.ckpt as they were (decay_every_parameter flipped was a ValueError
+    traceback with config.yaml rewritten)."""
+    from .helpers import SHORT, TINY, run_ega
+
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    first = run_ega(["fit", *TINY, *SHORT, "--run_name", "r"], cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = tmp_path / "lightning_logs" / "r"
+    kept = {p: p.read_bytes() for p in (run_dir / "config.yaml", run_dir / "checkpoints" / "last.ckpt")}
+    for change, said in [
+        ("--model.eval_znorm=window", "model.eval_znorm: checkpoint None, this command 'window'"),
+        ("--trainer.accumulate_grad_batches=4", "trainer.accumulate_grad_batches: checkpoint 1, this command 4"),
+        ("--model.scale_residual_init=false", "model.scale_residual_init: checkpoint True, this command False"),
+        ("--model.decay_every_parameter=true", "model.decay_every_parameter: checkpoint False, this command True"),
+    ]:
+        resumed = run_ega(["fit", *TINY, *SHORT, "--run_name", "r", "--ckpt_path", "last", change], tmp_path, env)
+        assert resumed.returncode == 2 and "Traceback" not in resumed.stderr, resumed.stderr[-3000:]
+        (line,) = [x for x in resumed.stderr.splitlines() if x.startswith("ega fit: error: ")]
+        assert said in line, line
+        assert {p: p.read_bytes() for p in kept} == kept
