@@ -119,6 +119,9 @@ def read_checkpoint(path: Path) -> CheckpointFacts:
     data = ckpt.get("datamodule_hyper_parameters", {})
     saved = {f"data.{key}": value for key, value in data.items() if not key.startswith("_")}
     saved.update(ckpt.get(RUN_KEY) or {})
+    hparams = ckpt["hyper_parameters"]
+    # the model's values a resume continues (`CONTINUED`), as the run that saved it was built with
+    saved.update({row.key: hparams[row.key[6:]] for row in CONTINUED if row.key[6:] in hparams and row.model})
     recorded = ckpt.get(WORLD_KEY)
     world = world_of(recorded) if isinstance(recorded, Mapping) else None
     if recorded is None or "trainer.precision" not in saved:  # saved before ega recorded it: its run's word
@@ -127,6 +130,10 @@ def read_checkpoint(path: Path) -> CheckpointFacts:
         world = world_of(trainer) if recorded is None and trainer else world
         if "trainer.precision" not in saved and trainer.get("precision") is not None:
             saved["trainer.precision"] = trainer["precision"]
+    if "trainer.accumulate_grad_batches" not in saved:  # saved before ega recorded it: its run's config.yaml
+        trainer = _run_config(path).get("trainer")
+        if isinstance(trainer, dict) and trainer.get("accumulate_grad_batches") is not None:
+            saved["trainer.accumulate_grad_batches"] = trainer["accumulate_grad_batches"]
     return CheckpointFacts(path, ckpt["hyper_parameters"], ckpt.get("global_step"), data.get("corpus"), world, saved)
 
 
@@ -448,6 +455,11 @@ class Continued:
     flag: str  # how a command line sets it
     decides: str  # what it decides in the run
 
+    @property
+    def model(self) -> bool:
+        """A model value: the checkpoint's hyper-parameters hold it (`read_checkpoint`)."""
+        return self.key.startswith("model.")
+
 
 # What `ega fit --ckpt_path last` refuses to change (asked where the checkpoint records the value; a checkpoint from
 # before a record is not asked): a new evaluation option of the data is one more row.
@@ -470,6 +482,27 @@ CONTINUED: tuple[Continued, ...] = (
     Continued("data.random_eval_seed", "--data.random_eval_seed", "which random validation batches val/loss reads"),
     Continued("data.eval_batch_size", "--data.eval_batch_size", "the windows of each random validation batch"),
     Continued("trainer.precision", "--trainer.precision", "the arithmetic of every step"),
+    # issue 72: a resume that changed these was accepted, and changed the run
+    Continued(
+        "trainer.accumulate_grad_batches",
+        "--trainer.accumulate_grad_batches",
+        "the global batch of every optimizer step",
+    ),
+    Continued(
+        "model.eval_znorm",
+        "--model.eval_znorm",
+        "how val/loss and best.ckpt are evaluated: z over the causal prefix or the whole window",
+    ),
+    Continued(
+        "model.scale_residual_init",
+        "--model.scale_residual_init",
+        "the initialisation of the residual projections, done at step 0: a resume cannot change it",
+    ),
+    Continued(
+        "model.decay_every_parameter",
+        "--model.decay_every_parameter",
+        "which parameters the optimizer decays: its parameter groups, restored from the checkpoint",
+    ),
 )
 # Lightning's older spellings of a precision, by the name it runs them under (Trainer.precision)
 PRECISION_NAMES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "None": "32-true"}
