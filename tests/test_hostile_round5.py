@@ -225,3 +225,47 @@ def test_ega_fit_refuses_a_resume_that_changes_the_run_and_leaves_it_as_it_was(t
         (line,) = [x for x in resumed.stderr.splitlines() if x.startswith("ega fit: error: ")]
         assert said in line, line
         assert {p: p.read_bytes() for p in kept} == kept
+
+
+@pytest.mark.parametrize(
+    ("logged", "said"),
+    [
+        # trainer.limit_val_batches=0: it trains to max_steps and validates never
+        ({"tag": "train/loss", "steps": (3, 7, 11)}, "with no val/loss in its event files"),
+        # trainer.limit_train_batches=0: nothing trained, nothing logged
+        (None, "with no val/loss in its event files"),
+        # checkpoint_every_n_steps=0 with max_time: stopped after its first validation, no last.ckpt to tell
+        ({"steps": (3,)}, "its val/loss stops at step 3 (as logged) of a run of 12 steps"),
+    ],
+)
+def test_a_sweep_run_that_exits_0_without_its_validations_is_no_done_run(tmp_path, monkeypatch, capsys, logged, said):
+    """Case 7: a sweep run with limit_val_batches=0, limit_train_batches=0, or checkpoint_every_n_steps=0 with a
+    max_time that stopped it got DONE and was skipped forever (`sweep.stopped_short` took "no last.ckpt" for
+    finished). Now `ega sweep` (its fit a stand-in that leaves what each leaves) says it failed, writes no DONE and
+    no record, and runs it again next time; a run that validated to its max_steps is done."""
+    import sys
+
+    from ega_lightning.experiments import sweep
+
+    from .test_experiments import logs_a_validation
+
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path / "spec.yaml", {"name": "s", "runs": [{"name": "r", "seeds": [1]}]})
+
+    def fit(run, runs_dir, resume, overwrite=False, logged=logged):
+        run_dir = Path(runs_dir) / run.run_name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text("trainer: {max_steps: 12}\n")
+        if logged is not None:
+            logs_a_validation(run_dir, **logged)
+        return [sys.executable, "-c", "print('ok')"]
+
+    monkeypatch.setattr(sweep, "fit_command", fit)
+    assert sweep.main([str(spec), "--runs_dir", "runs", "--records_dir", "rec"]) == 1
+    out = capsys.readouterr().out
+    assert "[1/1] r-seed1: failed: " in out and said in out, out
+    assert not (tmp_path / "runs/r-seed1/DONE").exists() and not (tmp_path / "rec").exists()
+
+    monkeypatch.setattr(sweep, "fit_command", lambda *a, **k: fit(*a, **k, logged={"steps": (3, 7, 11)}))
+    assert sweep.main([str(spec), "--runs_dir", "runs", "--records_dir", "rec"]) == 0  # run again: now it validated
+    assert (tmp_path / "runs/r-seed1/DONE").is_file()
