@@ -269,3 +269,24 @@ def test_a_sweep_run_that_exits_0_without_its_validations_is_no_done_run(tmp_pat
     monkeypatch.setattr(sweep, "fit_command", lambda *a, **k: fit(*a, **k, logged={"steps": (3, 7, 11)}))
     assert sweep.main([str(spec), "--runs_dir", "runs", "--records_dir", "rec"]) == 0  # run again: now it validated
     assert (tmp_path / "runs/r-seed1/DONE").is_file()
+
+
+def test_a_record_with_two_val_losses_at_its_last_step_is_unusable_not_read_by_the_last(tmp_path, monkeypatch):
+    """Case 8: a record with two val/loss values at its last step was read by the last one. Now the record is
+    unusable, saying why, and `ega report` lists its run as incomplete with that reason, in no number."""
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path / "spec.yaml", {"name": "t", "runs": [{"name": "r", "seeds": [1, 2], "group": "main"}]})
+    runs = load_spec(spec).runs
+    recorded = tmp_path / "out" / "runs"
+    for run in runs:
+        rundirs.record_run(run, fake_run(tmp_path / "made", run.run_name, "none", [2.0, 1.5]), recorded)
+    path = recorded / "r-seed1.json"
+    data = json.loads(path.read_text())
+    data["scalars"]["val/loss"].append([data["scalars"]["val/loss"][-1][0], 0.5])  # a second value at step 5
+    path.write_text(json.dumps(data))
+    loaded = rundirs.load_run(runs[0], tmp_path / "no-runs", recorded)
+    assert loaded.status == "incomplete" and "holds two values at step 5, where a record holds one" in loaded.reason
+    assert report.main([str(spec), "--runs_dir", "no-runs", "--out", "out", "--records_dir", str(recorded)]) == 0
+    (row,) = [r for r in json.loads((tmp_path / "out/results.json").read_text())["runs"] if r["run_name"] == "r-seed1"]
+    assert row["status"] == "incomplete" and "two values at step 5" in row["reason"]
+    assert "final_val_loss" not in row

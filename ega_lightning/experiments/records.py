@@ -307,6 +307,13 @@ def _check_types(data: dict[str, Any]) -> None:
             isinstance(p, list) and len(p) == 2 and all(map(_number, p)) for p in points
         ):
             raise TypeError(f"scalars[{tag!r}] must be a list of [step, value] pairs of numbers")
+        steps = [p[0] for p in points]
+        if twice := sorted({step for step in steps if steps.count(step) > 1}):
+            # a record holds one value per step (the last write of the run's event files): two at one step, and
+            # the final loss would be whichever came last in the file
+            raise TypeError(f"scalars[{tag!r}] holds two values at step {twice[-1]:g}, where a record holds one")
+        if steps != sorted(steps):
+            raise TypeError(f"scalars[{tag!r}] is not in the order of its steps")
 
 
 def read_record(path: Path) -> dict[str, Any]:
