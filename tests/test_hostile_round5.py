@@ -290,3 +290,26 @@ def test_a_record_with_two_val_losses_at_its_last_step_is_unusable_not_read_by_t
     (row,) = [r for r in json.loads((tmp_path / "out/results.json").read_text())["runs"] if r["run_name"] == "r-seed1"]
     assert row["status"] == "incomplete" and "two values at step 5" in row["reason"]
     assert "final_val_loss" not in row
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("gate", "failed", "said"),
+    [
+        ("TrainOnlyLeakGate", "causal", "(fused attention, train mode): the gate reads the future"),
+        ("BigBatchStatsGate", "batch_independent", "changing the other 7 sequences of a batch of 8 moved"),
+        ("LongWindowLeakGate", "causal", "the gate reads the future"),
+    ],
+)
+def test_check_gate_fails_a_leak_in_training_a_batch_of_4_or_past_32_positions(tmp_path, data_dir, gate, failed, said):
+    """Case 9: `ega check-gate` passed a gate that reads the future only in training mode (causality was checked in
+    eval mode only), one that reads other sequences only at batch >= 4 (it checked a batch of 3), and one that leaks
+    only past its default window of 32 (below every shipped block, 128). Now each fails its property, exit 1."""
+    from .helpers import REPO, run_ega
+
+    env = {"EGA_DATA_DIR": str(data_dir), "PYTHONPATH": str(REPO)}
+    result = run_ega(["check-gate", f"tests.hostile_gates.{gate}", "--only", failed], tmp_path, env=env)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stdout + result.stderr[-3000:]
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith(f"FAIL  {failed}")]
+    assert said in line, line
+    assert "T = 128" in result.stdout  # the default window: the shipped block
