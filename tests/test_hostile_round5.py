@@ -4,12 +4,14 @@ against nothing, resumes that change a run, sweep runs taken for done, and `ega 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from ega_lightning.commands import report
+from ega_lightning.errors import UserError
 from ega_lightning.experiments import records, rundirs
 from ega_lightning.experiments.spec import load_spec
 
@@ -313,3 +315,39 @@ def test_check_gate_fails_a_leak_in_training_a_batch_of_4_or_past_32_positions(t
     (line,) = [x for x in result.stdout.splitlines() if x.startswith(f"FAIL  {failed}")]
     assert said in line, line
     assert "T = 128" in result.stdout  # the default window: the shipped block
+
+
+@pytest.mark.slow
+def test_ega_validate_says_a_leaky_evaluation_is_no_causal_loss(tmp_path, data_dir, checkpoint):
+    """Messy (issue 72): `ega validate --model.eval_znorm=window` printed its loss as a plain val/loss. Now its headline
+    says z was taken over the whole window (non-causal); the causal evaluation's says nothing of it."""
+    from .helpers import run_ega
+
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    base = ["validate", "--ckpt_path", str(checkpoint), "--data.max_eval_windows=4", "--trainer.logger=false"]
+    leaky = run_ega([*base, "--model.eval_znorm=window"], tmp_path, env)
+    assert leaky.returncode == 0, leaky.stderr[-3000:]
+    assert "z over the whole window (non-causal" in leaky.stdout, leaky.stdout
+    causal = run_ega(base, tmp_path, env)
+    assert causal.returncode == 0 and "non-causal" not in causal.stdout, causal.stdout
+
+
+def test_the_same_seed_number_of_two_specs_is_two_sittings_each_of_its_own_cpu_kind():
+    """The shipped report's author seed 1 (whole split, "AMD EPYC") and rope seed 1 (beyond the block, "AMD EPYC
+    (AVX512)") ran in two sittings: the check of case 5 compares a seed's evaluations within its spec only."""
+    from ega_lightning.experiments import whole_split
+    from ega_lightning.experiments.beyond_the_block import BeyondTheBlock
+
+    machine = "AMD EPYC x2; Linux-6-x86_64-with-glibc2.36; torch 2.13.0+cpu"
+    ran = {
+        "author-seed1": whole_split.Ran(1, 3000, machine, "author.yaml"),
+        "rope-seed1": whole_split.Ran(1, 1500, machine, "rope.yaml"),
+    }
+    found = [
+        (whole_split.WholeSplit("author-seed1", 2999, 1.7, "AMD EPYC"), Path("a.json")),
+        (BeyondTheBlock("rope-seed1", 1499, 256, 1.6, (1.6,) * 256, "AMD EPYC (AVX512)"), Path("b.json")),
+    ]
+    whole_split.check_against_records(found, ran)  # no error
+    one_spec = {name: dataclasses.replace(r, spec="one.yaml") for name, r in ran.items()}
+    with pytest.raises(UserError, match="a seed's evaluations run on one CPU kind"):
+        whole_split.check_against_records(found, one_spec)

@@ -89,7 +89,9 @@ def write_report(
     whole = tuple(whole_split.load(records_dir.parent / whole_split.DIRNAME))
     longer = tuple(beyond_the_block.load(records_dir.parent / beyond_the_block.DIRNAME))
     # each evaluation of a final checkpoint is of the step and the CPU kind its run's record gives
-    ran = {r.run.run_name: whole_split.Ran(r.run.seed, r.max_steps, r.machine) for r in runs if r.hparams}
+    ran = {
+        r.run.run_name: whole_split.Ran(r.run.seed, r.max_steps, r.machine, str(r.run.spec)) for r in runs if r.hparams
+    }
     folder, further = records_dir.parent / whole_split.DIRNAME, records_dir.parent / beyond_the_block.DIRNAME
     files = [(e, folder / f"{e.run_name}.json") for e in whole]
     files += [(e, further / f"{e.run_name}-T{e.eval_block_size}.json") for e in longer]

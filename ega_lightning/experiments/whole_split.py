@@ -82,15 +82,17 @@ class Ran:
     seed: int
     max_steps: int | None
     machine: str | None
+    spec: str = ""  # the spec it is of: a seed of one spec runs in one sitting, on one CPU kind (another spec's seed
+    # of the same number is another sitting)
 
 
 def check_against_records(found: Sequence[tuple[Any, Path]], records: Mapping[str, Ran]) -> None:
     """Raises :class:`UserError` for an evaluation (a `WholeSplit` or a `BeyondTheBlock`, with its file) that is
     not of its run's final checkpoint as the run's record gives it: its ``step`` is not the record's last (max_steps -
     1), its ``cpu`` is of another CPU model than the machine the record ran on, or another CPU kind than the seed's
-    other evaluations (a seed's runs and evaluations run on one kind). A file edited to another step or CPU
+    other evaluations of its spec (a seed's runs and evaluations run on one kind). A file edited to another step or CPU
     would otherwise move a label; an evaluation of a run no record gives is left as it is."""
-    kinds: dict[int, tuple[str, Path]] = {}
+    kinds: dict[tuple[str, int], tuple[str, Path]] = {}
     for it, path in found:
         ran = records.get(it.run_name)
         if ran is None:
@@ -107,10 +109,10 @@ def check_against_records(found: Sequence[tuple[Any, Path]], records: Mapping[st
                 f"machine): a seed's runs and their evaluations run on one CPU kind. Write it again on the seed's CPU "
                 f"kind with `{SEED_RUNNER}`, or remove it."
             )
-        first = kinds.setdefault(ran.seed, (it.cpu, path))
+        first = kinds.setdefault((ran.spec, ran.seed), (it.cpu, path))
         if it.cpu != first[0]:
             raise UserError(
-                f"{path} was evaluated on {it.cpu}, but {first[1]} (of the same seed {ran.seed}) on {first[0]}: a "
-                f"seed's evaluations run on one CPU kind. Write the one of another kind again on the seed's kind "
-                f"with `{SEED_RUNNER}`, or remove it."
+                f"{path} was evaluated on {it.cpu}, but {first[1]} (of the same spec's seed {ran.seed}) on "
+                f"{first[0]}: a seed's evaluations run on one CPU kind. Write the one of another kind again on the "
+                f"seed's kind with `{SEED_RUNNER}`, or remove it."
             )
