@@ -351,3 +351,20 @@ def test_the_same_seed_number_of_two_specs_is_two_sittings_each_of_its_own_cpu_k
     one_spec = {name: dataclasses.replace(r, spec="one.yaml") for name, r in ran.items()}
     with pytest.raises(UserError, match="a seed's evaluations run on one CPU kind"):
         whole_split.check_against_records(found, one_spec)
+
+
+@pytest.mark.slow
+def test_ega_bench_keeps_the_tables_its_out_holds_unless_told_to_replace_them(tmp_path):
+    """Messy (issue 72): `ega bench` silently overwrote the committed results/bench-cpu-32-true.*. Now tables --out
+    already holds for the device and precision are one paragraph, exit 2, before any timing; --overwrite replaces."""
+    from .helpers import run_ega
+
+    (tmp_path / "results").mkdir()
+    committed = tmp_path / "results" / "bench-cpu-32-true.json"
+    committed.write_text("{}")
+    args = ["bench", "--sizes", "cpu", "--gates", "linear", "--repeats", "3", "--no_generation", "--device", "cpu"]
+    refused = run_ega(args, tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    (line,) = [x for x in refused.stderr.splitlines() if x.startswith("ega bench: error: ")]
+    assert "--out results already holds bench-cpu-32-true.json, which this bench would replace" in line
+    assert committed.read_text() == "{}" and not (tmp_path / "results" / "bench-cpu-32-true.md").exists()
