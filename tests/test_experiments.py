@@ -838,6 +838,7 @@ def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workd
 
     def fake_fit(run, runs_dir, resume, overwrite=False):
         started.append(run.run_name)
+        logs_a_validation(Path(runs_dir) / run.run_name)  # a finished run logs its validation (issue 72)
         return [sys.executable, "-c", "print('ok')"]
 
     monkeypatch.setattr(sweep, "fit_command", fake_fit)

@@ -368,3 +368,17 @@ def test_ega_bench_keeps_the_tables_its_out_holds_unless_told_to_replace_them(tm
     (line,) = [x for x in refused.stderr.splitlines() if x.startswith("ega bench: error: ")]
     assert "--out results already holds bench-cpu-32-true.json, which this bench would replace" in line
     assert committed.read_text() == "{}" and not (tmp_path / "results" / "bench-cpu-32-true.md").exists()
+
+
+def test_a_label_an_amendment_and_a_level_edit_changed_is_not_dated_by_the_edit_as_the_amendment():
+    """Messy (issue 72): a label changed by an amendment and by a later edit of the level read "the amendment of
+    2026-12-07" (the edit's date; no amendment has it). Now the amendment is named without the edit's date."""
+    from ega_lightning.experiments.findings import Registration
+    from ega_lightning.experiments.prose import registration_text
+
+    both = Registration("exploratory", 0, 3, "2026-12-07T10:00", amended="holds", level_was="too few seeds to tell")
+    text = registration_text(both)
+    assert "the amendment of 2026-12-07" not in text and "the amendment changed its label (was: holds)" in text
+    assert "the edit of the family-wise level (2026-12-07) changed its label" in text
+    alone = Registration("registered", 3, 3, "2026-12-05T10:00", amended="holds")
+    assert "the amendment of 2026-12-05 changed its label (was: holds)" in registration_text(alone)
