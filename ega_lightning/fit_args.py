@@ -83,10 +83,25 @@ VOCAB_GIVEN = (
 )
 
 
+# jsonargparse's words for a link whose source a section given as null removed (`model: null` in a -c file: the link
+# model.block_size -> data.block_size finds no key), and what `ega` says instead (as for `trainer: null`)
+SECTION_GONE = re.compile(r'Key "(model|data)\.[A-Za-z_]+" not found in namespace')
+
+
 def parser_message(message: str) -> str:
     """The parser's error as one line, in ega's words where jsonargparse's would name an option that is not there."""
     text = one_line(message)
-    return VOCAB_GIVEN if VOCAB_LINK in text else text
+    if VOCAB_LINK in text:
+        return VOCAB_GIVEN
+    if gone := SECTION_GONE.search(text):
+        section = gone.group(1)
+        example = {"model": "n_embd: 64", "data": "batch_size: 16"}[section]
+        return (
+            f"{section} is null (in a -c file or a flag), and it must be a mapping of {section} options: that one "
+            f"would drop every default of base.yaml. Delete the line to keep the defaults, or give the options you "
+            f"change (e.g. {section}: {{{example}}})."
+        )
+    return text
 
 
 def add_run_arguments(parser: LightningArgumentParser) -> None:

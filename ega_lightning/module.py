@@ -109,7 +109,10 @@ def check_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     _require(a.warmup_steps >= 0, f"model.warmup_steps must be >= 0, got {a.warmup_steps}.")
     for name in ("tau_init", "alpha_init"):
         _require(math.isfinite(args[name]), f"model.{name} must be a finite number, got {args[name]}.")
-    _require(a.weight_decay >= 0, f"model.weight_decay must be >= 0, got {a.weight_decay}.")
+    _require(
+        math.isfinite(a.weight_decay) and a.weight_decay >= 0,
+        f"model.weight_decay must be a finite number >= 0, got {a.weight_decay}.",
+    )
     _require(all(0 <= b < 1 for b in a.betas), f"model.betas must both be in [0, 1), got {list(a.betas)}.")
     znorms = (None, *ZNORM_MODES)
     _require(a.eval_znorm in znorms, f"model.eval_znorm must be one of {znorms}, got {a.eval_znorm!r}.")

@@ -23,6 +23,7 @@ restores) decides, the same on every rank, before Lightning's first collective (
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -119,6 +120,9 @@ def read_checkpoint(path: Path) -> CheckpointFacts:
     data = ckpt.get("datamodule_hyper_parameters", {})
     saved = {f"data.{key}": value for key, value in data.items() if not key.startswith("_")}
     saved.update(ckpt.get(RUN_KEY) or {})
+    hparams = ckpt["hyper_parameters"]
+    # the model's values a resume continues (`CONTINUED`), as the run that saved it was built with
+    saved.update({row.key: hparams[row.key[6:]] for row in CONTINUED if row.key[6:] in hparams and row.model})
     recorded = ckpt.get(WORLD_KEY)
     world = world_of(recorded) if isinstance(recorded, Mapping) else None
     if recorded is None or "trainer.precision" not in saved:  # saved before ega recorded it: its run's word
@@ -127,6 +131,10 @@ def read_checkpoint(path: Path) -> CheckpointFacts:
         world = world_of(trainer) if recorded is None and trainer else world
         if "trainer.precision" not in saved and trainer.get("precision") is not None:
             saved["trainer.precision"] = trainer["precision"]
+    if "trainer.accumulate_grad_batches" not in saved:  # saved before ega recorded it: its run's config.yaml
+        trainer = _run_config(path).get("trainer")
+        if isinstance(trainer, dict) and trainer.get("accumulate_grad_batches") is not None:
+            saved["trainer.accumulate_grad_batches"] = trainer["accumulate_grad_batches"]
     return CheckpointFacts(path, ckpt["hyper_parameters"], ckpt.get("global_step"), data.get("corpus"), world, saved)
 
 
@@ -448,6 +456,11 @@ class Continued:
     flag: str  # how a command line sets it
     decides: str  # what it decides in the run
 
+    @property
+    def model(self) -> bool:
+        """A model value: the checkpoint's hyper-parameters hold it (`read_checkpoint`)."""
+        return self.key.startswith("model.")
+
 
 # What `ega fit --ckpt_path last` refuses to change (asked where the checkpoint records the value; a checkpoint from
 # before a record is not asked): a new evaluation option of the data is one more row.
@@ -470,6 +483,27 @@ CONTINUED: tuple[Continued, ...] = (
     Continued("data.random_eval_seed", "--data.random_eval_seed", "which random validation batches val/loss reads"),
     Continued("data.eval_batch_size", "--data.eval_batch_size", "the windows of each random validation batch"),
     Continued("trainer.precision", "--trainer.precision", "the arithmetic of every step"),
+    # issue 72: a resume that changed these was accepted, and changed the run
+    Continued(
+        "trainer.accumulate_grad_batches",
+        "--trainer.accumulate_grad_batches",
+        "the global batch of every optimizer step",
+    ),
+    Continued(
+        "model.eval_znorm",
+        "--model.eval_znorm",
+        "how val/loss and best.ckpt are evaluated: z over the causal prefix or the whole window",
+    ),
+    Continued(
+        "model.scale_residual_init",
+        "--model.scale_residual_init",
+        "the initialisation of the residual projections, done at step 0: a resume cannot change it",
+    ),
+    Continued(
+        "model.decay_every_parameter",
+        "--model.decay_every_parameter",
+        "which parameters the optimizer decays: its parameter groups, restored from the checkpoint",
+    ),
 )
 # Lightning's older spellings of a precision, by the name it runs them under (Trainer.precision)
 PRECISION_NAMES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "None": "32-true"}
@@ -611,9 +645,73 @@ def val_check_interval_positive(request: RunRequest, plan: RunPlan) -> str | Non
     )
 
 
+def log_every_n_steps_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
+    # Lightning takes a negative log_every_n_steps for its absolute value (issue 72: -5 logged every 5 steps)
+    every = request.config["trainer"].get("log_every_n_steps")
+    if not isinstance(every, int | float) or every >= 0:
+        return None
+    return (
+        f"trainer.log_every_n_steps is {every}: give the optimizer steps between logged points, a positive number "
+        "(Lightning would read it as its absolute value)."
+    )
+
+
 def checkpoint_every_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
     every = request.config["checkpoint_every_n_steps"]
     return None if every >= 0 else f"checkpoint_every_n_steps must be >= 0 (0: never), got {every}."
+
+
+def _memory_bytes() -> int | None:
+    """This machine's physical memory; None where it does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def batch_fits_in_memory(request: RunRequest, plan: RunPlan) -> str | None:
+    """A training batch whose token windows and first activation alone (batch_size x block_size x (2 int64 token ids
+    + n_embd fp32 values)) exceed the machine's memory: the allocator failed with a traceback, a run directory
+    left (issue 72)."""
+    batch, block, width = (
+        request.config["data"].get("batch_size"),
+        request.config["model"].get("block_size"),
+        request.config["model"].get("n_embd"),
+    )
+    memory = _memory_bytes()
+    if request.command != "fit" or memory is None or not all(isinstance(x, int) for x in (batch, block, width)):
+        return None
+    need = batch * block * (16 + 4 * width)
+    if need <= memory:
+        return None
+    return (
+        f"data.batch_size is {batch}: one batch's token windows and first activation alone ({batch} x {block} "
+        f"positions x (16 + 4 x {width}) bytes, {need / 2**30:,.0f} GiB) exceed this machine's memory "
+        f"({memory / 2**30:,.1f} GiB). Give a smaller --data.batch_size (the shipped recipes train at 64), with "
+        "--trainer.accumulate_grad_batches=N for a larger global batch."
+    )
+
+
+def cpu_devices_within_cores(request: RunRequest, plan: RunPlan) -> str | None:
+    """More CPU devices than the machine has cores: Lightning starts one process per device (DDP), each a model and
+    its batches: 99 of them on a 2-core machine exhausted its memory (issue 72)."""
+    import torch
+
+    trainer = request.config["trainer"]
+    devices, cores, accelerator = trainer.get("devices"), os.cpu_count(), str(trainer.get("accelerator"))
+    on_cpu = accelerator == "cpu" or (
+        accelerator == "auto" and not torch.cuda.is_available() and not torch.backends.mps.is_available()
+    )
+    if not on_cpu or cores is None:
+        return None
+    count = int(devices) if isinstance(devices, str) and devices.isdigit() else devices
+    if not isinstance(count, int) or isinstance(count, bool) or count <= cores:
+        return None
+    return (
+        f"trainer.devices is {devices} on the CPU, and this machine has {cores} cores: Lightning would start "
+        f"{count} training processes (one per device), more than the machine can hold. Give --trainer.devices="
+        f"{cores} or fewer (1 trains on every core: torch's threads use them)."
+    )
 
 
 def run_name_is_a_name(request: RunRequest, plan: RunPlan) -> str | None:
@@ -790,7 +888,10 @@ REFUSALS: tuple[Refusal, ...] = (
     accumulate_grad_batches_positive,
     fit_writes_a_best_checkpoint,
     checkpoint_every_not_negative,
+    log_every_n_steps_not_negative,
     seed_in_range,
+    batch_fits_in_memory,
+    cpu_devices_within_cores,
     run_name_is_a_name,
     run_name_fits_a_directory_name,
     run_dir_can_be_made,

@@ -105,9 +105,11 @@ def evaluation_summary(
     run_dir: Path | None,
     corpus: str | None,
     fast_dev_run: int = 0,
+    non_causal: bool = False,
 ) -> str:
     """The headline of ``ega validate``/``test``: what was evaluated, then loss, bpc, tau mean, fraction above tau
-    (``fast_dev_run``: the batches Lightning's fast_dev_run evaluated, 0: the whole split)."""
+    (``fast_dev_run``: the batches Lightning's fast_dev_run evaluated, 0: the whole split; ``non_causal``: a gate's z
+    was taken over the whole window, which the headline says: its loss is no causal loss)."""
     split = "val" if stage == "validate" else "test"
     what = f"{ckpt_path} (step {checkpoint_step(ckpt_path)})" if ckpt_path else "the untrained model (no --ckpt_path)"
     scope = f"{split} split"
@@ -115,6 +117,11 @@ def evaluation_summary(
         scope = f"first {fast_dev_run} batch(es) of the {scope} (fast_dev_run: a check of the pipeline, not logged)"
     keys = [k.format(split=split) for k in HEADLINE]
     headline = [f"{key} {float(metrics[key]):.4f}" for key in keys if key in metrics]
+    if non_causal:  # issue 72: a leaky evaluation was printed as a plain val/loss
+        scope += (
+            ", z over the whole window (non-causal: a key's gate reads later characters, so this is no causal loss; "
+            "--model.eval_znorm=prefix evaluates causally)"
+        )
     # None: no logger; a step that never trained (no checkpoint) logs at 0
     where = f"in TensorBoard as the run {run_dir} (tensorboard --logdir {run_dir.parent}), or " if run_dir else ""
     return "\n".join(

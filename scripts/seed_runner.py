@@ -24,7 +24,10 @@ beside the study's) when it is done, and the runner skips it.
 
 A run the study checkout's sweep could not record is recorded from its finished run directory by this checkout's sweep
 (`ega report` would also write it, later, where the run directory is still there); a seed is done when each run has a
-record or a finished run directory (a DONE file). Pause it while a benchmark times (``kill -STOP <pid>`` on its
+record or a finished run directory (a DONE file). A record is read by its content, not its file name: one of that name
+made with other configs, arguments, seed or steps than the spec entry gives (a shipped run named like a new spec's
+entry) is refused, exit 2, before anything is written; so are a spec, checkout or directory that cannot be used and a
+seed the spec lacks. Pause it while a benchmark times (``kill -STOP <pid>`` on its
 process group, ``kill -CONT`` after); stop it with SIGTERM (the run in progress stops at its next step and resumes at
 the next sitting). Beside other work on a 2-core machine, give it the higher priority from the start (a run's two
 compute threads wait for each other: one starved thread stalls both, ~4.5 s a step instead of ~0.5 s beside two test
@@ -58,8 +61,10 @@ REPORTED = REPO / "results" / "runs"  # the records `ega report` reads: a seed's
 sys.path.insert(0, str(REPO))
 
 from ega_lightning import host  # noqa: E402
+from ega_lightning.errors import UserError  # noqa: E402
+from ega_lightning.experiments.records import load_record, record_path  # noqa: E402
 from ega_lightning.experiments.rundirs import read_scalars  # noqa: E402
-from ega_lightning.experiments.spec import DONE_FILE, Run, collect_runs, load_spec  # noqa: E402
+from ega_lightning.experiments.spec import DONE_FILE, Run, collect_runs, load_spec, static_value  # noqa: E402
 from ega_lightning.io import read_yaml, write_atomic  # noqa: E402
 from ega_lightning.run_policy import evaluation_name  # noqa: E402
 
@@ -171,7 +176,64 @@ def evaluations(r: Run, args: argparse.Namespace) -> int:
     return 0
 
 
+class Refused(UserError):
+    """A runner's command that cannot be run as given; the message says what is wrong and the way out."""
+
+
+def has_record(r: Run, records_dir: Path) -> bool:
+    """Whether ``records_dir`` holds run ``r``'s record, judged by its content: a record file of that name made with
+    other configs, arguments, seed or steps than the spec entry gives is another run's (a shipped run named like a
+    new spec's entry), and :class:`Refused` says so; no file: False."""
+    try:
+        record = load_record(r, records_dir)  # its run name, seed, configs and arguments, and curves to max_steps
+    except UserError as err:
+        raise Refused(
+            f"{err} The seed runner decides a run done by its record's content: it neither skips the run on that "
+            "record nor runs it beside it. Give the spec entry another name, or move the record away."
+        ) from None
+    if record is None:
+        return False
+    wanted = static_value(r, "trainer.max_steps")
+    if isinstance(wanted, int) and record.max_steps != wanted:
+        raise Refused(
+            f"{record_path(records_dir, r.run_name)} is the record of a run of {record.max_steps} steps, but the spec "
+            f"entry {r.entry} gives {wanted}: it is another run's. Give the spec entry another name, or move the "
+            "record away."
+        )
+    return True
+
+
+def check_arguments(args: argparse.Namespace) -> list[Run]:
+    """The runs of ``args.spec``, every argument checked before anything is written (:class:`Refused`): the spec
+    found (a path relative to this directory made absolute: the sweeps run in the checkout), the checkout and the
+    directories usable, every seed in the spec, and every record already there the spec entry's run."""
+    if args.spec.is_file():
+        args.spec = args.spec.resolve()
+    runs = collect_runs([load_spec(args.spec)])
+    if not args.checkout.is_dir():
+        raise Refused(f"--checkout {args.checkout} is not a directory: give the checkout whose code trains.")
+    for flag, directory in (("--records_dir", args.records_dir), ("--runs_dir", args.runs_dir)):
+        if directory.exists() and not directory.is_dir():
+            raise Refused(f"{flag} {directory} is a file: give a directory (it is made if missing).")
+    seeds = sorted({r.seed for r in runs})
+    if unknown := [seed for seed in args.seeds if seed not in seeds]:
+        raise Refused(f"the spec {args.spec} has no run of seed(s) {unknown}: its seeds are {seeds}.")
+    for r in runs:
+        if r.seed in args.seeds:
+            has_record(r, REPORTED)
+            has_record(r, args.records_dir)
+    return runs
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return run_seeds(argv)
+    except UserError as err:  # a bad spec, checkout, directory, seed or record: one paragraph, nothing written
+        print(f"seed_runner: error: {err}", file=sys.stderr)
+        return 2
+
+
+def run_seeds(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("spec", type=Path)
     parser.add_argument("--seeds", type=int, nargs="+", required=True)
@@ -196,20 +258,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # absolute: the sweeps run in the checkout, the runner's own checks here
     args.records_dir, args.runs_dir = args.records_dir.resolve(), args.runs_dir.resolve()
-    runs = collect_runs([load_spec(args.spec)])
+    runs = check_arguments(args)
     args.records_dir.mkdir(parents=True, exist_ok=True)
     for seed in args.seeds:
         mine = [r for r in runs if r.seed == seed]
-        if not mine:
-            print(f"seed {seed}: the spec has no run of it", file=sys.stderr)
-            return 2
-        if all((REPORTED / f"{r.run_name}.json").is_file() for r in mine):  # a whole seed, moved where it is read
+        if all(has_record(r, REPORTED) for r in mine):  # a whole seed, moved where it is read (by content)
             print(f"seed {seed}: done (its records are the report's)", flush=True)
             continue
         records = [args.records_dir / f"{r.run_name}.json" for r in mine]
 
         def finished(r: Run, record: Path) -> bool:
-            return record.is_file() or (args.runs_dir / r.run_name / DONE_FILE).is_file()
+            return has_record(r, record.parent) or (args.runs_dir / r.run_name / DONE_FILE).is_file()
 
         if not all(finished(r, p) for r, p in zip(mine, records, strict=True)):
             cpu_file = args.records_dir / f"seed{seed}.cpu"

@@ -105,3 +105,30 @@ class BatchStatsGate(_Projected):
     def energy(self, x: torch.Tensor) -> torch.Tensor:
         e = super().energy(x)  # (B, nh, T)
         return e - e.mean(dim=0, keepdim=True)
+
+
+class TrainOnlyLeakGate(_Projected):
+    """Centres its energy on the mean over the whole window in training mode only (later positions included): causal
+    in evaluation, reading the future while it trains (issue 72: check-gate checked eval mode only)."""
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        e = super().energy(x)
+        return e - e.mean(dim=-1, keepdim=True) if self.training else e
+
+
+class BigBatchStatsGate(_Projected):
+    """Centres its energy on the mean over the batch from a batch of 4 on (issue 72: check-gate checked a batch
+    of 3)."""
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        e = super().energy(x)
+        return e - e.mean(dim=0, keepdim=True) if e.shape[0] >= 4 else e
+
+
+class LongWindowLeakGate(_Projected):
+    """Reads the whole window's mean once the window is longer than 32 (issue 72: check-gate's default window was 32,
+    below every shipped block)."""
+
+    def energy(self, x: torch.Tensor) -> torch.Tensor:
+        e = super().energy(x)
+        return e - e.mean(dim=-1, keepdim=True) if e.shape[-1] > 32 else e

@@ -249,6 +249,16 @@ def test_ega_dispatches_sweep_and_report(workdir, capsys):
     assert exit_info.value.code == 2
 
 
+def logs_a_validation(run_dir: Path, steps: tuple[int, ...] = (3,), tag: str = "val/loss") -> None:
+    """Event files in ``run_dir`` with ``tag`` logged at ``steps``, as a run's validations leave them."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with SummaryWriter(str(run_dir)) as writer:
+        for step in steps:
+            writer.add_scalar(tag, 1.5, step)
+
+
 def test_sweep_runs_in_order_records_done_reports_failures_and_resumes(workdir, monkeypatch, capsys):
     """The bookkeeping, with `ega fit` replaced by tiny scripts: fail, succeed, resume, skip, busy."""
     path = write_spec(workdir / "spec.yaml", good_spec())
@@ -259,6 +269,8 @@ def test_sweep_runs_in_order_records_done_reports_failures_and_resumes(workdir, 
     def fake_fit(run, runs_dir, resume, overwrite=False):
         commands[run.run_name] = real_fit_command(run, runs_dir, resume, overwrite)
         code = "print('boom: bad config'); raise SystemExit(3)" if run.run_name == "ra-seed1" else "print('ok')"
+        if run.run_name != "ra-seed1":  # a finished run logs its validation (issue 72: none logged is no finished run)
+            logs_a_validation(Path(runs_dir) / run.run_name)
         return [sys.executable, "-c", code]
 
     monkeypatch.setattr(sweep, "fit_command", fake_fit)
@@ -284,11 +296,14 @@ def test_sweep_runs_in_order_records_done_reports_failures_and_resumes(workdir, 
     assert "boom: bad config" in (runs / "ra-seed1" / "sweep.log").read_text()
 
     # again: the finished runs are skipped, the failed one is retried; a locked run is left alone
+    (workdir / "results" / "runs" / "rb-seed2.json").unlink()  # its record would skip it before its lock is tried
     with open(runs / "rb-seed2" / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert sweep.main([str(path), "--runs_dir", "runs"]) == 1
     out = capsys.readouterr().out.splitlines()
-    assert "[2/4] ra-seed2: skipped (done)" in out and "[3/4] rb-seed1: skipped (done)" in out
+    # recorded, as a finished run with its validation is (its record is read before its directory)
+    assert "[2/4] ra-seed2: skipped (recorded in results/runs/ra-seed2.json)" in out
+    assert "[3/4] rb-seed1: skipped (recorded in results/runs/rb-seed1.json)" in out
     assert "[1/4] ra-seed1: started" in out
     assert any(line.startswith("[4/4] rb-seed2: skipped (running in another process") for line in out)
     assert (runs / "ra-seed1" / "sweep.log").read_text().count("\nboom: bad config\n") == 2  # appended
@@ -823,6 +838,7 @@ def test_sweep_skips_recorded_runs_and_refuses_a_record_of_other_arguments(workd
 
     def fake_fit(run, runs_dir, resume, overwrite=False):
         started.append(run.run_name)
+        logs_a_validation(Path(runs_dir) / run.run_name)  # a finished run logs its validation (issue 72)
         return [sys.executable, "-c", "print('ok')"]
 
     monkeypatch.setattr(sweep, "fit_command", fake_fit)

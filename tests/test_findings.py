@@ -33,6 +33,7 @@ from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies import ablation, author, cost, peers, tau_mechanism
 from ega_lightning.experiments.studies.frozen_tau import FrozenTau
+from ega_lightning.experiments.whole_split import cpu_model_of
 from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.io import write_atomic
 from ega_lightning.tau_landscape import TAU_SHIFTS
@@ -1086,7 +1087,7 @@ def test_ega_report_over_the_author_records_writes_the_waterfall_and_reads_the_w
             "step": 2999,
             "val_loss_whole_split": loss + 0.01,
             "command": "c",
-            "cpu": "x",
+            "cpu": cpu_model_of(template["machine"]),  # the record's CPU model (issue 72: checked against it)
         }
         (split / f"{run.run_name}.json").write_text(json.dumps(whole))
     out = tmp_path / "out"

@@ -273,7 +273,9 @@ def test_read_request_reads_the_checkpoint_the_command_would_read(tmp_path):
         return run_policy.read_request(command, parsed, [command, "--model.n_embd=32"])
 
     resumed = read("fit", "last")
-    assert resumed.checkpoint == CheckpointFacts(run_dir / runs.LAST, hparams, 12, "ptb", saved={"data.corpus": "ptb"})
+    # the model's values a resume continues, as its hyper-parameters hold them (issue 72: here eval_znorm)
+    saved = {"data.corpus": "ptb", "model.eval_znorm": None}
+    assert resumed.checkpoint == CheckpointFacts(run_dir / runs.LAST, hparams, 12, "ptb", saved=saved)
     assert resumed.typed == {"model.n_embd"} and resumed.config["model"]["n_embd"] == 32
     assert read("validate", "last").checkpoint is None  # refused by the plan, never read
     assert read("validate", str(run_dir / runs.LAST)).checkpoint.global_step == 12

@@ -12,12 +12,26 @@ from typing import Any
 
 import pytest
 import torch
+import yaml
 
+from ega_lightning.experiments.records import Record
+from ega_lightning.experiments.spec import collect_runs, load_spec, static_value
 from ega_lightning.runs import DONE
 
 from .helpers import REPO, seed_runner
 
 SPEC = REPO / "configs/sweeps/author.yaml"
+SPEC_RUNS = {r.run_name: r for r in collect_runs([load_spec(SPEC)])}
+
+
+def record_of(run_name: str, **fields: Any) -> str:
+    """A record of the spec's run ``run_name`` as `ega sweep` would write it (its configs, arguments, seed and
+    max_steps; no curves), with ``fields`` beside (the runner reads a record by its content)."""
+    r = SPEC_RUNS[run_name]
+    kept = {"configs": list(r.configs), "args": list(r.args), "max_steps": static_value(r, "trainer.max_steps")}
+    return json.dumps({**Record(run_name=run_name, seed=r.seed, **kept).as_data(), **fields})
+
+
 RUNS = ["author-none", "author-ega1", "author-ega1-prefix", "author-ega1-gatefirst", "author-linear", "author-ega4"]
 
 
@@ -44,7 +58,7 @@ def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType,
             ran.append(f"fit {run_name}")
             if Path(cwd).resolve() != REPO and "-ega1-" in run_name:  # as e2ababa's sweep: trained, not recorded
                 return subprocess.CompletedProcess(command, 0)
-        (records_dir / f"{run_name}.json").write_text(json.dumps({"run_name": run_name, "cpu": module.cpu()}))
+        (records_dir / f"{run_name}.json").write_text(record_of(run_name, cpu=module.cpu()))
         return subprocess.CompletedProcess(command, 0)
 
     def whole_split(run_name: str, runs_dir: Path, out: Path, checkout: Path) -> int:
@@ -81,7 +95,7 @@ def test_a_seed_begun_on_this_cpu_kind_keeps_its_committed_runs_on_a_new_machine
     (records / "whole_split").mkdir(parents=True)
     (records / "seed4.cpu").write_text("AMD EPYC (AVX512)\n")
     for name in RUNS[:2]:
-        (records / f"{name}-seed4.json").write_text("{}")
+        (records / f"{name}-seed4.json").write_text(record_of(f"{name}-seed4"))
         (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
     argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "new-machine-runs"), "--whole_split"]
     assert module.main(argv) == 0
@@ -98,7 +112,7 @@ def test_a_seed_begun_on_another_cpu_kind_is_rerun_whole_with_its_evaluations(ru
     (records / "whole_split").mkdir(parents=True)
     (records / "seed4.cpu").write_text(begun_on + "\n")
     for name in RUNS[:3]:
-        (records / f"{name}-seed4.json").write_text("{}")
+        (records / f"{name}-seed4.json").write_text(record_of(f"{name}-seed4"))
         (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
     argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "runs"), "--whole_split"]
     assert module.main(argv) == 0
@@ -116,7 +130,7 @@ def test_a_finished_run_without_its_evaluation_or_checkpoint_is_named_not_failed
     records = tmp_path / "records"
     (records / "whole_split").mkdir(parents=True)
     for name in RUNS:
-        (records / f"{name}-seed4.json").write_text("{}")
+        (records / f"{name}-seed4.json").write_text(record_of(f"{name}-seed4"))
         if name != RUNS[1]:
             (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
     argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "runs"), "--whole_split"]
@@ -146,7 +160,7 @@ def test_a_seed_whose_records_the_report_reads_is_not_run_again(runner, tmp_path
     reported = module.REPORTED
     reported.mkdir()
     for name, seed in [(name, seed) for name in RUNS for seed in (1, 2, 3)] + [(RUNS[0], 4)]:
-        (reported / f"{name}-seed{seed}.json").write_text("{}")
+        (reported / f"{name}-seed{seed}.json").write_text(record_of(f"{name}-seed{seed}"))
     argv = [str(SPEC), "--seeds", "1", "2", "3", "4", "--records_dir", str(tmp_path / "records")]
     assert module.main([*argv, "--runs_dir", str(tmp_path / "runs")]) == 0
     assert [step.split()[1] for step in ran] == [f"{name}-seed4" for name in RUNS]
@@ -160,10 +174,87 @@ def test_across_kinds_a_seed_begun_on_another_kind_goes_on_here_and_lists_both(r
     (records / "whole_split").mkdir(parents=True)
     (records / "seed4.cpu").write_text("AMD EPYC (AVX2)\n")
     for name in RUNS[:3]:
-        (records / f"{name}-seed4.json").write_text("{}")
+        (records / f"{name}-seed4.json").write_text(record_of(f"{name}-seed4"))
         (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
     argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "runs"), "--whole_split", "--across_kinds"]
     assert module.main(argv) == 0
     assert ran == [step for name in RUNS[3:] for step in (f"fit {name}-seed4", f"evaluate {name}-seed4")]
-    assert (records / f"{RUNS[0]}-seed4.json").read_text() == "{}"  # kept
+    assert (records / f"{RUNS[0]}-seed4.json").read_text() == record_of(f"{RUNS[0]}-seed4")  # kept
     assert (records / "seed4.cpu").read_text() == "AMD EPYC (AVX2)\nAMD EPYC (AVX512)\n"
+
+
+def test_a_shipped_record_named_like_a_new_specs_entry_is_no_done_seed(runner, tmp_path, capsys):
+    """Issue 72, case 2: a new spec whose entry is named like a shipped one (its records in results/runs/, here a
+    stand-in folder) printed "seed N: done (its records are the report's)" and ran nothing: the runner matched
+    records by file name. Now it reads each record's content (configs, arguments, seed, max_steps): a record of
+    another run under the entry's name is one paragraph, exit 2, nothing written; the entry's own records still
+    make the seed done."""
+    module, ran = runner
+    reported = module.REPORTED
+    reported.mkdir()
+    for name in RUNS:  # the shipped runs, as the spec gives them
+        (reported / f"{name}-seed1.json").write_text(record_of(f"{name}-seed1"))
+    new = tmp_path / "new.yaml"  # a new spec: the same entry names, another budget
+    spec = yaml.safe_load(SPEC.read_text())
+    spec["args"] = [*spec.get("args", []), "--trainer.max_steps=20"]
+    new.write_text(yaml.safe_dump(spec))
+    records = tmp_path / "records"
+    argv = [str(new), "--seeds", "1", "--records_dir", str(records), "--runs_dir", str(tmp_path / "runs")]
+    assert module.main(argv) == 2
+    err = capsys.readouterr()
+    assert "done (its records are the report's)" not in err.out and ran == []
+    (line,) = err.err.strip().splitlines()
+    assert line.startswith("seed_runner: error: ") and f"{reported / RUNS[0]}-seed1.json ran with configs" in line
+    assert "Give the spec entry another name" in line and not records.exists()
+
+    # a record of the entry's name and configs but another step budget is another run's too
+    (reported / f"{RUNS[0]}-seed1.json").write_text(
+        record_of(f"{RUNS[0]}-seed1").replace('"max_steps": 3000', '"max_steps": 20')
+    )
+    assert module.main([str(SPEC), *argv[1:]]) == 2
+    assert "is the record of a run of 20 steps, but the spec entry author-none gives 3000" in capsys.readouterr().err
+
+    (reported / f"{RUNS[0]}-seed1.json").write_text(record_of(f"{RUNS[0]}-seed1"))  # the spec's own: done
+    assert module.main([str(SPEC), *argv[1:]]) == 0
+    assert "seed 1: done (its records are the report's)" in capsys.readouterr().out and ran == []
+
+
+def test_a_bad_spec_checkout_directory_or_seed_is_one_paragraph_and_leaves_nothing(runner, tmp_path, capsys):
+    """Issue 72's seed-runner tracebacks and leftovers: a spec path that is not there, a --records_dir that is a
+    file, a --checkout that is not there (each a traceback before), an unknown seed (an empty records folder left):
+    one paragraph each, exit 2, nothing written."""
+    module, ran = runner
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    records = tmp_path / "records"
+    base = ["--seeds", "1", "--runs_dir", str(tmp_path / "runs")]
+    for argv, said in [
+        (["nope.yaml", *base, "--records_dir", str(records)], "nope.yaml"),
+        ([str(SPEC), *base, "--records_dir", str(a_file)], "is a file: give a directory"),
+        ([str(SPEC), *base, "--records_dir", str(records), "--checkout", str(tmp_path / "no")], "is not a directory"),
+        ([str(SPEC), "--seeds", "99", "--runs_dir", "r", "--records_dir", str(records)], "has no run of seed(s) [99]"),
+    ]:
+        assert module.main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "Traceback" not in err and said in err and err.startswith("seed_runner: error: "), err
+        assert not records.exists() and ran == []
+
+
+def test_a_spec_path_relative_to_this_directory_is_handed_to_the_sweep_absolute(runner, tmp_path, monkeypatch):
+    """Issue 72: a spec path relative to the current directory reached `ega sweep` as given, run in the checkout,
+    where it is not (seed1.cpu written first). The runner hands the sweep the spec's absolute path."""
+    module, _ = runner
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    (where / "mine.yaml").write_text(SPEC.read_text())
+    monkeypatch.chdir(where)
+    seen: list[str] = []
+    sweep = module.subprocess.run
+
+    def spying(command, cwd, **kw):
+        seen.append(command[2])
+        return sweep(command, cwd, **kw)
+
+    monkeypatch.setattr(module.subprocess, "run", spying)
+    assert module.main(["mine.yaml", "--seeds", "4", "--records_dir", "rec", "--runs_dir", "runs"]) == 0
+    assert set(seen) == {str(where / "mine.yaml")}

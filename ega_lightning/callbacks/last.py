@@ -50,7 +50,11 @@ class LastCheckpoint(Checkpoint):
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         # every checkpoint of the run (best.ckpt too), whichever callback saves it
-        checkpoint[RUN_KEY] = {"run_name": self.dirpath.parent.name, "trainer.precision": str(trainer.precision)}
+        checkpoint[RUN_KEY] = {
+            "run_name": self.dirpath.parent.name,
+            "trainer.precision": str(trainer.precision),
+            "trainer.accumulate_grad_batches": trainer.accumulate_grad_batches,
+        }
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.global_step % self.every_n_steps or trainer.global_step == self._saved_step:

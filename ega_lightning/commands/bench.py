@@ -89,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--out", type=Path, default=Path("results"), help="where the JSON and Markdown go (default results)"
     )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the tables --out already holds for this device and precision (without it they are kept: "
+        "results/ holds committed ones)",
+    )
     return parser
 
 
@@ -119,6 +125,15 @@ def main(argv: list[str] | None = None) -> None:
     for size in {*([] if args.generation_only else args.sizes), *([] if args.no_generation else args.generation_sizes)}:
         size_settings(args.configs, size)  # every size named before any is timed
     device = usable_device(args.device)
+    # its own files: a generation-only run does not overwrite the full tables
+    stem = f"bench-{device.type}-{args.precision}" + ("-compile" if args.compile else "")
+    stem += "-generation" if args.generation_only else ""
+    held = [p for p in (args.out / f"{stem}.json", args.out / f"{stem}.md") if p.exists()]
+    if held and not args.overwrite:  # said before the benchmark (issue 72: committed tables replaced in silence)
+        raise UserError(
+            f"--out {args.out} already holds {' and '.join(p.name for p in held)}, which this bench would replace "
+            "(results/ holds the committed ones the report reads). Give another --out, or --overwrite to replace them."
+        )
     gates = gate_settings(args.configs, args.gates)
     if args.position is not None:  # each gate against the baseline of the same position encoding
         gates = {name: {**settings, "position": args.position} for name, settings in gates.items()}
@@ -127,9 +142,6 @@ def main(argv: list[str] | None = None) -> None:
     markdown = to_markdown(result)
     print(markdown)
     args.out.mkdir(parents=True, exist_ok=True)
-    # its own files: a generation-only run does not overwrite the full tables
-    stem = f"bench-{device.type}-{args.precision}" + ("-compile" if args.compile else "")
-    stem += "-generation" if args.generation_only else ""
     write_atomic(args.out / f"{stem}.json", json.dumps(result, indent=2) + "\n")
     write_atomic(args.out / f"{stem}.md", markdown)
     print(f"wrote {args.out / stem}.json and .md ({math.ceil((datetime.now(UTC) - started).total_seconds())} s)")

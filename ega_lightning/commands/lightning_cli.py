@@ -136,7 +136,11 @@ class EgaCLI(PlannedCheckpointMerge, LightningCLI):
             logged = self.trainer.logger is not None and plan.evaluation is not None
             run_dir = plan.run_dir / plan.evaluation if logged else None
             corpus = self.datamodule.corpus.name
-            print(summary.evaluation_summary(stage, metrics, ckpt_path, run_dir, corpus, fast_dev_run))
+            # the z-norm the evaluation computed: eval_znorm where set, else each gate's as trained
+            trained = {m.znorm for m in self.model.modules() if isinstance(getattr(m, "znorm", None), str)}
+            evaluated = {self.model.hparams.get("eval_znorm")} - {None} if trained else set()
+            non_causal = "window" in (evaluated or trained)
+            print(summary.evaluation_summary(stage, metrics, ckpt_path, run_dir, corpus, fast_dev_run, non_causal))
 
     def instantiate_classes(self) -> None:
         try:

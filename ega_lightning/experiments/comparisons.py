@@ -310,6 +310,19 @@ class Variant:
         as_trained = bool(self.options.get("learn_tau", True)) and self.options.get("znorm", "prefix") == "prefix"
         return as_trained and (self.hp("position") or RECIPE_DEFAULTS["position"]) == "learned"
 
+    @property
+    def evaluated_znorm(self) -> str:
+        """The z-norm its validation computed: ``eval_znorm`` where set, else the gate's as trained (prefix by
+        default)."""
+        return str(self.hp("eval_znorm") or self.options.get("znorm", "prefix"))
+
+    @property
+    def causal_evaluation(self) -> bool:
+        """Its val loss is a causal loss: no gate, or a gate whose z its evaluation computed over the causal prefix
+        (z over the whole window reads later characters: ``--model.eval_znorm=window``, or a gate trained so and
+        evaluated as trained)."""
+        return not self.gated or self.evaluated_znorm == "prefix"
+
     def by_seed(self, metric: str) -> dict[int, float]:
         return {r.run.seed: x for r in self.done if (x := r.metrics.get(metric)) is not None and math.isfinite(x)}
 

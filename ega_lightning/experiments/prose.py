@@ -200,7 +200,10 @@ def registration_text(r: Registration) -> str:
     if r.mark == "partly registered":
         mark = f"partly registered ({r.after} of {r.runs} runs after the rule)"
     if r.amended is not None:
-        mark += f"; the amendment of {r.fixed[:10]} changed its label (was: {r.amended})"
+        # ``fixed`` is the amendment's date unless a later edit of the level re-dated the label (issue 72: "the
+        # amendment of 2026-12-07", the level edit's date, which no amendment has)
+        of = "" if r.level_was is not None else f" of {r.fixed[:10]}"
+        mark += f"; the amendment{of} changed its label (was: {r.amended})"
     if r.level_was is not None:
         mark += f"; the edit of the family-wise level ({r.fixed[:10]}) changed its label (was: {r.level_was})"
     return mark

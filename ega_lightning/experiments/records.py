@@ -172,6 +172,32 @@ def check_ran_as_specified(run: Run, configs: Sequence[str], args: Sequence[str]
         )
 
 
+def what_ran(record: Record) -> dict[str, Any]:
+    """What a record says its run was: its configs, arguments, seed and step budget. Two records of one run name
+    that differ here are two runs (`replaced_by`)."""
+    return {
+        "configs": list(record.configs),
+        "args": list(record.args),
+        "seed": record.seed,
+        "max_steps": record.max_steps,
+    }
+
+
+def replaced_by(old: Record, new: Record, path: Path) -> str | None:
+    """Why ``new`` must not replace ``old``, the record at ``path`` (None: it is the same run's, and may): a record
+    made with other configs, arguments, seed or steps is another run's numbers under the committed one's name."""
+    before, after = what_ran(old), what_ran(new)
+    differ = [k for k in before if before[k] != after[k]]
+    if not differ:
+        return None
+    said = "; ".join(f"{k} {before[k]!r} there, {after[k]!r} here" for k in differ)
+    return (
+        f"{path} is the record of {old.run_name} as it ran with other {', '.join(differ)} than the finished run "
+        f"directory read now ({said}): writing it would replace that record with another run's numbers. Give the "
+        "spec entry another name, point --runs_dir or --records_dir elsewhere, or delete the record to replace it."
+    )
+
+
 def unfinished(record: Record) -> str | None:
     """Why the record's curves do not reach its max_steps (None: they do, or it holds no val/loss or max_steps to
     tell): a run that stopped early would lend its last value to the report as a final loss. Validations are
@@ -281,6 +307,13 @@ def _check_types(data: dict[str, Any]) -> None:
             isinstance(p, list) and len(p) == 2 and all(map(_number, p)) for p in points
         ):
             raise TypeError(f"scalars[{tag!r}] must be a list of [step, value] pairs of numbers")
+        steps = [p[0] for p in points]
+        if twice := sorted({step for step in steps if steps.count(step) > 1}):
+            # a record holds one value per step (the last write of the run's event files): two at one step, and
+            # the final loss would be whichever came last in the file
+            raise TypeError(f"scalars[{tag!r}] holds two values at step {twice[-1]:g}, where a record holds one")
+        if steps != sorted(steps):
+            raise TypeError(f"scalars[{tag!r}] is not in the order of its steps")
 
 
 def read_record(path: Path) -> dict[str, Any]:

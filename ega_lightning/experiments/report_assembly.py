@@ -20,6 +20,7 @@ from ega_lightning.experiments import (
     report_markdown,
     report_summary,
     results_json,
+    rules,
     rundirs,
     sizes,
     studies,
@@ -35,13 +36,16 @@ from ega_lightning.io import staged_files, write_atomic
 RECORDS_DIR = Path("results/runs")
 
 
-def read_rows(spec_paths: list[Path], runs_dir: Path, records_dir: Path) -> tuple[list[RunData], dict[str, Any] | None]:
+def read_rows(
+    spec_paths: list[Path], runs_dir: Path, records_dir: Path
+) -> tuple[list[RunData], dict[str, Any] | None, list[rundirs.Loaded]]:
     """Every run of the specs as its row (`comparisons.run_rows`), its code established from what
-    results/provenance.json holds (returned beside the rows); the record of each run read from its directory
-    refreshed; a :class:`UserError` when none is finished."""
+    results/provenance.json holds (returned beside the rows), and the runs as read (the caller refreshes the record
+    of each run read from its directory, `rundirs.refresh_records`, once nothing is left to refuse); a
+    :class:`UserError` when none is finished, or when a record read now would replace a committed record of
+    another run (`rundirs.check_replaceable`)."""
     loaded = rundirs.read_runs(collect_runs(load_spec(p, check_files=False) for p in spec_paths), runs_dir, records_dir)
-    # `ega report` refreshes the record of each run it read from its directory: reading wrote nothing
-    rundirs.refresh_records(loaded, records_dir)
+    rundirs.check_replaceable([x.record for x in loaded if x.fresh and x.record is not None], records_dir)
     if not any(x.status == "done" for x in loaded):
         raise UserError(
             f"no run of {', '.join(map(str, spec_paths))} is finished: none has a DONE under {runs_dir} or a record "
@@ -56,7 +60,7 @@ def read_rows(spec_paths: list[Path], runs_dir: Path, records_dir: Path) -> tupl
         for x in loaded
         if x.record is not None
     }
-    return run_rows(loaded, codes), known
+    return run_rows(loaded, codes), known, loaded
 
 
 def write_report(
@@ -74,14 +78,24 @@ def write_report(
     command = shlex.join(words if records_dir == RECORDS_DIR else [*words, "--records_dir", str(records_dir)])
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file; give the report a directory (it is made if missing).")
-    protocol.current()  # the registered protocol, read and checked when the report starts: before a record is refreshed
+    # the registered protocol, read and checked when the report starts: before a record is refreshed; the amendments
+    # whose rules the code applies must be in it (an amendment deleted from it would leave its rules in force)
+    rules.check_amendments(protocol.current())
     timed = read_bench(bench, records_dir, out)  # a --bench that cannot be read: said before any work
-    runs, known = read_rows(spec_paths, runs_dir, records_dir)
+    runs, known, loaded = read_rows(spec_paths, runs_dir, records_dir)
     variants = build_variants(runs)
     tables = build_tables(variants)
     evaluations = tuple(landscape_results.load(records_dir.parent / landscape_results.DIRNAME))
     whole = tuple(whole_split.load(records_dir.parent / whole_split.DIRNAME))
     longer = tuple(beyond_the_block.load(records_dir.parent / beyond_the_block.DIRNAME))
+    # each evaluation of a final checkpoint is of the step and the CPU kind its run's record gives
+    ran = {
+        r.run.run_name: whole_split.Ran(r.run.seed, r.max_steps, r.machine, str(r.run.spec)) for r in runs if r.hparams
+    }
+    folder, further = records_dir.parent / whole_split.DIRNAME, records_dir.parent / beyond_the_block.DIRNAME
+    files = [(e, folder / f"{e.run_name}.json") for e in whole]
+    files += [(e, further / f"{e.run_name}-T{e.eval_block_size}.json") for e in longer]
+    whole_split.check_against_records(files, ran)
     benched = tuple(benches(records_dir, out))
     inputs = ReportInputs(tuple(tables), tuple(variants), tuple(runs), evaluations, benched, timed, whole, longer)
     measured = studies.measure(inputs, studies_run)
@@ -93,6 +107,9 @@ def write_report(
     starts[BENCH_RUN] = bench_date(timed[0])
     dates = protocol.entry_dates(protocol.current())
     found = conclude(found, starts, dates)
+    # `ega report` refreshes the record of each run it read from its directory (reading wrote nothing), once nothing
+    # is left to refuse: a refusal writes nothing
+    rundirs.refresh_records(loaded, records_dir)
     # written beside --out and moved in when whole: a stop before leaves --out as it was (its other files too)
     with staged_files(out) as stage:
         drawn, by_study = figure_choice.draw(stage, inputs, measured)

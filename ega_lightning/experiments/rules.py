@@ -430,10 +430,38 @@ SIZE_BEFORE: dict[int, Callable[[Difference | None, float], str | None]] = {
 
 
 def _check_before(p: protocol.Protocol) -> None:
-    """Every rule an amendment of ``p`` changes has its reading before it in :data:`BEFORE`."""
+    """Every rule an amendment of ``p`` changes has its reading before it in :data:`BEFORE`, and every amendment this
+    code applies is in ``p`` (`check_amendments`)."""
     for a in p.amendments:
         if missing := set(a.rules) - set(BEFORE.get(a.issue, {})):
             raise protocol.ProtocolError(f"rules.BEFORE lacks the amendment of {a.date}'s rules before it: {missing}")
+    check_amendments(p)
+
+
+def check_amendments(p: protocol.Protocol) -> None:
+    """Raises :class:`protocol.ProtocolError` where ``p`` lacks an amendment whose rules this code applies, or one of
+    those rules: the rules live in code (:data:`BEFORE` holds each one's reading before its amendment, the functions
+    above its reading after), so deleting the amendment from the protocol would leave its rules in force, their
+    verdicts read as registered on their entry's date, and nothing would say so. The report checks this before it
+    reads or writes anything (`report_assembly.write_report`)."""
+    stated: dict[int, set[str]] = {}
+    for a in p.amendments:
+        stated.setdefault(a.issue, set()).update(a.rules)
+    for issue in sorted({*BEFORE, *SIZE_BEFORE}):
+        applied = sorted(BEFORE.get(issue, {}))
+        if issue not in stated:
+            lacks = f"lacks the amendment of issue {issue}"
+        elif missing := [r for r in applied if r not in stated[issue]]:
+            lacks = f"has the amendment of issue {issue} without the rule(s) {', '.join(missing)} (its `rules:`)"
+        else:
+            continue
+        raise protocol.ProtocolError(
+            f"the protocol {p.path} {lacks}, yet this code reads the rules {', '.join(applied)} as that amendment "
+            "changed them (ega_lightning/experiments/rules.py: BEFORE holds their reading before it): its verdicts "
+            "would read as registered on their entry's date under rules the protocol no longer states, and nothing "
+            "would say so. Restore the amendment (git checkout -- configs/protocol.yaml); an amendment is withdrawn "
+            "in the protocol and in rules.py together, by a new amendment."
+        )
 
 
 # the protocol's rule names -> their functions, each as its prose states it (a name with no stated rule: a KeyError)

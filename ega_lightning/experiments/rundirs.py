@@ -32,9 +32,11 @@ from ega_lightning.experiments.records import (
     load_record,
     parameter_counts,
     record_path,
+    replaced_by,
     unfinished,
     write_record,
 )
+from ega_lightning.experiments.records import read as read_record_file
 from ega_lightning.experiments.spec import DONE_FILE, Run, ran_with, static_value, user_command
 from ega_lightning.host import machine, version
 from ega_lightning.io import read_yaml
@@ -307,7 +309,25 @@ def read_runs(runs: list[Run], runs_dir: Path, records_dir: Path) -> list[Loaded
 def refresh_records(loaded: list[Loaded], records_dir: Path) -> list[Path]:
     """Writes the record of every run read from its directory just now (``fresh``) into ``records_dir``: what
     the report read stays in git's reach. The report command calls it; reading alone writes nothing."""
-    return [write_record(x.record, records_dir) for x in loaded if x.fresh and x.record is not None]
+    fresh = [x.record for x in loaded if x.fresh and x.record is not None]
+    check_replaceable(fresh, records_dir)
+    return [write_record(record, records_dir) for record in fresh]
+
+
+def check_replaceable(fresh: list[Record], records_dir: Path) -> None:
+    """Raises :class:`RecordError` (before any record is written) when a record of ``fresh`` would replace one in
+    ``records_dir`` made with other configs, arguments, seed or steps (`records.replaced_by`): a toy spec's run
+    named like a committed one must not overwrite the committed record."""
+    for record in fresh:
+        path = record_path(records_dir, record.run_name)
+        if not path.is_file():
+            continue
+        try:
+            old = read_record_file(path)
+        except RecordError:  # an unreadable record: the run directory's is the one there is (it was said unusable)
+            continue
+        if (reason := replaced_by(old, record, path)) is not None:
+            raise RecordError(reason)
 
 
 # ----------------------------------------------------------------------------- a run directory's state

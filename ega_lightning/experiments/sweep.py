@@ -65,9 +65,10 @@ from ega_lightning.errors import (
     machine_refusal,
 )
 from ega_lightning.experiments import spec as spec_module
-from ega_lightning.experiments.records import RecordError, load_record, record_path
+from ega_lightning.experiments.records import Record, RecordError, load_record, record_path, unfinished
 from ega_lightning.experiments.rundirs import (
     read_done,
+    read_scalars,
     record_run,
     run_environment,
     run_fingerprint,
@@ -235,8 +236,11 @@ def execute(run: Run, runs_dir: Path, records_dir: Path, prefix: str, terminatio
 
 
 def stopped_short(run_dir: Path) -> str | None:
-    """Why a run that exited 0 did not reach its max_steps (its last.ckpt's step against its config.yaml's), None
-    when it did, or when it keeps no last.ckpt to tell (checkpoint_every_n_steps: 0)."""
+    """Why a run that exited 0 is no finished run, None when it is: its last.ckpt's step is below its config.yaml's
+    max_steps, or its event files hold no val/loss (validation off: ``trainer.limit_val_batches=0``; or nothing
+    trained: ``limit_train_batches=0``), or, where it keeps no last.ckpt to tell (``checkpoint_every_n_steps: 0``),
+    its val/loss stops before its max_steps' last validation (`records.unfinished`: a ``max_time`` that stopped it).
+    A run without last.ckpt is not taken for finished on that alone: DONE would skip it forever."""
     from ega_lightning.summary import checkpoint_step  # torch: not for `ega sweep --help`
 
     last = run_dir / runs.LAST
@@ -245,9 +249,19 @@ def stopped_short(run_dir: Path) -> str | None:
     except (OSError, ValueError, AttributeError, yaml.YAMLError):
         max_steps = None
     step = checkpoint_step(last) if last.is_file() else None
-    if step is None or not isinstance(max_steps, int) or step >= max_steps:
-        return None
-    return f"it exited 0 at step {step} of its {max_steps} (trainer.max_steps): something stopped it before its end"
+    if step is not None and isinstance(max_steps, int) and step < max_steps:
+        return f"it exited 0 at step {step} of its {max_steps} (trainer.max_steps): something stopped it before its end"
+    points = read_scalars(run_dir).get("val/loss") or []
+    if not points:
+        return (
+            "it exited 0 with no val/loss in its event files (trainer.limit_val_batches 0, limit_train_batches 0, or "
+            "stopped before its first validation): the report has no number of it"
+        )
+    if step is None:  # no last.ckpt to tell how far it trained: its curve tells
+        reason = unfinished(Record(run_name=run_dir.name, seed=0, max_steps=max_steps, scalars={"val/loss": points}))
+        if reason is not None:
+            return f"{reason} (it keeps no last.ckpt to tell otherwise)"
+    return None
 
 
 def check_writable(flag: str, path: Path, what: str) -> None:

@@ -146,6 +146,28 @@ def findings(table: Table, row: Row) -> list[Finding]:
     d = row.diffs["final_val_loss"]
     figure = paper.IMPROVEMENT.get(table.corpus)
     means = {"loss": v.summary("final_val_loss").mean, "baseline_loss": base.summary("final_val_loss").mean}
+    if leak := non_causal(v, base):  # its val loss reads later characters: no verdict on the paper's claim
+        claimed = {"paper": figure, "claim": f"improvement:{table.corpus}"} if figure is not None else {}
+        common = {**claimed, "code": code, "verdict": Verdict.NOT_TESTABLE, "not_testable": leak}
+        gap = (
+            [
+                Gap(
+                    **where._asdict(),
+                    ours=row.diffs["final_gap"],
+                    paper=paper.GAP_REDUCTION,
+                    claim="gap",
+                    code=code,
+                    verdict=Verdict.NOT_TESTABLE,
+                    not_testable=leak,
+                    baseline_gap=None,
+                    gap=None,
+                    paper_regime=None,
+                )
+            ]
+            if row.diffs["final_gap"] is not None
+            else []
+        )
+        return [Improvement(**where._asdict(), ours=d, **common, **means), *gap]
     if figure is not None:
         claim = f"improvement:{table.corpus}"
         out: list[Finding] = [
@@ -154,6 +176,19 @@ def findings(table: Table, row: Row) -> list[Finding]:
     else:
         out = [Improvement(**where._asdict(), ours=d, code=code, **means)]
     return out + _best_val_loss(where, row) + _gap(where, row, code) + _levels(where, v)
+
+
+def non_causal(*sides: Variant) -> str | None:
+    """Why the head-to-head of ``sides`` tests no claim of the paper, where a side's evaluation is not causal (z over
+    the whole window: ``--model.eval_znorm=window`` in a `main` entry, or a gate trained so); None where both are."""
+    leaky = [s for s in sides if not s.causal_evaluation]
+    if not leaky:
+        return None
+    return (
+        f"{', '.join(f'`{s.label}`' for s in leaky)} evaluated z over the whole window (model.eval_znorm or the "
+        "gate's znorm: window), a non-causal evaluation whose gate reads later characters: its val loss is no causal "
+        "loss, and the paper's claim is about one"
+    )
 
 
 def _best_val_loss(where: Where, row: Row) -> list[Finding]:
