@@ -353,6 +353,10 @@ def fake_run(
                 writer.add_scalar("gate/tau_mean", tau[i], step)
                 writer.add_scalar("gate/frac_above_tau", 0.37, step)
     if resumed_from is not None:  # the resumed process logs the last evaluation again: it wins
+        # its event file must sort after the first, as a later process's does by its start time: in one process
+        # within one second the names differ only by a counter, and "....10" sorts before "....9"
+        for first in run_dir.glob("events.out.tfevents.*"):
+            first.rename(run_dir / f"events.out.tfevents.1000000000.{first.name.split('.', 4)[-1]}")
         with SummaryWriter(str(run_dir)) as writer:
             writer.add_scalar("val/loss", val[-1], steps[-1])
     if converged is not None:  # as TauTracker writes it (the parts the report reads)
