@@ -42,6 +42,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ega_lightning import host
+
 STEPS = 3
 BATCH = 2
 # a short window keeps the check to about a second at the cpu size; every gate takes T >= 16
@@ -148,19 +150,11 @@ def _trajectory(kwargs: dict[str, Any], window: int) -> list[tuple[str, float | 
     return values
 
 
-def _cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    return {flag for line in text.splitlines() if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
-
-
 def dispatch_settings() -> list[dict[str, str]]:
     """The environments that move this CPU's kernels: the machine's best (unset), ATen's capabilities the CPU runs
     (asking for one it lacks stops the process on an illegal instruction), and MKL's and oneDNN's ISA narrowed."""
     settings: list[dict[str, str]] = [{}, {"ATEN_CPU_CAPABILITY": "default"}]
-    flags = _cpu_flags()
+    flags = host.cpu_flags()
     if "avx2" in flags:
         settings.append({"ATEN_CPU_CAPABILITY": "avx2"})
     if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
