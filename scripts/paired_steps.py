@@ -38,10 +38,11 @@ from typing import Any
 import torch
 
 from ega_lightning.bench.harness import PRECISIONS
+from ega_lightning.config_files import SIZE_KEYS
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 # what a recipe's model keys say of the model timed (the rest, the optimizer's and the schedule's, is not a step's)
-RECIPE_MODEL_KEYS = ("n_layer", "n_head", "n_embd", "block_size", "dropout", "bias", "qkv_bias", "scale_residual_init")
+RECIPE_MODEL_KEYS = (*SIZE_KEYS, "dropout", "bias", "qkv_bias", "scale_residual_init")
 # a gate config's keys that choose the attention's path and order in training, held with --recipe
 TRAINING_PATH_KEYS = ("dropout_before_gate", "attention")
 

@@ -73,6 +73,18 @@ def runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ModuleType,
     return module, ran
 
 
+def seed_begun(tmp_path: Path, kind: str, finished: int) -> Path:
+    """The records directory of a seed 4 begun on CPU kind ``kind`` by an earlier sitting, its first ``finished`` runs
+    recorded and evaluated there."""
+    records = tmp_path / "records"
+    (records / "whole_split").mkdir(parents=True)
+    (records / "seed4.cpu").write_text(kind + "\n")
+    for name in RUNS[:finished]:
+        (records / f"{name}-seed4.json").write_text(record_of(f"{name}-seed4"))
+        (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
+    return records
+
+
 def _args(tmp_path: Path, seed: int) -> list[str]:
     # the runs directory is each test's: it is what a new machine lacks
     return [str(SPEC), "--seeds", str(seed), "--records_dir", str(tmp_path / "records")]
@@ -91,12 +103,7 @@ def test_a_seed_begun_on_this_cpu_kind_keeps_its_committed_runs_on_a_new_machine
     """A new machine of the same kind: the records and evaluations committed from the last sitting stand, the run
     directories are gone; only the seed's other runs train."""
     module, ran = runner
-    records = tmp_path / "records"
-    (records / "whole_split").mkdir(parents=True)
-    (records / "seed4.cpu").write_text("AMD EPYC (AVX512)\n")
-    for name in RUNS[:2]:
-        (records / f"{name}-seed4.json").write_text(record_of(f"{name}-seed4"))
-        (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
+    records = seed_begun(tmp_path, "AMD EPYC (AVX512)", 2)
     argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "new-machine-runs"), "--whole_split"]
     assert module.main(argv) == 0
     assert ran == [step for name in RUNS[2:] for step in (f"fit {name}-seed4", f"evaluate {name}-seed4")]
@@ -108,12 +115,7 @@ def test_a_seed_begun_on_another_cpu_kind_is_rerun_whole_with_its_evaluations(ru
     """The same model name with other vector instructions is another kind: AVX2 and AVX-512 kernels round
     differently, so the seed's finished runs and their evaluations are removed and every run trains here."""
     module, ran = runner
-    records = tmp_path / "records"
-    (records / "whole_split").mkdir(parents=True)
-    (records / "seed4.cpu").write_text(begun_on + "\n")
-    for name in RUNS[:3]:
-        (records / f"{name}-seed4.json").write_text(record_of(f"{name}-seed4"))
-        (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
+    records = seed_begun(tmp_path, begun_on, 3)
     argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "runs"), "--whole_split"]
     assert module.main(argv) == 0
     assert ran == [step for name in RUNS for step in (f"fit {name}-seed4", f"evaluate {name}-seed4")]
@@ -170,12 +172,7 @@ def test_across_kinds_a_seed_begun_on_another_kind_goes_on_here_and_lists_both(r
     """The paper-size study (issue 67): a run is 8-11 hours, so a seed taken up on another CPU kind goes on, its
     finished runs and their evaluations kept, and seed<N>.cpu lists the kind it began on and this one."""
     module, ran = runner
-    records = tmp_path / "records"
-    (records / "whole_split").mkdir(parents=True)
-    (records / "seed4.cpu").write_text("AMD EPYC (AVX2)\n")
-    for name in RUNS[:3]:
-        (records / f"{name}-seed4.json").write_text(record_of(f"{name}-seed4"))
-        (records / "whole_split" / f"{name}-seed4.json").write_text("{}")
+    records = seed_begun(tmp_path, "AMD EPYC (AVX2)", 3)
     argv = [*_args(tmp_path, 4), "--runs_dir", str(tmp_path / "runs"), "--whole_split", "--across_kinds"]
     assert module.main(argv) == 0
     assert ran == [step for name in RUNS[3:] for step in (f"fit {name}-seed4", f"evaluate {name}-seed4")]
