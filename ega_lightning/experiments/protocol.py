@@ -88,6 +88,35 @@ class Amendment:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """One comparison a family reads, as the protocol states it (an amendment's or a family's `comparisons:`): x
+    against the reference y (spec group / variant; None: x alone, against ``figure`` or zero), on the ``metric`` of
+    each run (`engine.METRICS`), signed y - x."""
+
+    family: str
+    kind: str  # the kind of finding it gives (a key of `verdicts:`)
+    x: str
+    y: str | None
+    metric: str
+    claim: str | None = None
+    figure: str | None = None
+    at: tuple[int, ...] = ()  # the lengths (in training blocks) a comparison beyond the block reads
+    name: str | None = None  # how the report names x (None: its paper name or gate, `findings.name`)
+    y_name: str | None = None  # how it names y
+    source: str | None = None  # a peer's paper
+    once: bool = False  # read once, when every run its family plans is in
+    show: tuple[tuple[str, str], ...] = ()  # (name, "x.<metric>" / "y.<metric>"): a side's mean, said beside it
+
+    @property
+    def group(self) -> str:
+        return self.x.split("/", 1)[0]
+
+    @property
+    def label(self) -> str:
+        return self.x.split("/", 1)[1]
+
+
+@dataclass(frozen=True)
 class Protocol:
     path: Path
     registered: str
@@ -101,6 +130,8 @@ class Protocol:
     verdicts: dict[str, Entry]
     lines: dict[str, tuple[int, int]]  # "margins.<name>" / "families.<name>" -> its lines
     amendments: tuple[Amendment, ...] = ()
+    # family -> its comparisons: the latest amendment's that states them, or its own entry's
+    comparisons: dict[str, tuple[Comparison, ...]] = field(default_factory=dict)
 
     def margin(self, name: str) -> float:
         return self.margins[name].value
@@ -205,6 +236,31 @@ def load(path: Path = PATH) -> Protocol:
             )
             for a, span in zip(amended, spans, strict=True)
         )
+        stated = [a.get("comparisons") or {} for a in amended] + [
+            {k: v["comparisons"] for k, v in data["families"].items() if v.get("comparisons")}
+        ]
+        compared = {
+            family: tuple(
+                Comparison(
+                    family,
+                    str(c["kind"]),
+                    str(c["x"]),
+                    c.get("y"),
+                    str(c["metric"]),
+                    c.get("claim"),
+                    c.get("figure"),
+                    tuple(c.get("at") or ()),
+                    c.get("name"),
+                    c.get("y_name"),
+                    c.get("source"),
+                    bool(c.get("once")),
+                    tuple((k, str(v)) for k, v in (c.get("show") or {}).items()),
+                )
+                for c in items
+            )
+            for each in stated
+            for family, items in each.items()
+        }
         protocol = Protocol(
             path,
             str(data["registered"]),
@@ -218,6 +274,7 @@ def load(path: Path = PATH) -> Protocol:
             verdicts,
             lines,
             amendments,
+            compared,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ProtocolError(f"the protocol {path} lacks or garbles {err}.") from None
@@ -338,6 +395,11 @@ def _check(p: Protocol) -> None:
             for k in a.kinds
             if k not in p.verdicts
         ]
+    problems += [
+        f"comparisons are stated for the family {family!r}, which the protocol does not define"
+        for family in p.comparisons
+        if family not in p.families
+    ]
     counts: dict[str, set[int]] = {}
     for family in p.families.values():
         for entry, n in family.planned_seeds.items():

@@ -339,7 +339,7 @@ def markdown(
     first, the sections by group with their tables and figures (``figures``: by table title), each other study's
     section (``drawn``: each study's drawn figures, by its name), the diagnostics, provenance and runs."""
     tables, runs = list(inputs.tables), list(inputs.runs)
-    extra = tuple(c for m in measured for c in m.study.claims)
+    extra = tuple(c for m in measured for c in m.claims)
     done = [r for r in runs if r.status == "done"]
     missing = [r for r in runs if r.status != "done"]
     specs = list(dict.fromkeys(str(r.run.spec) for r in runs))
