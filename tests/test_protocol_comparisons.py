@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ega_lightning.experiments import engine, protocol, studies
+from ega_lightning.experiments import engine, findings, prose, protocol, studies
+from ega_lightning.experiments.stats import Difference
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "results.json"
 ENGINE_FAMILIES = ("peers", "frozen", "rope")  # the families whose findings the engine gives
@@ -65,3 +66,37 @@ def test_the_engine_families_are_read_by_the_engine_alone() -> None:
     assert set(ENGINE_FAMILIES) <= studies.PLACED  # placed in the report's order, each read through `engine`
     for module in ("peers.py", "frozen_tau.py"):
         assert not (Path(studies.__file__).parent / module).exists()
+
+
+@pytest.mark.skipif(not RESULTS.is_file(), reason="no committed report")
+def test_a_tables_delta_is_against_the_reference_the_protocol_names_for_its_gain() -> None:
+    """The descriptive Δ column of a section read against a named reference (peers and the RoPE designs, each a
+    gain over a baseline) is against the reference the protocol's comparison names, not one the code picks again.
+    (The frozen-tau table's Δ is its column "vs baseline", not the learned-tau comparison: not checked here.)"""
+    p = protocol.current()
+    rows = {
+        (g["group"], g["corpus"], v["variant"]): v["baseline"]
+        for g in json.loads(RESULTS.read_text(encoding="utf-8"))["groups"]
+        for v in g["variants"]
+    }
+    checked = 0
+    for c in (*p.comparisons["peers"], *p.comparisons["rope"]):
+        for (group, _, label), baseline in rows.items():
+            if f"{group}/{label}" == c.x:
+                assert baseline is not None and f"{baseline['group']}/{baseline['variant']}" == c.y, (c.x, baseline)
+                checked += 1
+    assert checked == 10  # six peers, four RoPE designs
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_a_label_read_at_fewer_seeds_than_its_family_plans_says_so(n: int) -> None:
+    """Issue 72: a verdict read at fewer paired seeds than the family plans for its sides (FoX 5, the baseline 11 in
+    `peers`) carries "interim: n of N seeds" beside its label; at the planned seeds, nothing."""
+    d = Difference(0.02, 0.01, 0.03, n, n - 1.0, "paired")
+    runs = [f"{entry}-seed{s}" for entry in ("ts-fox", "ts-none") for s in range(1, n + 1)]
+    where = findings.Where("peers", "tinyshakespeare", "r", "FoX `fox`", "baseline `none`")
+    code = findings.Code([], None, [], runs)
+    f = engine.judge("peer", where, [("fox", d)], claim="peer:fox", family="peers", code=code, details={"source": "s"})
+    said = prose.measured(f)
+    assert f.verdict is not None and f.verdict.value in said
+    assert ("(interim: 3 of 5 seeds)" in said) is (n == 3) and ("interim" in said) is (n == 3)

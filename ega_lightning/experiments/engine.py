@@ -21,6 +21,7 @@ function registered with :func:`metric`.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -256,11 +257,23 @@ def _fields(f: Compared) -> dict[str, Any]:
         "subject": f.subject,
         "against": f.against,
         "interval": interval_text(f.interval) if f.interval is not None else "",
-        "verdict": prose.verdict_text(f),
+        "verdict": prose.verdict_text(f) + interim(f),
         "state": state,
         "peer_claim": paper.PEER_CLAIM,
         **{k: _Number(v) for k, v in f.details.items()},
     }
+
+
+def interim(f: Compared) -> str:
+    """A label read at fewer paired seeds than its family plans for its sides (issue 72), said beside it."""
+    families = protocol.current().families
+    if f.verdict is None or f.code is None or f.family not in families:
+        return ""
+    planned = families[f.family].planned_seeds
+    entries = {re.sub(r"-seed\d+$", "", run) for run in f.code.read}
+    want = min((planned[e] for e in entries if e in planned), default=0)
+    n = f.interval.n if f.interval is not None else 0
+    return f" (interim: {n} of {want} seeds)" if n < want else ""
 
 
 @prose.measured.register
