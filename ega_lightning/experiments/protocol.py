@@ -46,6 +46,9 @@ class Family:
     reads: str
     planned_seeds: dict[str, int]  # spec entry -> the seeds planned for it
     plan: str = ""
+    # its own entry's `leaderboard: true`: the leaderboard ranks the gates its comparisons measure (x), each against
+    # the reference the comparison names, outside the positive control's family
+    leaderboard: bool = False
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,9 @@ class Protocol:
     amendments: tuple[Amendment, ...] = ()
     # family -> its comparisons: the latest amendment's that states them, or its own entry's
     comparisons: dict[str, tuple[Comparison, ...]] = field(default_factory=dict)
+    # the families whose gates the leaderboard ranks against its pooled baseline and the positive control reads (the
+    # latest amendment's `leaderboard:`)
+    leaderboard: tuple[str, ...] = ()
 
     def margin(self, name: str) -> float:
         return self.margins[name].value
@@ -198,7 +204,11 @@ def load(path: Path = PATH) -> Protocol:
         margins = {k: Margin(float(v["value"]), str(v["unit"]), str(v["reason"])) for k, v in data["margins"].items()}
         families = {
             k: Family(
-                k, str(v["reads"]), {e: int(n) for e, n in (v.get("planned_seeds") or {}).items()}, v.get("plan") or ""
+                k,
+                str(v["reads"]),
+                {e: int(n) for e, n in (v.get("planned_seeds") or {}).items()},
+                v.get("plan") or "",
+                bool(v.get("leaderboard")),
             )
             for k, v in data["families"].items()
         }
@@ -275,6 +285,7 @@ def load(path: Path = PATH) -> Protocol:
             lines,
             amendments,
             compared,
+            next((tuple(a["leaderboard"]) for a in reversed(amended) if a.get("leaderboard")), ()),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ProtocolError(f"the protocol {path} lacks or garbles {err}.") from None
@@ -340,6 +351,8 @@ def _field_problems(data: dict[str, Any]) -> list[str]:
             ok = isinstance(n, int) and not isinstance(n, bool) and n >= 1
             check(ok, f"families.{name}.planned_seeds{'.' + entry if entry else ''}", n, "a count of seeds >= 1")
         check(isinstance(f.get("plan") or "", str), f"families.{name}.plan", f.get("plan"), "a text")
+        board = f.get("leaderboard", False)
+        check(isinstance(board, bool), f"families.{name}.leaderboard", board, "true or false")
     for kind, v in (data.get("verdicts") or {}).items() if isinstance(data.get("verdicts"), dict) else []:
         v = v if isinstance(v, dict) else {}
         where = f"verdicts.{kind}"
@@ -364,6 +377,8 @@ def _field_problems(data: dict[str, Any]) -> list[str]:
         check(isinstance(issue, int) and not isinstance(issue, bool), f"{where}.issue", issue, "an issue number")
         check(_strings(a.get("rules") or []), f"{where}.rules", a.get("rules"), "a list of rule names")
         check(_strings(a.get("kinds") or []), f"{where}.kinds", a.get("kinds"), "a list of kinds of verdict")
+        board = a.get("leaderboard") or []
+        check(_strings(board), f"{where}.leaderboard", board, "a list of family names")
         device = a.get("cost_device")
         check(device is None or isinstance(device, str), f"{where}.cost_device", device, "a device name")
     return problems
@@ -395,6 +410,11 @@ def _check(p: Protocol) -> None:
             for k in a.kinds
             if k not in p.verdicts
         ]
+    problems += [
+        f"the leaderboard ranks the family {family!r}, which the protocol does not define"
+        for family in p.leaderboard
+        if family not in p.families
+    ]
     problems += [
         f"comparisons are stated for the family {family!r}, which the protocol does not define"
         for family in p.comparisons

@@ -1,7 +1,10 @@
-"""The leaderboard and its positive control: every gate at the TinyShakespeare cpu size side by side (the EGA
-ablation of configs/sweeps/short.yaml and its peers of configs/sweeps/peers.yaml), each against the baseline,
-its runs pooled over every section that shows its configuration; and whether any gate reaches half the
-paper's gain here (rules.control_rule), with the smallest difference the protocol resolves. Beside it, once the
+"""The leaderboard and its positive control: every gate at the TinyShakespeare cpu size side by side, each against the
+baseline, its runs pooled over every section that shows its configuration; and whether any gate reaches half the
+paper's gain here (rules.control_rule), with the smallest difference the protocol resolves. Which gates it ranks
+is the protocol's: the spec groups of the families its `leaderboard:` names (the EGA ablation of
+configs/sweeps/short.yaml and its peers of configs/sweeps/peers.yaml), which the control reads, and the gates of
+each family whose own entry says `leaderboard: true` (a user's gate), each against the reference its comparison
+names and outside the control. Beside it, once the
 RoPE study (configs/sweeps/rope.yaml) is in the report, a second board: each of its designs against the RoPE
 baseline the study names, ranked the same way (no control reads it)."""
 
@@ -13,7 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from ega_lightning.config_files import SIZE_KEYS
-from ega_lightning.experiments import paper, plots, prose
+from ega_lightning.experiments import paper, plots, prose, protocol
 from ega_lightning.experiments.comparisons import Variant, difference, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
@@ -24,7 +27,25 @@ from ega_lightning.experiments.text import fmt_interval, how, interval_cell, int
 
 LEADERBOARD = "leaderboard"  # the report section of the leaderboard and its positive control
 LEADERBOARD_CORPUS = "tinyshakespeare"
-LEADERBOARD_GROUPS = ("ablation", "peers")  # the spec groups it reads, as its `STUDY` declares them
+
+
+def control_groups() -> tuple[str, ...]:
+    """The spec groups whose gates the leaderboard ranks against its pooled baseline and the positive control
+    reads: those of the comparisons' x of each family the protocol's `leaderboard:` names."""
+    p = protocol.current()
+    return tuple(dict.fromkeys(c.group for family in p.leaderboard for c in p.comparisons.get(family, ())))
+
+
+def own_references() -> dict[tuple[str, str], str]:
+    """(group, variant) of each gate a family ranks with `leaderboard: true` -> the reference its comparison names."""
+    p = protocol.current()
+    return {
+        (c.group, c.label): c.y
+        for name, family in p.families.items()
+        if family.leaderboard
+        for c in p.comparisons.get(name, ())
+        if c.y is not None
+    }
 
 
 @dataclass
@@ -37,6 +58,7 @@ class Entry:
     params_added: int | None  # its parameters minus the baseline's, both as their records count them
     timed: Timed | None  # its step time over the baseline's, from `ega bench` at the leaderboard's size
     band: int | None = None  # its rank band (`rank_bands`); None: no difference to rank by
+    against: Variant | None = None  # the reference its family names (`own_references`); None: the board's baseline
 
     @property
     def name(self) -> str:
@@ -63,7 +85,12 @@ class Panel:
 
 
 LEARNED = Panel(
-    "learned positions", lambda v: v.group in LEADERBOARD_GROUPS and v.corpus == LEADERBOARD_CORPUS and v.gated
+    "learned positions",
+    lambda v: (
+        v.corpus == LEADERBOARD_CORPUS
+        and v.gated
+        and (v.group in control_groups() or (v.group, v.label) in own_references())
+    ),
 )
 ROPE = Panel(
     "RoPE baseline",
@@ -99,34 +126,46 @@ def pooled(v: Variant, variants: list[Variant]) -> Variant:
 
 
 def leaderboard(variants: list[Variant], found: Sequence[Bench] = (), panel: Panel = LEARNED) -> Board:
-    """The pooled baseline and one entry per design of ``panel`` (by default every gate configuration of
-    `LEADERBOARD_GROUPS` on its corpus), largest baseline − design first (those without a difference last, in
-    spec order). A finished design trained in another setup than the baseline (model, data, steps) is left out: it
-    measures something else. Step times come from the `ega bench` results ``found`` at the baseline's shape and
-    position, not from the runs: the sweep's runs share the machine, so their throughput measures the machine's
-    load as much as the gate."""
+    """The pooled baseline and one entry per design of ``panel`` (by default every gate the protocol ranks on its
+    corpus, `control_groups` and `own_references`), largest baseline − design first (those without a difference
+    last, in spec order). A finished design trained in another setup than the baseline (model, data, steps) is left
+    out: it measures something else. A gate its own family ranks is set against the reference that family names,
+    and its family's variants pool into no other: a user's baseline runs are not the board's. Step times come from
+    the `ega bench` results ``found`` at the baseline's shape and position, not from the runs: the sweep's runs
+    share the machine, so their throughput measures the machine's load as much as the gate."""
     listed = [v for v in variants if panel.designs(v)]
+    named = own_references() if panel is LEARNED else {}
+    own_groups = {g for key, y in named.items() for g in (key[0], y.split("/", 1)[0])}
+    shared = [v for v in variants if v.group not in own_groups]  # what the board's baseline and its gates pool
 
     def reference_of(v: Variant, among: Sequence[Variant]) -> Variant | None:
         return reference(v, among, panel.named, panel.apart_from)
 
-    first = next((r for v in listed if (r := reference_of(v, variants)) is not None), None)
-    baseline = pooled(first, variants) if first is not None else None
+    first = next((r for v in listed if v.group not in own_groups and (r := reference_of(v, shared)) is not None), None)
+    baseline = pooled(first, shared) if first is not None else None
     shape = {k: baseline.hp(k) for k in SIZE_KEYS} if baseline else {}  # `ega bench` names a size by shape and batch
     timed = timed_gates(list(found), shape, baseline.hp("batch_size"), panel.position) if baseline else {}
     entries: dict[str, Entry] = {}
     for v in listed:
-        if v.label in entries or (v.done and baseline is not None and reference_of(v, [baseline]) is None):
+        y = named.get((v.group, v.label))
+        against = next((x for x in variants if f"{x.group}/{x.label}" == y and x.corpus == v.corpus), None)
+        base = against if y is not None else baseline
+        if v.label in entries or (
+            y is None and v.done and baseline is not None and reference_of(v, [baseline]) is None
+        ):
             continue
-        own = pooled(v, variants)
-        from_groups = [x.group for x in same_configuration(v, variants)]
-        base_params = baseline.n_params if baseline is not None else None
+        pool = variants if y is not None else shared
+        own = pooled(v, pool)
+        from_groups = [x.group for x in same_configuration(v, pool)]
+        base_params = base.n_params if base is not None else None
         added = own.n_params - base_params if own.n_params is not None and base_params is not None else None
-        diff = difference(baseline, own, "final_val_loss")
+        diff = difference(base, own, "final_val_loss")
         row = panel.bench_row(v)
-        entries[v.label] = Entry(own, list(dict.fromkeys(from_groups)), diff, added, timed.get(row) if row else None)
+        timing = timed.get(row) if row else None
+        entries[v.label] = Entry(own, list(dict.fromkeys(from_groups)), diff, added, timing, against=against)
     ranked = sorted(entries.values(), key=lambda e: -e.diff.estimate if e.diff is not None else math.inf)
-    rank_bands(ranked)
+    # the bands read the control family's level (its `reads:`): k its gates with a difference, a family's own not
+    rank_bands(ranked, sum(e.diff is not None and e.against is None for e in ranked))
     return baseline, ranked
 
 
@@ -135,13 +174,13 @@ def measure(variants: list[Variant], found: Sequence[Bench] = ()) -> Boards:
     return Boards(leaderboard(variants, found, LEARNED), leaderboard(variants, found, ROPE))
 
 
-def rank_bands(ranked: list[Entry]) -> None:
+def rank_bands(ranked: list[Entry], k: int) -> None:
     """Sets each ranked entry's band: walking down from the best, a gate joins the current band while its paired
-    difference to the band's first gate includes 0 at 1 − 0.05/k (k: the gates ranked on this board; the
-    learned board's is the control family's level), else it opens the next band. Gates without a difference get
-    none."""
+    difference to the band's first gate includes 0 at 1 − 0.05/k (k: the gates of the control family ranked on
+    this board, the family's level; the RoPE board's: its own), else it opens the next band. Gates without a
+    difference get none."""
     known = [e for e in ranked if e.diff is not None]
-    level = bonferroni_level(len(known))
+    level = bonferroni_level(k)
     band, first = 0, None
     for e in known:
         if first is not None:
@@ -224,6 +263,7 @@ def control_subject(f: Control) -> str:
 def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Finding]:
     """The positive control over the leaderboard (rules.PROSE['control']), with the difference the protocol
     resolves at each number of paired seeds the leaderboard has."""
+    entries = [e for e in entries if e.against is None]  # its family as registered: a family's own gates are not in it
     if baseline is None or not entries:
         return []
     # each read named as its value is taken: the baseline's loss minus the gate's
@@ -255,10 +295,19 @@ def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Find
 # ----------------------------------------------------------------------------- the section's words and table
 
 
-def describe(baseline: Variant) -> str:
+def describe(baseline: Variant, entries: list[Entry]) -> str:
     """What the leaderboard shows, as its section opens."""
+    groups = [g for g in control_groups() if any(g in e.groups for e in entries if e.against is None)]
+    own = [f"`{e.variant.label}`" for e in entries if e.against is not None]
+    others = (
+        f" The gates {', '.join(own)} are ranked by their own family (the protocol's `leaderboard: true`), each "
+        "against the reference it names (the seeds paired with it), banded with the others at the control "
+        "family's level and outside the positive control."
+        if own
+        else ""
+    )
     return (
-        f"Every gate of the sections {', '.join(LEADERBOARD_GROUPS)} on {baseline.corpus} against the baseline "
+        f"Every gate of the sections {', '.join(groups)} on {baseline.corpus} against the baseline "
         f"`{baseline.label}` ({len(baseline.done)} finished seeds), each gate's runs pooled over every section "
         "that shows its configuration; sorted by baseline − gate, largest first. The step time is `ega bench`'s at "
         "the baseline's model size and batch, on an idle machine (median of the per-repetition ratios to the "
@@ -266,7 +315,7 @@ def describe(baseline: Variant) -> str:
         "throughput is no measure of a gate's cost. — where no bench timed the gate. Rank bands: walking down "
         "from the best, a gate joins the current band while its paired difference to the band's first gate "
         "includes 0 at the control family's level (each interval at 1 − 0.05/k, k the gates ranked), else it opens "
-        "the next band; gates of one band are not told apart by these seeds."
+        f"the next band; gates of one band are not told apart by these seeds.{others}"
     )
 
 
@@ -292,7 +341,7 @@ def describe_rope(baseline: Variant, ranked: int) -> str:
 def table_line(rank: int, e: Entry, baseline: Variant) -> str:
     """One gate as a row of the leaderboard table."""
     d = e.diff
-    seeds = paired_seeds(baseline, e.variant)
+    seeds = paired_seeds(e.against or baseline, e.variant)
     cells = [
         str(rank) if d is not None else "—",
         str(e.band) if e.band is not None else "—",
@@ -334,7 +383,7 @@ def leaderboard_section(inputs: ReportInputs, boards: Boards, found: Sequence[Fi
     lines = [f"## {LEADERBOARD}", ""]
     if baseline is not None and entries:
         lines += [
-            describe(baseline),
+            describe(baseline, entries),
             "",
             *(f"- {prose.sentence(f)}" for f in found if f.section == LEADERBOARD),
             "",
@@ -391,12 +440,13 @@ def board_json(board: Board) -> dict[str, Any] | None:
                 "name": e.name,
                 "groups": e.groups,
                 "runs": [r.run.run_name for r in e.variant.runs],
-                "seeds_paired": paired_seeds(baseline, e.variant),
+                "seeds_paired": paired_seeds(e.against or baseline, e.variant),
                 "diff_final_val_loss": e.diff,
                 "params_added": e.params_added,
                 "step_time_ratio": e.timed,
                 "band": e.band,
             }
+            | ({"against": f"{e.against.group}/{e.against.label}"} if e.against is not None else {})
             for e in entries
         ],
     }
@@ -404,7 +454,6 @@ def board_json(board: Board) -> dict[str, Any] | None:
 
 STUDY = Study(
     "leaderboard",
-    groups=LEADERBOARD_GROUPS,
     measure=lambda inputs: measure(list(inputs.variants), inputs.benches),
     # the protocol registered the control on the learned board: the RoPE one neither joins its family nor its k
     findings=lambda inputs, boards, read: control_finding(*boards.learned),
