@@ -382,3 +382,31 @@ def test_a_label_an_amendment_and_a_level_edit_changed_is_not_dated_by_the_edit_
     assert "the edit of the family-wise level (2026-12-07) changed its label" in text
     alone = Registration("registered", 3, 3, "2026-12-05T10:00", amended="holds")
     assert "the amendment of 2026-12-05 changed its label (was: holds)" in registration_text(alone)
+
+
+@pytest.mark.slow
+def test_a_copy_without_git_history_marks_no_verdict_registered(tmp_path):
+    """Messy (issue 72): a git-less install (a copy of the tree, an sdist) dated the protocol by its own stated
+    dates, which predate the edits made after the data, and upgraded 8 labels. Now `ega report` run from a copy of
+    the package without .git marks no verdict registered ("not dated") and the method note says why."""
+    import shutil
+
+    from .helpers import REPO, run_ega
+
+    copy = tmp_path / "copy"
+    shutil.copytree(REPO / "ega_lightning", copy / "ega_lightning", ignore=shutil.ignore_patterns("__pycache__"))
+    runs = tmp_path / "runs"
+    started = {"started_at": "2027-06-01T10:00:00+00:00"}  # after every date protocol.yaml states
+    for seed, (base, gain) in enumerate([(1.50, 0.02), (1.60, 0.03), (1.55, 0.01)], 1):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, base], done_with=started)
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, base - gain], done_with=started)
+    entries = [{"name": "none", "seeds": [1, 2, 3], "group": "main"}]
+    entries.append({"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"})
+    spec = write_spec(tmp_path / "spec.yaml", {"name": "nogit", "runs": entries})
+    out = tmp_path / "out"
+    args = ["report", str(spec), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(out / "runs")]
+    done = run_ega(args, cwd=copy)
+    assert done.returncode == 0, done.stderr[-3000:]
+    marks = [(f.get("registration") or {}).get("mark") for f in findings_of(out)]
+    assert "not dated" in marks and set(marks) <= {None, "not dated"}, marks
+    assert "git history cannot date it here: not in a git checkout" in (out / "REPORT.md").read_text()
