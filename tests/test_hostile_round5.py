@@ -370,6 +370,34 @@ def test_ega_bench_keeps_the_tables_its_out_holds_unless_told_to_replace_them(tm
     assert committed.read_text() == "{}" and not (tmp_path / "results" / "bench-cpu-32-true.md").exists()
 
 
+@pytest.mark.slow
+def test_ega_bench_names_no_row_for_a_position_it_did_not_run(tmp_path, capsys):
+    """Messy (issue 72): under --position learned the rows fox_nopos and alibi_nopos were timed with learned positions
+    under their names. Now naming one in --gates is one paragraph, exit 2, nothing written; of the default list
+    (every config) they are left out, saying so, and every row kept runs at the position asked."""
+    from ega_lightning.bench.settings import gate_settings
+    from ega_lightning.commands.bench import at_position
+    from ega_lightning.config_files import PACKAGED_CONFIGS
+
+    from .helpers import run_ega
+
+    args = ["bench", "--sizes", "cpu", "--gates", "fox", "fox_nopos", "--position", "learned", "--no_generation"]
+    refused = run_ega([*args, "--repeats", "3", "--device", "cpu", "--out", str(tmp_path / "out")], tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    (line,) = [x for x in refused.stderr.splitlines() if x.startswith("ega bench: error: ")]
+    assert "--position learned would replace the position of fox_nopos (position none)" in line
+    assert not (tmp_path / "out").exists()
+
+    every = gate_settings(PACKAGED_CONFIGS, None)
+    own = {name for name, s in every.items() if s.get("position") not in (None, "learned")}
+    assert {"fox_nopos", "alibi_nopos"} <= own
+    kept = at_position(every, "learned", None)
+    assert kept.keys() == every.keys() - own and {s["position"] for s in kept.values()} == {"learned"}
+    note = capsys.readouterr().err
+    assert "left out alibi_nopos, fox_nopos" in note
+    assert at_position(every, "none", None).keys() == every.keys()  # none: theirs, and every other's too
+
+
 def test_a_label_an_amendment_and_a_level_edit_changed_is_not_dated_by_the_edit_as_the_amendment():
     """Messy (issue 72): a label changed by an amendment and by a later edit of the level read "the amendment of
     2026-12-07" (the edit's date; no amendment has it). Now the amendment is named without the edit's date."""
