@@ -229,6 +229,27 @@ def test_ega_fit_refuses_a_resume_that_changes_the_run_and_leaves_it_as_it_was(t
         assert {p: p.read_bytes() for p in kept} == kept
 
 
+@pytest.mark.slow
+def test_a_run_resumed_to_a_raised_max_steps_stamps_its_validations_as_an_uninterrupted_run(tmp_path, data_dir):
+    """Messy (issue 72): the final val/loss was stamped at step max_steps - 1 uninterrupted (the step the records and
+    the whole-split evaluations carry) and at max_steps after a resume from a last.ckpt written at the end of a fit
+    (a run of 3 steps resumed to 6): Lightning's restart moved its logging step on once more. Now both stamp alike."""
+    from .helpers import TINY, run_ega, scalars
+
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    every = [*TINY, "--trainer.val_check_interval=3", "--trainer.enable_progress_bar=false"]
+    whole = run_ega(["fit", *every, "--trainer.max_steps=6", "--run_name", "whole"], tmp_path, env)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    for steps, resume in (("3", []), ("6", ["--ckpt_path", "last"])):
+        part = run_ega(["fit", *every, f"--trainer.max_steps={steps}", "--run_name", "parts", *resume], tmp_path, env)
+        assert part.returncode == 0, part.stderr[-3000:]
+    uninterrupted = scalars(tmp_path / "lightning_logs" / "whole", "val/loss")
+    resumed = scalars(tmp_path / "lightning_logs" / "parts", "val/loss")
+    assert sorted(uninterrupted) == [2, 5]  # max_steps - 1, as every record's last point
+    assert resumed.keys() == uninterrupted.keys()
+    assert resumed == pytest.approx(uninterrupted, abs=1e-6)
+
+
 @pytest.mark.parametrize(
     ("logged", "said"),
     [
