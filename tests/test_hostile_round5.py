@@ -181,6 +181,8 @@ def test_an_evaluation_file_of_another_step_or_cpu_than_its_record_is_refused(tm
         ({"trainer.accumulate_grad_batches": 4}, "accumulate_grad_batches: checkpoint 1, this command 4 (the global"),
         ({"model.scale_residual_init": False}, "model.scale_residual_init: checkpoint True, this command False (the"),
         ({"model.decay_every_parameter": True}, "model.decay_every_parameter: checkpoint False, this command True"),
+        # messy: taken, the run trained at two dropouts, config.yaml naming the second and hparams.yaml the first
+        ({"model.dropout": 0.2}, "model.dropout: checkpoint 0.0, this command 0.2 (the dropout masks"),
     ],
 )
 def test_a_resume_that_changes_the_evaluation_the_batch_or_the_initialisation_is_refused(changes, message):
@@ -195,6 +197,7 @@ def test_a_resume_that_changes_the_evaluation_the_batch_or_the_initialisation_is
     from .test_run_policy import RESUMED, SAVED, checkpoint, request
 
     model = {"model.eval_znorm": None, "model.scale_residual_init": True, "model.decay_every_parameter": False}
+    model["model.dropout"] = 0.0
     saved = {**SAVED, "trainer.accumulate_grad_batches": 1, **model}
     ckpt = replace(checkpoint("runs/r/checkpoints/last.ckpt", step=20, corpus="tinyshakespeare"), saved=saved)
     own = {**RESUMED, "trainer.precision": "32-true", "trainer.accumulate_grad_batches": 1, **model}
@@ -202,6 +205,31 @@ def test_a_resume_that_changes_the_evaluation_the_batch_or_the_initialisation_is
     with pytest.raises(UserError) as refused:
         run_policy.plan_run(request(ckpt=ckpt, **{**own, **changes}))
     assert message in str(refused.value) and "--overwrite=true" in str(refused.value)
+
+
+def test_a_resume_refuses_the_random_evaluations_seed_and_batch_only_where_the_run_evaluates_so():
+    """Messy (issue 72): a resume with another data.eval_batch_size or data.random_eval_seed was refused for a run
+    that evaluates the whole split, which reads neither. Now taken there; refused where the run draws random
+    evaluation batches (they choose its windows), and turning the random evaluation on or off is refused."""
+    from dataclasses import replace
+
+    from ega_lightning import run_policy
+
+    from .test_run_policy import RESUMED, SAVED, checkpoint, request
+
+    other = {"data.eval_batch_size": 2, "data.random_eval_seed": 5}
+    whole_split = {**SAVED, "data.random_eval_batches": None}
+    ckpt = replace(checkpoint("runs/r/checkpoints/last.ckpt", step=20, corpus="tinyshakespeare"), saved=whole_split)
+    own = {**RESUMED, "trainer.precision": "32-true", "data.random_eval_batches": None}
+    assert run_policy.plan_run(request(ckpt=ckpt, **{**own, **other})).resume_step == 20
+    with pytest.raises(UserError, match=r"data.random_eval_batches: checkpoint None, this command 50 \(how"):
+        run_policy.plan_run(request(ckpt=ckpt, **{**own, **other, "data.random_eval_batches": 50}))
+    random_batches = replace(ckpt, saved=SAVED)
+    with pytest.raises(UserError) as refused:
+        run_policy.plan_run(request(ckpt=random_batches, **{**RESUMED, "trainer.precision": "32-true", **other}))
+    said = str(refused.value)
+    assert "data.eval_batch_size: checkpoint 32, this command 2" in said
+    assert "data.random_eval_seed: checkpoint 0, this command 5" in said
 
 
 @pytest.mark.slow
@@ -227,6 +255,42 @@ def test_ega_fit_refuses_a_resume_that_changes_the_run_and_leaves_it_as_it_was(t
         (line,) = [x for x in resumed.stderr.splitlines() if x.startswith("ega fit: error: ")]
         assert said in line, line
         assert {p: p.read_bytes() for p in kept} == kept
+
+
+@pytest.mark.slow
+def test_a_resume_keeps_one_dropout_and_hparams_yaml_says_what_config_yaml_says(tmp_path, data_dir):
+    """Messy (issue 72): a resume with another dropout was taken, config.yaml then naming the second dropout and
+    hparams.yaml the first; one with another data.eval_batch_size or data.random_eval_seed was refused for a run that
+    evaluates the whole split, which reads neither. Now through `ega fit`: another dropout is one paragraph, exit 2,
+    the run as it was; the unused evaluation values and another attention path (a choice of how the model runs)
+    resume, and hparams.yaml holds the model config.yaml records."""
+    import yaml
+
+    from .helpers import SHORT, TINY, run_ega
+
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    first = run_ega(["fit", *TINY, *SHORT, "--run_name", "r", "--model.dropout=0.1"], cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = tmp_path / "lightning_logs" / "r"
+    files = ("config.yaml", "hparams.yaml", "checkpoints/last.ckpt")
+    kept = {p: p.read_bytes() for p in (run_dir / name for name in files)}
+    again = ["fit", *TINY, *SHORT, "--run_name", "r", "--ckpt_path", "last"]
+    refused = run_ega([*again, "--model.dropout=0.2"], tmp_path, env)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    (line,) = [x for x in refused.stderr.splitlines() if x.startswith("ega fit: error: ")]
+    assert "model.dropout: checkpoint 0.1, this command 0.2 (the dropout masks" in line, line
+    assert {p: p.read_bytes() for p in kept} == kept
+
+    changed = ["--model.dropout=0.1", "--data.eval_batch_size=3", "--data.random_eval_seed=5"]
+    resumed = run_ega([*again, *changed, "--model.attention=reference", "--trainer.max_steps=4"], tmp_path, env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    hparams = yaml.safe_load((run_dir / "hparams.yaml").read_text())
+    assert config["model"]["attention"] == "reference" and config["data"]["eval_batch_size"] == 3
+    assert hparams["eval_batch_size"] == 3  # the data module's arguments, beside the model's
+    assert {k: hparams[k] for k in config["model"] if k in hparams} == {
+        k: v for k, v in config["model"].items() if k in hparams
+    }
 
 
 @pytest.mark.slow
