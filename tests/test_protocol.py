@@ -126,7 +126,7 @@ def _git(repo: Path, *args: str, date: str | None = None) -> None:
 
 def test_an_entrys_date_is_the_newest_commit_of_its_lines_its_familys_and_its_margins(tmp_path):
     """Committed on 1 Dec, then the loss margin changed on 3 Dec: every entry that reads the loss margin is
-    fixed on 3 Dec, the others stay on 1 Dec; outside git, the file's stated date."""
+    fixed on 3 Dec, the others stay on 1 Dec; outside git, none (issue 72: the file's stated date was taken)."""
     repo = tmp_path / "repo"
     repo.mkdir()
     path = repo / "protocol.yaml"
@@ -144,8 +144,8 @@ def test_an_entrys_date_is_the_newest_commit_of_its_lines_its_familys_and_its_ma
     assert dates.by_kind["improvement"] == dec1 and dates.by_kind["tail"] == dec1
     outside = tmp_path / "protocol.yaml"
     outside.write_text(path.read_text())
-    stated = protocol.entry_dates(protocol.load(outside))
-    assert stated.source == "stated" and stated.by_kind["tail"] == datetime(2026, 12, 2, tzinfo=UTC)
+    undated = protocol.entry_dates(protocol.load(outside))  # the file's own dates would predate its 3 Dec edit
+    assert (undated.source, undated.by_kind, undated.why) == (protocol.UNDATED, {}, protocol.NO_GIT)
 
 
 # ----------------------------------------------------------------------------- every label, recomputed

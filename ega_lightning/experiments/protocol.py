@@ -4,7 +4,8 @@ every verdict of the report is read against, and when each entry was fixed.
 The protocol is committed before the runs it governs. :func:`load` reads and checks it; :func:`current` reads the
 registered one once, when a report (or anything that needs a margin) first asks for it, never at import;
 :func:`entry_dates` gives the date each verdict's rule was fixed (the newest commit of the lines of its entry, of
-its family and of its margins, from ``git blame``), or the date the file states where git history cannot be read.
+its family and of its margins, from ``git blame``); where git history cannot date them (a shallow clone, an install
+without .git), none.
 """
 
 from __future__ import annotations
@@ -445,15 +446,15 @@ class LevelEdit:
     before: float
 
 
-UNDATED = "undated"  # Dates.source where git history exists but cannot date the protocol (a shallow clone)
+UNDATED = "undated"  # Dates.source where git history cannot date the protocol (a shallow clone, or none at all)
 
 
 @dataclass(frozen=True)
 class Dates:
     """When each verdict kind's rule was fixed; ``source``: "git" (blame of its lines, with the commit the file
-    was last changed in), "stated" (the file's own date, where there is no git history to read: an install, and
-    why) or "undated" (a shallow clone: its oldest commit stands for every older one, so no date can be trusted
-    and no verdict is marked registered; ``by_kind`` is empty)."""
+    was last changed in) or "undated" (a shallow clone, whose oldest commit stands for every older one, or no git
+    history at all, an install: no date can be trusted and no verdict is marked registered; ``by_kind`` is empty,
+    ``why`` says which). "stated" (the file's own dates) is no longer given: they predate its edits."""
 
     by_kind: dict[str, datetime]
     source: str
@@ -491,7 +492,7 @@ def _blame(path: Path) -> _Blamed | str:
     file's stated dates stand; SHALLOW: nothing can be dated)."""
     cwd = path.resolve().parent
     if _git(cwd, "rev-parse", "--is-inside-work-tree") is None:
-        return "not in a git checkout"
+        return NO_GIT
     if (_git(cwd, "rev-parse", "--is-shallow-repository") or "").strip() == "true":
         return SHALLOW
     now = datetime.now(UTC)
@@ -515,6 +516,7 @@ def _blame(path: Path) -> _Blamed | str:
 
 
 SHALLOW = "a shallow clone (its oldest commit stands for every older one)"
+NO_GIT = "not in a git checkout (an installed package, or a copy of the tree without its .git)"
 
 
 def _level_before(path: Path, commit: str) -> float | None:
@@ -536,13 +538,10 @@ def entry_dates(p: Protocol) -> Dates:
     last edit is kept beside them (``level_edit``): it fixes the verdicts whose label it changed
     (`findings.conclude`)."""
     blamed = _blame(p.path)
-    if blamed == SHALLOW:
-        return Dates({}, UNDATED, None, None, SHALLOW)
     if isinstance(blamed, str):
-        each = tuple(_stated(a.date) for a in p.amendments)
-        amended = {a.issue: d for a, d in zip(p.amendments, each, strict=True) if a.rules}
-        stated = {k: _stated(p.registered) for k in p.verdicts}
-        return Dates(_replaced(p, stated, each), "stated", None, None, blamed, amended, amendment_dates=each)
+        # the file's own dates would date every line at its first registration, edits after the data included
+        # (issue 72: a copy without .git upgraded 8 labels), so nothing is dated, as in a shallow clone
+        return Dates({}, UNDATED, None, None, blamed)
     now = datetime.now(UTC)
 
     def newest_of(span: tuple[int, int]) -> datetime:
@@ -576,11 +575,6 @@ def _replaced(p: Protocol, by_kind: dict[str, datetime], each: tuple[datetime, .
             if kind in out:
                 out[kind] = max(out[kind], when)
     return out
-
-
-def _stated(date: str) -> datetime:
-    stated = datetime.fromisoformat(date)
-    return stated if stated.tzinfo else stated.replace(tzinfo=UTC)
 
 
 def families_added(path: Path = PATH) -> dict[str, datetime]:

@@ -61,9 +61,14 @@ def protocol_note(found: list[Finding], dates: protocol.Dates) -> list[str]:
         when = dates.committed.strftime("%Y-%m-%d %H:%M UTC") if dates.committed else "?"
         where = f"configs/protocol.yaml (last changed in commit {(dates.commit or '?')[:10]}, {when})"
     elif dates.source == protocol.UNDATED:
+        way = (
+            "fetch the whole history, `git fetch --unshallow`"
+            if dates.why == protocol.SHALLOW
+            else "clone the repository"
+        )
         where = (
             f"configs/protocol.yaml (git history cannot date it here: {dates.why}; so no verdict is marked "
-            "registered: fetch the whole history, `git fetch --unshallow`, and report again)"
+            f"registered: {way}, and report again)"
         )
     else:
         where = (
