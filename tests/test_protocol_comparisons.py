@@ -13,7 +13,7 @@ from ega_lightning.experiments import engine, findings, prose, protocol, studies
 from ega_lightning.experiments.stats import Difference
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "results.json"
-ENGINE_FAMILIES = ("peers", "frozen", "rope")  # the families whose findings the engine gives
+ENGINE_FAMILIES = ("peers", "frozen", "rope", "context")  # the families whose findings the engine gives
 
 
 def _sides(key: str) -> frozenset[str]:
@@ -64,7 +64,7 @@ def test_the_engine_families_are_read_by_the_engine_alone() -> None:
     """Each family on the engine is a study whose findings are `engine.family_findings`' (no study module of its own
     decides its comparisons again)."""
     assert set(ENGINE_FAMILIES) <= studies.PLACED  # placed in the report's order, each read through `engine`
-    for module in ("peers.py", "frozen_tau.py"):
+    for module in ("peers.py", "frozen_tau.py", "context.py"):
         assert not (Path(studies.__file__).parent / module).exists()
 
 

@@ -15,19 +15,22 @@ and its row of the claims table are written.
 
 A new study whose metrics exist is its family, verdict kind and comparisons in the protocol, and its sweep file:
 `family_findings` reads it where a study lists the family (`studies.ENGINE_FAMILIES`). A new metric is one
-function registered with :func:`metric`.
+function registered with :func:`metric`; one read over several variants of a side's group (the context family's
+growth, from the shortest block to the longest) names them with it (:class:`Span`), so the finding's code and its
+registration count the runs its interval reads.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ega_lightning.experiments import paper, prose, protocol
-from ega_lightning.experiments.comparisons import Table, Variant
+from ega_lightning.experiments.comparisons import Table, Variant, difference
 from ega_lightning.experiments.findings import (
     NOT_IN_RESULTS,
     Finding,
@@ -41,17 +44,36 @@ from ega_lightning.experiments.findings import (
 from ega_lightning.experiments.rules import registered
 from ega_lightning.experiments.stats import compare, summarize
 from ega_lightning.experiments.study import ReportInputs
-from ega_lightning.experiments.text import interval_text, num
+from ega_lightning.experiments.text import fmt_interval, interval_text, num, seed_list
 
 Metric = Callable[[Variant, ReportInputs], dict[int, float]]  # a variant's finished runs -> seed -> value
+
+
+@dataclass(frozen=True)
+class Span:
+    """A metric of a side read over several variants of its group, not over the side alone: which they are
+    (``variants``, in order; none where the metric does not apply: no finding), the name of its interval among the
+    finding's reads, and what the finding states beside it (``details``, of x's and y's variants and the seeds they
+    share). The first and the last variant of each side are those whose runs enter its interval."""
+
+    variants: Callable[[Variant, ReportInputs], list[Variant]]
+    along: str  # the hyperparameter the variants differ in: x's and y's must be at the same values
+    read: str  # its interval's name ({group}: x's spec group)
+    details: Callable[[list[Variant], list[Variant], list[int]], dict[str, Any]]
+
+
 METRICS: dict[str, Metric] = {}
+SPANS: dict[str, Span] = {}  # metric -> the variants it reads, where not the side alone
 
 
-def metric(key: str) -> Callable[[Metric], Metric]:
-    """Registers a metric under ``key``, the name a comparison of the protocol reads it by."""
+def metric(key: str, span: Span | None = None) -> Callable[[Metric], Metric]:
+    """Registers a metric under ``key``, the name a comparison of the protocol reads it by (with its ``span``, where
+    it reads several variants of a side's group)."""
 
     def register(fn: Metric) -> Metric:
         METRICS[key] = fn
+        if span is not None:
+            SPANS[key] = span
         return fn
 
     return register
@@ -78,6 +100,35 @@ def whole_split_loss(v: Variant, inputs: ReportInputs) -> dict[int, float]:
     return {r.run.seed: by_run[r.run.run_name] for r in v.done if r.run.run_name in by_run}
 
 
+def _by_block(v: Variant, inputs: ReportInputs) -> list[Variant]:
+    """The finished variants of v's gate in its group and corpus, shortest block first: one per block size, and at
+    least two (else none)."""
+    same = [x for x in inputs.variants if (x.group, x.corpus, x.gate) == (v.group, v.corpus, v.gate) and x.done]
+    blocks = {x.hp("block_size") for x in same}
+    return sorted(same, key=lambda x: x.hp("block_size")) if len(blocks) == len(same) > 1 else []
+
+
+def _growth_details(xs: list[Variant], ys: list[Variant], seeds: list[int]) -> dict[str, Any]:
+    """y − x at each block size on the seeds every block size ran (a 3-seed mean beside single seeds would put seed
+    noise into the trend), and whether it grows with every longer block."""
+    at = {y.hp("block_size"): y for y in ys}
+    by_block = [
+        (x.hp("block_size"), difference(at.get(x.hp("block_size")), x, "final_val_loss", set(seeds))) for x in xs
+    ]
+    steps = itertools.pairwise(d for _, d in by_block)
+    grows = all(a is not None and b is not None and a.estimate < b.estimate for a, b in steps)
+    return {"seeds": seeds, "by_block": by_block, "monotone": grows}
+
+
+@metric("growth", Span(_by_block, "block_size", "context: {group} longest − shortest block", _growth_details))
+def growth(v: Variant, inputs: ReportInputs) -> dict[int, float]:
+    """The final val loss of v's gate at the longest block of its group minus at the shortest, per seed every block
+    size ran: y − x of it is (y − x at the longest block) − (y − x at the shortest)."""
+    blocks = [b.by_seed("final_val_loss") for b in _by_block(v, inputs)]
+    seeds = set.intersection(*(set(b) for b in blocks)) if blocks else set()
+    return {s: blocks[-1][s] - blocks[0][s] for s in sorted(seeds)}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Compared(ReadOnce, Finding):
     """One comparison the protocol names, as measured: the finding of every family on the engine. ``details``: what
@@ -91,6 +142,10 @@ class Compared(ReadOnce, Finding):
     @property
     def interim(self) -> bool:
         return self.runs_planned is not None and (self.runs_in or 0) < self.runs_planned
+
+    @property
+    def cell_words(self) -> tuple[str, str]:  # type: ignore[override]  # by its kind (a class's elsewhere)
+        return CELL_WORDS.get(self.kind, ("", ""))
 
     def to_dict(self) -> dict[str, Any]:
         """results.json's fields: the finding's, the counts where it is read once, then its details."""
@@ -135,19 +190,34 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
             if table is not None and x.group != table.group:
                 continue
             y = next(iter(_variant(inputs, c.y, x.corpus)), None) if c.y is not None else None
-            subject = f"{c.name} `{x.label}`" if c.name else name(x)
-            against = f"{c.y_name} `{c.y.split('/', 1)[1]}`" if c.y_name and c.y else (name(y) if y else c.y)
-            where = Where(x.group, x.corpus, measured_with(x, y), subject, against)
+            span = SPANS.get(c.metric)
+            xs = span.variants(x, inputs) if span is not None else [x]
+            ys = span.variants(y, inputs) if span is not None and y is not None else [y]
+            if not xs:  # the metric does not apply to this section (one block size): nothing to compare
+                continue
             values = METRICS[c.metric]
             own, ref = values(x, inputs), values(y, inputs) if y is not None else {}
-            d = compare(ref, own) if own and ref else None
-            measured: dict[str, Any] = {"family": family, "code": code_of(x, y)}
+            aligned = span is None or [v.hp(span.along) for v in xs] == [v.hp(span.along) for v in ys if v is not None]
+            d = compare(ref, own) if own and ref and aligned else None
             sides = {"x": x, "y": y}
             shown = {k: _mean(sides[spec.split(".", 1)[0]], spec.split(".", 1)[1], inputs) for k, spec in c.show}
-            measured["details"] = ({"source": c.source} if c.source else {}) | shown
+            details = ({"source": c.source} if c.source else {}) | shown
+            if span is None:
+                subject = f"{c.name} `{x.label}`" if c.name else name(x)
+                against = f"{c.y_name} `{c.y.split('/', 1)[1]}`" if c.y_name and c.y else (name(y) if y else c.y)
+                where = Where(x.group, x.corpus, measured_with(x, y), subject, against)
+                code, read_as = code_of(x, y), pair(y or c.y or "", x)
+            else:  # named by the gates, not by one variant of each; each side's ends enter the interval
+                both = [v for at in itertools.zip_longest(xs, ys) for v in at]
+                against = (y.paper_name or y.gate) if y is not None else c.y
+                where = Where(x.group, x.corpus, measured_with(xs[0], *both), x.paper_name or x.gate, against)
+                code = code_of(*both, compared=[[xs[-1], (ys or [None])[-1], xs[0], (ys or [None])[0]]])
+                read_as = span.read.format(group=x.group)
+                details |= span.details(xs, ys, sorted(set(own) & set(ref)))
+            measured: dict[str, Any] = {"family": family, "code": code, "details": details}
             if c.once and counted is not None:
                 measured |= {"runs_in": counted[0], "runs_planned": counted[1]}
-            reads = ((pair(y or c.y or "", x), d),)
+            reads = ((read_as, d),)
             read = not (c.once and counted is not None and counted[0] < counted[1])
             out.append(judge(c.kind, where, reads, claim=c.claim, read=read, **measured))
     return out
@@ -229,11 +299,26 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
         "{subject} (tau held at its tau_init {tau_init}, never trained) vs {against}: no finished run yet.",
         "{subject}, never trained, vs {against}: learned − frozen",
     ),
+    "context": (
+        "Δ by block size ({seeds:seeds}, which every block size ran): {by_block:blocks}; {monotone:grows}. Longest − "
+        "shortest block: {interval}; the advantage grows with context{verdict}.",
+        "{subject} by block size: no seed ran every block size, so no like-for-like comparison.",
+        "",
+    ),
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
         "{subject} against {against}: {state}.",
         "{subject} against {against}",
     ),
+}
+# kind -> what its claims-table cell writes before and after its interval
+CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", "")}
+# how a template writes a detail, by its format spec: ``{x:num}`` as `text.num` (3 digits; None: a dash), ...
+FORMATS: dict[str, Callable[[Any], str]] = {
+    "num": num,
+    "seeds": seed_list,
+    "blocks": lambda by_block: "; ".join(f"T{block} {fmt_interval(d)}" for block, d in by_block),
+    "grows": lambda grows: "grows with every longer block" if grows else "not monotone",
 }
 
 
@@ -242,13 +327,13 @@ def _template(f: Compared) -> tuple[str, str, str]:
 
 
 class _Number:
-    """A value a template formats: ``{x:num}`` as `text.num` writes it (3 digits; None: a dash), else as it is."""
+    """A value a template formats: by a spec of :data:`FORMATS`, else as it is."""
 
     def __init__(self, value: Any) -> None:
         self.value = value
 
     def __format__(self, spec: str) -> str:
-        return num(self.value) if spec == "num" else format(self.value, spec)
+        return FORMATS[spec](self.value) if spec in FORMATS else format(self.value, spec)
 
 
 def _fields(f: Compared) -> dict[str, Any]:

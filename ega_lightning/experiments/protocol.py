@@ -247,6 +247,8 @@ def load(path: Path = PATH) -> Protocol:
             )
             for a, span in zip(amended, spans, strict=True)
         )
+        # the claim a family's comparisons test where their lines name none (an amendment's `claims:`, the latest's)
+        claimed = {family: str(claim) for a in amended for family, claim in (a.get("claims") or {}).items()}
         stated = [a.get("comparisons") or {} for a in amended] + [
             {k: v["comparisons"] for k, v in data["families"].items() if v.get("comparisons")}
         ]
@@ -258,7 +260,7 @@ def load(path: Path = PATH) -> Protocol:
                     str(c["x"]),
                     c.get("y"),
                     str(c["metric"]),
-                    c.get("claim"),
+                    c.get("claim") or claimed.get(family),
                     c.get("figure"),
                     tuple(c.get("at") or ()),
                     c.get("name"),
@@ -380,6 +382,8 @@ def _field_problems(data: dict[str, Any]) -> list[str]:
         check(_strings(a.get("kinds") or []), f"{where}.kinds", a.get("kinds"), "a list of kinds of verdict")
         board = a.get("leaderboard") or []
         check(_strings(board), f"{where}.leaderboard", board, "a list of family names")
+        claims = a.get("claims") or {}
+        check(isinstance(claims, dict) and _strings(list(claims.values())), f"{where}.claims", claims, "family: claim")
         device = a.get("cost_device")
         check(device is None or isinstance(device, str), f"{where}.cost_device", device, "a device name")
     return problems

@@ -6,7 +6,8 @@ with `prose`), and where it has them its section, figures and key of results.jso
 - `main`: EGA-1 against its baseline in a head-to-head section (improvement, gap, where tau ends, and the best val
   loss beside the final one where runs overfit)
 - `ablation`: the paper's gates ranked, EGA-1 best, each paper row's own claim
-- `tau_init`, `frozen_tau`, `context`: where tau ends by initialisation, a tau never trained (`engine`), the block size
+- `tau_init`, `frozen_tau`, `context`: where tau ends by initialisation, a tau never trained, EGA-1's gain by block
+  size (the last two: the protocol's comparisons, read by `engine`)
 - `leak`: z over the whole window, as trained and evaluated causally
 - `reruns`: runs repeated for their checkpoints (no verdict)
 - `peers`: other papers' gates, each for its own claim: the protocol's comparisons, read by `engine`
@@ -36,7 +37,6 @@ from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.studies import (
     ablation,
     author,
-    context,
     cost,
     leaderboard,
     leak,
@@ -52,7 +52,11 @@ STUDIES: tuple[Study, ...] = (
     main.STUDY,
     ablation.STUDY,
     tau_init.STUDY,
-    context.STUDY,
+    Study(  # EGA-1's gain over the baseline from the shortest block to the longest (engine's `growth`)
+        "context",
+        groups=("context",),
+        table_findings=lambda table, inputs: engine.family_findings(inputs, "context", table),
+    ),
     Study(  # a tau never trained, against tau learned from the same tau_init
         "frozen_tau",
         groups=("frozen_tau",),
