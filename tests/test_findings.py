@@ -210,11 +210,11 @@ def test_best_rule():
 
 
 def test_growth_and_cost_rules():
-    assert rules.growth_rule(iv(0.01, 0.05)) is Verdict.HOLDS
-    assert rules.growth_rule(iv(-0.004, 0.004)) is Verdict.NEGLIGIBLE
-    assert rules.growth_rule(iv(-0.03, -0.01)) is Verdict.DOES_NOT_HOLD  # it shrinks by more than the margin
-    assert rules.growth_rule(iv(-0.03, 0.004)) is Verdict.TOO_FEW_SEEDS  # straddles −0.005
-    assert rules.growth_rule(iv(-0.03, 0.01)) is Verdict.TOO_FEW_SEEDS
+    assert rules.BY_NAME["grows"](iv(0.01, 0.05)) is Verdict.HOLDS
+    assert rules.BY_NAME["grows"](iv(-0.004, 0.004)) is Verdict.NEGLIGIBLE
+    assert rules.BY_NAME["grows"](iv(-0.03, -0.01)) is Verdict.DOES_NOT_HOLD  # it shrinks by more than the margin
+    assert rules.BY_NAME["grows"](iv(-0.03, 0.004)) is Verdict.TOO_FEW_SEEDS  # straddles −0.005
+    assert rules.BY_NAME["grows"](iv(-0.03, 0.01)) is Verdict.TOO_FEW_SEEDS
     assert rules.cost_device() == "gpu"  # the amendment of 2026-12-05: the paper's claim concerns a GPU
     assert rules.cost_rule(0.98, 1.01, 21, "gpu") is Verdict.HOLDS  # the median's interval wholly under x1.02
     assert rules.cost_rule(1.05, 1.15, 21, "gpu") is Verdict.DOES_NOT_HOLD

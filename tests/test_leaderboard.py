@@ -40,7 +40,7 @@ def iv(low: float | None, high: float | None) -> Difference:
     ],
 )
 def test_a_peers_lower_loss_is_read_three_ways_against_the_margin(d, verdict):
-    assert rules.lower_rule(d) is verdict
+    assert rules.BY_NAME["lower"](d) is verdict
 
 
 HALF = paper.IMPROVEMENT["tinyshakespeare"] / 2

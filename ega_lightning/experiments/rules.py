@@ -229,7 +229,6 @@ stated(
     "longest block − Δ at the shortest), per seed: **holds** above +m, **negligible** within ±m, **does not "
     "hold** below −m (it shrinks), else **too few seeds to tell**.",
 )(effect_rule)
-growth_rule = effect_rule  # the contrast (Δ at the longest block − Δ at the shortest), per seed
 
 
 stated(
@@ -240,7 +239,6 @@ stated(
         "when it lies wholly outside the margin; else **too few seeds to tell**."
     ),
 )(equivalence_rule)
-frozen_rule = equivalence_rule  # learned − frozen tau (final val loss)
 
 
 @stated(
@@ -327,7 +325,6 @@ stated(
     "against the loss margin m: **holds** above +m, **negligible** within ±m, **does not hold** below −m (the "
     "baseline is better by more than m), else **too few seeds to tell**.",
 )(effect_rule)
-lower_rule = effect_rule  # baseline − gate (final val loss): a peer's claim of a lower loss
 
 
 @stated(
