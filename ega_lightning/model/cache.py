@@ -84,10 +84,11 @@ def cached_attention(layer: CausalSelfAttention, x: torch.Tensor, cache: LayerCa
     dropout_p = layer.dropout if layer.training else 0.0
     refuse_dropout_first(layer, dropout_p, "cached")
     hs = layer.n_embd // layer.n_head
+    kernel32 = getattr(layer, "fp32_kernel", True)  # the fused path's option (`FusedAttention`); else its default
     if layer.gate is None:
         q, k, v = layer.heads(x, cache.length)  # (B, nh, t, hs), RoPE at the positions after the cached ones
         y = layer.project(_attend(q, k, v, cache, hs), x)
-    elif not fused.rides_channel(layer.gate, x):
+    elif not fused.rides_channel(layer.gate, x, kernel32):
         y = layer.project(_key_biased(layer, x, cache, dropout_p), x)
     else:
         q, k, v = rotate_padded(layer, *_gated_qkv(layer, x, cache), start=cache.length)  # 3 x (B, nh, t, hs + width)
@@ -142,6 +143,6 @@ def _gated_qkv(layer: CausalSelfAttention, x: torch.Tensor, cache: LayerCache) -
         return log_g
 
     qkv = F.linear(x, weight, bias)
-    if fused.fp32_kernel(gate, x):
+    if fused.fp32_kernel(gate, x, getattr(layer, "fp32_kernel", True)):
         qkv = qkv.float()
     return write_key_channel(qkv, layout, channel_floor(gate), projection is not None, log_gate)

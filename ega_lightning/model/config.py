@@ -33,6 +33,7 @@ class GPTConfig:
     gate: str | type[KeyBias] = "none"  # a name or import path (see gates.registry), or a KeyBias subclass
     gate_options: dict[str, Any] = field(default_factory=dict)  # passed to the gate's __init__
     attention: str = "fused"  # the path that computes the attention (gpt.ATTENTION): not what it computes
+    attention_options: dict[str, Any] = field(default_factory=dict)  # passed to that path's __init__ (a variant)
     output_gate: str | type[OutputGate] = NO_GATE  # the output gate's slot (see gates.slots)
     qkv_bias: bool | None = None  # the Q/K/V projection's bias; None: as `bias` (False: the author's)
     scale_residual_init: bool = True  # c_proj's init std 0.02 / sqrt(2 n_layer); False: 0.02 (the author's)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -33,7 +34,24 @@ def attention_layer(
     """One attention layer of the model ``cfg`` describes, on the path ``cfg.attention`` names."""
     if cfg.attention not in ATTENTION:
         raise ValueError(f"Unknown attention implementation {cfg.attention!r}; choose one of {ATTENTION_IMPLS}.")
-    return ATTENTION[cfg.attention](cfg, gate, output_gate)
+    check_attention_options(cfg.attention, cfg.attention_options)
+    return ATTENTION[cfg.attention](cfg, gate, output_gate, **cfg.attention_options)
+
+
+def attention_options(impl: str) -> tuple[str, ...]:
+    """The options the path ``impl`` takes when it is built (its class's keyword-only arguments)."""
+    parameters = inspect.signature(ATTENTION[impl].__init__).parameters.values()
+    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def check_attention_options(impl: str, options: dict[str, Any]) -> None:
+    """A ValueError naming an option the path ``impl`` does not take, with the ones it does."""
+    unknown = sorted(set(options) - set(attention_options(impl)))
+    if unknown:
+        takes = ", ".join(attention_options(impl)) or "none"
+        raise ValueError(
+            f"model.attention_options {', '.join(unknown)}: not an option of the {impl} path (its options: {takes})."
+        )
 
 
 def available_attention_impls() -> tuple[str, ...]:
