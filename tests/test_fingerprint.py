@@ -162,3 +162,26 @@ def test_the_fingerprint_runs_the_fused_backward(monkeypatch):
     backward = gate_arithmetic.znorm_backward
     monkeypatch.setattr(gate_arithmetic, "znorm_backward", lambda *args: backward(*args) * 1.0001)
     assert code_fingerprint(linear) != before
+
+
+def test_the_widened_casts_hold_in_the_fingerprints_thread_only_and_patch_nothing():
+    """Issue 70: float64 casts through a torch function mode of the fingerprinting thread, not a replacement of
+    torch.Tensor.float for the whole process: another thread's casts, during the fingerprint, are fp32 as asked."""
+    import threading
+
+    from ega_lightning.fingerprint import _float64
+
+    to_float, seen = torch.Tensor.float, {}
+    wide = torch.ones(2, dtype=torch.float64)
+
+    def elsewhere() -> None:
+        seen["other thread"] = wide.float().dtype
+
+    with _float64():
+        seen["inside"] = wide.float().dtype
+        assert torch.Tensor.float is to_float
+        worker = threading.Thread(target=elsewhere)
+        worker.start()
+        worker.join()
+    assert seen == {"inside": torch.float64, "other thread": torch.float32}
+    assert wide.float().dtype == torch.float32
