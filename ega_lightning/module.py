@@ -22,8 +22,8 @@ from ega_lightning.errors import RunFailed, UserError
 from ega_lightning.gates import ZNORM_MODES, Gate, ResolvedGate, resolve_gate
 from ega_lightning.gates.registry import is_builtin
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, has_hooks, require_flex_attention
-from ega_lightning.model.config import POSITIONS
 from ega_lightning.model.gpt import check_attention_options
+from ega_lightning.model.position import position_class
 from ega_lightning.seeding import derive_seed
 
 SHAPE_KEYS = (
@@ -117,12 +117,8 @@ def check_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     _require(all(0 <= b < 1 for b in a.betas), f"model.betas must both be in [0, 1), got {list(a.betas)}.")
     znorms = (None, *ZNORM_MODES)
     _require(a.eval_znorm in znorms, f"model.eval_znorm must be one of {znorms}, got {a.eval_znorm!r}.")
-    _require(a.position in POSITIONS, f"model.position must be one of {POSITIONS}, got {a.position!r}.")
-    _require(
-        a.position != "rope" or (a.n_embd // a.n_head) % 2 == 0,
-        f"model.position=rope rotates pairs of channels, so the head size n_embd / n_head must be even; it is "
-        f"{a.n_embd} / {a.n_head} = {a.n_embd // a.n_head}. Change model.n_embd or model.n_head.",
-    )
+    refusal = position_class(a.position).refusal(a.n_embd, a.n_head)  # an unknown name: the registered ones
+    _require(refusal is None, str(refusal))
     _require(a.attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {a.attention!r}.")
     check_attention_options(a.attention, a.attention_options or {})
     if a.attention == "flex":

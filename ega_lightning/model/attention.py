@@ -30,7 +30,7 @@ from torch import nn
 
 from ega_lightning.gates import Gate, KeyBias, OutputGate, relative_bias
 from ega_lightning.model.config import GPTConfig
-from ega_lightning.model.position import apply_rope
+from ega_lightning.model.position import Position, build_position
 
 
 def gated_attention_reference(
@@ -86,7 +86,16 @@ class CausalSelfAttention(nn.Module):
 
     impl: ClassVar[str] = "reference"  # the name model.attention gives this path
 
-    def __init__(self, cfg: GPTConfig, gate: KeyBias | None = None, output_gate: OutputGate | None = None) -> None:
+    def __init__(
+        self,
+        cfg: GPTConfig,
+        gate: KeyBias | None = None,
+        output_gate: OutputGate | None = None,
+        position: Position | None = None,
+    ) -> None:
+        """``position``: the model's position encoding (`GPT` builds one and hands it to every layer; None: one of
+        ``cfg.position`` of the layer's own, for a layer built alone). Held as a plain attribute, not a submodule,
+        so the parameters of the learned one stay the model's ``wpe``."""
         super().__init__()
         if cfg.dropout_before_gate and not isinstance(gate, Gate):
             raise ValueError("dropout_before_gate orders dropout and an energy gate; this layer has no energy gate.")
@@ -97,6 +106,7 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(cfg.dropout)
         self.gate = gate
         self.output_gate = output_gate
+        self.position = build_position(cfg) if position is None else position
         # extra channels per head of the padded layout that the fused path and cached generation run (`model.fused`);
         # None: `fused.pad_width` of the input's device. Tests set 8 to run the CUDA layout on CPU.
         self.pad_width: int | None = None
@@ -120,11 +130,10 @@ class CausalSelfAttention(nn.Module):
 
     def heads(self, x: torch.Tensor, start: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """q, k, v (B, nh, T, hs) each of x (B, T, C), the positions start .. start + T - 1: views of c_attn's
-        output, q and k rotated by their positions with RoPE (`model.position`)."""
+        output, q and k as the position encoding turns them (`model.position`)."""
         B, T, C = x.shape
         q, k, v = self.c_attn(x).view(B, T, 3, self.n_head, C // self.n_head).permute(2, 0, 3, 1, 4)
-        if self.cfg.rotary:
-            q, k = apply_rope(q, start), apply_rope(k, start)
+        q, k = self.position.rotate(q, k, start)
         return q, k, v
 
     def project(self, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,7 @@ from ega_lightning.gates.base import ZNORM_EPS, recompute_grads
 from ega_lightning.gates.fused import log_gate_channel
 from ega_lightning.model.attention import CausalSelfAttention
 from ega_lightning.model.config import GPTConfig
-from ega_lightning.model.position import apply_rope
+from ega_lightning.model.position import Position, rotate_true_channels
 from ega_lightning.model.torch_private import has_hooks
 
 # exp(-30) ~ 1e-13: a key gated that far down is already gone, and bf16 keeps the
@@ -385,16 +385,14 @@ def dropout_keep(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.
 def rotate_padded(
     layer: CausalSelfAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q' = [rope(q), 1, 0..], k' = [rope(k), b sqrt(hs), 0..] of the padded q' = [q, 1, 0..], k' = [k, b sqrt(hs), 0..]
-    (B, nh, T, hs + width), the positions start .. start + T - 1, where the model has RoPE (else as they are).
+    """q' = [rot(q), 1, 0..], k' = [rot(k), b sqrt(hs), 0..] of the padded q' = [q, 1, 0..], k' = [k, b sqrt(hs), 0..]
+    (B, nh, T, hs + width), the positions start .. start + T - 1, rot the layer's position encoding (`Position`).
 
-    Only the true channels turn: q'.k' = rope(q).rope(k) + b sqrt(hs), so the identity of the padded layout
-    (softmax_j(rope(q_i).rope(k_j) / sqrt(hs) + b_j)) holds with RoPE as without.
+    Only the true channels turn: q'.k' = rot(q).rot(k) + b sqrt(hs), so the identity of the padded layout
+    (softmax_j(rot(q_i).rot(k_j) / sqrt(hs) + b_j)) holds with a rotation as without.
     """
-    if not layer.cfg.rotary:
-        return q, k, v
-    hs = layer.n_embd // layer.n_head
-    return apply_rope(q, start, hs), apply_rope(k, start, hs), v
+    q, k = rotate_true_channels(layer.position, q, k, layer.n_embd // layer.n_head, start)
+    return q, k, v
 
 
 class FusedAttention(CausalSelfAttention):
@@ -408,6 +406,7 @@ class FusedAttention(CausalSelfAttention):
         cfg: GPTConfig,
         gate: KeyBias | None = None,
         output_gate: OutputGate | None = None,
+        position: Position | None = None,
         *,
         copy_free_write: bool = True,
         fused_channel: bool = True,
@@ -424,7 +423,7 @@ class FusedAttention(CausalSelfAttention):
           (`fp32_kernel`); False: it takes the relative (T, T) mask there, which rounds otherwise
           (scripts/paired_steps.py times one against the other).
         """
-        super().__init__(cfg, gate, output_gate)
+        super().__init__(cfg, gate, output_gate, position)
         self.copy_free_write, self.fused_channel, self.fp32_kernel = copy_free_write, fused_channel, fp32_kernel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
