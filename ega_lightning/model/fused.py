@@ -6,8 +6,8 @@ in the Q/K/V themselves: q' = [q, 1], k' = [k, log g sqrt(hs)], v' = [v, 0], pad
 kernel likes (`pad_width`), so attention stays on the fused causal SDPA kernel. The extra channels come
 out of the Q/K/V matmul itself (`padded_qkv_weights`; in training `GatedQKV`, which saves the copies
 autograd's graph would make); c_proj takes y' = [y, 0] through zero columns (`padded_proj_weight`).
-`FusedAttention` runs it in training and evaluation, `cache.cached_attention` in generation; the tests
-hold both to the reference formula (`attention.CausalSelfAttention`).
+`FusedAttention` runs it in training, evaluation and cached generation (`FusedAttention.cached`); the tests hold
+each to the reference formula (`attention.CausalSelfAttention`).
 
 Any key bias b_j can ride the channel the same way (softmax_j(s_ij + b_j) = softmax_j(s_ij + b_j - b_i)):
 `rides_channel` is the one rule of which bias does (the others take the relative (t, T) mask b_j - b_i), and
@@ -30,6 +30,7 @@ from ega_lightning.gates import Gate, KeyBias, OutputGate, relative_bias
 from ega_lightning.gates.base import ZNORM_EPS, recompute_grads
 from ega_lightning.gates.fused import log_gate_channel
 from ega_lightning.model.attention import CausalSelfAttention
+from ega_lightning.model.cache import LayerCache
 from ega_lightning.model.config import GPTConfig
 from ega_lightning.model.position import Position, rotate_true_channels
 from ega_lightning.model.torch_private import has_hooks
@@ -303,7 +304,7 @@ class GatedQKV(torch.autograd.Function):
 
 
 # ------------------------------------------------------------------------------------------------
-# The layer's parts on the padded layout, shared by `FusedAttention` and cached generation (`cache`)
+# The layer's parts on the padded layout, shared by `FusedAttention`'s training and cached generation
 
 
 def channel_floor(gate: KeyBias) -> float | None:
@@ -382,6 +383,20 @@ def dropout_keep(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.
     return torch.empty(shape, dtype=dtype, device=device).bernoulli_(1 - p).bool()
 
 
+def attend_cached(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerCache, hs: int) -> torch.Tensor:
+    """SDPA of (B, nh, t, d) new q, k, v over every cached key and the new ones, scaled by the true head size."""
+    scale = 1.0 / math.sqrt(hs)
+    t_new = q.shape[2]
+    k, v = cache.append(k, v)  # (B, nh, T_cached + t_new, d)
+    if t_new == 1:  # one new query sees every key: no mask needed
+        visible = None
+    else:  # new query i sits at position T_all - t_new + i and sees every key up to it
+        positions = torch.arange(cache.length, device=q.device)
+        visible = positions[None, :] <= positions[cache.length - t_new :, None]
+    with full_precision_kernel(q):  # fp32 q, k, v under autocast (`fp32_kernel`) stay fp32
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
+
+
 def rotate_padded(
     layer: CausalSelfAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -426,10 +441,62 @@ class FusedAttention(CausalSelfAttention):
         super().__init__(cfg, gate, output_gate, position)
         self.copy_free_write, self.fused_channel, self.fp32_kernel = copy_free_write, fused_channel, fp32_kernel
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: the LayerNorm-ed hidden state (B, T, C) -> (B, T, C)."""
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        """x: the LayerNorm-ed hidden state (B, T, C) -> (B, T, C); with a `cache`, x holds the positions that
+        follow the cached ones (`cached`)."""
         dropout_p = self.dropout if self.training else 0.0
-        return self.resid_dropout(self.attend(x, dropout_p))
+        return self.resid_dropout(self.attend(x, dropout_p) if cache is None else self.cached(x, cache, dropout_p))
+
+    def cached(self, x: torch.Tensor, cache: LayerCache, dropout_p: float = 0.0) -> torch.Tensor:
+        """What `attend` computes for x (B, t, C), the t positions that follow the cached ones, over every cached
+        key -> (B, t, C), on the padded layout: the cache is extended by the new keys (their channel holding the
+        key gate's bias) and values, and the key gate's state by the new positions (the gate's `step`)."""
+        refuse_dropout_first(self, dropout_p, "cached")
+        hs = self.n_embd // self.n_head
+        if self.gate is None:
+            q, k, v = self.heads(x, cache.length)  # (B, nh, t, hs), at the positions after the cached ones
+            return self.project(attend_cached(q, k, v, cache, hs), x)
+        if not rides_channel(self.gate, x, self.fp32_kernel):
+            return self.project(self._cached_key_biased(x, cache, dropout_p), x)
+        qkv = self._cached_gated_qkv(x, cache)
+        q, k, v = rotate_padded(self, *qkv, start=cache.length)  # 3 x (B, nh, t, hs + width)
+        y = attend_cached(q, k, v, cache, hs)
+        if self.output_gate is not None:  # the gate's factor is per true channel: y back to hs of them
+            return self.project(y[..., :hs], x)
+        weight = cache.reuse("proj", lambda: padded_proj_weight(self.c_proj.weight, self.n_head, y.shape[-1]))
+        return project_padded(y, self.c_proj, weight)
+
+    def _cached_key_biased(self, x: torch.Tensor, cache: LayerCache, dropout_p: float) -> torch.Tensor:
+        """Attention (B, nh, t, hs) with a key bias's relative term b_j - b_i over the cached keys and the new ones,
+        where `rides_channel` keeps it out of the padded channel; the cache keeps the keys' b."""
+        q, k, v = self.heads(x, cache.length)  # (B, nh, t, hs)
+        b, cache.gate = self.gate.step(x, cache.gate)  # b of the new positions only
+        keys = cache.append_bias(b)  # (B or 1, nh, T_cached + t)
+        k, v = cache.append(k, v)
+        bias = relative_bias(b, keys)  # (B or 1, nh, t, T_all), -inf above the diagonal
+        scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p, scale=scale)
+
+    def _cached_gated_qkv(self, x: torch.Tensor, cache: LayerCache) -> tuple[torch.Tensor, ...]:
+        """q', k', v' (B, nh, t, hs + width) of the new positions on the padded layout (`_gated_qkv`), k's channel
+        holding the new keys' log g (or b) from the gate's incremental state; the padded weights built once."""
+        _, T, C = x.shape
+        nh, hs = self.n_head, C // self.n_head
+        layout = (T, nh, hs, hs + (self.pad_width or pad_width(x.device)))
+        gate, projection = self.gate, folded_projection(self.gate, nh, x)  # (nh, C) or None
+        weight, bias = cache.reuse(
+            "qkv", lambda: padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout)
+        )
+
+        def log_gate(folded: torch.Tensor | None) -> torch.Tensor:  # only the new keys' gates
+            step = gate.step(x, cache.gate, folded) if isinstance(gate, Gate) else gate.step(x, cache.gate)
+            log_g, cache.gate = step
+            return log_g
+
+        qkv = F.linear(x, weight, bias)
+        if fp32_kernel(gate, x, self.fp32_kernel):
+            qkv = qkv.float()
+        return write_key_channel(qkv, layout, channel_floor(gate), projection is not None, log_gate)
 
     def attend(self, x: torch.Tensor, dropout_p: float) -> torch.Tensor:
         """What `forward` computes before the residual dropout (B, T, C), by the form of the key gate."""

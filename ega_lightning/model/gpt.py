@@ -13,7 +13,7 @@ from ega_lightning.gates import SLOTS, Gate, GateError, KeyBias, OutputGate, Res
 from ega_lightning.gates.registry import describe_error, is_builtin
 from ega_lightning.model import flex
 from ega_lightning.model.attention import CausalSelfAttention
-from ega_lightning.model.cache import LayerCache, cached_attention
+from ega_lightning.model.cache import LayerCache
 from ega_lightning.model.config import GPTConfig
 from ega_lightning.model.flex import FlexAttention
 from ega_lightning.model.fused import FusedAttention
@@ -192,8 +192,7 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
         """x (B, T, C) -> (B, T, C); with a `cache`, x holds the positions that follow the cached ones."""
-        h = self.ln_1(x)
-        x = x + (self.attn(h) if cache is None else cached_attention(self.attn, h, cache))
+        x = x + self.attn(self.ln_1(x), cache)
         return x + self.mlp(self.ln_2(x))
 
 
