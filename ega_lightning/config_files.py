@@ -20,6 +20,9 @@ PACKAGED_CONFIGS = Path(__file__).resolve().parent / "configs"
 DEFAULT_CONFIGS = ("base.yaml", "size/cpu.yaml", "corpus/tinyshakespeare.yaml", "gate/linear.yaml")
 # the dimensions a model size names (configs/size/*.yaml; `ega bench` records them as a size's shape)
 SIZE_KEYS = ("n_layer", "n_head", "n_embd", "block_size")
+# the sections of a run's config, each a mapping of its options, and an option each may set (said in refusals)
+SECTIONS = ("model", "data", "trainer")
+SECTION_EXAMPLES = {"model": "n_embd: 64", "data": "batch_size: 16", "trainer": "max_steps: 500"}
 NON_FINITE = {"nan": ".nan", "inf": ".inf", "+inf": ".inf", "-inf": "-.inf", "infinity": ".inf", "-infinity": "-.inf"}
 
 
@@ -133,21 +136,36 @@ def expanded_size(node: yaml.Node | None, memo: dict[int, int] | None = None) ->
     return memo[id(node)]
 
 
+def run_config(path: str) -> dict[str, Any] | None:
+    """A -c file of `ega fit/validate/test` as `read_config` reads it, refused where it sets a section to null:
+    the parser drops such a section or leaves it at its defaults (`data: null` started a default run)."""
+    content = read_config(path)
+    for section in SECTIONS:
+        if content is not None and section in content and content[section] is None:
+            raise UserError(
+                f"{section} is null (in a -c file or a flag), and it must be a mapping of {section} options: {path} "
+                f"sets {section}: null, which the parser does not read as written (it drops the section's defaults, "
+                f"or ignores the null and runs them: data: null started a default run). Delete the line to keep the "
+                f"defaults, or give the options you change (e.g. {section}: {{{SECTION_EXAMPLES[section]}}})."
+            )
+    return content
+
+
 def resolve_config_args(argv: list[str], float_flags: Collection[str] = ()) -> list[str]:
-    """The command line with every -c/--config value resolved (packaged names) and checked as YAML, and
-    every non-finite value of a ``float_flags`` flag (``--model.lr inf``) spelled as YAML spells it."""
+    """The command line with every -c/--config value resolved (packaged names) and checked as YAML (`run_config`),
+    and every non-finite value of a ``float_flags`` flag (``--model.lr inf``) spelled as YAML spells it."""
     out: list[str] = []
     i = 0
     while i < len(argv):
         arg = argv[i]
         if arg in ("-c", "--config") and i + 1 < len(argv):
             path = resolve_config(argv[i + 1])
-            out += [arg, path] if read_config(path) is not None else []  # an empty config sets nothing
+            out += [arg, path] if run_config(path) is not None else []  # an empty config sets nothing
             i += 2
             continue
         if arg.startswith("--config="):
             path = resolve_config(arg.split("=", 1)[1])
-            arg = f"--config={path}" if read_config(path) is not None else ""
+            arg = f"--config={path}" if run_config(path) is not None else ""
         if arg in float_flags and i + 1 < len(argv):  # --model.lr inf
             out += [arg, NON_FINITE.get(argv[i + 1].lower(), argv[i + 1])]
             i += 2

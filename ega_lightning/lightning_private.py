@@ -52,6 +52,14 @@ PRIVATE_USES = (
         "validation starts, and copying the rule would drift from Lightning's.",
     ),
     PrivateUse(
+        "lightning.pytorch.loops.training_epoch_loop._TrainingEpochLoop._batches_that_stepped",
+        "align_logging_step (callbacks/last.py: LastCheckpoint, at the first batch of a fit)",
+        "the step logged metrics are stamped at: restored from the checkpoint, then moved on by one more on "
+        "restart where the checkpoint was written at the end of a fit (issue 72: a run resumed to a raised "
+        "max_steps stamped every later point, its final val/loss too, a step after an uninterrupted run's). No "
+        "public setter or hook sets it.",
+    ),
+    PrivateUse(
         "lightning.pytorch.trainer.trainer.Trainer._signal_connector",
         "set_sigterm_handler (callbacks/stop.py: StopSignals.take_under_ddp, from EgaCLI's setup_environment)",
         "the Trainer's signal connector, whose SIGTERM handler is set below: the Trainer takes no handler.",
@@ -83,6 +91,12 @@ def purge_from(logger: Any, step: int) -> None:
     ``purge_step``), unless its config sets a purge step; any other logger is left as it is."""
     if isinstance(logger, TensorBoardLogger) and logger._kwargs.get("purge_step") is None:
         logger._kwargs["purge_step"] = step
+
+
+def align_logging_step(trainer: Any) -> None:
+    """The step Lightning stamps logged metrics at, set to the optimizer steps taken (what it counts: the batches that
+    stepped the optimizer), as in a fit never interrupted."""
+    trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
 
 
 def validation_follows(trainer: Any) -> bool:

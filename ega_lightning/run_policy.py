@@ -34,6 +34,7 @@ import yaml
 from ega_lightning import runs
 from ega_lightning.callbacks.last import RUN_KEY
 from ega_lightning.checkpoint_io import load_checkpoint
+from ega_lightning.config_files import SECTION_EXAMPLES, SECTIONS
 from ega_lightning.errors import UserError
 from ega_lightning.io import read_yaml
 from ega_lightning.model.position import POSITIONS
@@ -104,7 +105,7 @@ def read_request(command: str | None, config: Any, argv: Sequence[str], missing_
                 f"{section} is {yaml.safe_dump(plain.get(section)).split(chr(10))[0]} (in a -c file or a flag), and it "
                 f"must be a mapping of {section} options: that one would drop every default of base.yaml. Delete "
                 f"the line to keep the defaults, or give the options you change (e.g. {section}: "
-                f"{{{EXAMPLES[section]}}})."
+                f"{{{SECTION_EXAMPLES[section]}}})."
             )
     ckpt_path = plain.get("ckpt_path")
     path = None
@@ -195,8 +196,6 @@ def typed_keys(argv: Sequence[str]) -> frozenset[str]:
 
 
 # the config's sections whose flag takes a whole mapping (a file or YAML text), as -c takes the whole config
-SECTIONS = ("model", "data", "trainer")
-EXAMPLES = {"model": "n_embd: 64", "data": "batch_size: 16", "trainer": "max_steps: 500"}
 
 
 def _yaml_of(value: str | None) -> Any:
@@ -419,8 +418,8 @@ def checkpoint_holds_the_optimizer(request: RunRequest, plan: RunPlan) -> str | 
     checkpoint file (whose hyper-parameters replace the config's) every model value but how the model runs.
     Refused: each one the user typed unlike the checkpoint's, and on a resume (``last``, whose config the run
     records) each optimizer value the config holds unlike the checkpoint's; the packaged config's tau_init and
-    alpha_init, which no user chose, are never refused. (``dropout`` on a resume is built from the config: it
-    takes effect.)"""
+    alpha_init, which no user chose, are never refused. (``dropout`` on a resume is built from the config and takes
+    effect: a resume refuses another one as a change of the run, `CONTINUED`.)"""
     ckpt = request.checkpoint
     if ckpt is None or request.command not in ("fit", None):
         return None
@@ -456,6 +455,9 @@ class Continued:
     key: str  # the config's dotted key, and the checkpoint's (`CheckpointFacts.saved`)
     flag: str  # how a command line sets it
     decides: str  # what it decides in the run
+    # the key that must be set (in the checkpoint's run or this command) for the value to decide anything: the random
+    # evaluation's seed and batch size are read by no other evaluation (issue 72: refused where unused)
+    used_with: str | None = None
 
     @property
     def model(self) -> bool:
@@ -481,8 +483,19 @@ CONTINUED: tuple[Continued, ...] = (
         "--data.random_eval_batches",
         "how val/loss and best.ckpt are estimated: that many random batches, or the whole split",
     ),
-    Continued("data.random_eval_seed", "--data.random_eval_seed", "which random validation batches val/loss reads"),
-    Continued("data.eval_batch_size", "--data.eval_batch_size", "the windows of each random validation batch"),
+    Continued(
+        "data.random_eval_seed",
+        "--data.random_eval_seed",
+        "which random validation batches val/loss reads",
+        used_with="data.random_eval_batches",
+    ),
+    # the whole split's val/loss is a mean over its windows weighted by their tokens: the same at any batch size
+    Continued(
+        "data.eval_batch_size",
+        "--data.eval_batch_size",
+        "the windows of each random validation batch",
+        used_with="data.random_eval_batches",
+    ),
     Continued("trainer.precision", "--trainer.precision", "the arithmetic of every step"),
     # issue 72: a resume that changed these was accepted, and changed the run
     Continued(
@@ -505,6 +518,9 @@ CONTINUED: tuple[Continued, ...] = (
         "--model.decay_every_parameter",
         "which parameters the optimizer decays: its parameter groups, restored from the checkpoint",
     ),
+    # issue 72: taken (it is built from the config), so the run trained at two dropouts and config.yaml named the
+    # second alone, hparams.yaml the first
+    Continued("model.dropout", "--model.dropout", "the dropout masks and the regularisation of every step"),
 )
 # Lightning's older spellings of a precision, by the name it runs them under (Trainer.precision)
 PRECISION_NAMES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "None": "32-true"}
@@ -547,6 +563,9 @@ def resume_continues_one_run(request: RunRequest, plan: RunPlan) -> str | None:
     for row in CONTINUED:
         if row.key not in ckpt.saved:
             continue
+        unused = row.used_with is not None and ckpt.saved.get(row.used_with) is None
+        if unused and _command_value(request, plan, str(row.used_with)) is None:
+            continue  # neither evaluation reads it
         saved = precision_name(ckpt.saved[row.key]) if row.key == "trainer.precision" else ckpt.saved[row.key]
         asked = _command_value(request, plan, row.key)
         if _plain(saved) != _plain(asked):

@@ -16,6 +16,7 @@ from ega_lightning.commands import report
 from ega_lightning.errors import UserError
 from ega_lightning.experiments import (
     comparisons,
+    engine,
     findings,
     landscape_results,
     paper,
@@ -31,8 +32,7 @@ from ega_lightning.experiments.provenance import code_status
 from ega_lightning.experiments.provenance import load as provenance_load
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import ablation, author, cost, peers, tau_mechanism
-from ega_lightning.experiments.studies.frozen_tau import FrozenTau
+from ega_lightning.experiments.studies import ablation, author, cost, tau_mechanism
 from ega_lightning.experiments.whole_split import cpu_model_of
 from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.io import write_atomic
@@ -526,18 +526,16 @@ def landscape_of(loss: float, cost_at_half: tuple[float, float]) -> list[float]:
     return [loss + costs[d] for d in TAU_SHIFTS]
 
 
-def frozen(verdict: Verdict) -> FrozenTau:
-    return FrozenTau(
+def frozen(verdict: Verdict) -> engine.Compared:
+    return engine.Compared(
+        kind="frozen_tau",
         section="frozen_tau",
         corpus="tinyshakespeare",
         regime="r",
         subject="EGA-1 `f`",
         against="EGA-1",
         verdict=verdict,
-        tau_init=0.0,
-        frozen_loss=None,
-        learned_loss=None,
-        learned_tau=None,
+        details={"tau_init": 0.0, "frozen_loss": None, "learned_loss": None, "learned_tau": None},
     )
 
 
@@ -885,11 +883,11 @@ def test_a_family_interval_prints_the_side_of_the_margin_its_end_lies_on():
     its low end, -2.993, lies inside. An end that would print as the margin gets the digits that show its side."""
     where = findings.Where("peers", "tinyshakespeare", "r", "FoX `fox`", "baseline `none`")
     d = Difference(0.012, 0.00497, 0.01903, 5, 4.0, "paired")
-    (f,) = findings.correct([findings.judged(peers.Peer, where, [("fox", d)], claim="peer:fox", source="s")])
+    (f,) = findings.correct([engine.judge("peer", where, [("fox", d)], claim="peer:fox", details={"source": "s"})])
     assert f.verdict is Verdict.TOO_FEW_SEEDS and f.family_k == 1  # the low end misses +0.005 by 0.00003
     assert "[+0.00497, +0.01903]" in prose.family_cell(f)
     far = Difference(0.012, 0.006, 0.018, 5, 4.0, "paired")
-    (g,) = findings.correct([findings.judged(peers.Peer, where, [("fox", far)], claim="peer:fox", source="s")])
+    (g,) = findings.correct([engine.judge("peer", where, [("fox", far)], claim="peer:fox", details={"source": "s"})])
     assert "+0.012 [+0.006, +0.018]" in prose.family_cell(g)  # no end near a margin: the table's usual digits
 
 

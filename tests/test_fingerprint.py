@@ -36,6 +36,7 @@ print(json.dumps([torch.backends.cpu.get_cpu_capability(), [code_fingerprint(h) 
 """
 
 
+@pytest.mark.slow  # a fresh process per kernel dispatch, each fingerprinting ten models: ~40 s
 def test_one_value_under_every_kernel_dispatch_of_this_cpu():
     """Issue 49: the fp32 fingerprint gave ts-none-seed4 three values on one Intel Xeon (AVX512, avx2, default);
     the code fingerprint is one value under each, for every gate family, in a fresh process each."""

@@ -181,6 +181,8 @@ def test_an_evaluation_file_of_another_step_or_cpu_than_its_record_is_refused(tm
         ({"trainer.accumulate_grad_batches": 4}, "accumulate_grad_batches: checkpoint 1, this command 4 (the global"),
         ({"model.scale_residual_init": False}, "model.scale_residual_init: checkpoint True, this command False (the"),
         ({"model.decay_every_parameter": True}, "model.decay_every_parameter: checkpoint False, this command True"),
+        # messy: taken, the run trained at two dropouts, config.yaml naming the second and hparams.yaml the first
+        ({"model.dropout": 0.2}, "model.dropout: checkpoint 0.0, this command 0.2 (the dropout masks"),
     ],
 )
 def test_a_resume_that_changes_the_evaluation_the_batch_or_the_initialisation_is_refused(changes, message):
@@ -195,6 +197,7 @@ def test_a_resume_that_changes_the_evaluation_the_batch_or_the_initialisation_is
     from .test_run_policy import RESUMED, SAVED, checkpoint, request
 
     model = {"model.eval_znorm": None, "model.scale_residual_init": True, "model.decay_every_parameter": False}
+    model["model.dropout"] = 0.0
     saved = {**SAVED, "trainer.accumulate_grad_batches": 1, **model}
     ckpt = replace(checkpoint("runs/r/checkpoints/last.ckpt", step=20, corpus="tinyshakespeare"), saved=saved)
     own = {**RESUMED, "trainer.precision": "32-true", "trainer.accumulate_grad_batches": 1, **model}
@@ -202,6 +205,31 @@ def test_a_resume_that_changes_the_evaluation_the_batch_or_the_initialisation_is
     with pytest.raises(UserError) as refused:
         run_policy.plan_run(request(ckpt=ckpt, **{**own, **changes}))
     assert message in str(refused.value) and "--overwrite=true" in str(refused.value)
+
+
+def test_a_resume_refuses_the_random_evaluations_seed_and_batch_only_where_the_run_evaluates_so():
+    """Messy (issue 72): a resume with another data.eval_batch_size or data.random_eval_seed was refused for a run
+    that evaluates the whole split, which reads neither. Now taken there; refused where the run draws random
+    evaluation batches (they choose its windows), and turning the random evaluation on or off is refused."""
+    from dataclasses import replace
+
+    from ega_lightning import run_policy
+
+    from .test_run_policy import RESUMED, SAVED, checkpoint, request
+
+    other = {"data.eval_batch_size": 2, "data.random_eval_seed": 5}
+    whole_split = {**SAVED, "data.random_eval_batches": None}
+    ckpt = replace(checkpoint("runs/r/checkpoints/last.ckpt", step=20, corpus="tinyshakespeare"), saved=whole_split)
+    own = {**RESUMED, "trainer.precision": "32-true", "data.random_eval_batches": None}
+    assert run_policy.plan_run(request(ckpt=ckpt, **{**own, **other})).resume_step == 20
+    with pytest.raises(UserError, match=r"data.random_eval_batches: checkpoint None, this command 50 \(how"):
+        run_policy.plan_run(request(ckpt=ckpt, **{**own, **other, "data.random_eval_batches": 50}))
+    random_batches = replace(ckpt, saved=SAVED)
+    with pytest.raises(UserError) as refused:
+        run_policy.plan_run(request(ckpt=random_batches, **{**RESUMED, "trainer.precision": "32-true", **other}))
+    said = str(refused.value)
+    assert "data.eval_batch_size: checkpoint 32, this command 2" in said
+    assert "data.random_eval_seed: checkpoint 0, this command 5" in said
 
 
 @pytest.mark.slow
@@ -227,6 +255,63 @@ def test_ega_fit_refuses_a_resume_that_changes_the_run_and_leaves_it_as_it_was(t
         (line,) = [x for x in resumed.stderr.splitlines() if x.startswith("ega fit: error: ")]
         assert said in line, line
         assert {p: p.read_bytes() for p in kept} == kept
+
+
+@pytest.mark.slow
+def test_a_resume_keeps_one_dropout_and_hparams_yaml_says_what_config_yaml_says(tmp_path, data_dir):
+    """Messy (issue 72): a resume with another dropout was taken, config.yaml then naming the second dropout and
+    hparams.yaml the first; one with another data.eval_batch_size or data.random_eval_seed was refused for a run that
+    evaluates the whole split, which reads neither. Now through `ega fit`: another dropout is one paragraph, exit 2,
+    the run as it was; the unused evaluation values and another attention path (a choice of how the model runs)
+    resume, and hparams.yaml holds the model config.yaml records."""
+    import yaml
+
+    from .helpers import SHORT, TINY, run_ega
+
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    first = run_ega(["fit", *TINY, *SHORT, "--run_name", "r", "--model.dropout=0.1"], cwd=tmp_path, env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = tmp_path / "lightning_logs" / "r"
+    files = ("config.yaml", "hparams.yaml", "checkpoints/last.ckpt")
+    kept = {p: p.read_bytes() for p in (run_dir / name for name in files)}
+    again = ["fit", *TINY, *SHORT, "--run_name", "r", "--ckpt_path", "last"]
+    refused = run_ega([*again, "--model.dropout=0.2"], tmp_path, env)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    (line,) = [x for x in refused.stderr.splitlines() if x.startswith("ega fit: error: ")]
+    assert "model.dropout: checkpoint 0.1, this command 0.2 (the dropout masks" in line, line
+    assert {p: p.read_bytes() for p in kept} == kept
+
+    changed = ["--model.dropout=0.1", "--data.eval_batch_size=3", "--data.random_eval_seed=5"]
+    resumed = run_ega([*again, *changed, "--model.attention=reference", "--trainer.max_steps=4"], tmp_path, env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    hparams = yaml.safe_load((run_dir / "hparams.yaml").read_text())
+    assert config["model"]["attention"] == "reference" and config["data"]["eval_batch_size"] == 3
+    assert hparams["eval_batch_size"] == 3  # the data module's arguments, beside the model's
+    assert {k: hparams[k] for k in config["model"] if k in hparams} == {
+        k: v for k, v in config["model"].items() if k in hparams
+    }
+
+
+@pytest.mark.slow
+def test_a_run_resumed_to_a_raised_max_steps_stamps_its_validations_as_an_uninterrupted_run(tmp_path, data_dir):
+    """Messy (issue 72): the final val/loss was stamped at step max_steps - 1 uninterrupted (the step the records and
+    the whole-split evaluations carry) and at max_steps after a resume from a last.ckpt written at the end of a fit
+    (a run of 3 steps resumed to 6): Lightning's restart moved its logging step on once more. Now both stamp alike."""
+    from .helpers import TINY, run_ega, scalars
+
+    env = {"EGA_DATA_DIR": str(data_dir)}
+    every = [*TINY, "--trainer.val_check_interval=3", "--trainer.enable_progress_bar=false"]
+    whole = run_ega(["fit", *every, "--trainer.max_steps=6", "--run_name", "whole"], tmp_path, env)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    for steps, resume in (("3", []), ("6", ["--ckpt_path", "last"])):
+        part = run_ega(["fit", *every, f"--trainer.max_steps={steps}", "--run_name", "parts", *resume], tmp_path, env)
+        assert part.returncode == 0, part.stderr[-3000:]
+    uninterrupted = scalars(tmp_path / "lightning_logs" / "whole", "val/loss")
+    resumed = scalars(tmp_path / "lightning_logs" / "parts", "val/loss")
+    assert sorted(uninterrupted) == [2, 5]  # max_steps - 1, as every record's last point
+    assert resumed.keys() == uninterrupted.keys()
+    assert resumed == pytest.approx(uninterrupted, abs=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -370,6 +455,34 @@ def test_ega_bench_keeps_the_tables_its_out_holds_unless_told_to_replace_them(tm
     assert committed.read_text() == "{}" and not (tmp_path / "results" / "bench-cpu-32-true.md").exists()
 
 
+@pytest.mark.slow
+def test_ega_bench_names_no_row_for_a_position_it_did_not_run(tmp_path, capsys):
+    """Messy (issue 72): under --position learned the rows fox_nopos and alibi_nopos were timed with learned positions
+    under their names. Now naming one in --gates is one paragraph, exit 2, nothing written; of the default list
+    (every config) they are left out, saying so, and every row kept runs at the position asked."""
+    from ega_lightning.bench.settings import gate_settings
+    from ega_lightning.commands.bench import at_position
+    from ega_lightning.config_files import PACKAGED_CONFIGS
+
+    from .helpers import run_ega
+
+    args = ["bench", "--sizes", "cpu", "--gates", "fox", "fox_nopos", "--position", "learned", "--no_generation"]
+    refused = run_ega([*args, "--repeats", "3", "--device", "cpu", "--out", str(tmp_path / "out")], tmp_path)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    (line,) = [x for x in refused.stderr.splitlines() if x.startswith("ega bench: error: ")]
+    assert "--position learned would replace the position of fox_nopos (position none)" in line
+    assert not (tmp_path / "out").exists()
+
+    every = gate_settings(PACKAGED_CONFIGS, None)
+    own = {name for name, s in every.items() if s.get("position") not in (None, "learned")}
+    assert {"fox_nopos", "alibi_nopos"} <= own
+    kept = at_position(every, "learned", None)
+    assert kept.keys() == every.keys() - own and {s["position"] for s in kept.values()} == {"learned"}
+    note = capsys.readouterr().err
+    assert "left out alibi_nopos, fox_nopos" in note
+    assert at_position(every, "none", None).keys() == every.keys()  # none: theirs, and every other's too
+
+
 def test_a_label_an_amendment_and_a_level_edit_changed_is_not_dated_by_the_edit_as_the_amendment():
     """Messy (issue 72): a label changed by an amendment and by a later edit of the level read "the amendment of
     2026-12-07" (the edit's date; no amendment has it). Now the amendment is named without the edit's date."""
@@ -382,3 +495,31 @@ def test_a_label_an_amendment_and_a_level_edit_changed_is_not_dated_by_the_edit_
     assert "the edit of the family-wise level (2026-12-07) changed its label" in text
     alone = Registration("registered", 3, 3, "2026-12-05T10:00", amended="holds")
     assert "the amendment of 2026-12-05 changed its label (was: holds)" in registration_text(alone)
+
+
+@pytest.mark.slow
+def test_a_copy_without_git_history_marks_no_verdict_registered(tmp_path):
+    """Messy (issue 72): a git-less install (a copy of the tree, an sdist) dated the protocol by its own stated
+    dates, which predate the edits made after the data, and upgraded 8 labels. Now `ega report` run from a copy of
+    the package without .git marks no verdict registered ("not dated") and the method note says why."""
+    import shutil
+
+    from .helpers import REPO, run_ega
+
+    copy = tmp_path / "copy"
+    shutil.copytree(REPO / "ega_lightning", copy / "ega_lightning", ignore=shutil.ignore_patterns("__pycache__"))
+    runs = tmp_path / "runs"
+    started = {"started_at": "2027-06-01T10:00:00+00:00"}  # after every date protocol.yaml states
+    for seed, (base, gain) in enumerate([(1.50, 0.02), (1.60, 0.03), (1.55, 0.01)], 1):
+        fake_run(runs, f"none-seed{seed}", "none", [2.0, base], done_with=started)
+        fake_run(runs, f"ega1-seed{seed}", "linear", [2.0, base - gain], done_with=started)
+    entries = [{"name": "none", "seeds": [1, 2, 3], "group": "main"}]
+    entries.append({"name": "ega1", "seeds": [1, 2, 3], "group": "main", "variant": "linear"})
+    spec = write_spec(tmp_path / "spec.yaml", {"name": "nogit", "runs": entries})
+    out = tmp_path / "out"
+    args = ["report", str(spec), "--runs_dir", str(runs), "--out", str(out), "--records_dir", str(out / "runs")]
+    done = run_ega(args, cwd=copy)
+    assert done.returncode == 0, done.stderr[-3000:]
+    marks = [(f.get("registration") or {}).get("mark") for f in findings_of(out)]
+    assert "not dated" in marks and set(marks) <= {None, "not dated"}, marks
+    assert "git history cannot date it here: not in a git checkout" in (out / "REPORT.md").read_text()

@@ -42,7 +42,7 @@ def use(name: str) -> lightning_private.PrivateUse:
 
 def test_every_row_names_something_lightning_has():
     for row in PRIVATE_USES:
-        if row.name.endswith(("._kwargs", "._data_fetcher", "._signal_connector", ".procs")):  # instance
+        if row.name.endswith(("._kwargs", "._data_fetcher", "._signal_connector", ".procs", "._batches_that_stepped")):
             # attributes: held by the tests below
             continue
         assert resolve(row.name) is not None, row.name
@@ -96,6 +96,21 @@ def test_the_data_fetcher_is_what_should_check_val_takes():
     check = resolve(use("._should_check_val_fx").name)
     assert list(inspect.signature(check).parameters) == ["self", "data_fetcher"]
     assert not lightning_private.validation_follows(trainer)  # no fit running: no validation follows
+
+
+def test_the_logging_step_is_the_epoch_loops_count_of_batches_that_stepped():
+    """align_logging_step sets ``_batches_that_stepped``: the attribute the logger connector stamps a fit's metrics
+    at, which Lightning's restart moves on (its reset) and its checkpoint restores."""
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
+    from lightning.pytorch.trainer.connectors.logger_connector.logger_connector import _LoggerConnector
+
+    trainer = Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    assert trainer.fit_loop.epoch_loop._batches_that_stepped == 0
+    lightning_private.align_logging_step(trainer)  # global_step 0
+    assert trainer.fit_loop.epoch_loop._batches_that_stepped == 0
+    for method in (_TrainingEpochLoop.reset, _TrainingEpochLoop.on_load_checkpoint, _LoggerConnector.log_metrics):
+        assert "_batches_that_stepped" in inspect.getsource(method), method
 
 
 def test_the_sigterm_handler_lightning_installs_is_the_connectors_attribute_read_when_it_installs():

@@ -15,11 +15,11 @@ import pytest
 import scipy.stats
 import yaml
 
-from ega_lightning.experiments import findings, paper, prose, protocol, rules, studies
+from ega_lightning.experiments import engine, findings, paper, prose, protocol, rules, studies
 from ega_lightning.experiments.comparisons import build_tables, build_variants
 from ega_lightning.experiments.spec import load_spec
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import ablation, author, peers
+from ega_lightning.experiments.studies import ablation, author
 from ega_lightning.experiments.study import ReportInputs
 
 from .helpers import CONFIGS, REPO, author_runs
@@ -126,7 +126,7 @@ def _git(repo: Path, *args: str, date: str | None = None) -> None:
 
 def test_an_entrys_date_is_the_newest_commit_of_its_lines_its_familys_and_its_margins(tmp_path):
     """Committed on 1 Dec, then the loss margin changed on 3 Dec: every entry that reads the loss margin is
-    fixed on 3 Dec, the others stay on 1 Dec; outside git, the file's stated date."""
+    fixed on 3 Dec, the others stay on 1 Dec; outside git, none (issue 72: the file's stated date was taken)."""
     repo = tmp_path / "repo"
     repo.mkdir()
     path = repo / "protocol.yaml"
@@ -144,8 +144,8 @@ def test_an_entrys_date_is_the_newest_commit_of_its_lines_its_familys_and_its_ma
     assert dates.by_kind["improvement"] == dec1 and dates.by_kind["tail"] == dec1
     outside = tmp_path / "protocol.yaml"
     outside.write_text(path.read_text())
-    stated = protocol.entry_dates(protocol.load(outside))
-    assert stated.source == "stated" and stated.by_kind["tail"] == datetime(2026, 12, 2, tzinfo=UTC)
+    undated = protocol.entry_dates(protocol.load(outside))  # the file's own dates would predate its 3 Dec edit
+    assert (undated.source, undated.by_kind, undated.why) == (protocol.UNDATED, {}, protocol.NO_GIT)
 
 
 # ----------------------------------------------------------------------------- every label, recomputed
@@ -341,13 +341,20 @@ def test_a_study_that_judges_a_claim_by_another_rule_than_the_protocols_is_refus
         findings.judged(ablation.Pair, where, [("a", d)], claim="ablation:EGA-9")
 
 
-def finding_kinds() -> list[type[findings.Finding]]:
-    """Every kind of finding the studies define (`studies` imports each study's module)."""
-    out, todo = [], [findings.Finding]
+def finding_kinds() -> dict[str, set[str]]:
+    """Every kind of finding the report gives, with the claims it judges: each study's finding classes (`studies`
+    imports each study's module) and the comparisons the protocol names for the engine's families (`engine`)."""
+    out: dict[str, set[str]] = {}
+    todo: list[type[findings.Finding]] = [findings.Finding]
     while todo:
         subclasses = todo.pop().__subclasses__()
-        out += subclasses
+        for cls in subclasses:
+            if isinstance(getattr(cls, "kind", None), str):  # the engine's `Compared` takes its kind per finding
+                out.setdefault(cls.kind, set()).update(cls.measures)
         todo += subclasses
+    for c in (c for items in protocol.current().comparisons.values() for c in items):
+        if c.claim is not None and c.metric in engine.METRICS:
+            out.setdefault(c.kind, set()).add(c.claim)
     return out
 
 
@@ -356,15 +363,15 @@ def test_every_claim_is_judged_by_the_stated_rule_the_protocol_names_for_it():
     by some kind of finding; for each, the protocol names a rule (`rules.registered`), a rule of rules.py stated in
     the method note, and a finding `judged` for that claim applies exactly that function."""
     kinds = finding_kinds()
-    assert {cls.kind for cls in kinds} >= {"improvement", "ablation_pair", "peer", "cost", "tau_mechanism"}
+    assert set(kinds) >= {"improvement", "ablation_pair", "peer", "cost", "tau_mechanism"}
     judged = {}
     for claim in (*paper.CLAIMS, *(c for s in studies.STUDIES for c in s.claims)):
-        judging = [cls for cls in kinds if claim.key in cls.measures]
+        judging = [kind for kind, claims in kinds.items() if claim.key in claims]
         assert judging, f"no kind of finding judges the claim {claim.key!r}"
-        for cls in judging:
-            name, rule = rules.registered(cls.kind, claim.key)
-            assert name in rules.rule_texts() and rules.BY_NAME[name] is rule, (cls.kind, claim.key, name)
-            judged[(cls.kind, claim.key)] = name
+        for kind in judging:
+            name, rule = rules.registered(kind, claim.key)
+            assert name in rules.rule_texts() and rules.BY_NAME[name] is rule, (kind, claim.key, name)
+            judged[(kind, claim.key)] = name
     # the claims whose rule follows the claim, not the kind: the protocol's by_claim, each read by its own rule
     assert judged[("ablation_pair", "ablation:EGA-2")] == "worse"
     assert judged[("ablation_pair", "ablation:EGA-DB2")] == "equivalent"
@@ -387,7 +394,7 @@ def test_moving_the_protocols_commit_after_the_runs_turns_a_registered_verdict_e
     d = Difference(0.02, 0.012, 0.028, 3, 2.0, "paired")
     code = findings.Code([], None, [], list(starts))
     where = findings.Where("peers", "tinyshakespeare", "r", "FoX `fox`", "baseline `none`")
-    f = findings.judged(peers.Peer, where, [("fox", d)], claim="peer:fox", code=code, source="s")
+    f = engine.judge("peer", where, [("fox", d)], claim="peer:fox", code=code, details={"source": "s"})
 
     spellings = [
         "peer: {rule: lower, family: peers, confirmatory: true}",
@@ -495,7 +502,7 @@ def test_an_amendment_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path
     def peer(gate: str, d: Difference) -> findings.Finding:
         where = findings.Where("peers", "tinyshakespeare", "r", gate, "baseline `none`")
         code = findings.Code([], None, [], [f"{gate}-seed1", "none-seed1"])
-        return findings.judged(peers.Peer, where, [(gate, d)], claim=f"peer:{gate}", code=code, source="s")
+        return engine.judge("peer", where, [(gate, d)], claim=f"peer:{gate}", code=code, details={"source": "s"})
 
     # k = 2: each interval at 97.5%, the half-widths x1.187 (t at 9 df): [-0.0070, -0.0010] and [+0.046, +0.094]
     changed = peer("output_headwise", Difference(-0.004, -0.0065, -0.0015, 10, 9.0, "paired"))
@@ -540,7 +547,7 @@ def test_a_level_edit_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path
     def peer(gate: str, d: Difference) -> findings.Finding:
         where = findings.Where("peers", "tinyshakespeare", "r", gate, "baseline `none`")
         code = findings.Code([], None, [], [f"{gate}-seed1", "none-seed1"])
-        return findings.judged(peers.Peer, where, [(gate, d)], claim=f"peer:{gate}", code=code, source="s")
+        return engine.judge("peer", where, [(gate, d)], claim=f"peer:{gate}", code=code, details={"source": "s"})
 
     # this process reads its own protocol (0.95; k = 2: each interval at 97.5%), so the edit is told it came from
     # 0.20 (each at 60%): alibi's [-0.005, +0.045] at 95% straddles 0 and +0.005 at 97.5% (undecided before the

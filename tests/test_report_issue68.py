@@ -211,7 +211,7 @@ def test_the_measure_past_the_block_recomputes_from_the_loss_by_position_and_rea
     measured = _past_the_block()
     found = finding("beyond_the_block")
     assert len(found) == len(measured) == 10
-    amendment = yaml.safe_load(protocol.PATH.read_text())["amendments"][-3]
+    amendment = next(a for a in yaml.safe_load(protocol.PATH.read_text())["amendments"] if a["issue"] == 68)
     assert amendment["issue"] == 68 and amendment["kinds"] == ["beyond_the_block"]
     latest_start = max(
         datetime.fromisoformat(record(r)["done"]["started_at"]) for f in found for r in f["code"]["read"]
@@ -334,8 +334,10 @@ def test_the_registration_counting_and_recipe_rules_are_dated_amendments_appende
         ["git", "show", "34c0ad9:ega_lightning/configs/protocol.yaml"], cwd=REPO, capture_output=True
     ).stdout.decode()
     assert protocol.PATH.read_text().startswith(head)  # appended: no earlier line edited
-    last = registered["amendments"][-3:]
+    issues = [a["issue"] for a in registered["amendments"]]
+    last = registered["amendments"][issues.index(68) :][:3]  # the three of issue 68, only later issues' after them
     assert all(a["issue"] == 68 and datetime.fromisoformat(a["date"]) for a in last)
+    assert all(i > 68 for i in issues[issues.index(68) + 3 :])
     keys = {k for a in last for k in a}
     assert {"measure", "registration_counting", "recipe"} <= keys
     assert all(a["rules"] == [] for a in last)

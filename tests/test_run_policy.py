@@ -343,9 +343,13 @@ def test_a_fit_from_a_checkpoint_refuses_optimizer_values_its_restored_state_wou
     with pytest.raises(UserError, match=r"\(dropout: checkpoint 0.0, this command 0.2\)"):
         plan_run(request(typed={"model.dropout", "model.attention"}, **{**other, "model.dropout": 0.2}))
     assert plan_run(request("validate", typed={"model.lr"}, **other)).evaluation == "validate"  # fit's rule
-    # a resume builds its dropout from its config: it takes effect
+    # a resume builds its dropout from its config: it would take effect, so it is refused as a change of the run
+    # where the checkpoint records its own (`run_policy.CONTINUED`; issue 72)
     resumed_with = {**other, "ckpt_path": "last", "model.dropout": 0.2, "model.lr": 0.5}
     assert plan_run(request(typed={"model.dropout"}, **resumed_with)).resume_step == 4
+    recorded = replace(ckpt, saved={"model.dropout": 0.0})
+    with pytest.raises(UserError, match=r"model.dropout: checkpoint 0.0, this command 0.2 \(the dropout masks"):
+        plan_run(request(typed={"model.dropout"}, **{**resumed_with, "ckpt": recorded}))
 
 
 def test_a_section_flag_types_the_keys_of_its_mapping(tmp_path):

@@ -171,6 +171,7 @@ def test_a_mistake_gets_one_paragraph_no_traceback_and_leaves_nothing(command, m
         "<configs with a size of block_size 1>": str(block_size_one_configs(tmp_path)),
         "<a config with trainer null>": str(write(tmp_path / "trainer-null.yaml", "trainer: null\n")),
         "<a config with model null>": str(write(tmp_path / "model-null.yaml", "model: null\n")),
+        "<a config with data null>": str(write(tmp_path / "data-null.yaml", "data: null\n")),
         "<a config with no callbacks>": str(write(tmp_path / "no-callbacks.yaml", "trainer:\n  callbacks: []\n")),
         "<a config of nested aliases>": str(nested_aliases(tmp_path / "aliases.yaml")),
     }

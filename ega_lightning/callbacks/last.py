@@ -8,7 +8,7 @@ from typing import Any
 import lightning as L
 from lightning.pytorch.callbacks import Checkpoint
 
-from ega_lightning.lightning_private import validation_follows
+from ega_lightning.lightning_private import align_logging_step, validation_follows
 
 # ega's record of the run that saved a checkpoint, beside Lightning's (the datamodule's arguments, the step): the
 # run's name and the precision its steps ran at, by the config's dotted keys. `ega fit --ckpt_path last` compares
@@ -34,6 +34,7 @@ class LastCheckpoint(Checkpoint):
         self.every_n_steps = every_n_steps
         self._pending = False  # a save deferred to the end of this step's validation
         self._saved_step = -1
+        self._started = False  # this fit's first batch began
 
     @property
     def path(self) -> Path:
@@ -55,6 +56,13 @@ class LastCheckpoint(Checkpoint):
             "trainer.precision": str(trainer.precision),
             "trainer.accumulate_grad_batches": trainer.accumulate_grad_batches,
         }
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        # a resume from a last.ckpt written at the end of a fit (on_train_epoch_end, after Lightning's logging step
+        # moved on) is moved on once more by Lightning's restart: its points would be stamped a step late
+        if not self._started:
+            self._started = True
+            align_logging_step(trainer)
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.global_step % self.every_n_steps or trainer.global_step == self._saved_step:

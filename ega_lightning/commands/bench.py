@@ -24,6 +24,7 @@ import math
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -98,6 +99,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def at_position(gates: dict[str, dict[str, Any]], position: str, named: list[str] | None) -> dict[str, dict[str, Any]]:
+    """Every gate's settings at ``position`` (--position), less the configs that set their own, other position: a
+    row is named by its config, and fox_nopos timed with learned positions is no FoX without positions (issue 72:
+    such rows ran with learned positions under their nopos name). Named in --gates, they are refused; of the
+    default list (every config) they are left out, saying so."""
+    own = {name: s["position"] for name, s in gates.items() if s.get("position") not in (None, position)}
+    if refused := sorted(own.keys() & set(named or [])):
+        configs = ", ".join(f"{name} (position {own[name]})" for name in refused)
+        raise UserError(
+            f"--position {position} would replace the position of {configs}, whose config sets its own: its row "
+            f"would be named for a design that did not run. Leave {', '.join(refused)} out of --gates to time the "
+            f"others at {position}, or drop --position to time each config as it is."
+        )
+    if own:
+        print(
+            f"ega bench: --position {position}: left out {', '.join(sorted(own))}, whose configs set another "
+            f"position (their rows would be named for a design that did not run).",
+            file=sys.stderr,
+        )
+    return {name: {**settings, "position": position} for name, settings in gates.items() if name not in own}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = _parser()
     argv = sys.argv[1:] if argv is None else argv
@@ -136,7 +159,7 @@ def main(argv: list[str] | None = None) -> None:
         )
     gates = gate_settings(args.configs, args.gates)
     if args.position is not None:  # each gate against the baseline of the same position encoding
-        gates = {name: {**settings, "position": args.position} for name, settings in gates.items()}
+        gates = at_position(gates, args.position, args.gates)
     started = datetime.now(UTC)
     result = benchmark(args, gates, device, " ".join(["ega bench", *argv]), started)
     markdown = to_markdown(result)

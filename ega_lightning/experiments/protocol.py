@@ -4,7 +4,8 @@ every verdict of the report is read against, and when each entry was fixed.
 The protocol is committed before the runs it governs. :func:`load` reads and checks it; :func:`current` reads the
 registered one once, when a report (or anything that needs a margin) first asks for it, never at import;
 :func:`entry_dates` gives the date each verdict's rule was fixed (the newest commit of the lines of its entry, of
-its family and of its margins, from ``git blame``), or the date the file states where git history cannot be read.
+its family and of its margins, from ``git blame``); where git history cannot date them (a shallow clone, an install
+without .git), none.
 """
 
 from __future__ import annotations
@@ -88,6 +89,35 @@ class Amendment:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """One comparison a family reads, as the protocol states it (an amendment's or a family's `comparisons:`): x
+    against the reference y (spec group / variant; None: x alone, against ``figure`` or zero), on the ``metric`` of
+    each run (`engine.METRICS`), signed y - x."""
+
+    family: str
+    kind: str  # the kind of finding it gives (a key of `verdicts:`)
+    x: str
+    y: str | None
+    metric: str
+    claim: str | None = None
+    figure: str | None = None
+    at: tuple[int, ...] = ()  # the lengths (in training blocks) a comparison beyond the block reads
+    name: str | None = None  # how the report names x (None: its paper name or gate, `findings.name`)
+    y_name: str | None = None  # how it names y
+    source: str | None = None  # a peer's paper
+    once: bool = False  # read once, when every run its family plans is in
+    show: tuple[tuple[str, str], ...] = ()  # (name, "x.<metric>" / "y.<metric>"): a side's mean, said beside it
+
+    @property
+    def group(self) -> str:
+        return self.x.split("/", 1)[0]
+
+    @property
+    def label(self) -> str:
+        return self.x.split("/", 1)[1]
+
+
+@dataclass(frozen=True)
 class Protocol:
     path: Path
     registered: str
@@ -101,6 +131,8 @@ class Protocol:
     verdicts: dict[str, Entry]
     lines: dict[str, tuple[int, int]]  # "margins.<name>" / "families.<name>" -> its lines
     amendments: tuple[Amendment, ...] = ()
+    # family -> its comparisons: the latest amendment's that states them, or its own entry's
+    comparisons: dict[str, tuple[Comparison, ...]] = field(default_factory=dict)
 
     def margin(self, name: str) -> float:
         return self.margins[name].value
@@ -205,6 +237,31 @@ def load(path: Path = PATH) -> Protocol:
             )
             for a, span in zip(amended, spans, strict=True)
         )
+        stated = [a.get("comparisons") or {} for a in amended] + [
+            {k: v["comparisons"] for k, v in data["families"].items() if v.get("comparisons")}
+        ]
+        compared = {
+            family: tuple(
+                Comparison(
+                    family,
+                    str(c["kind"]),
+                    str(c["x"]),
+                    c.get("y"),
+                    str(c["metric"]),
+                    c.get("claim"),
+                    c.get("figure"),
+                    tuple(c.get("at") or ()),
+                    c.get("name"),
+                    c.get("y_name"),
+                    c.get("source"),
+                    bool(c.get("once")),
+                    tuple((k, str(v)) for k, v in (c.get("show") or {}).items()),
+                )
+                for c in items
+            )
+            for each in stated
+            for family, items in each.items()
+        }
         protocol = Protocol(
             path,
             str(data["registered"]),
@@ -218,6 +275,7 @@ def load(path: Path = PATH) -> Protocol:
             verdicts,
             lines,
             amendments,
+            compared,
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ProtocolError(f"the protocol {path} lacks or garbles {err}.") from None
@@ -338,6 +396,11 @@ def _check(p: Protocol) -> None:
             for k in a.kinds
             if k not in p.verdicts
         ]
+    problems += [
+        f"comparisons are stated for the family {family!r}, which the protocol does not define"
+        for family in p.comparisons
+        if family not in p.families
+    ]
     counts: dict[str, set[int]] = {}
     for family in p.families.values():
         for entry, n in family.planned_seeds.items():
@@ -363,15 +426,15 @@ class LevelEdit:
     before: float
 
 
-UNDATED = "undated"  # Dates.source where git history exists but cannot date the protocol (a shallow clone)
+UNDATED = "undated"  # Dates.source where git history cannot date the protocol (a shallow clone, or none at all)
 
 
 @dataclass(frozen=True)
 class Dates:
     """When each verdict kind's rule was fixed; ``source``: "git" (blame of its lines, with the commit the file
-    was last changed in), "stated" (the file's own date, where there is no git history to read: an install, and
-    why) or "undated" (a shallow clone: its oldest commit stands for every older one, so no date can be trusted
-    and no verdict is marked registered; ``by_kind`` is empty)."""
+    was last changed in) or "undated" (a shallow clone, whose oldest commit stands for every older one, or no git
+    history at all, an install: no date can be trusted and no verdict is marked registered; ``by_kind`` is empty,
+    ``why`` says which). "stated" (the file's own dates) is no longer given: they predate its edits."""
 
     by_kind: dict[str, datetime]
     source: str
@@ -409,7 +472,7 @@ def _blame(path: Path) -> _Blamed | str:
     file's stated dates stand; SHALLOW: nothing can be dated)."""
     cwd = path.resolve().parent
     if _git(cwd, "rev-parse", "--is-inside-work-tree") is None:
-        return "not in a git checkout"
+        return NO_GIT
     if (_git(cwd, "rev-parse", "--is-shallow-repository") or "").strip() == "true":
         return SHALLOW
     now = datetime.now(UTC)
@@ -433,6 +496,7 @@ def _blame(path: Path) -> _Blamed | str:
 
 
 SHALLOW = "a shallow clone (its oldest commit stands for every older one)"
+NO_GIT = "not in a git checkout (an installed package, or a copy of the tree without its .git)"
 
 
 def _level_before(path: Path, commit: str) -> float | None:
@@ -454,13 +518,10 @@ def entry_dates(p: Protocol) -> Dates:
     last edit is kept beside them (``level_edit``): it fixes the verdicts whose label it changed
     (`findings.conclude`)."""
     blamed = _blame(p.path)
-    if blamed == SHALLOW:
-        return Dates({}, UNDATED, None, None, SHALLOW)
     if isinstance(blamed, str):
-        each = tuple(_stated(a.date) for a in p.amendments)
-        amended = {a.issue: d for a, d in zip(p.amendments, each, strict=True) if a.rules}
-        stated = {k: _stated(p.registered) for k in p.verdicts}
-        return Dates(_replaced(p, stated, each), "stated", None, None, blamed, amended, amendment_dates=each)
+        # the file's own dates would date every line at its first registration, edits after the data included
+        # (issue 72: a copy without .git upgraded 8 labels), so nothing is dated, as in a shallow clone
+        return Dates({}, UNDATED, None, None, blamed)
     now = datetime.now(UTC)
 
     def newest_of(span: tuple[int, int]) -> datetime:
@@ -494,11 +555,6 @@ def _replaced(p: Protocol, by_kind: dict[str, datetime], each: tuple[datetime, .
             if kind in out:
                 out[kind] = max(out[kind], when)
     return out
-
-
-def _stated(date: str) -> datetime:
-    stated = datetime.fromisoformat(date)
-    return stated if stated.tzinfo else stated.replace(tzinfo=UTC)
 
 
 def families_added(path: Path = PATH) -> dict[str, datetime]:

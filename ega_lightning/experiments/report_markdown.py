@@ -61,9 +61,14 @@ def protocol_note(found: list[Finding], dates: protocol.Dates) -> list[str]:
         when = dates.committed.strftime("%Y-%m-%d %H:%M UTC") if dates.committed else "?"
         where = f"configs/protocol.yaml (last changed in commit {(dates.commit or '?')[:10]}, {when})"
     elif dates.source == protocol.UNDATED:
+        way = (
+            "fetch the whole history, `git fetch --unshallow`"
+            if dates.why == protocol.SHALLOW
+            else "clone the repository"
+        )
         where = (
             f"configs/protocol.yaml (git history cannot date it here: {dates.why}; so no verdict is marked "
-            "registered: fetch the whole history, `git fetch --unshallow`, and report again)"
+            f"registered: {way}, and report again)"
         )
     else:
         where = (
@@ -339,7 +344,7 @@ def markdown(
     first, the sections by group with their tables and figures (``figures``: by table title), each other study's
     section (``drawn``: each study's drawn figures, by its name), the diagnostics, provenance and runs."""
     tables, runs = list(inputs.tables), list(inputs.runs)
-    extra = tuple(c for m in measured for c in m.study.claims)
+    extra = tuple(c for m in measured for c in m.claims)
     done = [r for r in runs if r.status == "done"]
     missing = [r for r in runs if r.status != "done"]
     specs = list(dict.fromkeys(str(r.run.spec) for r in runs))

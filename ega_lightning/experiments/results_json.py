@@ -78,7 +78,7 @@ def results(
 ) -> dict[str, Any]:
     """results.json: the command, the protocol, the paper, the conventions, the sizes, the claims and every finding,
     each study's own key (`study.Study.json`: the leaderboard, the evaluated checkpoints), the groups and the runs."""
-    extra = tuple(c for m in measured for c in m.study.claims)
+    extra = tuple(c for m in measured for c in m.claims)
     own = {m.study.name: m.study.json(inputs, m.data) for m in measured if m.study.json is not None}
     return jsonable(
         {

@@ -81,3 +81,8 @@ class Measured:
 
     study: Study
     data: Any = None
+
+    @property
+    def claims(self) -> tuple[Claim, ...]:
+        """Its study's claims, and those its measurement found (the engine's: each new family's, `engine.Unplaced`)."""
+        return (*self.study.claims, *getattr(self.data, "claims", ()))

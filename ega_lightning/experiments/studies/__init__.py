@@ -6,10 +6,10 @@ with `prose`), and where it has them its section, figures and key of results.jso
 - `main`: EGA-1 against its baseline in a head-to-head section (improvement, gap, where tau ends, and the best val
   loss beside the final one where runs overfit)
 - `ablation`: the paper's gates ranked, EGA-1 best, each paper row's own claim
-- `tau_init`, `frozen_tau`, `context`: where tau ends by initialisation, a tau never trained, the block size
+- `tau_init`, `frozen_tau`, `context`: where tau ends by initialisation, a tau never trained (`engine`), the block size
 - `leak`: z over the whole window, as trained and evaluated causally
 - `reruns`: runs repeated for their checkpoints (no verdict)
-- `peers`: other papers' gates, each for its own claim
+- `peers`: other papers' gates, each for its own claim: the protocol's comparisons, read by `engine`
 - `leaderboard`: every gate side by side and the positive control (its section, figure and JSON)
 - `tau_mechanism` (the study named `landscape` in results.json): the tail identity and why tau does not move,
   from the evaluated checkpoints (reads `frozen_tau`)
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ega_lightning.experiments import engine
 from ega_lightning.experiments.comparisons import Table, Variant
 from ega_lightning.experiments.findings import Finding, correct
 from ega_lightning.experiments.landscape_results import Evaluation
@@ -37,11 +38,9 @@ from ega_lightning.experiments.studies import (
     author,
     context,
     cost,
-    frozen_tau,
     leaderboard,
     leak,
     main,
-    peers,
     reruns,
     rope,
     tau_init,
@@ -54,16 +53,30 @@ STUDIES: tuple[Study, ...] = (
     ablation.STUDY,
     tau_init.STUDY,
     context.STUDY,
-    frozen_tau.STUDY,
+    Study(  # a tau never trained, against tau learned from the same tau_init
+        "frozen_tau",
+        groups=("frozen_tau",),
+        table_findings=lambda table, inputs: engine.family_findings(inputs, "frozen", table),
+    ),
     leak.STUDY,
     reruns.STUDY,
-    peers.STUDY,
+    Study("peers", findings=lambda inputs, data, read: engine.family_findings(inputs, "peers")),
     leaderboard.STUDY,
     tau_mechanism.STUDY,
     cost.STUDY,
     author.STUDY,
     rope.STUDY,
+    Study(  # every family of the protocol no study above places: a new study is data (docs/adding-a-study.md)
+        "engine",
+        measure=lambda inputs: engine.unplaced(PLACED),
+        findings=lambda inputs, data, read: [
+            f for family in data.families for f in engine.family_findings(inputs, family)
+        ],
+    ),
 )
+# the protocol's families the studies above read, by their own modules or through `engine` in their place
+PLACED = {"improvement", "gap", "levels", "ablation", "tail", "tau_init", "frozen", "leak", "context", "peers"}
+PLACED |= {"control", "cost", "author", "rope", "beyond", "paper_size"}
 
 
 def ordered(studies: Sequence[Study]) -> list[Study]:

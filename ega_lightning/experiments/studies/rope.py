@@ -19,9 +19,9 @@ from typing import ClassVar
 
 import numpy as np
 
-from ega_lightning.experiments import comparisons, plots, prose, protocol
-from ega_lightning.experiments.comparisons import Variant, difference
-from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
+from ega_lightning.experiments import comparisons, engine, plots, prose, protocol
+from ega_lightning.experiments.comparisons import Variant
+from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with
 from ega_lightning.experiments.paper import Claim
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference, compare, widen
@@ -94,17 +94,7 @@ class Measured:
 
 
 @dataclass(frozen=True, kw_only=True)
-class RopeGain(ReadOnce, Finding):
-    """The RoPE baseline − a design, on the final val loss: its claim of a lower loss than the modern baseline."""
-
-    kind: ClassVar[str] = "rope_gain"
-    measures: ClassVar[tuple[str, ...]] = tuple(f"rope:{label}" for label in DESIGNS)
-    runs_in: int  # of what the family reads: runs (`rope`), evaluations beyond the block (`beyond`)
-    runs_planned: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class Beyond(RopeGain):
+class Beyond(ReadOnce, Finding):
     """Past the block (the amendment of 2026-12-07): in the same windows of ``eval_block_size``, a design's mean loss
     at the block's last `EDGE` positions (97 to 128) minus its mean loss at every position past the block (129 to
     ``eval_block_size``), per final checkpoint, paired over seeds: positive where the design reads past its block.
@@ -114,6 +104,8 @@ class Beyond(RopeGain):
     kind: ClassVar[str] = "beyond_the_block"
     measures: ClassVar[tuple[str, ...]] = tuple(f"beyond:{label}" for label in NAMES)
     counted: ClassVar[str] = "planned evaluations"
+    runs_in: int  # its evaluations beyond the block that are in
+    runs_planned: int
     block_size: int
     eval_block_size: int
     window_contrast: Difference | None = None  # loss(windows of the block) − loss(longer windows), 95%, descriptive
@@ -131,18 +123,6 @@ class Beyond(RopeGain):
         return READINGS.get(self.verdict) if self.verdict is not None else None
 
 
-def _gain(f: RopeGain, what: str) -> str:
-    text = f"{f.subject}{f' against {f.against}' if f.against else ''}, {what}"
-    if f.interval is None:
-        return f"{text}: {prose.state(f)}."
-    return f"{text}: {interval_text(f.interval)}{prose.verdict_text(f)}."
-
-
-@prose.measured.register
-def say_rope_gain(f: RopeGain) -> str:
-    return _gain(f, "the RoPE baseline − the design")
-
-
 def past_the_block(f: Beyond) -> str:
     """What the measure past the block reads, in positions."""
     last = f"{f.block_size - EDGE + 1}–{f.block_size}"
@@ -152,7 +132,8 @@ def past_the_block(f: Beyond) -> str:
 
 @prose.measured.register
 def say_beyond(f: Beyond) -> str:
-    text = _gain(f, past_the_block(f))
+    said = f"{interval_text(f.interval)}{prose.verdict_text(f)}" if f.interval is not None else prose.state(f)
+    text = f"{f.subject}, {past_the_block(f)}: {said}."
     contrast = (
         f" The window contrast beside it (loss on windows of {f.block_size} − on windows of {f.eval_block_size}: how "
         f"much the window's length moves the mean, descriptive, no label): {interval_text(f.window_contrast)}"
@@ -170,11 +151,6 @@ def beyond_label(f: Beyond) -> str:
     reading = f" ({f.reading})" if f.reading else ""
     replaced = f"; in place of the window contrast's **{f.replaces}** (exploratory)" if f.replaces else ""
     return label + reading + replaced
-
-
-@prose.claim_subject.register
-def rope_gain_subject(f: RopeGain) -> str:
-    return f"{f.subject} against {f.against}"
 
 
 @prose.claim_subject.register
@@ -207,24 +183,10 @@ def measure(inputs: ReportInputs) -> Measured | None:
 
 
 def findings(data: Measured) -> list[Finding]:
-    """One finding per design against the RoPE baseline and per design and length beyond the block: judged by the
-    protocol's rule once every planned run and evaluation is in, else its intervals with no label."""
+    """One finding per design and length beyond the block: judged by the protocol's rule once every planned run and
+    evaluation is in, else its intervals with no label. Each design against the RoPE baseline is the protocol's
+    comparison, read by `engine` (`STUDY`)."""
     out: list[Finding] = []
-    # the protocol's reference, by its label: `comparisons.reference` pairs a gate with the baseline of its own setup,
-    # position encoding included, while this study asks whether a design (its position signal part of it) beats the
-    # modern baseline, so FoX and ALiBi without positions are set against a RoPE model on purpose
-    reference, against = data.variants.get(REFERENCE), f"{NAMES[REFERENCE]} `{REFERENCE}`"
-    for label in DESIGNS:
-        v = data.variants.get(label)
-        if v is None:
-            continue
-        where = Where(GROUP, v.corpus, measured_with(v, reference), f"{DESIGNS[label]} `{label}`", against)
-        diff = difference(reference, v, "final_val_loss")
-        read = ((pair(reference or REFERENCE, v), diff),)
-        counts = {"runs_in": data.runs_in, "runs_planned": data.runs_planned, "code": code_of(reference, v)}
-        out.append(
-            RopeGain.read_once(where, read, claim=f"rope:{label}", complete=data.complete, family=GROUP, **counts)
-        )
     for label, v in data.variants.items():
         block = _block(v)
         for factor in FACTORS:
@@ -297,7 +259,7 @@ def section(inputs: ReportInputs, data: Measured | None, found: Sequence[Finding
         else f"**{data.runs_in} of {data.runs_planned} planned runs and {data.evaluations_in} of "
         f"{data.evaluations_planned} planned evaluations are in**: no label is read before the last"
     )
-    mine = [f for f in found if isinstance(f, RopeGain)]
+    mine = [f for f in found if f.kind == "rope_gain" or isinstance(f, Beyond)]
     return [
         f"## {TITLE}",
         "",
@@ -326,7 +288,7 @@ STUDY = Study(
     "rope",
     claims=CLAIMS,
     measure=measure,
-    findings=lambda inputs, data, read: findings(data) if data is not None else [],
+    findings=lambda inputs, data, read: engine.family_findings(inputs, GROUP) + findings(data) if data else [],
     section=section,
     figures=figures,
 )

@@ -16,7 +16,6 @@ from ega_lightning.experiments.findings import Finding, Where, code_of, judged, 
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.rules import TAU_STEP, Verdict, margin_of, registered
 from ega_lightning.experiments.stats import Difference, mean_interval
-from ega_lightning.experiments.studies.frozen_tau import FrozenTau
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, num
 
@@ -219,7 +218,7 @@ def mechanism_finding(
 ) -> list[Finding]:
     """Which of the two explanations of a tau that does not move the data support (rules.PROSE['mechanism']),
     from EGA-1's final checkpoints trained and evaluated causally and the frozen-tau verdicts in ``found``."""
-    frozen = [f for f in found if isinstance(f, FrozenTau)]
+    frozen = [f for f in found if f.kind == "frozen_tau"]
     shown = [
         e
         for e in evaluations

@@ -1,0 +1,287 @@
+"""The engine: a study is data. The registered protocol states each family's comparisons (configs/protocol.yaml,
+the amendment of issue 69 or a family's own `comparisons:`); this module reads them and takes records to findings.
+
+Design. Each comparison is "x against y" by variant (spec group / variant name, on each corpus x ran, y on the same
+corpus), the metric it reads per run by name (:data:`METRICS`, a registry of functions of a variant's finished runs:
+seed -> value), its sign ``y - x`` (positive when x has the lower metric), its kind and claim, and the words the
+report names its sides by. The engine pairs x with the reference the protocol declares by seed (`stats.compare`:
+Student-t over the shared seeds, Welch where none), applies the protocol's rule for the kind and claim
+(`rules.registered`), and gives one :class:`Compared` finding per comparison and corpus; the family's Bonferroni
+level, the seeds needed and the registration are then read for it as for every finding (`findings.correct`,
+`findings.conclude`). A comparison marked ``once`` is judged only when every run its family plans is in (the
+protocol's fixed stopping rule); before that it carries its interval and how many runs are in, and no label. What
+a finding says comes from :data:`TEMPLATES`, sentences keyed by kind (else by rule), from which its section's line
+and its row of the claims table are written.
+
+A new study whose metrics exist is its family, verdict kind and comparisons in the protocol, and its sweep file:
+`family_findings` reads it where a study lists the family (`studies.ENGINE_FAMILIES`). A new metric is one
+function registered with :func:`metric`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ega_lightning.experiments import paper, prose, protocol
+from ega_lightning.experiments.comparisons import Table, Variant
+from ega_lightning.experiments.findings import (
+    NOT_IN_RESULTS,
+    Finding,
+    ReadOnce,
+    Where,
+    code_of,
+    measured_with,
+    name,
+    pair,
+)
+from ega_lightning.experiments.rules import registered
+from ega_lightning.experiments.stats import compare, summarize
+from ega_lightning.experiments.study import ReportInputs
+from ega_lightning.experiments.text import interval_text, num
+
+Metric = Callable[[Variant, ReportInputs], dict[int, float]]  # a variant's finished runs -> seed -> value
+METRICS: dict[str, Metric] = {}
+
+
+def metric(key: str) -> Callable[[Metric], Metric]:
+    """Registers a metric under ``key``, the name a comparison of the protocol reads it by."""
+
+    def register(fn: Metric) -> Metric:
+        METRICS[key] = fn
+        return fn
+
+    return register
+
+
+def _recorded(key: str) -> Metric:
+    return lambda v, inputs: v.by_seed(key)
+
+
+for _key in ("final_val_loss", "best_val_loss", "final_gap", "final_tau_mean", "final_frac_above_tau"):
+    metric(_key)(_recorded(_key))  # what each run's record holds (`comparisons.run_metrics`)
+
+
+@metric("tau_init")
+def tau_init(v: Variant, inputs: ReportInputs) -> dict[int, float]:
+    """Where each run's tau started (a frozen tau: where it is held)."""
+    return {r.run.seed: float(x) for r in v.done if (x := r.hparams.get("tau_init")) is not None}
+
+
+@metric("whole_split_loss")
+def whole_split_loss(v: Variant, inputs: ReportInputs) -> dict[int, float]:
+    """Each final checkpoint's loss over the whole validation split (results/whole-split/)."""
+    by_run = {e.run_name: e.loss for e in inputs.whole_split}
+    return {r.run.seed: by_run[r.run.run_name] for r in v.done if r.run.run_name in by_run}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compared(ReadOnce, Finding):
+    """One comparison the protocol names, as measured: the finding of every family on the engine. ``details``: what
+    its template says beside the interval (a peer's paper), written into results.json beside its fields."""
+
+    kind: str  # type: ignore[misc]  # an instance's, the protocol's kind of verdict (a class's elsewhere)
+    runs_in: int | None = None  # a family read once: its planned runs that are in, and all it plans
+    runs_planned: int | None = None
+    details: dict[str, Any] = field(default_factory=dict, metadata=NOT_IN_RESULTS)
+
+    @property
+    def interim(self) -> bool:
+        return self.runs_planned is not None and (self.runs_in or 0) < self.runs_planned
+
+    def to_dict(self) -> dict[str, Any]:
+        """results.json's fields: the finding's, the counts where it is read once, then its details."""
+        skip = {"kind", "runs_in", "runs_planned", "details"}
+        out = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.metadata.get("results", True) and f.name not in skip
+        }
+        if self.runs_planned is not None:
+            out |= {"runs_in": self.runs_in, "runs_planned": self.runs_planned}
+        return out | self.details
+
+
+def _variant(inputs: ReportInputs, ref: str, corpus: str | None = None) -> list[Variant]:
+    group, label = ref.split("/", 1)
+    return [v for v in inputs.variants if (v.group, v.label) == (group, label) and corpus in (None, v.corpus)]
+
+
+def _entry(v: Variant) -> str:
+    return v.runs[0].run.entry if v.runs else ""
+
+
+def _runs_in(inputs: ReportInputs, family: str, comparisons: tuple[protocol.Comparison, ...]) -> tuple[int, int]:
+    """The runs of the family's variants that are in, each variant counted up to the seeds planned for it, and all
+    the family plans."""
+    planned = protocol.current().families[family].planned_seeds
+    names = dict.fromkeys(n for c in comparisons for n in (c.x, c.y) if n is not None)
+    variants = [v for n in names for v in _variant(inputs, n)]
+    return sum(min(len(v.done), planned.get(_entry(v), 0)) for v in variants), sum(planned.values())
+
+
+def family_findings(inputs: ReportInputs, family: str, table: Table | None = None) -> list[Finding]:
+    """One finding per comparison the protocol names for ``family`` and corpus its x ran on (those of ``table``'s
+    section and corpus alone, where given), in the protocol's order; none for a comparison whose x the report did not
+    read."""
+    comparisons = protocol.current().comparisons.get(family, ())
+    counted = _runs_in(inputs, family, comparisons) if any(c.once for c in comparisons) else None
+    out: list[Finding] = []
+    for c in comparisons:
+        for x in _variant(inputs, c.x, table.corpus if table is not None else None):
+            if table is not None and x.group != table.group:
+                continue
+            y = next(iter(_variant(inputs, c.y, x.corpus)), None) if c.y is not None else None
+            subject = f"{c.name} `{x.label}`" if c.name else name(x)
+            against = f"{c.y_name} `{c.y.split('/', 1)[1]}`" if c.y_name and c.y else (name(y) if y else c.y)
+            where = Where(x.group, x.corpus, measured_with(x, y), subject, against)
+            values = METRICS[c.metric]
+            own, ref = values(x, inputs), values(y, inputs) if y is not None else {}
+            d = compare(ref, own) if own and ref else None
+            measured: dict[str, Any] = {"family": family, "code": code_of(x, y)}
+            sides = {"x": x, "y": y}
+            shown = {k: _mean(sides[spec.split(".", 1)[0]], spec.split(".", 1)[1], inputs) for k, spec in c.show}
+            measured["details"] = ({"source": c.source} if c.source else {}) | shown
+            if c.once and counted is not None:
+                measured |= {"runs_in": counted[0], "runs_planned": counted[1]}
+            reads = ((pair(y or c.y or "", x), d),)
+            read = not (c.once and counted is not None and counted[0] < counted[1])
+            out.append(judge(c.kind, where, reads, claim=c.claim, read=read, **measured))
+    return out
+
+
+def _mean(v: Variant | None, key: str, inputs: ReportInputs) -> float | None:
+    """The mean over a side's seeds of a metric (None: no side, or no value)."""
+    return summarize(list(METRICS[key](v, inputs).values())).mean if v is not None else None
+
+
+def judge(kind: str, where: Where, reads: Any, *, claim: str | None, read: bool = True, **measured: Any) -> Compared:
+    """A finding of ``kind`` whose verdict is the protocol's rule for its kind and claim (`rules.registered`) of the
+    intervals it ``reads`` (the first of them is its ``ours``); ``read`` False: its intervals with no rule applied,
+    a family read once before its last planned run is in."""
+    reads = tuple(reads)
+    found = Compared(
+        kind=kind, **where._asdict(), ours=reads[0][1] if reads else None, claim=claim, reads=reads, **measured
+    )
+    if not read:
+        return found
+    _, rule = registered(kind, claim)
+    return dataclasses.replace(found, verdict=rule(*(d for _, d in reads)), rule=rule)
+
+
+# ----------------------------------------------------------------------------- a family no study module reads
+
+
+@dataclass(frozen=True)
+class Unplaced:
+    """The families of the protocol that no study of the report places (`studies.PLACED`) and whose comparisons read
+    registered metrics, with the claims their comparisons test: a new study, read with no Python of its own."""
+
+    families: tuple[str, ...]
+    claims: tuple[paper.Claim, ...]
+
+
+def unplaced(placed: set[str]) -> Unplaced:
+    """The families not in ``placed`` whose every comparison reads a metric of :data:`METRICS`, and their claims."""
+    p = protocol.current()
+    families = tuple(
+        name
+        for name, items in p.comparisons.items()
+        if name not in placed and items and all(c.metric in METRICS for c in items)
+    )
+    claims = {
+        c.claim: paper.Claim(
+            c.claim, CLAIMS.get(c.kind, CLAIMS["lower"]).format(x=c.name or c.x, y=c.y_name or c.y), "—"
+        )
+        for name in families
+        for c in p.comparisons[name]
+        if c.claim is not None and c.claim not in paper.CLAIM
+    }
+    return Unplaced(families, tuple(claims.values()))
+
+
+# ----------------------------------------------------------------------------- what a finding says
+
+# a new family's claims, as the claims table states them, by kind of verdict (`lower`: any other)
+CLAIMS = {"lower": "{x}: a lower final val loss than {y}"}
+
+# kind (or rule) -> (its section's sentence with an interval, without one, its subject in the claims table); the
+# fields: subject, against, interval, verdict (`prose.verdict_text`), state (how many planned runs are in), each of
+# its details, and the paper's words of a peer's claim
+TEMPLATES: dict[str, tuple[str, str, str]] = {
+    "peer": (
+        "{subject} ({source}) vs {against}: baseline − gate {interval}; its own claim, a {peer_claim}{verdict}.",
+        "{subject} ({source}) vs {against}: no finished run yet; its own claim, a {peer_claim}{verdict}.",
+        "{subject} vs {against}",
+    ),
+    "rope_gain": (
+        "{subject} against {against}, the RoPE baseline − the design: {interval}{verdict}.",
+        "{subject} against {against}, the RoPE baseline − the design: {state}.",
+        "{subject} against {against}",
+    ),
+    "frozen_tau": (
+        "{subject} (tau held at its tau_init {tau_init}, never trained) vs {against}: learned − frozen {interval}; "
+        "final val loss {frozen_loss:num} frozen, {learned_loss:num} learned, whose tau ended at {learned_tau:num}"
+        "{verdict}.",
+        "{subject} (tau held at its tau_init {tau_init}, never trained) vs {against}: no finished run yet.",
+        "{subject}, never trained, vs {against}: learned − frozen",
+    ),
+    "effect": (
+        "{subject} against {against}: {interval}{verdict}.",
+        "{subject} against {against}: {state}.",
+        "{subject} against {against}",
+    ),
+}
+
+
+def _template(f: Compared) -> tuple[str, str, str]:
+    return TEMPLATES.get(f.kind) or TEMPLATES.get(f.rule_name or "") or TEMPLATES["effect"]
+
+
+class _Number:
+    """A value a template formats: ``{x:num}`` as `text.num` writes it (3 digits; None: a dash), else as it is."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __format__(self, spec: str) -> str:
+        return num(self.value) if spec == "num" else format(self.value, spec)
+
+
+def _fields(f: Compared) -> dict[str, Any]:
+    state = prose.state(f) if f.runs_planned is not None else "no finished run yet"
+    return {
+        "subject": f.subject,
+        "against": f.against,
+        "interval": interval_text(f.interval) if f.interval is not None else "",
+        "verdict": prose.verdict_text(f) + interim(f),
+        "state": state,
+        "peer_claim": paper.PEER_CLAIM,
+        **{k: _Number(v) for k, v in f.details.items()},
+    }
+
+
+def interim(f: Compared) -> str:
+    """A label read at fewer paired seeds than its family plans for its sides (issue 72), said beside it."""
+    families = protocol.current().families
+    if f.verdict is None or f.code is None or f.family not in families:
+        return ""
+    planned = families[f.family].planned_seeds
+    entries = {re.sub(r"-seed\d+$", "", run) for run in f.code.read}
+    want = min((planned[e] for e in entries if e in planned), default=0)
+    n = f.interval.n if f.interval is not None else 0
+    return f" (interim: {n} of {want} seeds)" if n < want else ""
+
+
+@prose.measured.register
+def say(f: Compared) -> str:
+    with_interval, without, _ = _template(f)
+    return (with_interval if f.interval is not None else without).format(**_fields(f))
+
+
+@prose.claim_subject.register
+def claim_subject(f: Compared) -> str:
+    return _template(f)[2].format(**_fields(f))
