@@ -16,8 +16,9 @@ libm otherwise) give other bits for the same code. Here:
 
 - float64 everywhere: the model is built with float64 as the default dtype (float64 ``normal_`` and
   ``bernoulli_`` draw the same values whatever the kernels) and every explicit cast to fp32 inside the
-  model (the gates compute in fp32 under autocast) is widened to float64 while it runs, so the kernels'
-  differences stay near 1e-16 of each value;
+  model (the gates compute in fp32 under autocast) is widened to float64 while it runs (`WidenedCasts`, a torch
+  function mode of this thread, not a replacement of ``Tensor.float``), so the kernels' differences stay near
+  1e-16 of each value;
 - each scalar is rounded to a grid (QUANTUM) some 10^5 times coarser than that noise and far finer than
   any change of arithmetic the tests make, so one value sits on a rounding boundary about once in 10^5;
 - no optimizer that passes a gradient through a sign (AdamW's first steps are about lr * sign(g), and a
@@ -41,6 +42,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import TorchFunctionMode
 
 from ega_lightning import host
 
@@ -95,20 +97,31 @@ def _rounded(value: float | str) -> str:
     return str(round(value / QUANTUM))
 
 
+class WidenedCasts(TorchFunctionMode):
+    """``Tensor.float()`` leaves a float64 tensor as it is, while the mode is on: the model's explicit casts to fp32
+    (the gates' precision under autocast) stay float64, with no gate's code changed. A torch function mode (torch's
+    public override API) is on for its ``with`` block in this thread only; every other call passes through as it is.
+    Python-level casts inside a custom autograd function's backward do not pass through it (torch runs backward
+    without the modes), which none of the model's make on a float64 tensor: the hand-written backward passes compute in
+    their inputs' dtype, and the recomputed ones (`gates.base.Recomputed`) widen with ``_wide``."""
+
+    def __torch_function__(
+        self, func: Any, types: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None
+    ) -> Any:
+        if func is torch.Tensor.float and args[0].dtype == torch.float64:
+            return args[0]
+        return func(*args, **(kwargs or {}))
+
+
 @contextlib.contextmanager
 def _float64() -> Iterator[None]:
     """float64 as the default dtype, and ``Tensor.float()`` leaving a float64 tensor as it is, for the block."""
-    default, to_float = torch.get_default_dtype(), torch.Tensor.float
-
-    def widened(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return self if self.dtype == torch.float64 else to_float(self, *args, **kwargs)
-
+    default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
-    torch.Tensor.float = widened  # type: ignore[method-assign]
     try:
-        yield
+        with WidenedCasts():
+            yield
     finally:
-        torch.Tensor.float = to_float  # type: ignore[method-assign]
         torch.set_default_dtype(default)
 
 

@@ -22,7 +22,8 @@ from ega_lightning.errors import RunFailed, UserError
 from ega_lightning.gates import ZNORM_MODES, Gate, ResolvedGate, resolve_gate
 from ega_lightning.gates.registry import is_builtin
 from ega_lightning.model import ATTENTION_IMPLS, GPT, GPTConfig, has_hooks, require_flex_attention
-from ega_lightning.model.config import POSITIONS
+from ega_lightning.model.gpt import check_attention_options
+from ega_lightning.model.position import position_class
 from ega_lightning.seeding import derive_seed
 
 SHAPE_KEYS = (
@@ -41,7 +42,7 @@ SHAPE_KEYS = (
 )
 # Arguments that choose how the model is run, not what it is: a flag given with --ckpt_path wins over the
 # checkpoint's value (every other hyper-parameter comes from the checkpoint).
-RUNTIME_KEYS = ("attention", "eval_znorm", "compile")
+RUNTIME_KEYS = ("attention", "attention_options", "eval_znorm", "compile")
 # The world a checkpoint was saved in: {"num_nodes": N, "devices": D}, N x D processes. `ega fit --ckpt_path last`
 # refuses another (run_policy.world_size_unchanged): the global batch and each rank's data depend on it.
 WORLD_KEY = "ega_world"
@@ -116,13 +117,10 @@ def check_arguments(args: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, 
     _require(all(0 <= b < 1 for b in a.betas), f"model.betas must both be in [0, 1), got {list(a.betas)}.")
     znorms = (None, *ZNORM_MODES)
     _require(a.eval_znorm in znorms, f"model.eval_znorm must be one of {znorms}, got {a.eval_znorm!r}.")
-    _require(a.position in POSITIONS, f"model.position must be one of {POSITIONS}, got {a.position!r}.")
-    _require(
-        a.position != "rope" or (a.n_embd // a.n_head) % 2 == 0,
-        f"model.position=rope rotates pairs of channels, so the head size n_embd / n_head must be even; it is "
-        f"{a.n_embd} / {a.n_head} = {a.n_embd // a.n_head}. Change model.n_embd or model.n_head.",
-    )
+    refusal = position_class(a.position).refusal(a.n_embd, a.n_head)  # an unknown name: the registered ones
+    _require(refusal is None, str(refusal))
     _require(a.attention in ATTENTION_IMPLS, f"model.attention must be one of {ATTENTION_IMPLS}, got {a.attention!r}.")
+    check_attention_options(a.attention, a.attention_options or {})
     if a.attention == "flex":
         require_flex_attention()
         _require(
@@ -180,6 +178,9 @@ class CharLM(L.LightningModule):
             as trained (e.g. ``prefix`` evaluates a ``znorm: window`` model causally); training is unchanged.
         attention: ``fused`` (SDPA kernel, the default), ``reference`` (the spec's formula, slow) or
             ``flex`` (FlexAttention, compiled; trains on CUDA only, and without dropout).
+        attention_options: options of that path's class, chosen when the model is built: a variant of the same
+            values, for benches and tests (`model.fused.FusedAttention`: ``copy_free_write``, ``fused_channel``,
+            ``fp32_kernel``); None: the path's defaults.
         compile: run the model through ``torch.compile`` (values as eager up to float rounding;
             checkpoints are the same either way). Forward passes that a gate probe hooks into (the
             gate callbacks) run eager, so the probes see every gate.
@@ -232,6 +233,7 @@ class CharLM(L.LightningModule):
         dropout_before_gate: bool = MODEL.dropout_before_gate,
         decay_every_parameter: bool = False,
         position: str = MODEL.position,
+        attention_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         arguments = {k: v for k, v in locals().items() if k not in ("self", "__class__")}  # by their names
@@ -240,7 +242,8 @@ class CharLM(L.LightningModule):
         self.tokenizer = CharTokenizer(vocab)
         # the GPT's config: the arguments of the same names, with the key gate's options merged
         shared = {f.name: arguments[f.name] for f in fields(GPTConfig) if f.name in arguments}
-        self.model = GPT(GPTConfig(**{**shared, "vocab_size": len(vocab), "gate_options": options}), gates)
+        built = {"vocab_size": len(vocab), "gate_options": options, "attention_options": attention_options or {}}
+        self.model = GPT(GPTConfig(**{**shared, **built}), gates)
         _require(
             block_size >= 2 or not any(isinstance(g, Gate) for g in self.model.gates),
             f"model.block_size 1 with the gate {gate}: an energy gate z-normalises its energy over the positions "

@@ -37,7 +37,8 @@ from ega_lightning.checkpoint_io import load_checkpoint
 from ega_lightning.config_files import SECTION_EXAMPLES, SECTIONS
 from ega_lightning.errors import UserError
 from ega_lightning.io import read_yaml
-from ega_lightning.module import RUNTIME_KEYS, SHAPE_KEYS, WORLD_KEY, check_model_matches
+from ega_lightning.model.position import POSITIONS
+from ega_lightning.module import MODEL, RUNTIME_KEYS, SHAPE_KEYS, WORLD_KEY, check_model_matches
 
 
 @dataclass(frozen=True)
@@ -801,14 +802,17 @@ def eval_block_size_has_positions(request: RunRequest, plan: RunPlan) -> str | N
             "block. Drop it here, and evaluate the run's best.ckpt with it once trained."
         )
     model = {**request.config["model"], **(request.checkpoint.hparams if request.checkpoint is not None else {})}
-    position, block = model.get("position", "learned"), model["block_size"]
-    if asked <= block or position != "learned":
+    # a checkpoint from before the option: the default encoding, the one it ran
+    position, block = model.get("position") or MODEL.position, model["block_size"]
+    encoding = POSITIONS.get(position)  # an unknown name: CharLM's own check refuses it
+    if asked <= block or encoding is None or encoding.extrapolates:
         return None
+    others = " or ".join(name for name, cls in POSITIONS.items() if cls.extrapolates)
     return (
         f"data.eval_block_size {asked} is longer than the model's block_size {block}, and its positions are "
-        f"learned (model.position={position}): it has an embedding for positions 0..{block - 1} only, so it "
-        f"cannot read a longer window. Evaluate it at --data.eval_block_size={block} or less; length "
-        "extrapolation needs a model trained with --model.position=rope or none."
+        f"{position} (model.position={position}), which end at the block: it has positions 0..{block - 1} only, so "
+        f"it cannot read a longer window. Evaluate it at --data.eval_block_size={block} or less; length "
+        f"extrapolation needs a model trained with --model.position={others}."
     )
 
 

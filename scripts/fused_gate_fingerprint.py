@@ -4,9 +4,10 @@ fingerprint as the autograd graph's: the test issue 55 set for making it a gate'
     PYTHONPATH=. python scripts/fused_gate_fingerprint.py     # one line per configs/gate/*.yaml and size
 
 Each config's model options at the cpu and paper sizes' shapes (their own dropout), fingerprinted three
-ways: `FUSED_GATE_ARITHMETIC` off (autograd's graph of the gate); on, with the padded layout as it was
-before the fused channel (`model.fused.FUSED_CHANNEL` off, `ROW_ALIGN` 1); and everything on (the default:
-EGA-1's channel as `FusedGateChannel`, the Q/K/V buffer's rows aligned). Exits 1 if any differs.
+ways, each model built as that variant: an energy gate's ``fused_arithmetic`` option off (autograd's graph of the
+gate); on, with the padded layout as it was before the fused channel (the fused path's ``fused_channel`` option off,
+`ROW_ALIGN` 1); and everything on (the default: EGA-1's channel as `FusedGateChannel`, the Q/K/V buffer's rows
+aligned). Exits 1 if any differs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import yaml
 
 from ega_lightning.data.corpora import CORPORA
 from ega_lightning.fingerprint import code_fingerprint
-from ega_lightning.gates import fused
+from ega_lightning.gates import Gate, resolve_gate
 from ega_lightning.model import fused as model_fused
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -32,11 +33,14 @@ def main() -> int:
         shape = yaml.safe_load((CONFIGS / "size" / f"{size}.yaml").read_text())["model"]
         for cfg in sorted((CONFIGS / "gate").glob("*.yaml")):
             hparams = {"vocab": vocab, **shape, **yaml.safe_load(cfg.read_text())["model"]}
+            energy_gate = issubclass(resolve_gate(hparams["gate"]).cls or type, Gate)
             prints = []
             for arithmetic, channel, align in ((False, False, 1), (True, False, 1), (True, True, ROW_ALIGN)):
-                fused.FUSED_GATE_ARITHMETIC, model_fused.FUSED_CHANNEL = arithmetic, channel
                 model_fused.ROW_ALIGN = align
-                prints.append(code_fingerprint(hparams))
+                variant = {**hparams, "attention_options": {"fused_channel": channel}}
+                if energy_gate:  # the option of every energy gate (gates.base.COMMON_OPTIONS)
+                    variant["gate_options"] = {**hparams.get("gate_options", {}), "fused_arithmetic": arithmetic}
+                prints.append(code_fingerprint(variant))
             same = len(set(prints)) == 1
             differ += [] if same else [f"{cfg.stem}@{size}"]
             print(

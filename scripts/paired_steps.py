@@ -1,7 +1,7 @@
 """Training steps of several contenders paired in one process: the ratio of each to the first, per repetition.
 
     PYTHONPATH=. python scripts/paired_steps.py --size cpu --repeats 41 --threads 1 none linear \
-        "linear-before=linear:ega_lightning.model.fused.ROW_ALIGN=1,ega_lightning.model.fused.FUSED_CHANNEL=False"
+        "linear-before=linear:ega_lightning.model.fused.ROW_ALIGN=1,model.attention_options={'fused_channel': False}"
 
 A contender is ``[label=]gate[@precision][:module.ATTRIBUTE=value,...]``: a model of that gate config (`ega
 bench`'s contender: forward + backward + AdamW on one fixed batch, every model from the same seed), stepped in

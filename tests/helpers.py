@@ -39,10 +39,16 @@ SHORT = ["--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.e
 
 
 def attention(
-    n_embd: int, n_head: int, gate: KeyBias | None = None, impl: str = "fused", output_gate: OutputGate | None = None
+    n_embd: int,
+    n_head: int,
+    gate: KeyBias | None = None,
+    impl: str = "fused",
+    output_gate: OutputGate | None = None,
+    **options: Any,
 ) -> CausalSelfAttention:
-    """One attention layer (no dropout, with biases) on the path ``impl`` (model.attention), as a model builds it."""
-    cfg = GPTConfig(vocab_size=len(TINY_VOCAB), n_embd=n_embd, n_head=n_head, attention=impl)
+    """One attention layer (no dropout, with biases) on the path ``impl`` (model.attention), as a model builds it,
+    with that path's ``options`` (model.attention_options)."""
+    cfg = GPTConfig(vocab_size=len(TINY_VOCAB), n_embd=n_embd, n_head=n_head, attention=impl, attention_options=options)
     return attention_layer(cfg, gate, output_gate)
 
 

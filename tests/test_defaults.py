@@ -8,9 +8,9 @@ from ega_lightning import module
 from ega_lightning.model import GPTConfig
 from ega_lightning.module import CharLM
 
-# the one field whose default CharLM states apart, said in one place (module.DEFAULT_GATE), and the one whose
-# default is built per instance (a dict)
-STATED_APART = {"gate": "DEFAULT_GATE", "gate_options": None}
+# the one field whose default CharLM states apart, said in one place (module.DEFAULT_GATE), and the ones whose
+# default is built per instance (dicts)
+STATED_APART = {"gate": "DEFAULT_GATE", "gate_options": None, "attention_options": None}
 
 
 def signature_defaults() -> dict[str, ast.expr]:

@@ -11,7 +11,6 @@ from ega_lightning.experiments.rundirs import run_fingerprint
 from ega_lightning.fingerprint import QUANTUM, code_fingerprint, fingerprint_values, in_each_dispatch
 from ega_lightning.gates import base
 from ega_lightning.gates import fused as gate_arithmetic
-from ega_lightning.model import fused
 
 SMALL = {"n_layer": 2, "n_head": 4, "n_embd": 32, "block_size": 32, "vocab": CORPORA["tinyshakespeare"].vocab}
 # the shipped cpu size, and the configurations whose arithmetic differs most: every gate family, the
@@ -112,10 +111,9 @@ def test_data_keys_do_not_enter_and_one_configuration_has_one_value():
     assert code_fingerprint({**SMALL, "gate": "linear", "corpus": "ptb", "batch_size": 7, "lr": 0.5}) == linear
 
 
-def test_the_autograd_graph_path_gives_the_copy_free_path_fingerprint(monkeypatch):
+def test_the_autograd_graph_path_gives_the_copy_free_path_fingerprint():
     linear = code_fingerprint({**SMALL, "gate": "linear"})
-    monkeypatch.setattr(fused, "COPY_FREE_WRITE", False)
-    assert code_fingerprint({**SMALL, "gate": "linear"}) == linear
+    assert code_fingerprint({**SMALL, "gate": "linear", "attention_options": {"copy_free_write": False}}) == linear
 
 
 def test_a_run_directory_fingerprint_is_its_hparams_fingerprint(tmp_path):
@@ -149,13 +147,13 @@ def test_one_value_whatever_the_threads_of_the_caller():
 
 
 @pytest.mark.parametrize("options", [{"gate": "linear"}, AUTHOR, {**AUTHOR, "gate_options": {"znorm": "prefix"}}])
-def test_the_autograd_gate_arithmetic_gives_the_fused_gate_arithmetics_fingerprint(monkeypatch, options):
+def test_the_autograd_gate_arithmetic_gives_the_fused_gate_arithmetics_fingerprint(options):
     """Issue 55: the fused z-norm and sigmoid are the default because they leave the fingerprint as it was
     (scripts/fused_gate_fingerprint.py checks every shipped gate config at the cpu and paper sizes)."""
     hparams = {**SMALL, **options}
     default = code_fingerprint(hparams)
-    monkeypatch.setattr(gate_arithmetic, "FUSED_GATE_ARITHMETIC", False)
-    assert code_fingerprint(hparams) == default
+    graph = {**hparams.get("gate_options", {}), "fused_arithmetic": False}
+    assert code_fingerprint({**hparams, "gate_options": graph}) == default
 
 
 def test_the_fingerprint_runs_the_fused_backward(monkeypatch):
@@ -165,3 +163,26 @@ def test_the_fingerprint_runs_the_fused_backward(monkeypatch):
     backward = gate_arithmetic.znorm_backward
     monkeypatch.setattr(gate_arithmetic, "znorm_backward", lambda *args: backward(*args) * 1.0001)
     assert code_fingerprint(linear) != before
+
+
+def test_the_widened_casts_hold_in_the_fingerprints_thread_only_and_patch_nothing():
+    """Issue 70: float64 casts through a torch function mode of the fingerprinting thread, not a replacement of
+    torch.Tensor.float for the whole process: another thread's casts, during the fingerprint, are fp32 as asked."""
+    import threading
+
+    from ega_lightning.fingerprint import _float64
+
+    to_float, seen = torch.Tensor.float, {}
+    wide = torch.ones(2, dtype=torch.float64)
+
+    def elsewhere() -> None:
+        seen["other thread"] = wide.float().dtype
+
+    with _float64():
+        seen["inside"] = wide.float().dtype
+        assert torch.Tensor.float is to_float
+        worker = threading.Thread(target=elsewhere)
+        worker.start()
+        worker.join()
+    assert seen == {"inside": torch.float64, "other thread": torch.float32}
+    assert wide.float().dtype == torch.float32

@@ -93,10 +93,9 @@ def assert_fp32_rounding_apart(grad: torch.Tensor, plain: torch.Tensor, what: st
     assert (grad - plain).abs().max() <= 1e-5 * max(plain.abs().max().item(), 1.0), what
 
 
-def gate_results(g: Gate, x: torch.Tensor, on: bool, monkeypatch) -> tuple[torch.Tensor, list]:
-    """log g of x and the gradients of a weighted sum of it (x's, then each parameter's), the fused
-    arithmetic on or off, through the gate's training path (`Recomputed`)."""
-    monkeypatch.setattr(fused, "FUSED_GATE_ARITHMETIC", on)
+def gate_results(g: Gate, x: torch.Tensor) -> tuple[torch.Tensor, list]:
+    """log g of x and the gradients of a weighted sum of it (x's, then each parameter's), through the gate's
+    training path (`Recomputed`)."""
     log_g = g(x)
     weights = torch.randn(log_g.shape, generator=torch.Generator().manual_seed(5))
     trained = [p for p in g.parameters() if p.requires_grad]  # a frozen tau has no gradient
@@ -118,16 +117,20 @@ def gate_results(g: Gate, x: torch.Tensor, on: bool, monkeypatch) -> tuple[torch
     ],
 )
 @pytest.mark.parametrize("T", [1, 24])
-def test_a_gate_with_the_fused_arithmetic_is_the_autograd_path_in_fp32(name, options, T, monkeypatch):
+def test_a_gate_with_the_fused_arithmetic_is_the_autograd_path_in_fp32(name, options, T):
     """Forward to fp32's last bit (the same operators in the same order; the fused node runs them on a contiguous
     copy of the energy's strided view, and where the CPU's kernels take another vector path for the two layouts, as
     AVX-512's do, an element may round one ulp apart: 4 of 144 at T = 24 on an AMD EPYC with AVX-512, none on one
     with AVX2 alone); gradients to fp32 rounding."""
-    torch.manual_seed(0)
-    g = build_gate(name, TINY_MODEL["n_embd"], TINY_MODEL["n_head"], tau_init=0.3, alpha_init=1.5, **options)
+    gates = []
+    for on in (True, False):  # the same draws: each gate built from one seed
+        torch.manual_seed(0)
+        C, nh = TINY_MODEL["n_embd"], TINY_MODEL["n_head"]
+        gates.append(build_gate(name, C, nh, tau_init=0.3, alpha_init=1.5, fused_arithmetic=on, **options))
+    assert gates[0].fused_arithmetic and not gates[1].fused_arithmetic
     x = torch.randn(3, T, TINY_MODEL["n_embd"], generator=torch.Generator().manual_seed(1), requires_grad=True)
-    log_g, grads = gate_results(g, x, True, monkeypatch)
-    plain, plain_grads = gate_results(g, x, False, monkeypatch)
+    log_g, grads = gate_results(gates[0], x)
+    plain, plain_grads = gate_results(gates[1], x)
     ulp = torch.nextafter(plain.abs(), torch.tensor(float("inf"))) - plain.abs()
     assert ((log_g - plain).abs() <= ulp).all()
     assert len(grads) == len(plain_grads)
@@ -146,16 +149,16 @@ def test_a_gate_with_the_fused_arithmetic_is_the_autograd_path_in_fp32(name, opt
     ],
     ids=["linear", "linear-window", "multiscale2", "morlet", "author-reference"],
 )
-def test_the_models_loss_is_the_autograd_paths_bit_for_bit_and_its_gradients_to_rounding(options, monkeypatch):
+def test_the_models_loss_is_the_autograd_paths_bit_for_bit_and_its_gradients_to_rounding(options):
     """The whole model on its training path (the padded channel's `GatedQKV` recomputes the fused node in
     backward): logits bit for bit, every parameter's gradient to fp32 rounding."""
     tokens = torch.Generator().manual_seed(2)
     idx = torch.randint(0, len(TINY_VOCAB), (4, TINY_MODEL["block_size"] + 1), generator=tokens)
     results = []
-    for on in (True, False):
-        monkeypatch.setattr(fused, "FUSED_GATE_ARITHMETIC", on)
+    for on in (True, False):  # the gate built with its arithmetic fused, then as autograd's graph
         torch.manual_seed(1)
-        lm = CharLM(TINY_VOCAB, **TINY_MODEL, **options)
+        gate_options = {**options.get("gate_options", {}), "fused_arithmetic": on}
+        lm = CharLM(TINY_VOCAB, **TINY_MODEL, **{**options, "gate_options": gate_options})
         logits = lm(idx[:, :-1])
         F.cross_entropy(logits.flatten(0, 1), idx[:, 1:].flatten()).backward()
         results.append((logits, {n: p.grad for n, p in lm.named_parameters() if p.grad is not None}))
@@ -166,7 +169,7 @@ def test_the_models_loss_is_the_autograd_paths_bit_for_bit_and_its_gradients_to_
         assert_fp32_rounding_apart(grad, plain_grads[name], name)
 
 
-def test_a_gate_with_its_own_sigmoid_or_z_norm_keeps_it(monkeypatch):
+def test_a_gate_with_its_own_sigmoid_or_z_norm_keeps_it():
     """The fused node computes Gate's own normalise and log_gate_from_z; a subclass that replaces either
     (the author's mixture, a user's gate) is run as it wrote them."""
     from ega_lightning.gates.linear import LinearGate
@@ -219,7 +222,7 @@ def test_the_channel_function_is_autograds_graph_of_the_node_clamp_and_scale_bit
         assert (g is None) if not p.requires_grad else torch.equal(g, next(plain_grads))
 
 
-def test_only_a_gate_whose_log_gate_is_the_fused_node_of_its_projection_says_so(monkeypatch):
+def test_only_a_gate_whose_log_gate_is_the_fused_node_of_its_projection_says_so():
     """`Gate.fused_log_gate`: EGA-1 (any znorm, a frozen tau) yes; a gate with another energy, its own sigmoid
     or z-norm, or with the fused arithmetic off, no."""
     from ega_lightning.gates.linear import LinearGate
@@ -238,5 +241,4 @@ def test_only_a_gate_whose_log_gate_is_the_fused_node_of_its_projection_says_so(
     for name, options in (("multiscale", {"scales": 2}), ("author", {"scales": 1}), ("db2", {})):
         assert not build_gate(name, C, nh, **options).fused_log_gate(), name
     assert not Doubled(C, nh).fused_log_gate() and not OwnSigmoid(C, nh).fused_log_gate()
-    monkeypatch.setattr(fused, "FUSED_GATE_ARITHMETIC", False)
-    assert not build_gate("linear", C, nh).fused_log_gate()
+    assert not build_gate("linear", C, nh, fused_arithmetic=False).fused_log_gate()

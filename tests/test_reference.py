@@ -23,6 +23,7 @@ OTHER_VALUE: dict[str, Any] = {
     "gate_options": {"learn_tau": False},
     "eval_znorm": "window",
     "attention": "reference",
+    "attention_options": {"copy_free_write": False},
     "lr": 1e-2,
     "min_lr": 1e-5,
     "warmup_steps": 10,
@@ -72,7 +73,7 @@ def test_the_recipe_keys_are_the_gates_own_the_attention_path_or_compared():
     assert set(GATE_OWN) == {"gate", "output_gate", "gate_options", "tau_init", "alpha_init", "eval_znorm"} | {
         "dropout_before_gate"
     }
-    assert set(PATH_KEYS) == {"attention"}
+    assert set(PATH_KEYS) == {"attention", "attention_options"}
     paired = set()
     for key, value in OTHER_VALUE.items():
         if key in ("gate", "output_gate"):

@@ -100,15 +100,14 @@ def test_cuda_padding_layout_caches_as_it_recomputes(position):
     ("gate", "mode"),
     [*((g, m) for g in GATED for m in ("fp32", "bf16-mixed", "frozen tau")), ("fox", "fp32"), ("fox", "bf16-mixed")],
 )
-def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width, mode, monkeypatch):
+def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width, mode):
     """FoX in fp32 (one channel) and under bf16 (two: `fused.key_channels`); frozen, its bias takes the relative
     mask, not the channel."""
     data, learn_tau = batch(), mode != "frozen tau"
     options = {} if gate == "fox" else {"gate_options": {"learn_tau": learn_tau}}
     runs = {}
     for copy_free in (True, False):
-        monkeypatch.setattr(fused, "COPY_FREE_WRITE", copy_free)
-        model = tiny(gate, **options)
+        model = tiny(gate, **options, attention_options={"copy_free_write": copy_free})
         set_pad_width(model, width)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bf16-mixed"):
             loss = model.loss(data)
@@ -126,19 +125,17 @@ def test_copy_free_write_equals_autograd_in_place_write_bit_for_bit(gate, width,
 
 @pytest.mark.parametrize("fused_channel", [True, False])
 @pytest.mark.parametrize(("B", "T", "C", "nh"), [(32, 128, 128, 4), (64, 256, 256, 8)])  # the bench's sizes
-def test_gated_qkv_function_equals_the_plain_graph_bit_for_bit_at_the_bench_sizes(
-    B, T, C, nh, fused_channel, monkeypatch
-):
+def test_gated_qkv_function_equals_the_plain_graph_bit_for_bit_at_the_bench_sizes(B, T, C, nh, fused_channel):
     """Layer-level, at the shapes whose step times the bench compares (GEMM blocking depends on the shape);
     EGA-1's channel as one function (`FusedGateChannel`) or as the gate's graph rebuilt in backward."""
-    monkeypatch.setattr(fused, "FUSED_CHANNEL", fused_channel)
     torch.manual_seed(0)
-    layer = attention(C, nh, build_gate("linear", C, nh, tau_init=0.3, alpha_init=2.0))
     x, grad = torch.randn(B, T, C), torch.randn(B, T, C)
-    runs = []
-    for copy_free in (True, False):
-        monkeypatch.setattr(fused, "COPY_FREE_WRITE", copy_free)
-        layer.zero_grad(set_to_none=True)
+    runs, weights = [], None
+    for copy_free in (True, False):  # the same weights, each path built as its variant
+        gate = build_gate("linear", C, nh, tau_init=0.3, alpha_init=2.0)
+        layer = attention(C, nh, gate, copy_free_write=copy_free, fused_channel=fused_channel)
+        weights = weights or layer.state_dict()
+        layer.load_state_dict(weights)
         xg = x.clone().requires_grad_()
         y = layer(xg)
         y.backward(grad)
@@ -163,9 +160,9 @@ def test_aligned_buffer_rows_train_bit_for_bit_as_unaligned_ones(gate, gate_opti
     runs = []
     for align, fused_channel in ((8, True), (1, False), (8, False), (1, True)):
         monkeypatch.setattr(fused, "ROW_ALIGN", align)
-        monkeypatch.setattr(fused, "FUSED_CHANNEL", fused_channel)
         torch.manual_seed(0)
-        model = CharLM(TINY_VOCAB, gate=gate, tau_init=0.3, alpha_init=2.0, **options)
+        variant = {"fused_channel": fused_channel}
+        model = CharLM(TINY_VOCAB, gate=gate, tau_init=0.3, alpha_init=2.0, **options, attention_options=variant)
         loss = model.loss((idx[:, :-1], idx[:, 1:]))
         loss.backward()
         runs.append((loss.detach(), [p.grad for p in model.parameters()]))
@@ -357,3 +354,18 @@ def test_generate_runs_a_flex_checkpoint_on_the_fused_kernel(tmp_path, capsys):
     torch.save(ckpt, path)
     generate_main([f"--ckpt_path={path}", "--prompt=ROMEO:", "--max_new_tokens=5", "--temperature=0"])
     assert capsys.readouterr().out.startswith("ROMEO:")
+
+
+def test_a_variant_of_a_path_is_chosen_when_the_model_is_built_and_only_of_its_own_options():
+    """Issue 70: the fused path's variants are its constructor's options (model.attention_options), not switches of
+    the module read at each call; the reference path takes none, and is told so by name."""
+    built = CharLM(TINY_VOCAB, **TINY_MODEL, attention_options={"copy_free_write": False, "fp32_kernel": False})
+    assert all(
+        not b.attn.copy_free_write and not b.attn.fp32_kernel and b.attn.fused_channel for b in built.model.blocks
+    )
+    assert CharLM(TINY_VOCAB, **TINY_MODEL).model.blocks[0].attn.copy_free_write  # the default
+    assert not any(name.isupper() and name.endswith(("WRITE", "CHANNEL", "KERNEL")) for name in vars(fused))
+    with pytest.raises(ValueError, match="copy_free_write: not an option of the reference path"):
+        CharLM(TINY_VOCAB, **TINY_MODEL, attention="reference", attention_options={"copy_free_write": False})
+    with pytest.raises(ValueError, match="fused_arithmetic must be true or false"):
+        build_gate("linear", 32, 2, fused_arithmetic="no")

@@ -54,6 +54,7 @@ RECIPE_DEFAULTS: dict[str, Any] = {
     "dropout_before_gate": False,
     "decay_every_parameter": False,
     "position": "learned",
+    "attention_options": None,
     "batch_size": 64,
     "eval_batch_size": None,
     "max_eval_windows": None,
@@ -68,7 +69,7 @@ RECIPE_DEFAULTS: dict[str, Any] = {
 # without a gate). PATH_KEYS: how the same model is computed, not which (conformance.py holds the attention paths
 # equal; the author's order trains on the reference path only, so its baseline is the plain model on the fused one).
 GATE_OWN = ("gate", "output_gate", "gate_options", "tau_init", "alpha_init", "eval_znorm", "dropout_before_gate")
-PATH_KEYS = ("attention",)
+PATH_KEYS = ("attention", "attention_options")
 LEFT_OUT = "left out"  # the status of a finished run whose model shape or recipe is not its variant's (`set_apart`)
 DIVERGED = "diverged"  # the status of a finished run whose final val loss is not finite (`set_apart_diverged`)
 METRICS = ("final_val_loss", "best_val_loss", "final_gap", "final_tau_mean", "final_frac_above_tau", "tokens_per_sec")

@@ -28,13 +28,9 @@ ZNORM_EPS = 1e-5
 # window, a DIAGNOSTIC that leaks the future (the leak audit of the paper's +0.103): never for generation.
 ZNORM_MODES = ("prefix", "window")
 # Options every gate takes besides its own __init__'s, with their defaults; `build_gate` applies them.
-COMMON_OPTIONS: dict[str, Any] = {"znorm": "prefix", "learn_tau": True}
-
-
-def _fused_arithmetic() -> bool:
-    """Whether the z-norm and the sigmoid run as `gates.fused`'s nodes: eager, as `FUSED_GATE_ARITHMETIC` says.
-    The compiler fuses autograd's graph of them itself (and chooses what its backward recomputes)."""
-    return fused.FUSED_GATE_ARITHMETIC and not torch.compiler.is_compiling()
+# fused_arithmetic: the z-norm and the sigmoid as `gates.fused`'s nodes (False: autograd's graph of the same
+# operators, the same values; the tests compare the two, and a bench builds either)
+COMMON_OPTIONS: dict[str, Any] = {"znorm": "prefix", "learn_tau": True, "fused_arithmetic": True}
 
 
 def _wide(t: torch.Tensor) -> torch.Tensor:
@@ -161,6 +157,8 @@ class Gate(KeyBias):
     # False: the gate has defaults of its own (the author's alpha_init 2.0), set in gate_options; the model's
     # reach it only when moved from CharLM's defaults 0.0 and 1.0 (see module.check_arguments)
     model_init: bool = True
+    # the z-norm and the sigmoid as `gates.fused`'s nodes (COMMON_OPTIONS; `set_common_options` sets it per gate)
+    fused_arithmetic: bool = True
 
     def __init__(self, n_embd: int, n_head: int, tau_init: float = 0.0, alpha_init: float = 1.0) -> None:
         super().__init__(n_embd, n_head)
@@ -170,19 +168,27 @@ class Gate(KeyBias):
         self.tau = nn.Parameter(torch.full((n_head,), float(tau_init)))
         self.alpha = nn.Parameter(torch.full((n_head,), float(alpha_init)))
 
-    def set_common_options(self, znorm: str = "prefix", learn_tau: bool = True) -> None:
+    def set_common_options(self, znorm: str = "prefix", learn_tau: bool = True, fused_arithmetic: bool = True) -> None:
         """The options of COMMON_OPTIONS. learn_tau=False keeps tau at tau_init: still a parameter
-        (same state_dict), but without gradient, so the optimizer never moves it."""
+        (same state_dict), but without gradient, so the optimizer never moves it. fused_arithmetic=False: the
+        z-norm and the sigmoid as autograd's graph (`gates.fused`'s nodes compute the same values)."""
         if znorm not in ZNORM_MODES:
             raise ValueError(f"gate option znorm must be one of {', '.join(ZNORM_MODES)}, got {znorm!r}.")
-        if not isinstance(learn_tau, bool):
-            raise ValueError(f"gate option learn_tau must be true or false, got {learn_tau!r}.")
-        self.znorm = znorm
+        for name, value in (("learn_tau", learn_tau), ("fused_arithmetic", fused_arithmetic)):
+            if not isinstance(value, bool):
+                raise ValueError(f"gate option {name} must be true or false, got {value!r}.")
+        self.znorm, self.fused_arithmetic = znorm, fused_arithmetic
         self.tau.requires_grad_(learn_tau)
+
+    def _fused_arithmetic(self) -> bool:
+        """Whether the z-norm and the sigmoid run as `gates.fused`'s nodes: as ``fused_arithmetic``, chosen when the
+        gate was built, says; per call only whether this call is compiled (a condition of the run): the compiler
+        fuses autograd's graph of them itself (and chooses what its backward recomputes)."""
+        return self.fused_arithmetic and not torch.compiler.is_compiling()
 
     def normalise(self, e: torch.Tensor) -> torch.Tensor:
         """z (B, nh, T) of the energy e (B, nh, T), as ``znorm`` says."""
-        if _fused_arithmetic():  # one autograd node, the same z (`gates.fused`)
+        if self._fused_arithmetic():  # one autograd node, the same z (`gates.fused`)
             return fused.ZNorm.apply(e, self.znorm, ZNORM_EPS, self.std_floor)
         if self.std_floor is not None:
             if self.znorm == "prefix":
@@ -247,7 +253,8 @@ class Gate(KeyBias):
         """Whether log g of the energy runs as `fused.ZNormLogGate`. A gate with its own z-norm or sigmoid (the
         author's mixture, a user's gate) keeps them: the fused node computes these two methods' formulas, not
         whatever a subclass puts in their place."""
-        return _bound_is(self, "normalise", Gate) and _bound_is(self, "log_gate_from_z", Gate) and _fused_arithmetic()
+        own = _bound_is(self, "normalise", Gate) and _bound_is(self, "log_gate_from_z", Gate)
+        return own and self._fused_arithmetic()
 
     def log_gate_from_energy(self, e: torch.Tensor) -> torch.Tensor:
         """log g (B, nh, T) from the energy e (B, nh, T)."""

@@ -14,7 +14,7 @@ reference's to fp32's last bit (bit for bit where the CPU's kernels take one vec
 contiguous operand, as AVX2's do; an element may round one ulp apart where they do not, as AVX-512's); the
 backward passes are the same derivative written out (so their rounding, not
 their value, differs from autograd's). tests/test_fused_gate.py holds them to the formula in float64
-(gradcheck) and to the autograd path in fp32. `base.Gate` chooses them (`FUSED_GATE_ARITHMETIC`).
+(gradcheck) and to the autograd path in fp32. `base.Gate` chooses them (its ``fused_arithmetic`` option).
 
 They keep their intermediates for backward: in training they are built inside `base.Recomputed`'s (and
 `model.fused.GatedQKV`'s) recomputation, which frees them as soon as backward has used them, so a
@@ -29,10 +29,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
-
-# Training runs the gates' arithmetic as `ZNorm` and `ZNormLogGate`; False: as autograd's graph of the same
-# operators (the tests compare the two; `code_fingerprint` finds every shipped gate's arithmetic the same).
-FUSED_GATE_ARITHMETIC = True
 
 
 def _reverse_cumsum(t: torch.Tensor) -> torch.Tensor:
@@ -199,7 +195,6 @@ def log_gate_channel(
 
 
 __all__ = [
-    "FUSED_GATE_ARITHMETIC",
     "ZNorm",
     "ZNormLogGate",
     "log_gate_backward",

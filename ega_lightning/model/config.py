@@ -12,13 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ega_lightning.gates import NO_GATE, KeyBias, OutputGate
+from ega_lightning.model.position import POSITIONS  # the position encodings by name (`model.position`)
 
-# The position encodings: nanoGPT's learned absolute embedding (``wpe``, added to the token embedding; the default,
-# what every committed record ran), RoPE (q and k rotated by their position, `model.position`, in
-# `CausalSelfAttention.heads`, the padded layout of `fused` and the cached positions of `cache`), or none (no position
-# signal but the causal mask, and a key gate's bias if it has one: ALiBi's and FoX's papers' design). With rope or
-# none a model reads windows longer than block_size (length extrapolation); learned has no embedding past it.
-POSITIONS = ("learned", "rope", "none")
+__all__ = ["POSITIONS", "GPTConfig"]
 
 
 @dataclass
@@ -33,20 +29,16 @@ class GPTConfig:
     gate: str | type[KeyBias] = "none"  # a name or import path (see gates.registry), or a KeyBias subclass
     gate_options: dict[str, Any] = field(default_factory=dict)  # passed to the gate's __init__
     attention: str = "fused"  # the path that computes the attention (gpt.ATTENTION): not what it computes
+    attention_options: dict[str, Any] = field(default_factory=dict)  # passed to that path's __init__ (a variant)
     output_gate: str | type[OutputGate] = NO_GATE  # the output gate's slot (see gates.slots)
     qkv_bias: bool | None = None  # the Q/K/V projection's bias; None: as `bias` (False: the author's)
     scale_residual_init: bool = True  # c_proj's init std 0.02 / sqrt(2 n_layer); False: 0.02 (the author's)
     dropout_before_gate: bool = False  # attention dropout, then the energy gate and renormalise (the author's)
-    position: str = "learned"  # the position encoding, one of POSITIONS
+    position: str = "learned"  # the position encoding, a name of POSITIONS (`model.position`)
 
     @property
     def head_size(self) -> int:
         return self.n_embd // self.n_head
-
-    @property
-    def rotary(self) -> bool:
-        """Whether q and k are rotated by their positions (RoPE)."""
-        return self.position == "rope"
 
     @property
     def qkv_has_bias(self) -> bool:

@@ -122,7 +122,7 @@ class FlexAttention(FusedAttention):
         if self.gate is None:
             return super().attend(x, dropout_p)
         q, k, v = self.heads(x)  # (B, nh, T, hs)
-        if fused.rides_channel(self.gate, x):
+        if fused.rides_channel(self.gate, x, self.fp32_kernel):
             y = flex_gated_attention(q, k, v, per_key_bias(self.gate, x), dropout_p, channel_floor(self.gate))
         else:
             y = flex_biased_attention(q, k, v, self.gate(x), dropout_p)

@@ -6,8 +6,8 @@ in the Q/K/V themselves: q' = [q, 1], k' = [k, log g sqrt(hs)], v' = [v, 0], pad
 kernel likes (`pad_width`), so attention stays on the fused causal SDPA kernel. The extra channels come
 out of the Q/K/V matmul itself (`padded_qkv_weights`; in training `GatedQKV`, which saves the copies
 autograd's graph would make); c_proj takes y' = [y, 0] through zero columns (`padded_proj_weight`).
-`FusedAttention` runs it in training and evaluation, `cache.cached_attention` in generation; the tests
-hold both to the reference formula (`attention.CausalSelfAttention`).
+`FusedAttention` runs it in training, evaluation and cached generation (`FusedAttention.cached`); the tests hold
+each to the reference formula (`attention.CausalSelfAttention`).
 
 Any key bias b_j can ride the channel the same way (softmax_j(s_ij + b_j) = softmax_j(s_ij + b_j - b_i)):
 `rides_channel` is the one rule of which bias does (the others take the relative (t, T) mask b_j - b_i), and
@@ -26,26 +26,18 @@ import torch.nn.functional as F
 from torch import nn
 from torch.autograd.function import once_differentiable
 
-from ega_lightning.gates import Gate, KeyBias, relative_bias
+from ega_lightning.gates import Gate, KeyBias, OutputGate, relative_bias
 from ega_lightning.gates.base import ZNORM_EPS, recompute_grads
 from ega_lightning.gates.fused import log_gate_channel
 from ega_lightning.model.attention import CausalSelfAttention
-from ega_lightning.model.position import apply_rope
+from ega_lightning.model.cache import LayerCache
+from ega_lightning.model.config import GPTConfig
+from ega_lightning.model.position import Position, rotate_true_channels
 from ega_lightning.model.torch_private import has_hooks
 
 # exp(-30) ~ 1e-13: a key gated that far down is already gone, and bf16 keeps the
 # clamped value to within its usual relative precision.
 LOG_GATE_FLOOR = -30.0
-
-# Training runs the gated Q/K/V matmul as `GatedQKV`; False: as autograd's own graph of F.linear and an
-# in-place write (the path generation and probed gates take), which the tests hold it equal to bit for bit.
-COPY_FREE_WRITE = True
-# `GatedQKV` computes EGA-1's channel as `FusedGateChannel` (forward and a hand-written backward, no graph);
-# False: as `RecomputedChannel` (the gate's graph rebuilt in backward), which the tests hold it equal to.
-FUSED_CHANNEL = True
-# A learned key bias (FoX) under bf16/fp16 rides the channel with the kernel in fp32 (`fp32_kernel`); False: it
-# takes the relative (T, T) mask there, as before (scripts/paired_steps.py times one against the other).
-FP32_KERNEL = True
 
 
 def pad_width(device: torch.device) -> int:
@@ -67,7 +59,7 @@ def channel_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
 
 
-def rides_channel(gate: KeyBias, x: torch.Tensor) -> bool:
+def rides_channel(gate: KeyBias, x: torch.Tensor, fp32_kernel: bool = True) -> bool:
     """The one rule of how a key gate's per-key bias reaches the attention kernel, for every path of the
     layer (training, evaluation, the compiled model, cached generation, FlexAttention's ``score_mod``):
     in the padded query/key channel, added as b_j (True), or as the relative (t, T) mask b_j - b_i (False).
@@ -75,7 +67,8 @@ def rides_channel(gate: KeyBias, x: torch.Tensor) -> bool:
     - An energy gate (`Gate`): the channel, always. Its log g lies in [LOG_GATE_FLOOR, 0], which bf16
       keeps to its relative precision.
     - Another key bias with parameters to learn (FoX): the channel, in evaluation and generation as in
-      training, so that all of them round alike; under bf16/fp16 with the kernel in fp32 (`fp32_kernel`).
+      training, so that all of them round alike; under bf16/fp16 with the kernel in fp32 (`fp32_kernel`), unless
+      the layer was built with ``fp32_kernel`` False (`FusedAttention`), where it takes the mask there.
       A mask that needs a gradient sends SDPA off its fused kernel (on CPU 2.2x the kernel's time in fp32
       and 2.7x the bf16 step at the `paper` size, with the (T, T) scores and the mask's gradient kept).
     - A key bias without parameters to learn (ALiBi's fixed slopes, a frozen gate): the mask, which then
@@ -84,10 +77,10 @@ def rides_channel(gate: KeyBias, x: torch.Tensor) -> bool:
     if isinstance(gate, Gate):
         return True
     learnable = any(p.requires_grad for p in gate.parameters())
-    return learnable and (FP32_KERNEL or channel_dtype(x) in EXACT_CHANNEL_DTYPES)
+    return learnable and (fp32_kernel or channel_dtype(x) in EXACT_CHANNEL_DTYPES)
 
 
-def fp32_kernel(gate: KeyBias, x: torch.Tensor) -> bool:
+def fp32_kernel(gate: KeyBias, x: torch.Tensor, allowed: bool = True) -> bool:
     """Whether a layer whose key bias rides the channel runs its attention kernel in fp32: a key bias that
     is not an energy gate's (FoX) where the channel's dtype would be bf16/fp16. The Q/K/V matmul still runs
     in that dtype; its buffer is cast to fp32 (q, k, v as that matmul rounded them) and the channel written
@@ -95,8 +88,9 @@ def fp32_kernel(gate: KeyBias, x: torch.Tensor) -> bool:
     tests/test_peer_gates.py::test_fox_in_bf16_needs_the_fp32_kernel), and b's gradient, a column sum of the
     scores' gradient, would come back rounded per key before FoX's forget gates take its suffix sums, which
     cancel: a second bf16 channel holding b's remainder would mend the values; the gradient would still come
-    back rounded."""
-    return not isinstance(gate, Gate) and rides_channel(gate, x) and channel_dtype(x) not in EXACT_CHANNEL_DTYPES
+    back rounded. ``allowed``: the layer's ``fp32_kernel`` option (False: such a bias takes the mask instead)."""
+    exact = channel_dtype(x) in EXACT_CHANNEL_DTYPES
+    return not isinstance(gate, Gate) and rides_channel(gate, x, allowed) and not exact
 
 
 def key_channel(bias: torch.Tensor, hs: int, dtype: torch.dtype, floor: float | None = LOG_GATE_FLOOR) -> torch.Tensor:
@@ -310,7 +304,7 @@ class GatedQKV(torch.autograd.Function):
 
 
 # ------------------------------------------------------------------------------------------------
-# The layer's parts on the padded layout, shared by `FusedAttention` and cached generation (`cache`)
+# The layer's parts on the padded layout, shared by `FusedAttention`'s training and cached generation
 
 
 def channel_floor(gate: KeyBias) -> float | None:
@@ -389,19 +383,31 @@ def dropout_keep(shape: torch.Size, p: float, dtype: torch.dtype, device: torch.
     return torch.empty(shape, dtype=dtype, device=device).bernoulli_(1 - p).bool()
 
 
+def attend_cached(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: LayerCache, hs: int) -> torch.Tensor:
+    """SDPA of (B, nh, t, d) new q, k, v over every cached key and the new ones, scaled by the true head size."""
+    scale = 1.0 / math.sqrt(hs)
+    t_new = q.shape[2]
+    k, v = cache.append(k, v)  # (B, nh, T_cached + t_new, d)
+    if t_new == 1:  # one new query sees every key: no mask needed
+        visible = None
+    else:  # new query i sits at position T_all - t_new + i and sees every key up to it
+        positions = torch.arange(cache.length, device=q.device)
+        visible = positions[None, :] <= positions[cache.length - t_new :, None]
+    with full_precision_kernel(q):  # fp32 q, k, v under autocast (`fp32_kernel`) stay fp32
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=visible, scale=scale)
+
+
 def rotate_padded(
     layer: CausalSelfAttention, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q' = [rope(q), 1, 0..], k' = [rope(k), b sqrt(hs), 0..] of the padded q' = [q, 1, 0..], k' = [k, b sqrt(hs), 0..]
-    (B, nh, T, hs + width), the positions start .. start + T - 1, where the model has RoPE (else as they are).
+    """q' = [rot(q), 1, 0..], k' = [rot(k), b sqrt(hs), 0..] of the padded q' = [q, 1, 0..], k' = [k, b sqrt(hs), 0..]
+    (B, nh, T, hs + width), the positions start .. start + T - 1, rot the layer's position encoding (`Position`).
 
-    Only the true channels turn: q'.k' = rope(q).rope(k) + b sqrt(hs), so the identity of the padded layout
-    (softmax_j(rope(q_i).rope(k_j) / sqrt(hs) + b_j)) holds with RoPE as without.
+    Only the true channels turn: q'.k' = rot(q).rot(k) + b sqrt(hs), so the identity of the padded layout
+    (softmax_j(rot(q_i).rot(k_j) / sqrt(hs) + b_j)) holds with a rotation as without.
     """
-    if not layer.cfg.rotary:
-        return q, k, v
-    hs = layer.n_embd // layer.n_head
-    return apply_rope(q, start, hs), apply_rope(k, start, hs), v
+    q, k = rotate_true_channels(layer.position, q, k, layer.n_embd // layer.n_head, start)
+    return q, k, v
 
 
 class FusedAttention(CausalSelfAttention):
@@ -410,17 +416,94 @@ class FusedAttention(CausalSelfAttention):
 
     impl = "fused"
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: the LayerNorm-ed hidden state (B, T, C) -> (B, T, C)."""
+    def __init__(
+        self,
+        cfg: GPTConfig,
+        gate: KeyBias | None = None,
+        output_gate: OutputGate | None = None,
+        position: Position | None = None,
+        *,
+        copy_free_write: bool = True,
+        fused_channel: bool = True,
+        fp32_kernel: bool = True,
+    ) -> None:
+        """The paths of the same values, chosen when the model is built (``model.attention_options``; a bench builds
+        the variant it times, the tests hold each to the default):
+
+        - ``copy_free_write``: training's gated Q/K/V matmul as `GatedQKV`; False: autograd's own graph of F.linear
+          and an in-place write (the path generation and probed gates take), equal to it bit for bit;
+        - ``fused_channel``: `GatedQKV` computes EGA-1's channel as `FusedGateChannel` (forward and a hand-written
+          backward, no graph); False: as `RecomputedChannel` (the gate's graph rebuilt in backward), equal to it;
+        - ``fp32_kernel``: a learned key bias (FoX) under bf16/fp16 rides the channel with the kernel in fp32
+          (`fp32_kernel`); False: it takes the relative (T, T) mask there, which rounds otherwise
+          (scripts/paired_steps.py times one against the other).
+        """
+        super().__init__(cfg, gate, output_gate, position)
+        self.copy_free_write, self.fused_channel, self.fp32_kernel = copy_free_write, fused_channel, fp32_kernel
+
+    def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
+        """x: the LayerNorm-ed hidden state (B, T, C) -> (B, T, C); with a `cache`, x holds the positions that
+        follow the cached ones (`cached`)."""
         dropout_p = self.dropout if self.training else 0.0
-        return self.resid_dropout(self.attend(x, dropout_p))
+        return self.resid_dropout(self.attend(x, dropout_p) if cache is None else self.cached(x, cache, dropout_p))
+
+    def cached(self, x: torch.Tensor, cache: LayerCache, dropout_p: float = 0.0) -> torch.Tensor:
+        """What `attend` computes for x (B, t, C), the t positions that follow the cached ones, over every cached
+        key -> (B, t, C), on the padded layout: the cache is extended by the new keys (their channel holding the
+        key gate's bias) and values, and the key gate's state by the new positions (the gate's `step`)."""
+        refuse_dropout_first(self, dropout_p, "cached")
+        hs = self.n_embd // self.n_head
+        if self.gate is None:
+            q, k, v = self.heads(x, cache.length)  # (B, nh, t, hs), at the positions after the cached ones
+            return self.project(attend_cached(q, k, v, cache, hs), x)
+        if not rides_channel(self.gate, x, self.fp32_kernel):
+            return self.project(self._cached_key_biased(x, cache, dropout_p), x)
+        qkv = self._cached_gated_qkv(x, cache)
+        q, k, v = rotate_padded(self, *qkv, start=cache.length)  # 3 x (B, nh, t, hs + width)
+        y = attend_cached(q, k, v, cache, hs)
+        if self.output_gate is not None:  # the gate's factor is per true channel: y back to hs of them
+            return self.project(y[..., :hs], x)
+        weight = cache.reuse("proj", lambda: padded_proj_weight(self.c_proj.weight, self.n_head, y.shape[-1]))
+        return project_padded(y, self.c_proj, weight)
+
+    def _cached_key_biased(self, x: torch.Tensor, cache: LayerCache, dropout_p: float) -> torch.Tensor:
+        """Attention (B, nh, t, hs) with a key bias's relative term b_j - b_i over the cached keys and the new ones,
+        where `rides_channel` keeps it out of the padded channel; the cache keeps the keys' b."""
+        q, k, v = self.heads(x, cache.length)  # (B, nh, t, hs)
+        b, cache.gate = self.gate.step(x, cache.gate)  # b of the new positions only
+        keys = cache.append_bias(b)  # (B or 1, nh, T_cached + t)
+        k, v = cache.append(k, v)
+        bias = relative_bias(b, keys)  # (B or 1, nh, t, T_all), -inf above the diagonal
+        scale = 1.0 / math.sqrt(self.n_embd // self.n_head)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype), dropout_p=dropout_p, scale=scale)
+
+    def _cached_gated_qkv(self, x: torch.Tensor, cache: LayerCache) -> tuple[torch.Tensor, ...]:
+        """q', k', v' (B, nh, t, hs + width) of the new positions on the padded layout (`_gated_qkv`), k's channel
+        holding the new keys' log g (or b) from the gate's incremental state; the padded weights built once."""
+        _, T, C = x.shape
+        nh, hs = self.n_head, C // self.n_head
+        layout = (T, nh, hs, hs + (self.pad_width or pad_width(x.device)))
+        gate, projection = self.gate, folded_projection(self.gate, nh, x)  # (nh, C) or None
+        weight, bias = cache.reuse(
+            "qkv", lambda: padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout)
+        )
+
+        def log_gate(folded: torch.Tensor | None) -> torch.Tensor:  # only the new keys' gates
+            step = gate.step(x, cache.gate, folded) if isinstance(gate, Gate) else gate.step(x, cache.gate)
+            log_g, cache.gate = step
+            return log_g
+
+        qkv = F.linear(x, weight, bias)
+        if fp32_kernel(gate, x, self.fp32_kernel):
+            qkv = qkv.float()
+        return write_key_channel(qkv, layout, channel_floor(gate), projection is not None, log_gate)
 
     def attend(self, x: torch.Tensor, dropout_p: float) -> torch.Tensor:
         """What `forward` computes before the residual dropout (B, T, C), by the form of the key gate."""
         if self.gate is None:
             q, k, v = self.heads(x)  # (B, nh, T, hs)
             return self.project(self.causal(q, k, v, dropout_p), x)
-        if not rides_channel(self.gate, x):
+        if not rides_channel(self.gate, x, self.fp32_kernel):
             return self.project(self._key_biased(x, dropout_p), x)
         if torch.compiler.is_compiling():
             return self._gated_compiled(x, dropout_p)
@@ -482,7 +565,7 @@ class FusedAttention(CausalSelfAttention):
         nh, hs = self.n_head, C // self.n_head
         width = self.pad_width or pad_width(x.device)
         q, k, v = self.heads(x)  # (B, nh, T, hs)
-        if fp32_kernel(self.gate, x):
+        if fp32_kernel(self.gate, x, self.fp32_kernel):
             q, k, v = q.float(), k.float(), v.float()
         channel = key_channel(per_key_bias(self.gate, x), hs, q.dtype, channel_floor(self.gate))  # (B, T, nh)
         channel = channel.transpose(1, 2)[..., None]  # (B, nh, T, 1)
@@ -507,13 +590,16 @@ class FusedAttention(CausalSelfAttention):
         layout = (T, nh, hs, hs + (self.pad_width or pad_width(x.device)))
         projection = folded_projection(self.gate, nh, x)  # (nh, C) or None
         floor = channel_floor(self.gate)
-        # `GatedQKV` calls the gate's arithmetic, not the module, when it folds: a gate with hooks (the
-        # gate callbacks' probes) takes the plain path, so that its hooks see every call
+        # The options chose the path when the model was built; what is left to choose per call depends on the
+        # call: backward to come (grad mode), the input's dtype, and hooks, which the gate callbacks' probes attach
+        # after the build. `GatedQKV` calls the gate's arithmetic, not the module, when it folds: a gate with hooks
+        # takes the plain path, so that its hooks see every call
         hooked = projection is not None and has_hooks(self.gate)
-        if COPY_FREE_WRITE and torch.is_grad_enabled() and not hooked:
+        kernel32 = fp32_kernel(self.gate, x, self.fp32_kernel)
+        if self.copy_free_write and torch.is_grad_enabled() and not hooked:
             if projection is not None:  # the gate reads its projection from the channel that its log g overwrites
                 source = None
-                if FUSED_CHANNEL and self.gate.fused_log_gate() and x.dtype in EXACT_CHANNEL_DTYPES:
+                if self.fused_channel and self.gate.fused_log_gate() and x.dtype in EXACT_CHANNEL_DTYPES:
                     channel_fn = FusedGateChannel(self.gate, hs, floor)
                 else:
                     log_gate, params = self.gate.log_gate_from_projection, tuple(self.gate.parameters())
@@ -522,13 +608,13 @@ class FusedAttention(CausalSelfAttention):
                 source = per_key_bias(self.gate, x)
                 channel_fn = RecomputedChannel(_identity, hs, floor, tuple(self.gate.parameters()))
             weight, bias = self.c_attn.weight, self.c_attn.bias
-            buffer_dtype = torch.float32 if fp32_kernel(self.gate, x) else None
+            buffer_dtype = torch.float32 if kernel32 else None
             x = x.reshape(B * T, C)
             return GatedQKV.apply(
                 x, weight, bias, projection, layout, buffer_dtype, channel_fn, source, *channel_fn.params
             )
         qkv = F.linear(x, *padded_qkv_weights(self.c_attn.weight, self.c_attn.bias, projection, layout))
-        if fp32_kernel(self.gate, x):
+        if kernel32:
             qkv = qkv.float()
         if isinstance(self.gate, Gate):
             return write_key_channel(qkv, layout, floor, projection is not None, lambda p: self.gate(x, p))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Any
 
@@ -12,10 +13,11 @@ from ega_lightning.gates import SLOTS, Gate, GateError, KeyBias, OutputGate, Res
 from ega_lightning.gates.registry import describe_error, is_builtin
 from ega_lightning.model import flex
 from ega_lightning.model.attention import CausalSelfAttention
-from ega_lightning.model.cache import LayerCache, cached_attention
-from ega_lightning.model.config import POSITIONS, GPTConfig
+from ega_lightning.model.cache import LayerCache
+from ega_lightning.model.config import GPTConfig
 from ega_lightning.model.flex import FlexAttention
 from ega_lightning.model.fused import FusedAttention
+from ega_lightning.model.position import Position, build_position
 
 # The attention layer of each ``model.attention``, chosen once when the model is built: the same attention,
 # computed by the formula (the reference) or faster; tests/test_model.py and friends hold each to the reference.
@@ -28,12 +30,33 @@ ATTENTION_IMPLS = tuple(ATTENTION)
 
 
 def attention_layer(
-    cfg: GPTConfig, gate: KeyBias | None = None, output_gate: OutputGate | None = None
+    cfg: GPTConfig,
+    gate: KeyBias | None = None,
+    output_gate: OutputGate | None = None,
+    position: Position | None = None,
 ) -> CausalSelfAttention:
-    """One attention layer of the model ``cfg`` describes, on the path ``cfg.attention`` names."""
+    """One attention layer of the model ``cfg`` describes, on the path ``cfg.attention`` names; ``position``: the
+    model's position encoding (None: the layer builds its own of ``cfg.position``)."""
     if cfg.attention not in ATTENTION:
         raise ValueError(f"Unknown attention implementation {cfg.attention!r}; choose one of {ATTENTION_IMPLS}.")
-    return ATTENTION[cfg.attention](cfg, gate, output_gate)
+    check_attention_options(cfg.attention, cfg.attention_options)
+    return ATTENTION[cfg.attention](cfg, gate, output_gate, position, **cfg.attention_options)
+
+
+def attention_options(impl: str) -> tuple[str, ...]:
+    """The options the path ``impl`` takes when it is built (its class's keyword-only arguments)."""
+    parameters = inspect.signature(ATTENTION[impl].__init__).parameters.values()
+    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def check_attention_options(impl: str, options: dict[str, Any]) -> None:
+    """A ValueError naming an option the path ``impl`` does not take, with the ones it does."""
+    unknown = sorted(set(options) - set(attention_options(impl)))
+    if unknown:
+        takes = ", ".join(attention_options(impl)) or "none"
+        raise ValueError(
+            f"model.attention_options {', '.join(unknown)}: not an option of the {impl} path (its options: {takes})."
+        )
 
 
 def available_attention_impls() -> tuple[str, ...]:
@@ -159,18 +182,17 @@ def _check_output_shape(gate: OutputGate, cfg: GPTConfig, resolved: ResolvedGate
 class Block(nn.Module):
     """Pre-LayerNorm transformer block; the gate reads the same ln_1(x) that feeds Q/K/V."""
 
-    def __init__(self, cfg: GPTConfig, gates: dict[str, ResolvedGate]) -> None:
+    def __init__(self, cfg: GPTConfig, gates: dict[str, ResolvedGate], position: Position) -> None:
         super().__init__()
         gate, output_gate = _build_gate(cfg, gates, "gate"), _build_gate(cfg, gates, "output_gate")
         self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.attn = attention_layer(cfg, gate, output_gate)
+        self.attn = attention_layer(cfg, gate, output_gate, position)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
     def forward(self, x: torch.Tensor, cache: LayerCache | None = None) -> torch.Tensor:
         """x (B, T, C) -> (B, T, C); with a `cache`, x holds the positions that follow the cached ones."""
-        h = self.ln_1(x)
-        x = x + (self.attn(h) if cache is None else cached_attention(self.attn, h, cache))
+        x = x + self.attn(self.ln_1(x), cache)
         return x + self.mlp(self.ln_2(x))
 
 
@@ -181,18 +203,16 @@ class GPT(nn.Module):
         super().__init__()
         if cfg.n_embd % cfg.n_head != 0:
             raise ValueError(f"n_embd ({cfg.n_embd}) must be divisible by n_head ({cfg.n_head}).")
-        if cfg.position not in POSITIONS:
-            raise ValueError(f"Unknown position encoding {cfg.position!r}; choose one of {POSITIONS}.")
-        if cfg.rotary and cfg.head_size % 2:
-            raise ValueError(f"position rope rotates channel pairs: the head size ({cfg.head_size}) must be even.")
         self.cfg = cfg
+        self.position = build_position(cfg)  # the one encoding: the embedding's and every attention layer's
         self.resolved_gates = resolve_gates(cfg) if gates is None else gates
         init_seed = int(torch.randint(2**62, ()).item())  # drawn before any module consumes the RNG
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
-        # the learned positions only: a rope or none model has no wpe (nor its parameters, nor its init's draws)
-        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.position == "learned" else None
+        # the encoding's parameters (the learned embedding's), under nanoGPT's name and after wte, as they always were;
+        # an encoding without any has no wpe (nor its init's draws)
+        self.wpe = self.position.module()
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg, self.resolved_gates) for _ in range(cfg.n_layer))
+        self.blocks = nn.ModuleList(Block(cfg, self.resolved_gates, self.position) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.wte.weight  # weight tying
@@ -245,19 +265,14 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor, cache: list[LayerCache] | None = None) -> torch.Tensor:
         """idx (B, T) character ids -> logits (B, T, vocab_size).
 
-        With a `cache` (from `new_cache`), idx continues the cached sequence and the cache is extended. With
-        ``position`` rope or none, T may exceed block_size (evaluation beyond the training length); a cache
-        still holds block_size positions.
+        With a `cache` (from `new_cache`), idx continues the cached sequence and the cache is extended. With a
+        position encoding that `extrapolates` (rope, none), T may exceed block_size (evaluation beyond the training
+        length); a cache still holds block_size positions.
         """
         start = cache[0].length if cache else 0
-        T = idx.shape[1]
-        if self.wpe is None:  # rope or none: no embedding ends at block_size, so longer windows are read too
-            x = self.drop(self.wte(idx))  # (B, T, C)
-        else:
-            if start + T > self.cfg.block_size:
-                raise ValueError(f"Sequence of length {start + T} is longer than block_size {self.cfg.block_size}.")
-            pos = torch.arange(start, start + T, device=idx.device)
-            x = self.drop(self.wte(idx) + self.wpe(pos))  # (B, T, C)
+        x = self.wte(idx)  # (B, T, C)
+        embedded = self.position.embed(idx, start)  # (T, C) or None
+        x = self.drop(x if embedded is None else x + embedded)
         for i, block in enumerate(self.blocks):
             x = block(x, cache[i] if cache else None)
         return self.lm_head(self.ln_f(x))  # (B, T, V)
