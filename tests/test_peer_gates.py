@@ -154,9 +154,9 @@ def sdpa_head_sizes(monkeypatch) -> list[tuple[int, bool, torch.dtype]]:
 def force_form(monkeypatch, form: str) -> None:
     """Every key bias in `form` ("channel", "bf16 channel": the channel in the kernel autocast would run, or
     "relative"), whatever the rule would choose."""
-    monkeypatch.setattr(fused, "rides_channel", lambda gate, x: form != "relative")
+    monkeypatch.setattr(fused, "rides_channel", lambda gate, x, fp32_kernel=True: form != "relative")
     if form == "bf16 channel":
-        monkeypatch.setattr(fused, "fp32_kernel", lambda gate, x: False)
+        monkeypatch.setattr(fused, "fp32_kernel", lambda gate, x, allowed=True: False)
 
 
 # ----------------------------------------------------------------------------- key biases
