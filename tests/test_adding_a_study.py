@@ -25,10 +25,9 @@ def _blocks(text: str) -> list[str]:
     return re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
 
 
-@pytest.mark.skipif(not all((SHIPPED / f"{r}-seed1.json").is_file() for r in COPIED.values()), reason="no records")
-def test_the_docs_study_entry_adds_its_section_to_the_report_with_no_python(tmp_path, monkeypatch):
-    sweep, family, verdict = _blocks(DOC.read_text(encoding="utf-8"))
-    # the protocol, its two entries pasted where the doc says (under families: and under verdicts:)
+def _pasted(tmp_path, monkeypatch, family: str, verdict: str) -> protocol.Protocol:
+    """The shipped protocol with a doc's two entries pasted where the doc says (under families: and under
+    verdicts:), loaded from a copy and made the one the report reads."""
     text = protocol.PATH.read_text(encoding="utf-8")
     text = text.replace("\n# verdicts by the kind of finding", "\n" + family + "# verdicts by the kind of finding", 1)
     text = text.replace("\nverdicts:\n", "\nverdicts:\n" + verdict, 1)
@@ -36,6 +35,13 @@ def test_the_docs_study_entry_adds_its_section_to_the_report_with_no_python(tmp_
     copy.write_text(text, encoding="utf-8")
     registered = protocol.load(copy)
     monkeypatch.setattr(protocol, "current", lambda: registered)
+    return registered
+
+
+@pytest.mark.skipif(not all((SHIPPED / f"{r}-seed1.json").is_file() for r in COPIED.values()), reason="no records")
+def test_the_docs_study_entry_adds_its_section_to_the_report_with_no_python(tmp_path, monkeypatch):
+    sweep, family, verdict = _blocks(DOC.read_text(encoding="utf-8"))
+    registered = _pasted(tmp_path, monkeypatch, family, verdict)
     assert "fox_study" in registered.families and registered.verdicts["fox_study"].rule == "lower"
     # a copy of five shipped seeds of each side, under the doc's run names
     records = tmp_path / "results" / "runs"
@@ -123,13 +129,7 @@ def test_the_users_gate_reaches_the_leaderboard_with_its_interval_and_band_outsi
     it and the positive control read as they do without it."""
     sweep, entries = _blocks(GATE_DOC.read_text(encoding="utf-8"))[-2:]
     family, verdict = entries.split("# protocol.yaml, under verdicts:\n")
-    text = protocol.PATH.read_text(encoding="utf-8")
-    text = text.replace("\n# verdicts by the kind of finding", "\n" + family + "# verdicts by the kind of finding", 1)
-    text = text.replace("\nverdicts:\n", "\nverdicts:\n" + verdict, 1)
-    copy = tmp_path / "protocol.yaml"
-    copy.write_text(text, encoding="utf-8")
-    registered = protocol.load(copy)
-    monkeypatch.setattr(protocol, "current", lambda: registered)
+    registered = _pasted(tmp_path, monkeypatch, family, verdict)
     assert registered.families["mygate"].leaderboard and "mygate" not in registered.leaderboard
     records = tmp_path / "results" / "runs"
     records.mkdir(parents=True)
