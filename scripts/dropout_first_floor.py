@@ -93,10 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     if not lm.hparams.dropout_before_gate or not lm.hparams.dropout:
         print(f"{args.checkpoint}: not the author's order with dropout; nothing differs between the paths.")
         return 2
-    dm = CharDataModule(lm.hparams.corpus, data_dir=os.environ.get("EGA_DATA_DIR"), block_size=lm.hparams.block_size)
+    # The corpus and batch are the data module's, saved beside the model's hyperparameters, not among them.
+    data = torch.load(args.checkpoint, map_location="cpu", weights_only=False).get("datamodule_hyper_parameters", {})
+    block = lm.hparams.block_size
+    corpus = data.get("corpus", "tinyshakespeare")
+    dm = CharDataModule(corpus, data_dir=os.environ.get("EGA_DATA_DIR"), block_size=block)
     dm.setup()
     gen = torch.Generator().manual_seed(args.seed)
-    train, block, batch = dm.splits["train"], lm.hparams.block_size, lm.hparams.batch_size
+    train, batch = dm.splits["train"], data.get("batch_size", 64)
     starts = torch.randint(0, len(train) - block, (args.batches * batch,), generator=gen)
     windows = torch.stack([train[s : s + block] for s in starts.tolist()]).long()
     torch.manual_seed(args.seed)
