@@ -74,3 +74,16 @@ def test_the_floor_count_finds_rows_below_the_floor_and_keys_below_the_clamp():
     counts = floor.count(lm, windows[:, :-1], 4)
     assert counts.clamped_keys == counts.kept_keys > 0
     assert counts.floor_rows == counts.rows - counts.dropped_rows
+
+
+def test_the_floor_script_reads_the_corpus_and_batch_from_a_trained_checkpoint(tmp_path, data_dir, monkeypatch, capsys):
+    """The script's command on a checkpoint the trainer wrote: the corpus and batch are the data module's (saved beside
+    the model's hyperparameters, not among them), so it counts rows of the checkpoint's batch of 4 windows."""
+    from .helpers import script, tiny_checkpoint
+
+    _, path = tiny_checkpoint(tmp_path, data_dir, gate="author", dropout=0.2, dropout_before_gate=True)
+    monkeypatch.setenv("EGA_DATA_DIR", str(data_dir))
+    assert script("dropout_first_floor").main([str(path), "--batches", "2"]) == 0
+    rows = 2 * 4 * TINY_MODEL["n_layer"] * TINY_MODEL["n_head"] * T
+    out = capsys.readouterr().out
+    assert "2 batches of 4 training windows, dropout 0.2" in out and f"rows {rows:,}:" in out
