@@ -13,10 +13,29 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# What names a finding: a rewrite may list the same findings in another order, which is no difference of a number.
+FINDING_KEY = ("kind", "section", "corpus", "subject", "against", "claim")
+
+
+def keyed(items: list[Any]) -> dict[str, Any] | None:
+    """The findings of a list by what names each (the n-th of a name numbered), or None where it is no findings list."""
+    if not items or not all(isinstance(i, dict) and "kind" in i for i in items):
+        return None
+    out: dict[str, Any] = {}
+    for item in items:
+        name = "/".join(str(item.get(k)) for k in FINDING_KEY)
+        n = sum(key.rsplit("#", 1)[0] == name for key in out)
+        out[f"{name}#{n}"] = item
+    return out
+
 
 def differences(old: Any, new: Any, path: str = "") -> list[tuple[str, Any, Any]]:
     """(path, old, new) of every leaf where ``old`` and ``new`` differ; a key or list item on one side only is
-    a leaf whose other side is ``<missing>``."""
+    a leaf whose other side is ``<missing>``. Findings are paired by what names them, not by their place; a change
+    of their order alone is one leaf, `<order>`, not a number."""
+    if isinstance(old, list) and isinstance(new, list) and (a := keyed(old)) is not None and (b := keyed(new)):
+        moved = [(f"{path}<order>", list(a), list(b))] if set(a) == set(b) and list(a) != list(b) else []
+        return moved + differences(a, b, path)
     if isinstance(old, dict) and isinstance(new, dict):
         return [
             d

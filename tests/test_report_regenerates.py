@@ -77,6 +77,19 @@ def test_results_diff_lists_every_value_that_moved_and_by_how_much():
     assert results_diff.size(True, 1) is None and results_diff.differences(old, old) == []
 
 
+def test_results_diff_pairs_findings_by_what_names_them_not_by_their_place():
+    """A rewrite that lists the same findings in another order moves no number: the findings are paired by kind,
+    section, corpus, subject, against and claim, and the new order is one leaf; a moved number is still found."""
+    results_diff = _script("results_diff")
+    a = {"kind": "pair", "section": "ablation", "subject": "EGA-2", "low": 0.01}
+    b = {"kind": "pair", "section": "ablation", "subject": "EGA-4", "low": 0.02}
+    found = results_diff.differences({"findings": [a, b]}, {"findings": [b, {**a, "low": 0.03}]})
+    assert [path for path, *_ in found] == [".findings<order>", ".findings.pair/ablation/None/EGA-2/None/None#0.low"]
+    assert found[1][1:] == (0.01, 0.03)
+    assert results_diff.differences({"findings": [a, b]}, {"findings": [b, a]})[0][0] == ".findings<order>"
+    assert len(results_diff.differences({"findings": [a, b]}, {"findings": [b, a]})) == 1
+
+
 def test_results_diff_takes_the_report_folders_and_refuses_what_is_no_results_json_in_one_line(tmp_path, capsys):
     """`results_diff.py OLD NEW` given the folders `ega report --out` wrote (it raised IsADirectoryError), and a
     path that is neither: one line and status 2, no traceback."""
