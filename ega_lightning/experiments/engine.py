@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ega_lightning.experiments import paper, prose, protocol
-from ega_lightning.experiments.comparisons import Table, Variant, difference
+from ega_lightning.experiments.comparisons import Table, Variant, difference, rerun_of
 from ega_lightning.experiments.findings import (
     NOT_IN_RESULTS,
     Finding,
@@ -41,8 +42,8 @@ from ega_lightning.experiments.findings import (
     name,
     pair,
 )
-from ega_lightning.experiments.rules import registered
-from ega_lightning.experiments.stats import compare, summarize
+from ega_lightning.experiments.rules import margin_of, registered
+from ega_lightning.experiments.stats import LEVEL, compare, summarize, widen
 from ega_lightning.experiments.study import ReportInputs
 from ega_lightning.experiments.text import fmt_interval, interval_text, num, seed_list
 
@@ -147,6 +148,16 @@ class Compared(ReadOnce, Finding):
     def cell_words(self) -> tuple[str, str]:  # type: ignore[override]  # by its kind (a class's elsewhere)
         return CELL_WORDS.get(self.kind, ("", ""))
 
+    def family_read(self) -> Compared:
+        """The rule `best`: the gates ahead of x by more than the loss margin at the family's level (`others`, in
+        the order of its reads), once its family has read them."""
+        if self.rule_name != "best":
+            return self
+        wide = [widen(d, self.family_level or LEVEL) for _, d in self.reads]
+        ahead = zip(self.details["others"], wide, strict=True)
+        beating = [g for g, d in ahead if d is not None and d.high is not None and d.high < -margin_of("loss")]
+        return dataclasses.replace(self, details=self.details | {"beating": beating})
+
     def to_dict(self) -> dict[str, Any]:
         """results.json's fields: the finding's, the counts where it is read once, then its details."""
         skip = {"kind", "runs_in", "runs_planned", "details"}
@@ -185,6 +196,7 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
     comparisons = protocol.current().comparisons.get(family, ())
     counted = _runs_in(inputs, family, comparisons) if any(c.once for c in comparisons) else None
     out: list[Finding] = []
+    joint: dict[tuple[str, str | None], tuple[protocol.Comparison, list[Any]]] = {}
     for c in comparisons:
         for x in _variant(inputs, c.x, table.corpus if table is not None else None):
             if table is not None and x.group != table.group:
@@ -217,10 +229,43 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
             measured: dict[str, Any] = {"family": family, "code": code, "details": details}
             if c.once and counted is not None:
                 measured |= {"runs_in": counted[0], "runs_planned": counted[1]}
+            if (e := protocol.current().verdicts.get(c.kind)) is not None and e.rule_for(c.claim) == "best":
+                joint.setdefault((c.kind, c.claim), (c, []))[1].append((x, y, d))  # read at once: `_best`
+                continue
             reads = ((read_as, d),)
             read = not (c.once and counted is not None and counted[0] < counted[1])
             out.append(judge(c.kind, where, reads, claim=c.claim, read=read, **measured))
+    sides = [v for c in comparisons for n in (c.x, c.y) if n is not None for v in _variant(inputs, n)]
+    for c, items in joint.values():
+        out += _best(inputs, c, items, sides)
     return out
+
+
+def _best(inputs: ReportInputs, c: protocol.Comparison, items: list[Any], sides: list[Variant]) -> list[Finding]:
+    """The rule `best` reads x (EGA-1) against every other gate its claim names at once: one finding, its reads in
+    order of the gates' mean metric, with x's place among the family's sides that have a paper name; before it the
+    ranking by that mean of every gate of x's section and the sides it borrows, which states no verdict."""
+    x = items[0][0]
+    table = next(t for t in inputs.tables if (t.group, t.corpus) == (x.group, x.corpus))
+    done = [r.variant for r in table.rows if r.variant.done and rerun_of(r.variant, list(inputs.variants)) is None]
+    pool = list({id(v): v for v in [*done, *(v for v in sides if v.corpus == x.corpus and v.done)]}.values())
+    mean = {id(v): _mean(v, c.metric, inputs) for v in pool}
+    ranked = sorted(pool, key=lambda v: mean[id(v)] if mean[id(v)] is not None else math.inf)
+    where = Where(x.group, x.corpus, measured_with(x if x.done or not ranked else ranked[0]), "", None)
+    ranking = {"ranking": [(name(v), v.group, mean[id(v)]) for v in ranked]}
+    out: list[Finding] = [Compared(kind="ablation_ranking", **where._asdict(), details=ranking)] if ranked else []
+    read = sorted((i for i in items if i[1] in ranked), key=lambda i: ranked.index(i[1]))
+    if not x.done or not read:
+        return out
+    others, in_paper = [y for _, y, _ in read], [v for v in ranked if v.paper_name]
+    details = {
+        "rank": in_paper.index(x) + 1,
+        "paper_rows": len(in_paper),
+        "others": [y.paper_name or y.label for y in others],
+    }
+    best = where._replace(subject=name(x), regime=measured_with(x, *others))
+    code, reads = code_of(*in_paper, compared=[(y, x) for y in others]), [(pair(y, x), d) for _, y, d in read]
+    return [*out, judge(c.kind, best, reads, claim=c.claim, family=c.family, code=code, details=details)]
 
 
 def _mean(v: Variant | None, key: str, inputs: ReportInputs) -> float | None:
@@ -305,6 +350,9 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
         "{subject} by block size: no seed ran every block size, so no like-for-like comparison.",
         "",
     ),
+    "ablation_pair": ("{claim_text}: {against} − {subject} {interval}{verdict}.",) * 2 + ("{subject} vs {against}",),
+    "ablation_best": ("EGA-1 best of the paper's gates: {beating:beaten}{verdict}.",) * 2 + ("",),
+    "ablation_ranking": ("Ranking by final val loss, lowest first: {ranking:ranking}.",) * 2 + ("",),
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
         "{subject} against {against}: {state}.",
@@ -313,12 +361,28 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
 }
 # kind -> what its claims-table cell writes before and after its interval
 CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", "")}
-# how a template writes a detail, by its format spec: ``{x:num}`` as `text.num` (3 digits; None: a dash), ...
-FORMATS: dict[str, Callable[[Any], str]] = {
-    "num": num,
-    "seeds": seed_list,
-    "blocks": lambda by_block: "; ".join(f"T{block} {fmt_interval(d)}" for block, d in by_block),
-    "grows": lambda grows: "grows with every longer block" if grows else "not monotone",
+CELLS = {"ablation_best": "{beating:beaten}"}  # kind -> its claims-table cell, where words, not its interval
+
+
+def _beaten(names: list[str] | None, section: str) -> str:
+    m, names = margin_of("loss"), names or []
+    if not names:
+        return f"no paper gate beats it by more than {m} (paired, family level)"
+    joined = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    return f"{joined} beat{'s' if len(names) == 1 else ''} it by more than {m} (paired, family level)"
+
+
+# how a template writes a detail, by its format spec (of the value and the finding's section): ``{x:num}`` as
+# `text.num` (3 digits; None: a dash), ...
+FORMATS: dict[str, Callable[[Any, str], str]] = {
+    "num": lambda x, _: num(x),
+    "seeds": lambda seeds, _: seed_list(seeds),
+    "blocks": lambda by_block, _: "; ".join(f"T{block} {fmt_interval(d)}" for block, d in by_block),
+    "grows": lambda grows, _: "grows with every longer block" if grows else "not monotone",
+    "beaten": _beaten,
+    "ranking": lambda ranking, section: ", ".join(
+        f"{n}{'' if group == section else f' ({group})'} {num(mean)}" for n, group, mean in ranking
+    ),
 }
 
 
@@ -329,11 +393,11 @@ def _template(f: Compared) -> tuple[str, str, str]:
 class _Number:
     """A value a template formats: by a spec of :data:`FORMATS`, else as it is."""
 
-    def __init__(self, value: Any) -> None:
-        self.value = value
+    def __init__(self, value: Any, section: str) -> None:
+        self.value, self.section = value, section
 
     def __format__(self, spec: str) -> str:
-        return FORMATS[spec](self.value) if spec in FORMATS else format(self.value, spec)
+        return FORMATS[spec](self.value, self.section) if spec in FORMATS else format(self.value, spec)
 
 
 def _fields(f: Compared) -> dict[str, Any]:
@@ -345,7 +409,8 @@ def _fields(f: Compared) -> dict[str, Any]:
         "verdict": prose.verdict_text(f) + interim(f),
         "state": state,
         "peer_claim": paper.PEER_CLAIM,
-        **{k: _Number(v) for k, v in f.details.items()},
+        "claim_text": paper.CLAIM[f.claim].text if f.claim in paper.CLAIM else f.subject,
+        **{k: _Number(v, f.section) for k, v in f.details.items()},
     }
 
 
@@ -370,3 +435,8 @@ def say(f: Compared) -> str:
 @prose.claim_subject.register
 def claim_subject(f: Compared) -> str:
     return _template(f)[2].format(**_fields(f))
+
+
+@prose.ours_cell.register
+def ours_cell(f: Compared) -> str:
+    return CELLS[f.kind].format(**_fields(f)) if f.kind in CELLS else prose.ours_cell.dispatch(Finding)(f)

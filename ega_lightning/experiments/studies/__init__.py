@@ -35,7 +35,6 @@ from ega_lightning.experiments.comparisons import Table, Variant
 from ega_lightning.experiments.findings import Finding, correct
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.studies import (
-    ablation,
     author,
     cost,
     leaderboard,
@@ -50,7 +49,11 @@ from ega_lightning.experiments.study import Measured, ReportInputs, Study
 
 STUDIES: tuple[Study, ...] = (
     main.STUDY,
-    ablation.STUDY,
+    Study(  # the paper's gates ranked, EGA-1 best of them, each paper row's own claim (rule `best`: `engine.JOINT`)
+        "ablation",
+        groups=("ablation",),
+        table_findings=lambda table, inputs: engine.family_findings(inputs, "ablation", table),
+    ),
     tau_init.STUDY,
     Study(  # EGA-1's gain over the baseline from the shortest block to the longest (engine's `growth`)
         "context",
