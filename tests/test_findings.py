@@ -416,7 +416,7 @@ def test_tau_forgetting_its_initialisation_is_read_per_seed():
     stays = {-1.0: [-0.88, -0.89, -0.87], 0.0: [0.10, 0.09, 0.11], 1.0: [1.09, 1.08, 1.12]}
     (f,) = found_by_kind(tau_runs(stays))["tau_init"]
     assert f.verdict is Verdict.DOES_NOT_HOLD and f.claim == "tau_init"
-    assert f.slopes[1] == pytest.approx((1.09 - -0.88) / 2, abs=1e-9)  # least squares through 3 points
+    assert f.details["slopes"][1] == pytest.approx((1.09 - -0.88) / 2, abs=1e-9)  # least squares through 3 points
     forgets = {-1.0: [0.34, 0.36, 0.35], 0.0: [0.35, 0.34, 0.36], 1.0: [0.36, 0.35, 0.34]}
     (f,) = found_by_kind(tau_runs(forgets))["tau_init"]
     assert f.verdict is Verdict.HOLDS

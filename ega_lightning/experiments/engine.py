@@ -26,6 +26,7 @@ import dataclasses
 import itertools
 import math
 import re
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,9 +44,9 @@ from ega_lightning.experiments.findings import (
     pair,
 )
 from ega_lightning.experiments.rules import margin_of, registered
-from ega_lightning.experiments.stats import LEVEL, compare, summarize, widen
+from ega_lightning.experiments.stats import LEVEL, Summary, compare, mean_interval, summarize, widen
 from ega_lightning.experiments.study import ReportInputs
-from ega_lightning.experiments.text import fmt_interval, interval_text, num, seed_list
+from ega_lightning.experiments.text import fmt_interval, fmt_summary, interval_text, num, seed_list
 
 Metric = Callable[[Variant, ReportInputs], dict[int, float]]  # a variant's finished runs -> seed -> value
 
@@ -130,6 +131,66 @@ def growth(v: Variant, inputs: ReportInputs) -> dict[int, float]:
     return {s: blocks[-1][s] - blocks[0][s] for s in sorted(seeds)}
 
 
+def _by_tau_init(v: Variant, inputs: ReportInputs) -> list[Variant]:
+    """The finished gated variants of v's section and corpus in its table's order, at two tau_init or more (else
+    none)."""
+    table = next((t for t in inputs.tables if (t.group, t.corpus) == (v.group, v.corpus)), None)
+    gated = [r.variant for r in table.rows if r.variant.gated and r.variant.done] if table is not None else []
+    return gated if len({x.hp("tau_init") for x in gated}) > 1 else []
+
+
+def _slopes(xs: list[Variant]) -> dict[int, float]:
+    """Per seed every variant ran, the least-squares slope of final tau on tau_init."""
+    inits, taus = [float(x.hp("tau_init")) for x in xs], [x.by_seed("final_tau_mean") for x in xs]
+    seeds = set.intersection(*(set(x.by_seed("final_val_loss")) for x in xs))
+    mx, out = statistics.fmean(inits), {}
+    for s in (s for s in sorted(seeds) if all(s in t for t in taus)):
+        ys = [t[s] for t in taus]
+        my = statistics.fmean(ys)
+        out[s] = math.fsum((a - mx) * (b - my) for a, b in zip(inits, ys, strict=True))
+        out[s] /= math.fsum((a - mx) ** 2 for a in inits)
+    return out
+
+
+def _tau_init_details(xs: list[Variant], ys: list[Variant], seeds: list[int]) -> dict[str, Any]:
+    """Final tau and loss by tau_init on the seeds every initialisation ran (a one-seed row beside a 3-seed mean
+    would put seed noise into the spread), each paired by seed with the default tau_init (0.0, CharLM's), and the
+    seed-to-seed std of the initialisation with most seeds: the only yardstick while the rows share one seed."""
+    shared = set.intersection(*(set(v.by_seed("final_val_loss")) for v in xs))
+
+    def on_shared(v: Variant, key: str) -> Summary:
+        return summarize([x for s, x in v.by_seed(key).items() if s in shared])
+
+    taus = [(v.hp("tau_init"), name(v), on_shared(v, "final_tau_mean")) for v in xs]
+    losses = [(v.hp("tau_init"), on_shared(v, "final_val_loss")) for v in xs]
+    finals, means = [s.mean for *_, s in taus if s.mean is not None], [s.mean for _, s in losses if s.mean is not None]
+    default = next((v for v in xs if v.hp("tau_init") == 0.0), None)
+    paired = [(v.hp("tau_init"), difference(default, v, "final_val_loss")) for v in xs if default and v is not default]
+    init, scatter = max(((v.hp("tau_init"), v.summary("final_val_loss")) for v in xs), key=lambda p: p[1].n)
+    inits = [float(v.hp("tau_init")) for v in xs]
+    return {
+        "paper": paper.TAU,
+        "seeds": sorted(shared),
+        "taus": taus,
+        "tau_span": max(finals) - min(finals) if finals else None,
+        "init_span": max(inits) - min(inits),
+        "losses": losses,
+        "loss_span": max(means) - min(means) if len(means) > 1 else None,
+        "paired": paired,
+        "reference": default.hp("tau_init") if default else None,
+        "scatter": (init, scatter) if scatter.std else None,
+        "slopes": _slopes(xs),
+    }
+
+
+@metric("tau_init_slope", Span(_by_tau_init, "tau_init", "tau_init slope: {group}", _tau_init_details))
+def tau_init_slope(v: Variant, inputs: ReportInputs) -> dict[int, float]:
+    """Per seed every initialisation of v's section ran, the slope of final tau on tau_init (`_slopes`); none where
+    a tau was held (a frozen tau cannot forget where it started)."""
+    xs = _by_tau_init(v, inputs)
+    return _slopes(xs) if xs and all(x.as_in_paper for x in xs) else {}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Compared(ReadOnce, Finding):
     """One comparison the protocol names, as measured: the finding of every family on the engine. ``details``: what
@@ -147,6 +208,10 @@ class Compared(ReadOnce, Finding):
     @property
     def cell_words(self) -> tuple[str, str]:  # type: ignore[override]  # by its kind (a class's elsewhere)
         return CELL_WORDS.get(self.kind, ("", ""))
+
+    @property
+    def interval_format(self) -> tuple[float, int, bool]:  # type: ignore[override]  # by its kind
+        return (1.0, 3, self.kind != "tau_init")  # a slope is not a difference: no sign
 
     def family_read(self) -> Compared:
         """The rule `best`: the gates ahead of x by more than the loss margin at the family's level (`others`, in
@@ -171,8 +236,12 @@ class Compared(ReadOnce, Finding):
         return out | self.details
 
 
-def _variant(inputs: ReportInputs, ref: str, corpus: str | None = None) -> list[Variant]:
+def _variant(inputs: ReportInputs, ref: str, corpus: str | None = None, table: Table | None = None) -> list[Variant]:
+    """The variants ``ref`` names (group/label) on ``corpus``; `group/each ...`: one finding over the variants of a
+    section (its metric's span), named by the first finished gate of ``table`` (which the study hands it)."""
     group, label = ref.split("/", 1)
+    if label.startswith("each ") and table is not None:
+        return [r.variant for r in table.rows if r.variant.gated and r.variant.done][:1]
     return [v for v in inputs.variants if (v.group, v.label) == (group, label) and corpus in (None, v.corpus)]
 
 
@@ -198,7 +267,7 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
     out: list[Finding] = []
     joint: dict[tuple[str, str | None], tuple[protocol.Comparison, list[Any]]] = {}
     for c in comparisons:
-        for x in _variant(inputs, c.x, table.corpus if table is not None else None):
+        for x in _variant(inputs, c.x, table.corpus if table is not None else None, table):
             if table is not None and x.group != table.group:
                 continue
             y = next(iter(_variant(inputs, c.y, x.corpus)), None) if c.y is not None else None
@@ -209,8 +278,10 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
                 continue
             values = METRICS[c.metric]
             own, ref = values(x, inputs), values(y, inputs) if y is not None else {}
-            aligned = span is None or [v.hp(span.along) for v in xs] == [v.hp(span.along) for v in ys if v is not None]
-            d = compare(ref, own) if own and ref and aligned else None
+            aligned = span is None or y is None or [v.hp(span.along) for v in xs] == [v.hp(span.along) for v in ys]
+            # no y: x's metric alone, its one-sample interval (against zero or a figure)
+            d = (compare(ref, own) if ref else mean_interval(list(own.values()))) if own and (ref or not c.y) else None
+            d = d if aligned else None
             sides = {"x": x, "y": y}
             shown = {k: _mean(sides[spec.split(".", 1)[0]], spec.split(".", 1)[1], inputs) for k, spec in c.show}
             details = ({"source": c.source} if c.source else {}) | shown
@@ -220,12 +291,16 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
                 where = Where(x.group, x.corpus, measured_with(x, y), subject, against)
                 code, read_as = code_of(x, y), pair(y or c.y or "", x)
             else:  # named by the gates, not by one variant of each; each side's ends enter the interval
-                both = [v for at in itertools.zip_longest(xs, ys) for v in at]
+                both = [v for at in itertools.zip_longest(xs, ys) for v in at if v is not None]
                 against = (y.paper_name or y.gate) if y is not None else c.y
                 where = Where(x.group, x.corpus, measured_with(xs[0], *both), x.paper_name or x.gate, against)
-                code = code_of(*both, compared=[[xs[-1], (ys or [None])[-1], xs[0], (ys or [None])[0]]])
+                ends = [[xs[-1], (ys or [None])[-1], xs[0], (ys or [None])[0]]] if c.y else None  # no y: every x
+                code = code_of(*both, compared=ends)
                 read_as = span.read.format(group=x.group)
                 details |= span.details(xs, ys, sorted(set(own) & set(ref)))
+                if not own and not c.y:  # nothing its metric reads here (a tau held): what it shows, no verdict
+                    out.append(Compared(kind=c.kind, **where._asdict(), code=code, details=details))
+                    continue
             measured: dict[str, Any] = {"family": family, "code": code, "details": details}
             if c.once and counted is not None:
                 measured |= {"runs_in": counted[0], "runs_planned": counted[1]}
@@ -352,6 +427,12 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
     ),
     "ablation_pair": ("{claim_text}: {against} − {subject} {interval}{verdict}.",) * 2 + ("{subject} vs {against}",),
     "ablation_best": ("EGA-1 best of the paper's gates: {beating:beaten}{verdict}.",) * 2 + ("",),
+    "tau_init": (
+        "{seeds:by_init}. Slope of final tau on tau_init, per seed ({slopes:per_seed}): {interval}; tau converges "
+        "regardless of its initialisation{verdict}.",
+        "{seeds:by_init}.",
+        "EGA-1 from tau_init {taus:inits}",
+    ),
     "ablation_ranking": ("Ranking by final val loss, lowest first: {ranking:ranking}.",) * 2 + ("",),
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
@@ -360,11 +441,33 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
     ),
 }
 # kind -> what its claims-table cell writes before and after its interval
-CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", "")}
+CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", ""), "tau_init": ("slope of final tau on tau_init ", "")}
 CELLS = {"ablation_best": "{beating:beaten}"}  # kind -> its claims-table cell, where words, not its interval
 
 
-def _beaten(names: list[str] | None, section: str) -> str:
+def _by_init(seeds: list[int], f: Compared) -> str:
+    """Final tau, then the final val loss (its spread against the seeds' own), by initialisation, then the pairs."""
+    d = f.details
+    if not seeds:
+        return "Final tau and loss by initialisation: no seed ran every initialisation, so no like-for-like view"
+    taus = "; ".join(f"tau_init {init} → {fmt_summary(s)}" for init, _, s in d["taus"])
+    text = f"Final tau by initialisation ({seed_list(seeds)}, which every initialisation ran): {taus}"
+    if d["tau_span"] is not None:
+        text += f"; the final means span {d['tau_span']:.3f} (paper ≈ {paper.TAU} regardless)"
+    text += ". Final val loss by initialisation: " + "; ".join(f"tau_init {i} {fmt_summary(s)}" for i, s in d["losses"])
+    if d["loss_span"] is not None:
+        text += f"; the means span {d['loss_span']:.3f}"
+        if d["scatter"] is not None:
+            init, s = d["scatter"]
+            ratio = d["loss_span"] / (s.std or math.nan)
+            text += f", {ratio:.1f}× the seed-to-seed std of tau_init {init} ({s.std:.3f} over {s.n} seeds)"
+    if d["paired"]:
+        pairs = "; ".join(f"tau_init {init} {interval_text(x)}" for init, x in d["paired"])
+        text += f". Paired by seed with tau_init {d['reference']}, its loss − each: {pairs}"
+    return text
+
+
+def _beaten(names: list[str] | None, f: Compared) -> str:
     m, names = margin_of("loss"), names or []
     if not names:
         return f"no paper gate beats it by more than {m} (paired, family level)"
@@ -376,12 +479,15 @@ def _beaten(names: list[str] | None, section: str) -> str:
 # `text.num` (3 digits; None: a dash), ...
 FORMATS: dict[str, Callable[[Any, str], str]] = {
     "num": lambda x, _: num(x),
+    "by_init": _by_init,
+    "per_seed": lambda slopes, _: ", ".join(f"seed {s} {v:.3f}" for s, v in slopes.items()),
+    "inits": lambda taus, _: ", ".join(str(init) for init, _, _ in taus),
     "seeds": lambda seeds, _: seed_list(seeds),
     "blocks": lambda by_block, _: "; ".join(f"T{block} {fmt_interval(d)}" for block, d in by_block),
     "grows": lambda grows, _: "grows with every longer block" if grows else "not monotone",
     "beaten": _beaten,
-    "ranking": lambda ranking, section: ", ".join(
-        f"{n}{'' if group == section else f' ({group})'} {num(mean)}" for n, group, mean in ranking
+    "ranking": lambda ranking, f: ", ".join(
+        f"{n}{'' if group == f.section else f' ({group})'} {num(mean)}" for n, group, mean in ranking
     ),
 }
 
@@ -393,11 +499,11 @@ def _template(f: Compared) -> tuple[str, str, str]:
 class _Number:
     """A value a template formats: by a spec of :data:`FORMATS`, else as it is."""
 
-    def __init__(self, value: Any, section: str) -> None:
-        self.value, self.section = value, section
+    def __init__(self, value: Any, finding: Compared) -> None:
+        self.value, self.finding = value, finding
 
     def __format__(self, spec: str) -> str:
-        return FORMATS[spec](self.value, self.section) if spec in FORMATS else format(self.value, spec)
+        return FORMATS[spec](self.value, self.finding) if spec in FORMATS else format(self.value, spec)
 
 
 def _fields(f: Compared) -> dict[str, Any]:
@@ -405,12 +511,12 @@ def _fields(f: Compared) -> dict[str, Any]:
     return {
         "subject": f.subject,
         "against": f.against,
-        "interval": interval_text(f.interval) if f.interval is not None else "",
+        "interval": interval_text(f.interval, signed=f.interval_format[2]) if f.interval is not None else "",
         "verdict": prose.verdict_text(f) + interim(f),
         "state": state,
         "peer_claim": paper.PEER_CLAIM,
         "claim_text": paper.CLAIM[f.claim].text if f.claim in paper.CLAIM else f.subject,
-        **{k: _Number(v, f.section) for k, v in f.details.items()},
+        **{k: _Number(v, f) for k, v in f.details.items()},
     }
 
 
