@@ -312,15 +312,16 @@ def finished_runs(
     output_gate: str = "none",
     n_params: int = 1000,
     corpus: str = "tinyshakespeare",
+    variant: str | None = None,
 ):
     """Finished runs of one spec entry for the report's findings, as records give them: seed -> metrics
-    (final_val_loss, tokens_per_sec, ...)."""
+    (final_val_loss, tokens_per_sec, ...); ``variant``: the entry's variant name (default: the entry's)."""
     from ega_lightning.experiments.comparisons import RunData
     from ega_lightning.experiments.spec import Run
 
     out = []
     for seed, metrics in per_seed.items():
-        run = Run(Path("s.yaml"), entry, seed, (), (), group, entry, also_in)
+        run = Run(Path("s.yaml"), entry, seed, (), (), group, variant or entry, also_in)
         hparams = {"corpus": corpus, "block_size": 32, "gate": gate, "output_gate": output_gate, "seed": seed}
         data = {"final_val_loss": 1.5, "best_val_loss": 1.5, "final_gap": 0.1, **metrics}
         common = {"status": "done", "reason": "", "corpus": corpus, "gate": gate, "output_gate": output_gate}

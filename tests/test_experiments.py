@@ -396,10 +396,13 @@ def fabricated(tmp_path_factory):
     spec = {
         "name": "fab",
         "runs": [
-            {"name": "none", "seeds": [1, 2, 3], "group": "main"},
-            {"name": "ega1", "seeds": [1, 2, 3, 4, 5], "group": "main", "variant": "linear"},  # seed 5: never ran
+            # the baseline and EGA-1 shown in the ablation too, as short.yaml shows them: the protocol's ablation
+            # comparisons name ablation/none and ablation/linear (and each gate by its variant name)
+            {"name": "none", "seeds": [1, 2, 3], "group": "main", "also_in": ["ablation"]},
+            # seed 5: never ran
+            {"name": "ega1", "seeds": [1, 2, 3, 4, 5], "group": "main", "variant": "linear", "also_in": ["ablation"]},
             {"name": "db2", "seeds": [1, 2, 3], "group": "ablation"},
-            {"name": "ms2", "seeds": [1, 2, 3], "group": "ablation"},
+            {"name": "ms2", "seeds": [1, 2, 3], "group": "ablation", "variant": "multiscale2"},
             {"name": "tau0", "seeds": [1], "group": "tau_init"},
             {"name": "tau7", "seeds": [1], "group": "tau_init"},
         ],
@@ -477,7 +480,7 @@ def test_report_findings_compare_with_the_paper(fabricated):
     (best,) = findings_of(out, "ablation_best")
     assert (best["rank"], best["paper_rows"]) == (1, 4)
     pairs = {f["subject"]: f for f in findings_of(out, "ablation_pair")}
-    assert pairs["EGA-2 `ms2`"]["ours"]["estimate"] == pytest.approx(-0.043, abs=1e-3)
+    assert pairs["EGA-2 `multiscale2`"]["ours"]["estimate"] == pytest.approx(-0.043, abs=1e-3)
     assert pairs["EGA-DB2 `db2`"]["ours"]["estimate"] == pytest.approx(-0.003, abs=1e-3)
     assert not findings_of(out, "cost")[0]["verdict"] or findings_of(out, "cost")[0]["claim"] == "cost"
     assert text.index("## Claims") < text.index("## Method") < text.index("## main")
@@ -538,7 +541,8 @@ def test_report_figures_and_sections(fabricated):
     assert not (out / "main-tinyshakespeare-tau.png").exists()  # one tau_init in main: no tau study there
     # one section per group of the spec, in its order; the leaderboard beside them; no landscape, no diagnostics
     assert [t["group"] for t in results["groups"]] == ["main", "ablation", "tau_init"]
-    assert [row["variant"] for row in results["leaderboard"]["rows"]] == ["ms2", "db2"]  # EGA-1 is in main only
+    # every gate the ablation's section shows (EGA-1 too, as short.yaml shows it), largest baseline − gate first
+    assert [row["variant"] for row in results["leaderboard"]["rows"]] == ["linear", "multiscale2", "db2"]
     assert results["landscape"] == []
     sections = {f["section"] for f in results["findings"]}
     assert sections == {"main", "ablation", "tau_init", "leaderboard", "cost"}  # cost: no section, a link

@@ -32,7 +32,7 @@ from ega_lightning.experiments.provenance import code_status
 from ega_lightning.experiments.provenance import load as provenance_load
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import ablation, author, cost, leaderboard, tau_mechanism
+from ega_lightning.experiments.studies import author, cost, leaderboard, tau_mechanism
 from ega_lightning.experiments.whole_split import cpu_model_of
 from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.io import write_atomic
@@ -333,7 +333,7 @@ def ablation_claims(ega4_over_ega1: tuple[float, ...], db2: dict[int, float]) ->
         *seeded("none", "none", "ablation", {s: {"final_val_loss": x} for s, x in base.items()}),
         *seeded("linear", "linear", "ablation", {s: {"final_val_loss": x} for s, x in ega1.items()}),
         *seeded(
-            "ms4",
+            "multiscale4",  # the variant the protocol's ablation names (ablation/multiscale4)
             "multiscale",
             "ablation",
             {s: {"final_val_loss": x} for s, x in ega4.items()},
@@ -376,7 +376,7 @@ def test_seeds_needed_is_the_first_n_at_which_the_rule_decides_with_80_percent_p
     names the verdict those seeds would reach (EGA-1 − gate +0.017: the gate better, 'worse' does not hold)."""
     d = stats.paired_difference([1.60, 1.70, 1.65], [1.58, 1.71, 1.61])  # mean +0.017, wide at n = 3
     where = findings.Where("g", "c", "r", "a", "b")
-    f = findings.judged(ablation.Pair, where, [("a vs b", d)], claim="ablation:EGA-2")  # the protocol's: worse
+    f = engine.judge("ablation_pair", where, [("a vs b", d)], claim="ablation:EGA-2")  # the protocol's: worse
     assert f.rule is rules.worse_rule and f.verdict is Verdict.TOO_FEW_SEEDS
     n, low, high = findings.seeds_needed(f)
     sd = statistics.stdev([0.02, -0.01, 0.04])
@@ -416,7 +416,7 @@ def test_tau_forgetting_its_initialisation_is_read_per_seed():
     stays = {-1.0: [-0.88, -0.89, -0.87], 0.0: [0.10, 0.09, 0.11], 1.0: [1.09, 1.08, 1.12]}
     (f,) = found_by_kind(tau_runs(stays))["tau_init"]
     assert f.verdict is Verdict.DOES_NOT_HOLD and f.claim == "tau_init"
-    assert f.slopes[1] == pytest.approx((1.09 - -0.88) / 2, abs=1e-9)  # least squares through 3 points
+    assert f.details["slopes"][1] == pytest.approx((1.09 - -0.88) / 2, abs=1e-9)  # least squares through 3 points
     forgets = {-1.0: [0.34, 0.36, 0.35], 0.0: [0.35, 0.34, 0.36], 1.0: [0.36, 0.35, 0.34]}
     (f,) = found_by_kind(tau_runs(forgets))["tau_init"]
     assert f.verdict is Verdict.HOLDS
@@ -447,7 +447,7 @@ def test_ablation_verdicts_from_synthetic_records():
         {
             "none": ("none", None, base),
             "linear": ("linear", None, [b - 0.10 for b in base]),
-            "ms2": ("multiscale", {"scales": 2}, [b - 0.05 + 0.001 * i for i, b in enumerate(base)]),  # worse
+            "multiscale2": ("multiscale", {"scales": 2}, [b - 0.05 + 0.001 * i for i, b in enumerate(base)]),  # worse
             "db2": ("db2", None, [b + 0.0002 * (-1) ** i for i, b in enumerate(base)]),  # about baseline
             "db4": ("db4", None, [b - 0.08 + 0.002 * i for i, b in enumerate(base)]),  # far from baseline
         }
@@ -465,7 +465,7 @@ def test_ablation_verdicts_when_seeds_cannot_tell():
             "none": ("none", None, [1.6, 1.7]),
             "linear": ("linear", None, [1.55, 1.72]),
             "db2": ("db2", None, [1.5, 1.8]),
-            "ms4": ("multiscale", {"scales": 4}, [1.4, 1.75]),
+            "multiscale4": ("multiscale", {"scales": 4}, [1.4, 1.75]),
         }
     )
     got = verdicts(runs)
@@ -855,7 +855,7 @@ def test_ega1_best_says_which_gates_beat_it_and_is_measured_with_every_gate_it_r
     per_entry = {
         "none": ("none", None, base, 800_000),
         "linear": ("linear", None, ega1, 802_080),
-        "ms4": (
+        "multiscale4": (
             "multiscale",
             {"scales": 4},
             {s: x - d for (s, x), d in zip(ega1.items(), diffs, strict=True)},
@@ -874,7 +874,7 @@ def test_ega1_best_says_which_gates_beat_it_and_is_measured_with_every_gate_it_r
         ):
             runs.append(dataclasses.replace(r, n_params=params))
     (best,) = found_by_kind(runs)["ablation_best"]
-    assert best.verdict is Verdict.DOES_NOT_HOLD and best.beaten_by() == ["EGA-4"]
+    assert best.verdict is Verdict.DOES_NOT_HOLD and best.details["beating"] == ["EGA-4"]
     assert prose.ours_cell(best) == "EGA-4 beats it by more than 0.005 (paired, family level)"
     assert "rank" not in prose.ours_cell(best) + prose.measured(best)
     assert "0.8M–0.83M parameters" in best.regime  # EGA-1's 0.80M to EGA-4's 0.83M, not EGA-1's alone

@@ -19,7 +19,7 @@ from ega_lightning.experiments import engine, findings, paper, prose, protocol, 
 from ega_lightning.experiments.comparisons import build_tables, build_variants
 from ega_lightning.experiments.spec import load_spec
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import ablation, author
+from ega_lightning.experiments.studies import author
 from ega_lightning.experiments.study import ReportInputs
 
 from .helpers import CONFIGS, REPO, author_runs
@@ -327,18 +327,20 @@ def test_a_study_that_judges_a_claim_by_another_rule_than_the_protocols_is_refus
     the report, naming both."""
     d = Difference(0.012, 0.004, 0.02, 5, 4.0, "paired")
     where = findings.Where("ablation", "tinyshakespeare", "r", "EGA-2 `ms2`", "EGA-1 `linear`")
-    right = findings.judged(ablation.Pair, where, [("a", d)], claim="ablation:EGA-2")
+    right = engine.judge("ablation_pair", where, [("a", d)], claim="ablation:EGA-2")
     assert right.rule is rules.worse_rule and findings.correct([right])[0].rule_name == "worse"
-    about = findings.judged(ablation.Pair, where, [("a", d)], claim="ablation:EGA-DB2")  # the same kind, another claim
+    about = engine.judge("ablation_pair", where, [("a", d)], claim="ablation:EGA-DB2")  # the same kind, another claim
     assert about.rule is rules.equivalence_rule and about.verdict is rules.Verdict.TOO_FEW_SEEDS
     d = Difference(0.012, 0.007, 0.017, 5, 4.0, "paired")
-    right = findings.judged(ablation.Pair, where, [("a", d)], claim="ablation:EGA-2")
+    right = engine.judge("ablation_pair", where, [("a", d)], claim="ablation:EGA-2")
     assert right.verdict is rules.Verdict.DOES_NOT_HOLD  # the same interval, read by the worse rule
     wrong = dataclasses.replace(right, rule=rules.equivalence_rule)
     with pytest.raises(protocol.ProtocolError, match=r"equivalence_rule.*'worse'"):
         findings.correct([wrong])
-    with pytest.raises(ValueError, match="not 'ablation:EGA-9'"):  # a claim its kind does not judge
-        findings.judged(ablation.Pair, where, [("a", d)], claim="ablation:EGA-9")
+    with pytest.raises(
+        protocol.ProtocolError, match="no rule for claim 'ablation:EGA-9'"
+    ):  # a claim its kind does not judge
+        engine.judge("ablation_pair", where, [("a", d)], claim="ablation:EGA-9")
 
 
 def finding_kinds() -> dict[str, set[str]]:
@@ -436,15 +438,19 @@ def test_a_registration_counts_the_runs_its_label_rests_on_not_every_run_of_its_
     def losses(base: float, spread: float = 0.002) -> dict[int, dict[str, float]]:
         return {s: {"final_val_loss": base + spread * (s % 3)} for s in (1, 2, 3, 4)}
 
-    runs = [
-        *finished_runs("ts-none", "none", losses(1.60)),
-        *finished_runs("ts-linear", "linear", losses(1.50)),
-        *finished_runs("ts-db2", "db2", losses(1.40)),
-        *finished_runs("ts-db4", "db4", {s: {"final_val_loss": 1.50 + 0.01 * (-1) ** s} for s in (1, 2, 3, 4)}),
+    db4 = {s: {"final_val_loss": 1.50 + 0.01 * (-1) ** s} for s in (1, 2, 3, 4)}
+    runs = [  # each variant named as the protocol's ablation comparisons name it (ablation/linear, ...)
+        *finished_runs("ts-none", "none", losses(1.60), variant="none"),
+        *finished_runs("ts-linear", "linear", losses(1.50), variant="linear"),
+        *finished_runs("ts-db2", "db2", losses(1.40), variant="db2"),
+        *finished_runs("ts-db4", "db4", db4, variant="db4"),
     ]
     variants = build_variants(runs)
     (table,) = build_tables(variants)
-    best = next(f for f in findings.correct(ablation.findings(table, variants)) if f.kind == "ablation_best")
+    inputs = ReportInputs((table,), tuple(variants))
+    best = next(
+        f for f in findings.correct(engine.family_findings(inputs, "ablation", table)) if f.kind == "ablation_best"
+    )
     assert best.verdict is rules.Verdict.DOES_NOT_HOLD
     rule = datetime(2026, 12, 2, tzinfo=UTC)
     starts = {r.run.run_name: datetime(2026, 12, 1, tzinfo=UTC) for r in runs}

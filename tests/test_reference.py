@@ -120,12 +120,16 @@ def test_a_study_that_names_its_reference_gets_it():
     learned_other_init = variant("linear-0", "linear", tau_init=0.0)
     learned_same_init = variant("linear-05", "linear", group="tau_init", tau_init=0.5)
     variants = [base, ega1, ega4, frozen, learned_other_init, learned_same_init]
+
+    def is_linear(v: comparisons.Variant) -> bool:  # a study's named reference: the variant of EGA-1's gate
+        return v.gate == "linear"
+
     assert label(reference(ega4, variants)) == "none"  # no name: the baseline
-    assert label(reference(ega4, variants, comparisons.gate_is("linear"))) == "linear"  # the ablation names EGA-1
-    assert label(reference(base, variants, comparisons.gate_is("linear"))) == "linear"
+    assert label(reference(ega4, variants, is_linear)) == "linear"  # the ablation names EGA-1
+    assert label(reference(base, variants, is_linear)) == "linear"
     assert reference(base, variants) is None  # a baseline has no reference of its own
     # the frozen-tau study names the same gate learned from the same tau_init, in another group if need be
     assert label(reference(frozen, variants, comparisons.learned(frozen))) == "linear-05"
     # a named reference is still of the variant's setup: EGA-1 at another position is not it
     rope_ega4 = variant("multiscale4-rope", "multiscale4", position="rope", gate_options={"scales": 4})
-    assert reference(rope_ega4, [*variants, rope_ega4], comparisons.gate_is("linear")) is None
+    assert reference(rope_ega4, [*variants, rope_ega4], is_linear) is None

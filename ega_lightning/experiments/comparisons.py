@@ -482,7 +482,7 @@ def reference(
     the optimizer and schedule, the data, the evaluation and max_steps), save the options only a gated model has
     (`GATE_OWN`: the gate slots, the gate's own options and initialisation, the author's dropout_before_gate) and
     the attention path (`PATH_KEYS`), compared nowhere. A gate-less variant has no reference. A study that names
-    another reference passes ``named``, which variants may be it (e.g. `gate_is` EGA-1's ``linear``, or the same
+    another reference passes ``named``, which variants may be it (e.g. EGA-1's gate ``linear``, or the same
     gate with tau learned); it is still of the same setup, save the recipe keys it names ``apart_from`` (the RoPE
     study's baseline is set against designs of another position encoding: ``position``). Of several: the
     variant's own group first, then the same tau_init, then spec order. The pairs are the seeds both ran
@@ -494,11 +494,6 @@ def reference(
     candidates = [x for x in variants if x is not variant and x.done and wanted(x) and x.setup(apart_from) == own]
     candidates.sort(key=lambda x: (x.group != variant.group, x.hp("tau_init") != variant.hp("tau_init")))
     return candidates[0] if candidates else None
-
-
-def gate_is(gate: str) -> Callable[[Variant], bool]:
-    """A study's named reference: the variant of ``gate`` (both slots, `gate_name`)."""
-    return lambda x: x.gate == gate
 
 
 def learned(v: Variant) -> Callable[[Variant], bool]:

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import re
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ega_lightning.experiments import paper, prose, protocol
-from ega_lightning.experiments.comparisons import Table, Variant, difference
+from ega_lightning.experiments.comparisons import Table, Variant, difference, rerun_of
 from ega_lightning.experiments.findings import (
     NOT_IN_RESULTS,
     Finding,
@@ -41,10 +43,10 @@ from ega_lightning.experiments.findings import (
     name,
     pair,
 )
-from ega_lightning.experiments.rules import registered
-from ega_lightning.experiments.stats import compare, summarize
+from ega_lightning.experiments.rules import margin_of, registered
+from ega_lightning.experiments.stats import LEVEL, Summary, compare, mean_interval, summarize, widen
 from ega_lightning.experiments.study import ReportInputs
-from ega_lightning.experiments.text import fmt_interval, interval_text, num, seed_list
+from ega_lightning.experiments.text import fmt_interval, fmt_summary, interval_text, num, seed_list
 
 Metric = Callable[[Variant, ReportInputs], dict[int, float]]  # a variant's finished runs -> seed -> value
 
@@ -129,6 +131,66 @@ def growth(v: Variant, inputs: ReportInputs) -> dict[int, float]:
     return {s: blocks[-1][s] - blocks[0][s] for s in sorted(seeds)}
 
 
+def _by_tau_init(v: Variant, inputs: ReportInputs) -> list[Variant]:
+    """The finished gated variants of v's section and corpus in its table's order, at two tau_init or more (else
+    none)."""
+    table = next((t for t in inputs.tables if (t.group, t.corpus) == (v.group, v.corpus)), None)
+    gated = [r.variant for r in table.rows if r.variant.gated and r.variant.done] if table is not None else []
+    return gated if len({x.hp("tau_init") for x in gated}) > 1 else []
+
+
+def _slopes(xs: list[Variant]) -> dict[int, float]:
+    """Per seed every variant ran, the least-squares slope of final tau on tau_init."""
+    inits, taus = [float(x.hp("tau_init")) for x in xs], [x.by_seed("final_tau_mean") for x in xs]
+    seeds = set.intersection(*(set(x.by_seed("final_val_loss")) for x in xs))
+    mx, out = statistics.fmean(inits), {}
+    for s in (s for s in sorted(seeds) if all(s in t for t in taus)):
+        ys = [t[s] for t in taus]
+        my = statistics.fmean(ys)
+        out[s] = math.fsum((a - mx) * (b - my) for a, b in zip(inits, ys, strict=True))
+        out[s] /= math.fsum((a - mx) ** 2 for a in inits)
+    return out
+
+
+def _tau_init_details(xs: list[Variant], ys: list[Variant], seeds: list[int]) -> dict[str, Any]:
+    """Final tau and loss by tau_init on the seeds every initialisation ran (a one-seed row beside a 3-seed mean
+    would put seed noise into the spread), each paired by seed with the default tau_init (0.0, CharLM's), and the
+    seed-to-seed std of the initialisation with most seeds: the only yardstick while the rows share one seed."""
+    shared = set.intersection(*(set(v.by_seed("final_val_loss")) for v in xs))
+
+    def on_shared(v: Variant, key: str) -> Summary:
+        return summarize([x for s, x in v.by_seed(key).items() if s in shared])
+
+    taus = [(v.hp("tau_init"), name(v), on_shared(v, "final_tau_mean")) for v in xs]
+    losses = [(v.hp("tau_init"), on_shared(v, "final_val_loss")) for v in xs]
+    finals, means = [s.mean for *_, s in taus if s.mean is not None], [s.mean for _, s in losses if s.mean is not None]
+    default = next((v for v in xs if v.hp("tau_init") == 0.0), None)
+    paired = [(v.hp("tau_init"), difference(default, v, "final_val_loss")) for v in xs if default and v is not default]
+    init, scatter = max(((v.hp("tau_init"), v.summary("final_val_loss")) for v in xs), key=lambda p: p[1].n)
+    inits = [float(v.hp("tau_init")) for v in xs]
+    return {
+        "paper": paper.TAU,
+        "seeds": sorted(shared),
+        "taus": taus,
+        "tau_span": max(finals) - min(finals) if finals else None,
+        "init_span": max(inits) - min(inits),
+        "losses": losses,
+        "loss_span": max(means) - min(means) if len(means) > 1 else None,
+        "paired": paired,
+        "reference": default.hp("tau_init") if default else None,
+        "scatter": (init, scatter) if scatter.std else None,
+        "slopes": _slopes(xs),
+    }
+
+
+@metric("tau_init_slope", Span(_by_tau_init, "tau_init", "tau_init slope: {group}", _tau_init_details))
+def tau_init_slope(v: Variant, inputs: ReportInputs) -> dict[int, float]:
+    """Per seed every initialisation of v's section ran, the slope of final tau on tau_init (`_slopes`); none where
+    a tau was held (a frozen tau cannot forget where it started)."""
+    xs = _by_tau_init(v, inputs)
+    return _slopes(xs) if xs and all(x.as_in_paper for x in xs) else {}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Compared(ReadOnce, Finding):
     """One comparison the protocol names, as measured: the finding of every family on the engine. ``details``: what
@@ -147,6 +209,20 @@ class Compared(ReadOnce, Finding):
     def cell_words(self) -> tuple[str, str]:  # type: ignore[override]  # by its kind (a class's elsewhere)
         return CELL_WORDS.get(self.kind, ("", ""))
 
+    @property
+    def interval_format(self) -> tuple[float, int, bool]:  # type: ignore[override]  # by its kind
+        return (1.0, 3, self.kind != "tau_init")  # a slope is not a difference: no sign
+
+    def family_read(self) -> Compared:
+        """The rule `best`: the gates ahead of x by more than the loss margin at the family's level (`others`, in
+        the order of its reads), once its family has read them."""
+        if self.rule_name != "best":
+            return self
+        wide = [widen(d, self.family_level or LEVEL) for _, d in self.reads]
+        ahead = zip(self.details["others"], wide, strict=True)
+        beating = [g for g, d in ahead if d is not None and d.high is not None and d.high < -margin_of("loss")]
+        return dataclasses.replace(self, details=self.details | {"beating": beating})
+
     def to_dict(self) -> dict[str, Any]:
         """results.json's fields: the finding's, the counts where it is read once, then its details."""
         skip = {"kind", "runs_in", "runs_planned", "details"}
@@ -160,8 +236,12 @@ class Compared(ReadOnce, Finding):
         return out | self.details
 
 
-def _variant(inputs: ReportInputs, ref: str, corpus: str | None = None) -> list[Variant]:
+def _variant(inputs: ReportInputs, ref: str, corpus: str | None = None, table: Table | None = None) -> list[Variant]:
+    """The variants ``ref`` names (group/label) on ``corpus``; `group/each ...`: one finding over the variants of a
+    section (its metric's span), named by the first finished gate of ``table`` (which the study hands it)."""
     group, label = ref.split("/", 1)
+    if label.startswith("each ") and table is not None:
+        return [r.variant for r in table.rows if r.variant.gated and r.variant.done][:1]
     return [v for v in inputs.variants if (v.group, v.label) == (group, label) and corpus in (None, v.corpus)]
 
 
@@ -185,8 +265,9 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
     comparisons = protocol.current().comparisons.get(family, ())
     counted = _runs_in(inputs, family, comparisons) if any(c.once for c in comparisons) else None
     out: list[Finding] = []
+    joint: dict[tuple[str, str | None], tuple[protocol.Comparison, list[Any]]] = {}
     for c in comparisons:
-        for x in _variant(inputs, c.x, table.corpus if table is not None else None):
+        for x in _variant(inputs, c.x, table.corpus if table is not None else None, table):
             if table is not None and x.group != table.group:
                 continue
             y = next(iter(_variant(inputs, c.y, x.corpus)), None) if c.y is not None else None
@@ -197,8 +278,10 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
                 continue
             values = METRICS[c.metric]
             own, ref = values(x, inputs), values(y, inputs) if y is not None else {}
-            aligned = span is None or [v.hp(span.along) for v in xs] == [v.hp(span.along) for v in ys if v is not None]
-            d = compare(ref, own) if own and ref and aligned else None
+            aligned = span is None or y is None or [v.hp(span.along) for v in xs] == [v.hp(span.along) for v in ys]
+            # no y: x's metric alone, its one-sample interval (against zero or a figure)
+            d = (compare(ref, own) if ref else mean_interval(list(own.values()))) if own and (ref or not c.y) else None
+            d = d if aligned else None
             sides = {"x": x, "y": y}
             shown = {k: _mean(sides[spec.split(".", 1)[0]], spec.split(".", 1)[1], inputs) for k, spec in c.show}
             details = ({"source": c.source} if c.source else {}) | shown
@@ -208,19 +291,56 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
                 where = Where(x.group, x.corpus, measured_with(x, y), subject, against)
                 code, read_as = code_of(x, y), pair(y or c.y or "", x)
             else:  # named by the gates, not by one variant of each; each side's ends enter the interval
-                both = [v for at in itertools.zip_longest(xs, ys) for v in at]
+                both = [v for at in itertools.zip_longest(xs, ys) for v in at if v is not None]
                 against = (y.paper_name or y.gate) if y is not None else c.y
                 where = Where(x.group, x.corpus, measured_with(xs[0], *both), x.paper_name or x.gate, against)
-                code = code_of(*both, compared=[[xs[-1], (ys or [None])[-1], xs[0], (ys or [None])[0]]])
+                ends = [[xs[-1], (ys or [None])[-1], xs[0], (ys or [None])[0]]] if c.y else None  # no y: every x
+                code = code_of(*both, compared=ends)
                 read_as = span.read.format(group=x.group)
                 details |= span.details(xs, ys, sorted(set(own) & set(ref)))
+                if not own and not c.y:  # nothing its metric reads here (a tau held): what it shows, no verdict
+                    out.append(Compared(kind=c.kind, **where._asdict(), code=code, details=details))
+                    continue
             measured: dict[str, Any] = {"family": family, "code": code, "details": details}
             if c.once and counted is not None:
                 measured |= {"runs_in": counted[0], "runs_planned": counted[1]}
+            if (e := protocol.current().verdicts.get(c.kind)) is not None and e.rule_for(c.claim) == "best":
+                joint.setdefault((c.kind, c.claim), (c, []))[1].append((x, y, d))  # read at once: `_best`
+                continue
             reads = ((read_as, d),)
             read = not (c.once and counted is not None and counted[0] < counted[1])
             out.append(judge(c.kind, where, reads, claim=c.claim, read=read, **measured))
+    sides = [v for c in comparisons for n in (c.x, c.y) if n is not None for v in _variant(inputs, n)]
+    for c, items in joint.values():
+        out += _best(inputs, c, items, sides)
     return out
+
+
+def _best(inputs: ReportInputs, c: protocol.Comparison, items: list[Any], sides: list[Variant]) -> list[Finding]:
+    """The rule `best` reads x (EGA-1) against every other gate its claim names at once: one finding, its reads in
+    order of the gates' mean metric, with x's place among the family's sides that have a paper name; before it the
+    ranking by that mean of every gate of x's section and the sides it borrows, which states no verdict."""
+    x = items[0][0]
+    table = next(t for t in inputs.tables if (t.group, t.corpus) == (x.group, x.corpus))
+    done = [r.variant for r in table.rows if r.variant.done and rerun_of(r.variant, list(inputs.variants)) is None]
+    pool = list({id(v): v for v in [*done, *(v for v in sides if v.corpus == x.corpus and v.done)]}.values())
+    mean = {id(v): _mean(v, c.metric, inputs) for v in pool}
+    ranked = sorted(pool, key=lambda v: mean[id(v)] if mean[id(v)] is not None else math.inf)
+    where = Where(x.group, x.corpus, measured_with(x if x.done or not ranked else ranked[0]), "", None)
+    ranking = {"ranking": [(name(v), v.group, mean[id(v)]) for v in ranked]}
+    out: list[Finding] = [Compared(kind="ablation_ranking", **where._asdict(), details=ranking)] if ranked else []
+    read = sorted((i for i in items if i[1] in ranked), key=lambda i: ranked.index(i[1]))
+    if not x.done or not read:
+        return out
+    others, in_paper = [y for _, y, _ in read], [v for v in ranked if v.paper_name]
+    details = {
+        "rank": in_paper.index(x) + 1,
+        "paper_rows": len(in_paper),
+        "others": [y.paper_name or y.label for y in others],
+    }
+    best = where._replace(subject=name(x), regime=measured_with(x, *others))
+    code, reads = code_of(*in_paper, compared=[(y, x) for y in others]), [(pair(y, x), d) for _, y, d in read]
+    return [*out, judge(c.kind, best, reads, claim=c.claim, family=c.family, code=code, details=details)]
 
 
 def _mean(v: Variant | None, key: str, inputs: ReportInputs) -> float | None:
@@ -305,6 +425,15 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
         "{subject} by block size: no seed ran every block size, so no like-for-like comparison.",
         "",
     ),
+    "ablation_pair": ("{claim_text}: {against} − {subject} {interval}{verdict}.",) * 2 + ("{subject} vs {against}",),
+    "ablation_best": ("EGA-1 best of the paper's gates: {beating:beaten}{verdict}.",) * 2 + ("",),
+    "tau_init": (
+        "{seeds:by_init}. Slope of final tau on tau_init, per seed ({slopes:per_seed}): {interval}; tau converges "
+        "regardless of its initialisation{verdict}.",
+        "{seeds:by_init}.",
+        "EGA-1 from tau_init {taus:inits}",
+    ),
+    "ablation_ranking": ("Ranking by final val loss, lowest first: {ranking:ranking}.",) * 2 + ("",),
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
         "{subject} against {against}: {state}.",
@@ -312,13 +441,54 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
     ),
 }
 # kind -> what its claims-table cell writes before and after its interval
-CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", "")}
-# how a template writes a detail, by its format spec: ``{x:num}`` as `text.num` (3 digits; None: a dash), ...
-FORMATS: dict[str, Callable[[Any], str]] = {
-    "num": num,
-    "seeds": seed_list,
-    "blocks": lambda by_block: "; ".join(f"T{block} {fmt_interval(d)}" for block, d in by_block),
-    "grows": lambda grows: "grows with every longer block" if grows else "not monotone",
+CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", ""), "tau_init": ("slope of final tau on tau_init ", "")}
+CELLS = {"ablation_best": "{beating:beaten}"}  # kind -> its claims-table cell, where words, not its interval
+
+
+def _by_init(seeds: list[int], f: Compared) -> str:
+    """Final tau, then the final val loss (its spread against the seeds' own), by initialisation, then the pairs."""
+    d = f.details
+    if not seeds:
+        return "Final tau and loss by initialisation: no seed ran every initialisation, so no like-for-like view"
+    taus = "; ".join(f"tau_init {init} → {fmt_summary(s)}" for init, _, s in d["taus"])
+    text = f"Final tau by initialisation ({seed_list(seeds)}, which every initialisation ran): {taus}"
+    if d["tau_span"] is not None:
+        text += f"; the final means span {d['tau_span']:.3f} (paper ≈ {paper.TAU} regardless)"
+    text += ". Final val loss by initialisation: " + "; ".join(f"tau_init {i} {fmt_summary(s)}" for i, s in d["losses"])
+    if d["loss_span"] is not None:
+        text += f"; the means span {d['loss_span']:.3f}"
+        if d["scatter"] is not None:
+            init, s = d["scatter"]
+            ratio = d["loss_span"] / (s.std or math.nan)
+            text += f", {ratio:.1f}× the seed-to-seed std of tau_init {init} ({s.std:.3f} over {s.n} seeds)"
+    if d["paired"]:
+        pairs = "; ".join(f"tau_init {init} {interval_text(x)}" for init, x in d["paired"])
+        text += f". Paired by seed with tau_init {d['reference']}, its loss − each: {pairs}"
+    return text
+
+
+def _beaten(names: list[str] | None, f: Compared) -> str:
+    m, names = margin_of("loss"), names or []
+    if not names:
+        return f"no paper gate beats it by more than {m} (paired, family level)"
+    joined = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+    return f"{joined} beat{'s' if len(names) == 1 else ''} it by more than {m} (paired, family level)"
+
+
+# how a template writes a detail, by its format spec (of the value and the finding's section): ``{x:num}`` as
+# `text.num` (3 digits; None: a dash), ...
+FORMATS: dict[str, Callable[[Any, str], str]] = {
+    "num": lambda x, _: num(x),
+    "by_init": _by_init,
+    "per_seed": lambda slopes, _: ", ".join(f"seed {s} {v:.3f}" for s, v in slopes.items()),
+    "inits": lambda taus, _: ", ".join(str(init) for init, _, _ in taus),
+    "seeds": lambda seeds, _: seed_list(seeds),
+    "blocks": lambda by_block, _: "; ".join(f"T{block} {fmt_interval(d)}" for block, d in by_block),
+    "grows": lambda grows, _: "grows with every longer block" if grows else "not monotone",
+    "beaten": _beaten,
+    "ranking": lambda ranking, f: ", ".join(
+        f"{n}{'' if group == f.section else f' ({group})'} {num(mean)}" for n, group, mean in ranking
+    ),
 }
 
 
@@ -329,11 +499,11 @@ def _template(f: Compared) -> tuple[str, str, str]:
 class _Number:
     """A value a template formats: by a spec of :data:`FORMATS`, else as it is."""
 
-    def __init__(self, value: Any) -> None:
-        self.value = value
+    def __init__(self, value: Any, finding: Compared) -> None:
+        self.value, self.finding = value, finding
 
     def __format__(self, spec: str) -> str:
-        return FORMATS[spec](self.value) if spec in FORMATS else format(self.value, spec)
+        return FORMATS[spec](self.value, self.finding) if spec in FORMATS else format(self.value, spec)
 
 
 def _fields(f: Compared) -> dict[str, Any]:
@@ -341,11 +511,12 @@ def _fields(f: Compared) -> dict[str, Any]:
     return {
         "subject": f.subject,
         "against": f.against,
-        "interval": interval_text(f.interval) if f.interval is not None else "",
+        "interval": interval_text(f.interval, signed=f.interval_format[2]) if f.interval is not None else "",
         "verdict": prose.verdict_text(f) + interim(f),
         "state": state,
         "peer_claim": paper.PEER_CLAIM,
-        **{k: _Number(v) for k, v in f.details.items()},
+        "claim_text": paper.CLAIM[f.claim].text if f.claim in paper.CLAIM else f.subject,
+        **{k: _Number(v, f) for k, v in f.details.items()},
     }
 
 
@@ -370,3 +541,8 @@ def say(f: Compared) -> str:
 @prose.claim_subject.register
 def claim_subject(f: Compared) -> str:
     return _template(f)[2].format(**_fields(f))
+
+
+@prose.ours_cell.register
+def ours_cell(f: Compared) -> str:
+    return CELLS[f.kind].format(**_fields(f)) if f.kind in CELLS else prose.ours_cell.dispatch(Finding)(f)

@@ -5,9 +5,9 @@ with `prose`), and where it has them its section, figures and key of results.jso
 
 - `main`: EGA-1 against its baseline in a head-to-head section (improvement, gap, where tau ends, and the best val
   loss beside the final one where runs overfit)
-- `ablation`: the paper's gates ranked, EGA-1 best, each paper row's own claim
-- `tau_init`, `frozen_tau`, `context`: where tau ends by initialisation, a tau never trained, EGA-1's gain by block
-  size (the last two: the protocol's comparisons, read by `engine`)
+- `ablation`, `tau_init`, `frozen_tau`, `context`: the paper's gates ranked, EGA-1 best, each paper row's own claim;
+  where tau ends by initialisation; a tau never trained; EGA-1's gain by block size (the protocol's comparisons,
+  read by `engine`)
 - `leak`: z over the whole window, as trained and evaluated causally
 - `reruns`: runs repeated for their checkpoints (no verdict)
 - `peers`: other papers' gates, each for its own claim: the protocol's comparisons, read by `engine`
@@ -35,7 +35,6 @@ from ega_lightning.experiments.comparisons import Table, Variant
 from ega_lightning.experiments.findings import Finding, correct
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.studies import (
-    ablation,
     author,
     cost,
     leaderboard,
@@ -43,15 +42,22 @@ from ega_lightning.experiments.studies import (
     main,
     reruns,
     rope,
-    tau_init,
     tau_mechanism,
 )
 from ega_lightning.experiments.study import Measured, ReportInputs, Study
 
 STUDIES: tuple[Study, ...] = (
     main.STUDY,
-    ablation.STUDY,
-    tau_init.STUDY,
+    Study(  # the paper's gates ranked, EGA-1 best of them, each paper row's own claim (rule `best`: `engine.JOINT`)
+        "ablation",
+        groups=("ablation",),
+        table_findings=lambda table, inputs: engine.family_findings(inputs, "ablation", table),
+    ),
+    Study(  # where tau ends by tau_init, the slope of final tau on it (`engine`'s `tau_init_slope`); frozen_tau: shown
+        "tau_init",
+        groups=("tau_init", "frozen_tau"),
+        table_findings=lambda table, inputs: engine.family_findings(inputs, "tau_init", table),
+    ),
     Study(  # EGA-1's gain over the baseline from the shortest block to the longest (engine's `growth`)
         "context",
         groups=("context",),
