@@ -81,7 +81,10 @@ def main(argv: list[str]) -> int:
         s = size(a, b)
         sizes.append(s)
         how = f"abs {s[0]:.3g}, rel {s[1]:.3g}" if s else "not a number"
-        print(f"{path}: {a!r} -> {b!r} ({how})")
+        if path.endswith("<order>"):
+            print(f"{path}: the same {len(a)} findings in another order (not a number)")
+        else:
+            print(f"{path}: {a!r} -> {b!r} ({how})")
     numeric = [s for s in sizes if s is not None]
     largest = f", largest abs {max(s[0] for s in numeric):.3g}, rel {max(s[1] for s in numeric):.3g}" if numeric else ""
     print(f"{len(found)} differing values, {len(found) - len(numeric)} not numbers{largest}")
