@@ -22,6 +22,7 @@ from ega_lightning.experiments.text import anchor, fmt_interval, num, seed_count
 ROWS = (
     ("improvement:tinyshakespeare", ("improvement",)),
     ("improvement:tinyshakespeare", ("author_gain",)),  # the author's EGA-1 against their baseline (issue 50)
+    ("improvement:tinyshakespeare", ("paper_gain",)),  # the same at the paper's size (issue 67)
     ("improvement:ptb", ("improvement",)),
     ("gap", ("gap",)),
     ("tau", ("tau",)),
@@ -48,6 +49,7 @@ OTHER_STUDIES = (
 )
 AUTHOR_GATES = ("author",)  # the gate names of the author's EGA (issue 50); a verdict reading one is about it
 AUTHOR_KINDS = ("author_gain", "author_step")  # read once every planned run is in: a row before that has no label
+ONCE_KINDS = (*AUTHOR_KINDS, "paper_gain", "paper_step")  # the same, at the paper's size (issue 67)
 WATERFALL = "<!-- the author's EGA: its waterfall goes here (issue 50) -->"
 # what each label of the measure past the block says (`rope.READINGS`)
 PAST_THE_BLOCK = {verdict.value: reading for verdict, reading in READINGS.items()}
@@ -121,8 +123,9 @@ def _short(name: str) -> str:
 
 def verdict(f: dict[str, Any], max_seeds: int) -> str:
     """Its label in plain words: the verdict, an effect's size, where the verdict would go with more seeds."""
-    if f["kind"] in AUTHOR_KINDS and _runs_in(f):
-        return f"**{_runs_in(f)}** (the protocol reads it when all are)"
+    if f["kind"] in ONCE_KINDS and _runs_in(f):
+        n = (f["ours"] or {}).get("n")
+        return f"**{seed_count(n) + ': no label; ' if n else ''}{_runs_in(f)}** (the protocol reads it when all are)"
     text = f"**{f['verdict']}**"
     m = f.get("magnitude")
     if m and m.get("reading"):
@@ -165,7 +168,7 @@ def _rows(results: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
         found = [
             f
             for f in results["findings"]
-            if f["claim"] == key and f["kind"] in kinds and (f["verdict"] or f["kind"] in AUTHOR_KINDS)
+            if f["claim"] == key and f["kind"] in kinds and (f["verdict"] or f["kind"] in ONCE_KINDS)
         ]
         if key in {c["key"] for c in results["paper"]["claims"]} and found:
             out.append((key, found))
@@ -211,6 +214,20 @@ def author_lines(results: dict[str, Any], figure: str | None) -> list[str]:
     return lines
 
 
+def drawn_lines(results: dict[str, Any], figures: dict[str, str]) -> list[str]:
+    """What the protocol draws beside a family's comparisons (results.json's `drawn`, as its section says each), with
+    their figures (caption -> file), under each family."""
+    drawn = results.get("drawn") or []
+    lines: list[str] = []
+    for family in dict.fromkeys(d["family"] for d in drawn):
+        lines += [f"### Beside {family}'s comparisons (every seed in, no label)", ""]
+        for d in (d for d in drawn if d["family"] == family):
+            lines += d["said"]
+            lines += [f"![{c}]({f})" for c, f in figures.items() if d["name"] in c]
+        lines.append("")
+    return lines
+
+
 def row(what: str, figure: str, found: list[dict[str, Any]], results: dict[str, Any], gates: dict[str, str]) -> str:
     """One line of the summary's tables: what it reads, the paper's figure, then each finding's measurement, verdict,
     registration and EGA (`measured`, `verdict`, `registered`, `which_ega`), from results.json alone."""
@@ -229,7 +246,10 @@ def _read(results: dict[str, Any], kinds: tuple[str, ...]) -> list[dict[str, Any
 
 
 def summary(
-    results: dict[str, Any], leaderboard_figure: str | None = None, waterfall_figure: str | None = None
+    results: dict[str, Any],
+    leaderboard_figure: str | None = None,
+    waterfall_figure: str | None = None,
+    drawn: dict[str, str] | None = None,
 ) -> list[str]:
     """The summary section of REPORT.md, from ``results`` (results.json's content) alone; the figures as the report
     drew them."""
@@ -284,4 +304,4 @@ def summary(
     lines += [""]
     if leaderboard_figure:
         lines += [f"![every gate against the baseline, TinyShakespeare, cpu size]({leaderboard_figure})", ""]
-    return lines + author_lines(results, waterfall_figure)
+    return lines + author_lines(results, waterfall_figure) + drawn_lines(results, drawn or {})
