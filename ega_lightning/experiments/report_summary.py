@@ -49,7 +49,8 @@ OTHER_STUDIES = (
 )
 AUTHOR_GATES = ("author",)  # the gate names of the author's EGA (issue 50); a verdict reading one is about it
 AUTHOR_KINDS = ("author_gain", "author_step")  # read once every planned run is in: a row before that has no label
-ONCE_KINDS = (*AUTHOR_KINDS, "paper_gain", "paper_step")  # the same, at the paper's size (issue 67)
+PAPER_KINDS = ("paper_gain", "paper_step")  # the author's study at the paper's size (issue 67)
+ONCE_KINDS = (*AUTHOR_KINDS, *PAPER_KINDS)
 WATERFALL = "<!-- the author's EGA: its waterfall goes here (issue 50) -->"
 # what each label of the measure past the block says (`rope.READINGS`)
 PAST_THE_BLOCK = {verdict.value: reading for verdict, reading in READINGS.items()}
@@ -96,6 +97,8 @@ def measured(f: dict[str, Any]) -> str:
     kind, d = f["kind"], f["corrected"] or f["ours"]
     if kind in AUTHOR_KINDS:
         return _author_measured(f)
+    if kind in PAPER_KINDS and not d:
+        return f"{_short(f['against'])} − {_short(f['subject'])} at the paper's size: no pair of runs recorded yet"
     if kind == "cost":
         ours = f["ours"] or {}
         return f"step time ×{num(ours.get('mean'))} on {f['device'].upper()}, {f['repetitions']} repetitions"
@@ -157,6 +160,8 @@ def which_ega(f: dict[str, Any], gates: dict[str, str]) -> str:
     where a run it reads trained the author's gate, else ours."""
     if f.get("ega"):
         return f["ega"]
+    if f["kind"] == "paper_gain":  # B − A: the author's EGA-1 as published, whether or not a run is in
+        return "the author's"
     runs = (f.get("code") or {}).get("read") or []
     return "the author's" if any(gates.get(r) in AUTHOR_GATES for r in runs) else "ours"
 
@@ -220,7 +225,7 @@ def drawn_lines(results: dict[str, Any], figures: dict[str, str]) -> list[str]:
     drawn = results.get("drawn") or []
     lines: list[str] = []
     for family in dict.fromkeys(d["family"] for d in drawn):
-        lines += [f"### Beside {family}'s comparisons (every seed in, no label)", ""]
+        lines += [f"### Beside {family}'s comparisons (each seed that is in; no label)", ""]
         for d in (d for d in drawn if d["family"] == family):
             lines += d["said"]
             lines += [f"![{c}]({f})" for c, f in figures.items() if d["name"] in c]
