@@ -77,7 +77,8 @@ def test_the_paper_size_section_reads_seed_one_with_no_label_beside_the_papers_n
     # the summary and the claims table say it: one seed, no label, beside the paper's +0.103
     summary = report[: report.index("## Claims")]
     assert "**1 seed: no label; not read yet: 2 of 12 runs in**" in summary
-    assert "- B - A, loss(A) - loss(B) of `val/loss`" in summary and "the paper's +0.103" in summary
+    assert "B - A, loss(A) - loss(B) of `val/loss`" in summary and "the paper's +0.103" in summary
+    assert "](paper_size-" in summary  # the curve of B - A, drawn
     assert "beside the paper's BASE 1.4742 (registered tolerance ±0.04)" in summary
     claims = report[report.index("## Claims") : report.index("## Method")]
     assert "at the paper's size) | +0.103 |" in claims and "**1 seed: no label; not read yet: 2 of 12" in claims

@@ -120,7 +120,7 @@ def write_report(
         # the summary is written from results.json as the file holds it: every number of it is one of the file's
         leaderboard = next(iter(by_study.get("leaderboard", [])), (None, None))[1]
         waterfall = next(iter(by_study.get("author", [])), (None, None))[1]
-        summary = report_summary.summary(json.loads(payload), leaderboard, waterfall, dict(by_study.get("drawn", [])))
+        summary = report_summary.summary(json.loads(payload), leaderboard, waterfall)
         text = report_markdown.markdown(
             inputs, found, drawn, command, runs_dir, scale, known, dates, measured, by_study, summary
         )

@@ -219,17 +219,17 @@ def author_lines(results: dict[str, Any], figure: str | None) -> list[str]:
     return lines
 
 
-def drawn_lines(results: dict[str, Any], figures: dict[str, str]) -> list[str]:
-    """What the protocol draws beside a family's comparisons (results.json's `drawn`, as its section says each), with
-    their figures (caption -> file), under each family."""
+def drawn_lines(results: dict[str, Any]) -> list[str]:
+    """What the protocol draws beside a family's comparisons (results.json's `drawn`, as its section says each, in one
+    paragraph) and their figures, under each family."""
     drawn = results.get("drawn") or []
     lines: list[str] = []
     for family in dict.fromkeys(d["family"] for d in drawn):
-        lines += [f"### Beside {family}'s comparisons (each seed that is in; no label)", ""]
-        for d in (d for d in drawn if d["family"] == family):
-            lines += d["said"]
-            lines += [f"![{c}]({f})" for c, f in figures.items() if d["name"] in c]
-        lines.append("")
+        mine = [d for d in drawn if d["family"] == family]
+        said = " ".join(line.removeprefix("- ") for d in mine for line in d["said"])
+        figures = " ".join(f"![{d['name']}]({d['file']})" for d in mine if d["file"])
+        lines += [f"### Beside {family}'s comparisons (each seed that is in; no label)", "", said, ""]
+        lines += [figures, ""] if figures else []
     return lines
 
 
@@ -251,10 +251,7 @@ def _read(results: dict[str, Any], kinds: tuple[str, ...]) -> list[dict[str, Any
 
 
 def summary(
-    results: dict[str, Any],
-    leaderboard_figure: str | None = None,
-    waterfall_figure: str | None = None,
-    drawn: dict[str, str] | None = None,
+    results: dict[str, Any], leaderboard_figure: str | None = None, waterfall_figure: str | None = None
 ) -> list[str]:
     """The summary section of REPORT.md, from ``results`` (results.json's content) alone; the figures as the report
     drew them."""
@@ -309,4 +306,4 @@ def summary(
     lines += [""]
     if leaderboard_figure:
         lines += [f"![every gate against the baseline, TinyShakespeare, cpu size]({leaderboard_figure})", ""]
-    return lines + author_lines(results, waterfall_figure) + drawn_lines(results, drawn or {})
+    return lines + author_lines(results, waterfall_figure) + drawn_lines(results)

@@ -76,7 +76,10 @@ STUDIES: tuple[Study, ...] = (
         measure=engine.drawings,
         section=engine.drawings_section,
         figures=lambda inputs, data: [d.figure for d in data if d.figure is not None],
-        json=lambda inputs, data: [{"family": d.family, "kind": d.kind, **d.data, "said": d.lines} for d in data],
+        json=lambda inputs, data: [
+            {"family": d.family, "kind": d.kind, **d.data, "said": d.lines, "file": d.figure and d.figure[1]}
+            for d in data
+        ],
     ),
     Study(  # every family of the protocol no study above places: a new study is data (docs/adding-a-study.md)
         "engine",
