@@ -108,7 +108,8 @@ def test_the_amendment_is_read_with_its_own_lines_and_no_entry_reaches_into_them
     lines = protocol.PATH.read_text().splitlines()
     first, last = amendment.lines
     assert lines[first - 1].lstrip().startswith("- date:") and lines[last - 1].strip()
-    for entry in p.verdicts.values():
+    own = {a.lines for a in p.amendments}  # a kind an amendment declares (issue 67) is its amendment's lines
+    for entry in (e for e in p.verdicts.values() if e.lines not in own):
         assert entry.lines[1] < first - 1 and not lines[entry.lines[1] - 1].lstrip().startswith("#"), entry.kind
     assert "study_wide" not in protocol.PATH.read_text().split("amendments:")[0]  # withdrawn, not kept beside it
 
@@ -664,3 +665,37 @@ def test_each_amendment_in_results_json_is_dated_by_its_own_lines():
     for a, said in zip(amendments, stated, strict=True):
         first, last = a.lines
         assert datetime.fromisoformat(said["committed"]) == max(when[n] for n in range(first, last + 1)), a.issue
+
+
+def test_a_kind_an_amendment_declares_is_dated_with_its_family_only_where_it_says_the_prose_fixed_it(tmp_path):
+    """Issue 67: the family `paper_size` committed on 1 Dec with its rule in prose, its verdict kinds declared by an
+    amendment committed on 8 Dec. The kinds the amendment lists under `fixed_in_prose` are dated with the family
+    (1 Dec); a kind it declares without listing it is dated with the amendment (8 Dec); the listing is refused in an
+    amendment that changes a rule, and for a kind the amendment does not declare itself."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    path = repo / "protocol.yaml"
+    text = protocol.PATH.read_text()
+    head = '  - date: "2026-12-07"\n    issue: 67\n'
+    path.write_text(text[: text.index(head)])
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-qm", "protocol", date="2026-12-01T10:00:00+00:00")
+    declared = "    fixed_in_prose: [paper_gain, paper_step]\n"
+    undeclared = "      paper_other: {rule: effect, family: paper_size, confirmatory: true, margins: [loss]}\n"
+    amended = text.replace(declared, undeclared + declared, 1)
+    path.write_text(amended)
+    _git(repo, "commit", "-qam", "amendment", date="2026-12-08T10:00:00+00:00")
+    p = protocol.load(path)
+    dates = protocol.entry_dates(p)
+    dec1, dec8 = datetime(2026, 12, 1, 10, tzinfo=UTC), datetime(2026, 12, 8, 10, tzinfo=UTC)
+    assert dates.by_kind["paper_gain"] == dec1 and dates.by_kind["paper_step"] == dec1
+    assert dates.by_kind["paper_other"] == dec8  # declared by the amendment, not said to be fixed by the prose
+    assert p.verdicts["paper_other"].lines == p.amendments[-1].lines
+    for wrong in (
+        amended.replace("    rules: []  # the family's rule", "    rules: [effect]  # the family's rule", 1),
+        amended.replace(declared, "    fixed_in_prose: [paper_gain, author_gain]\n", 1),
+    ):
+        path.write_text(wrong)
+        with pytest.raises(protocol.ProtocolError, match=r"dates .* with its family's prose"):
+            protocol.load(path)

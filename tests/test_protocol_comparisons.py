@@ -27,7 +27,10 @@ def test_the_restructure_changes_no_rule_and_re_dates_no_verdict() -> None:
     restructures = [a for a in p.amendments if a.issue == 69]
     # a rule it changed would re-read every label it governs; a kind it named would be fixed at its date
     assert len(restructures) == 2 and all(a.rules == () and a.kinds == () for a in restructures)
-    assert list(p.amendments[-2:]) == restructures  # appended: no earlier line of the file moved
+    # appended: no earlier line of the file moved; those after them (issue 67's) re-date no verdict they state
+    later = p.amendments[p.amendments.index(restructures[-1]) + 1 :]
+    assert list(p.amendments[p.amendments.index(restructures[0]) :][:2]) == restructures
+    assert all(a.lines[0] > restructures[-1].lines[1] and a.rules == () and a.kinds == () for a in later)
     # every family whose verdicts the protocol registers states its comparisons
     assert {e.family for e in p.verdicts.values() if e.family} <= set(p.comparisons)
 

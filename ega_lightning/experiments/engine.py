@@ -24,14 +24,18 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ega_lightning.experiments import paper, prose, protocol
+import numpy as np
+
+from ega_lightning.experiments import paper, plots, prose, protocol
 from ega_lightning.experiments.comparisons import Table, Variant, difference, rerun_of
 from ega_lightning.experiments.findings import (
     NOT_IN_RESULTS,
@@ -46,7 +50,7 @@ from ega_lightning.experiments.findings import (
 from ega_lightning.experiments.rules import margin_of, registered
 from ega_lightning.experiments.stats import LEVEL, Summary, compare, mean_interval, summarize, widen
 from ega_lightning.experiments.study import ReportInputs
-from ega_lightning.experiments.text import fmt_interval, fmt_summary, interval_text, num, seed_list
+from ega_lightning.experiments.text import fmt_interval, fmt_summary, interval_text, num, seed_list, slug
 
 Metric = Callable[[Variant, ReportInputs], dict[int, float]]  # a variant's finished runs -> seed -> value
 
@@ -285,6 +289,8 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
             sides = {"x": x, "y": y}
             shown = {k: _mean(sides[spec.split(".", 1)[0]], spec.split(".", 1)[1], inputs) for k, spec in c.show}
             details = ({"source": c.source} if c.source else {}) | shown
+            if isinstance(c.figure, int | float):  # the paper's figure of the difference, said beside it
+                details["paper_figure"] = c.figure
             if span is None:
                 subject = f"{c.name} `{x.label}`" if c.name else name(x)
                 against = f"{c.y_name} `{c.y.split('/', 1)[1]}`" if c.y_name and c.y else (name(y) if y else c.y)
@@ -434,6 +440,17 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
         "EGA-1 from tau_init {taus:inits}",
     ),
     "ablation_ranking": ("Ranking by final val loss, lowest first: {ranking:ranking}.",) * 2 + ("",),
+    "paper_gain": (
+        "{subject} against {against}, at the paper's size: loss(y) − loss(x) {interval}, the paper's "
+        "{paper_figure:signed} (one seed, fp16 on a GPU){verdict}.",
+        "{subject} against {against}, at the paper's size: {state}; the paper's {paper_figure:signed}.",
+        "{subject} against {against}, at the paper's size",
+    ),
+    "paper_step": (
+        "{subject} against {against}, at the paper's size: loss(y) − loss(x) {interval}{verdict}.",
+        "{subject} against {against}, at the paper's size: {state}.",
+        "{subject} against {against}, at the paper's size",
+    ),
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
         "{subject} against {against}: {state}.",
@@ -479,6 +496,7 @@ def _beaten(names: list[str] | None, f: Compared) -> str:
 # `text.num` (3 digits; None: a dash), ...
 FORMATS: dict[str, Callable[[Any, str], str]] = {
     "num": lambda x, _: num(x),
+    "signed": lambda x, _: num(x, 3, True),
     "by_init": _by_init,
     "per_seed": lambda slopes, _: ", ".join(f"seed {s} {v:.3f}" for s, v in slopes.items()),
     "inits": lambda taus, _: ", ".join(str(init) for init, _, _ in taus),
@@ -546,3 +564,171 @@ def claim_subject(f: Compared) -> str:
 @prose.ours_cell.register
 def ours_cell(f: Compared) -> str:
     return CELLS[f.kind].format(**_fields(f)) if f.kind in CELLS else prose.ours_cell.dispatch(Finding)(f)
+
+
+# ----------------------------------------------------------------------------- what is drawn beside a family
+
+# A figure kind reads what the protocol states beside a family's comparisons (an amendment's `figures:`): one entry
+# (a dict of the protocol's words) and the report's inputs -> a `Drawing`. It reads every seed that is in and gives
+# no label: a family's labels are its comparisons'. A new figure kind is one function registered with `figure_kind`.
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """One figure kind's reading: results.json's entry (``data``), its section's lines, and its figure (caption,
+    file name, matplotlib figure; None: nothing to draw)."""
+
+    family: str
+    kind: str
+    data: dict[str, Any]
+    lines: list[str]
+    figure: Any = None
+
+
+FigureKind = Callable[[str, dict[str, Any], ReportInputs], Drawing]
+FIGURES: dict[str, FigureKind] = {}
+LEAK_DIR = "results/leak"  # where scripts/scrambled_future.py's files are kept (the protocol names each)
+
+
+def figure_kind(key: str) -> Callable[[FigureKind], FigureKind]:
+    """Registers a figure kind under ``key``, the `kind` an entry of the protocol's `figures:` names."""
+
+    def register(fn: FigureKind) -> FigureKind:
+        FIGURES[key] = fn
+        return fn
+
+    return register
+
+
+def _runs(ref: str, inputs: ReportInputs) -> list[Any]:
+    """The finished runs of a side (spec group / variant), on every corpus it ran."""
+    return [r for v in _variant(inputs, ref) for r in v.done]
+
+
+@figure_kind("curve_difference")
+def curve_difference(family: str, e: dict[str, Any], inputs: ReportInputs) -> Drawing:
+    """y − x of a logged scalar at each step both sides logged, per seed they share: how a final difference came."""
+    xs = {r.run.seed: dict(r.scalars.get(e["metric"], [])) for r in _runs(e["x"], inputs)}
+    ys = {r.run.seed: dict(r.scalars.get(e["metric"], [])) for r in _runs(e["y"], inputs)}
+    by_seed = {
+        s: {step: ys[s][step] - xs[s][step] for step in sorted(set(xs[s]) & set(ys[s]))}
+        for s in sorted(set(xs) & set(ys))
+    }
+    by_seed = {s: d for s, d in by_seed.items() if d}
+    data = {"name": e["name"], "x": e["x"], "y": e["y"], "metric": e["metric"], "figure": e.get("figure")}
+    data["by_seed"] = {str(s): [[step, d] for step, d in points.items()] for s, points in by_seed.items()}
+    if not by_seed:
+        done = f"{len(xs)} run(s) of x, {len(ys)} of y finished"
+        return Drawing(family, "curve_difference", data, [f"- {e['name']} over steps: not yet recorded ({done})."])
+    steps = sorted(set.intersection(*(set(d) for d in by_seed.values())))
+    values = np.array([[by_seed[s][step] for step in steps] for s in by_seed])
+    last = ", ".join(f"seed {s} {num(d[max(d)], 4, True)} at step {max(d)}" for s, d in by_seed.items())
+    paper_figure = f"; the paper's {num(e['figure'], 3, True)}" if e.get("figure") is not None else ""
+    line = f"- {e['name']} of `{e['metric']}` at each step both logged ({seed_list(list(by_seed))}): {last}"
+    line += f"{paper_figure}. Drawn per step below; no label (the comparisons' labels are read once, at every seed)."
+    fig = plots.curves_figure([(e["name"], steps, values)], f"difference of {e['metric']}", f"{family}: {e['name']}")
+    ax = fig.axes[0]
+    ax.axhline(0.0, color="black", linewidth=0.8)
+    if e.get("figure") is not None:
+        ax.axhline(e["figure"], color="grey", linestyle="--", linewidth=1, label="the paper")
+    caption, file = f"{e['name']} over steps", f"{family}-{slug(e['name'])}.png"
+    return Drawing(family, "curve_difference", data, [line], (caption, file, fig))
+
+
+@figure_kind("against_figure")
+def against_figure(family: str, e: dict[str, Any], inputs: ReportInputs) -> Drawing:
+    """x's metric per seed beside a figure of the paper, within ``tolerance`` where the protocol registers one."""
+    x = next(iter(_variant(inputs, e["x"])), None)
+    values = METRICS[e["metric"]](x, inputs) if x is not None else {}
+    tolerance = e.get("tolerance")
+    rows = [{"seed": s, "value": v, "minus_figure": v - e["figure"]} for s, v in sorted(values.items())]
+    for row in rows:
+        if tolerance is not None:
+            row["within_tolerance"] = abs(row["minus_figure"]) <= tolerance
+    data = {"name": e["name"], "x": e["x"], "figure": e["figure"], "tolerance": tolerance, "seeds": rows}
+    beside = f"{e['figure_name']} {e['figure']}" + (f" (registered tolerance ±{tolerance})" if tolerance else "")
+    if not rows:
+        return Drawing(family, "against_figure", data, [f"- {e['name']} beside {beside}: not yet recorded."])
+    said = "; ".join(
+        f"seed {r['seed']} {num(r['value'], 4)}, {num(r['minus_figure'], 4, True)}"
+        + ("" if tolerance is None else " (within it)" if r["within_tolerance"] else " (**outside it**)")
+        for r in rows
+    )
+    return Drawing(family, "against_figure", data, [f"- {e['name']} beside {beside}: {said}."])
+
+
+@figure_kind("scrambled_future")
+def scrambled_future(family: str, e: dict[str, Any], inputs: ReportInputs) -> Drawing:
+    """The leak measured directly (scripts/scrambled_future.py): checkpoint x's loss before each cut with the text
+    after it scrambled, minus unscrambled, per cut and in total with its interval over windows, beside the causal
+    control's; a figure of it per position."""
+    path = Path(e["file"])
+    data: dict[str, Any] = {"name": e["name"], "file": e["file"], "x": e["x"], "control": e["control"]}
+    command = f"python scripts/scrambled_future.py <{e['x']}>/checkpoints/last.ckpt <{e['control']}>/... --out {path}"
+    if not path.is_file():
+        return Drawing(
+            family, "scrambled_future", data, [f"- The leak at {e['name']}: not yet measured (`{command}`)."]
+        )
+    made = json.loads(path.read_text(encoding="utf-8"))
+    by_run = {c["run"]: c for c in made["checkpoints"]}
+    sides = [(role, by_run[run]) for role, run in (("x", e["x"]), ("control", e["control"])) if run in by_run]
+    cpu = made.get("cpu")
+    cpu = f"{cpu.get('model')} ({cpu.get('capability')})" if isinstance(cpu, dict) else cpu
+    data |= {"command": made.get("command"), "cpu": cpu, "readings": {}}
+    said = []
+    for role, c in sides:
+        t = c["total"]
+        data["readings"][role] = {"run": c["run"], "cuts": c["cuts"], "total": t}
+        cuts = "; ".join(f"cut {r['cut']} {_leak_interval(r)}" for r in c["cuts"])
+        what = "the causal control" if role == "control" else "z over the whole window"
+        said.append(f"`{c['run']}` ({what}): {cuts}; every cut {_leak_interval(t)}")
+    missing = [run for run in (e["x"], e["control"]) if run not in by_run]
+    total = sides[0][1]["total"] if sides else {"windows": 0, "level": 0.95}
+    lines = [
+        f"- The leak at {e['name']} (loss before the cut with the text from it on scrambled − as it is, nats/char, "
+        f"mean over {total['windows']} windows, {100 * total['level']:.0f}% interval over windows; "
+        f"`{made.get('command')}`, {cpu}): "
+        + " / ".join(said)
+        + (f"; not in the file: {', '.join(missing)}" if missing else "")
+        + ". No label: a causal model's is 0."
+    ]
+    curves = [
+        (f"{c['run']} cut {r['cut']}", list(range(r["cut"])), np.array([r["delta_by_position"]]))
+        for _, c in sides
+        for r in c["cuts"]
+    ]
+    fig = (
+        plots.curves_figure(curves, "loss scrambled − true", f"the leak, {e['name']}", xlabel="position")
+        if curves
+        else None
+    )
+    file = f"{family}-leak-{slug(path.stem)}.png"
+    return Drawing(
+        family, "scrambled_future", data, lines, (f"the leak per position, {e['name']}", file, fig) if fig else None
+    )
+
+
+def _leak_interval(r: dict[str, Any]) -> str:
+    return f"{num(r['delta'], 4, True)} [{num(r['low'], 4, True)}, {num(r['high'], 4, True)}]"
+
+
+def drawings(inputs: ReportInputs) -> list[Drawing]:
+    """Every entry of the protocol's `figures:`, read by its kind, family by family."""
+    return [
+        FIGURES[e["kind"]](family, e, inputs) for family, items in protocol.current().figures.items() for e in items
+    ]
+
+
+def drawings_section(inputs: ReportInputs, data: list[Drawing], found: Any, drawn: list[tuple[str, str]]) -> list[str]:
+    """Each family's section of what is drawn beside its comparisons: each reading, and its figure."""
+    files = dict(drawn)
+    out: list[str] = []
+    for family in dict.fromkeys(d.family for d in data):
+        # its comparisons' sentences are its group's section's (`report_markdown.section`), not repeated here
+        out += [f"## {family}: beside its comparisons", ""]
+        for d in (d for d in data if d.family == family):
+            out += d.lines
+            if d.figure is not None and d.figure[0] in files:
+                out += ["", f"![{d.figure[0]}]({files[d.figure[0]]})", ""]
+        out.append("")
+    return out

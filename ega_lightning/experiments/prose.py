@@ -16,7 +16,7 @@ from ega_lightning.experiments import protocol
 from ega_lightning.experiments.comparisons import diverged_rule, split_text
 from ega_lightning.experiments.findings import NOT_DATED, Finding, ReadOnce, Registration
 from ega_lightning.experiments.rules import NOT_PAPER_REGIME, Verdict, margin_of, max_seeds
-from ega_lightning.experiments.text import anchor, fmt_interval, how, seed_list
+from ega_lightning.experiments.text import anchor, fmt_interval, how, seed_count, seed_list
 
 # the margin each rule reads an interval against (its lines at ±; the protocol's names), where the family's
 # interval is printed
@@ -78,8 +78,10 @@ def state(f: ReadOnce) -> str:
     """How many of a family's planned runs are in, before the protocol reads it."""
     if not f.runs_in:
         return f"not yet run (0 of {f.runs_planned} {f.counted} in)"
+    n = f.interval.n if f.interval is not None else 0  # the seeds its interval pairs, before the label is read
     return (
-        f"not read yet: {f.runs_in} of {f.runs_planned} {f.counted} in (the protocol reads the family "
+        (f"{seed_count(n)}: no label; " if n else "")
+        + f"not read yet: {f.runs_in} of {f.runs_planned} {f.counted} in (the protocol reads the family "
         "once, when all are finished)"
     )
 

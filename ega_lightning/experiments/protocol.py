@@ -89,6 +89,9 @@ class Amendment:
     lines: tuple[int, int] = (0, 0)
     # the kinds of finding whose measure it replaces (`kinds:`): each is fixed at its date, whatever its label
     kinds: tuple[str, ...] = ()
+    # kinds it declares (its own `verdicts:`) whose rule its family's prose fixed before it (`fixed_in_prose:`, in an
+    # amendment that changes no rule): each is dated with its family's entry and margins, not with this amendment
+    fixed_in_prose: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,8 @@ class Protocol:
     # the families whose gates the leaderboard ranks against its pooled baseline and the positive control reads (the
     # latest amendment's `leaderboard:`)
     leaderboard: tuple[str, ...] = ()
+    # family -> what the report draws beside its comparisons (an amendment's `figures:`, the latest's; engine.FIGURES)
+    figures: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)
 
     def margin(self, name: str) -> float:
         return self.margins[name].value
@@ -215,21 +220,7 @@ def load(path: Path = PATH) -> Protocol:
         }
         text_lines = text.splitlines()
         verdict_lines = {k: _trimmed(s, text_lines) for k, s in _spans(nodes["verdicts"]).items()}
-        verdicts = {
-            kind: Entry(
-                kind,
-                v.get("family"),
-                bool(v["confirmatory"]),
-                v.get("rule"),
-                dict(v.get("by_claim") or {}),
-                tuple(v.get("margins") or ()),
-                v.get("testable"),
-                v.get("min_repetitions"),
-                str(v.get("why") or ""),
-                verdict_lines[kind],
-            )
-            for kind, v in data["verdicts"].items()
-        }
+        verdicts = {kind: _entry(kind, v, verdict_lines[kind]) for kind, v in data["verdicts"].items()}
         lines = {f"margins.{k}": _trimmed(s, text_lines) for k, s in _spans(nodes["margins"]).items()}
         lines["level"] = _trimmed(_spans(root)["level"], text_lines)
         lines.update({f"families.{k}": _trimmed(s, text_lines) for k, s in _spans(nodes["families"]).items()})
@@ -244,9 +235,19 @@ def load(path: Path = PATH) -> Protocol:
                 {k: str(v) for k, v in a.items() if isinstance(v, str) and k not in ("date", "cost_device")},
                 span,
                 tuple(a.get("kinds") or ()),
+                tuple(a.get("fixed_in_prose") or ()),
             )
             for a, span in zip(amended, spans, strict=True)
         )
+        # a kind an amendment declares is dated by the amendment's lines (`entry_dates`), never by `verdicts:`
+        for a, span in zip(amended, spans, strict=True):
+            for kind, v in (a.get("verdicts") or {}).items():
+                if kind in verdicts:
+                    raise ProtocolError(
+                        f"the protocol {path}: the amendment of issue {a['issue']} declares `{kind}`, "
+                        "which `verdicts:` or an earlier amendment already declares."
+                    )
+                verdicts[kind] = _entry(kind, v, span)
         # the claim a family's comparisons test where their lines name none (an amendment's `claims:`, the latest's)
         claimed = {family: str(claim) for a in amended for family, claim in (a.get("claims") or {}).items()}
         stated = [a.get("comparisons") or {} for a in amended] + [
@@ -289,11 +290,27 @@ def load(path: Path = PATH) -> Protocol:
             amendments,
             compared,
             next((tuple(a["leaderboard"]) for a in reversed(amended) if a.get("leaderboard")), ()),
+            {family: tuple(items) for a in amended for family, items in (a.get("figures") or {}).items()},
         )
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ProtocolError(f"the protocol {path} lacks or garbles {err}.") from None
     _check(protocol)
     return protocol
+
+
+def _entry(kind: str, v: dict[str, Any], lines: tuple[int, int]) -> Entry:
+    return Entry(
+        kind,
+        v.get("family"),
+        bool(v["confirmatory"]),
+        v.get("rule"),
+        dict(v.get("by_claim") or {}),
+        tuple(v.get("margins") or ()),
+        v.get("testable"),
+        v.get("min_repetitions"),
+        str(v.get("why") or ""),
+        lines,
+    )
 
 
 @functools.cache
@@ -356,9 +373,20 @@ def _field_problems(data: dict[str, Any]) -> list[str]:
         check(isinstance(f.get("plan") or "", str), f"families.{name}.plan", f.get("plan"), "a text")
         board = f.get("leaderboard", False)
         check(isinstance(board, bool), f"families.{name}.leaderboard", board, "true or false")
-    for kind, v in (data.get("verdicts") or {}).items() if isinstance(data.get("verdicts"), dict) else []:
+    amendments = data.get("amendments") or []
+    declared = (
+        [(f"verdicts.{k}", v) for k, v in (data.get("verdicts") or {}).items()]
+        if isinstance(data.get("verdicts"), dict)
+        else []
+    )
+    for i, a in enumerate(amendments if isinstance(amendments, list) else []):
+        own = a.get("verdicts") if isinstance(a, dict) else None
+        check(own is None or isinstance(own, dict), f"amendments[{i}].verdicts", own, "a mapping of kind to rule")
+        declared += (
+            [(f"amendments[{i}].verdicts.{k}", v) for k, v in (own or {}).items()] if isinstance(own, dict) else []
+        )
+    for where, v in declared:
         v = v if isinstance(v, dict) else {}
-        where = f"verdicts.{kind}"
         check(isinstance(v.get("confirmatory"), bool), f"{where}.confirmatory", v.get("confirmatory"), "true or false")
         for key in ("family", "rule", "testable"):
             check(v.get(key) is None or isinstance(v.get(key), str), f"{where}.{key}", v.get(key), "a name")
@@ -370,7 +398,6 @@ def _field_problems(data: dict[str, Any]) -> list[str]:
         ok = reps is None or (isinstance(reps, int) and not isinstance(reps, bool) and reps >= 1)
         check(ok, f"{where}.min_repetitions", reps, "a count >= 1")
         check(isinstance(v.get("why") or "", str), f"{where}.why", v.get("why"), "a text")
-    amendments = data.get("amendments") or []
     check(isinstance(amendments, list), "amendments", type(amendments).__name__, "a list")
     for i, a in enumerate(amendments if isinstance(amendments, list) else []):
         a = a if isinstance(a, dict) else {}
@@ -380,6 +407,11 @@ def _field_problems(data: dict[str, Any]) -> list[str]:
         check(isinstance(issue, int) and not isinstance(issue, bool), f"{where}.issue", issue, "an issue number")
         check(_strings(a.get("rules") or []), f"{where}.rules", a.get("rules"), "a list of rule names")
         check(_strings(a.get("kinds") or []), f"{where}.kinds", a.get("kinds"), "a list of kinds of verdict")
+        fixed = a.get("fixed_in_prose") or []
+        check(_strings(fixed), f"{where}.fixed_in_prose", fixed, "a list of kinds of verdict")
+        figures = a.get("figures") or {}
+        ok = isinstance(figures, dict) and all(isinstance(x, list) for x in figures.values())
+        check(ok, f"{where}.figures", figures, "a mapping of family to a list of figures")
         board = a.get("leaderboard") or []
         check(_strings(board), f"{where}.leaderboard", board, "a list of family names")
         claims = a.get("claims") or {}
@@ -415,6 +447,22 @@ def _check(p: Protocol) -> None:
             for k in a.kinds
             if k not in p.verdicts
         ]
+        # dated with its family only where this amendment declares the kind itself and changes no rule
+        problems += [
+            f"the amendment of issue {a.issue} dates {k!r} with its family's prose, which only an amendment of "
+            "`rules: []` may do for a kind it declares itself (its own `verdicts:`)"
+            for k in a.fixed_in_prose
+            if a.rules
+            or a.kinds
+            or p.verdicts.get(k) is None
+            or p.verdicts[k].lines != a.lines
+            or p.verdicts[k].family is None
+        ]
+    problems += [
+        f"figures are stated for the family {family!r}, which the protocol does not define"
+        for family in p.figures
+        if family not in p.families
+    ]
     problems += [
         f"the leaderboard ranks the family {family!r}, which the protocol does not define"
         for family in p.leaderboard
@@ -552,8 +600,10 @@ def entry_dates(p: Protocol) -> Dates:
         return max(blamed.when.get(n, now) for n in range(span[0], span[1] + 1))
 
     by_kind = {}
+    prose_fixed = {k for a in p.amendments for k in a.fixed_in_prose}
     for kind, e in p.verdicts.items():
-        spans = [e.lines, *(p.lines[f"margins.{m}"] for m in e.margins)]
+        # a kind its family's prose fixed before the amendment that declares it: the family's and margins' lines
+        spans = [*([] if kind in prose_fixed else [e.lines]), *(p.lines[f"margins.{m}"] for m in e.margins)]
         if e.family is not None:
             spans.append(p.lines[f"families.{e.family}"])
         by_kind[kind] = max(newest_of(s) for s in spans)

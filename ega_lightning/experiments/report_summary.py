@@ -22,6 +22,7 @@ from ega_lightning.experiments.text import anchor, fmt_interval, num, seed_count
 ROWS = (
     ("improvement:tinyshakespeare", ("improvement",)),
     ("improvement:tinyshakespeare", ("author_gain",)),  # the author's EGA-1 against their baseline (issue 50)
+    ("improvement:tinyshakespeare", ("paper_gain",)),  # the same at the paper's size (issue 67)
     ("improvement:ptb", ("improvement",)),
     ("gap", ("gap",)),
     ("tau", ("tau",)),
@@ -48,6 +49,8 @@ OTHER_STUDIES = (
 )
 AUTHOR_GATES = ("author",)  # the gate names of the author's EGA (issue 50); a verdict reading one is about it
 AUTHOR_KINDS = ("author_gain", "author_step")  # read once every planned run is in: a row before that has no label
+PAPER_KINDS = ("paper_gain", "paper_step")  # the author's study at the paper's size (issue 67)
+ONCE_KINDS = (*AUTHOR_KINDS, *PAPER_KINDS)
 WATERFALL = "<!-- the author's EGA: its waterfall goes here (issue 50) -->"
 # what each label of the measure past the block says (`rope.READINGS`)
 PAST_THE_BLOCK = {verdict.value: reading for verdict, reading in READINGS.items()}
@@ -94,6 +97,8 @@ def measured(f: dict[str, Any]) -> str:
     kind, d = f["kind"], f["corrected"] or f["ours"]
     if kind in AUTHOR_KINDS:
         return _author_measured(f)
+    if kind in PAPER_KINDS and not d:
+        return f"{_short(f['against'])} − {_short(f['subject'])} at the paper's size: no pair of runs recorded yet"
     if kind == "cost":
         ours = f["ours"] or {}
         return f"step time ×{num(ours.get('mean'))} on {f['device'].upper()}, {f['repetitions']} repetitions"
@@ -121,8 +126,9 @@ def _short(name: str) -> str:
 
 def verdict(f: dict[str, Any], max_seeds: int) -> str:
     """Its label in plain words: the verdict, an effect's size, where the verdict would go with more seeds."""
-    if f["kind"] in AUTHOR_KINDS and _runs_in(f):
-        return f"**{_runs_in(f)}** (the protocol reads it when all are)"
+    if f["kind"] in ONCE_KINDS and _runs_in(f):
+        n = (f["ours"] or {}).get("n")
+        return f"**{seed_count(n) + ': no label; ' if n else ''}{_runs_in(f)}** (the protocol reads it when all are)"
     text = f"**{f['verdict']}**"
     m = f.get("magnitude")
     if m and m.get("reading"):
@@ -154,6 +160,8 @@ def which_ega(f: dict[str, Any], gates: dict[str, str]) -> str:
     where a run it reads trained the author's gate, else ours."""
     if f.get("ega"):
         return f["ega"]
+    if f["kind"] == "paper_gain":  # B − A: the author's EGA-1 as published, whether or not a run is in
+        return "the author's"
     runs = (f.get("code") or {}).get("read") or []
     return "the author's" if any(gates.get(r) in AUTHOR_GATES for r in runs) else "ours"
 
@@ -165,7 +173,7 @@ def _rows(results: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]]]]:
         found = [
             f
             for f in results["findings"]
-            if f["claim"] == key and f["kind"] in kinds and (f["verdict"] or f["kind"] in AUTHOR_KINDS)
+            if f["claim"] == key and f["kind"] in kinds and (f["verdict"] or f["kind"] in ONCE_KINDS)
         ]
         if key in {c["key"] for c in results["paper"]["claims"]} and found:
             out.append((key, found))
@@ -208,6 +216,20 @@ def author_lines(results: dict[str, Any], figure: str | None) -> list[str]:
             f"step beside the whole validation split and the leak study: [{TITLE}](#{anchor(TITLE)}).",
             "",
         ]
+    return lines
+
+
+def drawn_lines(results: dict[str, Any]) -> list[str]:
+    """What the protocol draws beside a family's comparisons (results.json's `drawn`, as its section says each, in one
+    paragraph) and their figures, under each family."""
+    drawn = results.get("drawn") or []
+    lines: list[str] = []
+    for family in dict.fromkeys(d["family"] for d in drawn):
+        mine = [d for d in drawn if d["family"] == family]
+        said = " ".join(line.removeprefix("- ") for d in mine for line in d["said"])
+        figures = " ".join(f"![{d['name']}]({d['file']})" for d in mine if d["file"])
+        lines += [f"### Beside {family}'s comparisons (each seed that is in; no label)", "", said, ""]
+        lines += [figures, ""] if figures else []
     return lines
 
 
@@ -284,4 +306,4 @@ def summary(
     lines += [""]
     if leaderboard_figure:
         lines += [f"![every gate against the baseline, TinyShakespeare, cpu size]({leaderboard_figure})", ""]
-    return lines + author_lines(results, waterfall_figure)
+    return lines + author_lines(results, waterfall_figure) + drawn_lines(results)

@@ -76,6 +76,17 @@ STUDIES: tuple[Study, ...] = (
     cost.STUDY,
     author.STUDY,
     rope.STUDY,
+    Study("paper_size", findings=lambda inputs, data, read: engine.family_findings(inputs, "paper_size")),
+    Study(  # what the protocol draws beside a family's comparisons (its `figures:`): curves, paper figures, the leak
+        "drawn",
+        measure=engine.drawings,
+        section=engine.drawings_section,
+        figures=lambda inputs, data: [d.figure for d in data if d.figure is not None],
+        json=lambda inputs, data: [
+            {"family": d.family, "kind": d.kind, **d.data, "said": d.lines, "file": d.figure and d.figure[1]}
+            for d in data
+        ],
+    ),
     Study(  # every family of the protocol no study above places: a new study is data (docs/adding-a-study.md)
         "engine",
         measure=lambda inputs: engine.unplaced(PLACED),
