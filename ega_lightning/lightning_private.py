@@ -66,7 +66,7 @@ PRIVATE_USES = (
     ),
     PrivateUse(
         "lightning.pytorch.trainer.trainer.Trainer._signal_connector",
-        "set_sigterm_handler (callbacks/stop.py: StopSignals.take_under_ddp, from EgaCLI's setup_environment)",
+        "set_sigterm_handler (callbacks/stop.py: StopSignals.take_under_ddp, from AgreeingDDPStrategy's agreement)",
         "the Trainer's signal connector, whose SIGTERM handler is set below: the Trainer takes no handler.",
     ),
     PrivateUse(
