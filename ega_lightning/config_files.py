@@ -142,13 +142,21 @@ def run_config(path: str) -> dict[str, Any] | None:
     content = read_config(path)
     for section in SECTIONS:
         if content is not None and section in content and content[section] is None:
-            raise UserError(
-                f"{section} is null (in a -c file or a flag), and it must be a mapping of {section} options: {path} "
-                f"sets {section}: null, which the parser does not read as written (it drops the section's defaults, "
-                f"or ignores the null and runs them: data: null started a default run). Delete the line to keep the "
-                f"defaults, or give the options you change (e.g. {section}: {{{SECTION_EXAMPLES[section]}}})."
+            why = (
+                f"{path} sets {section}: null, which the parser does not read as written (it drops the section's "
+                "defaults, or ignores the null and runs them: data: null started a default run)"
             )
+            raise UserError(not_a_mapping(section, "null", why))
     return content
+
+
+def not_a_mapping(section: str, value: str, why: str = "that one would drop every default of base.yaml") -> str:
+    """The paragraph for a config section (model, data, trainer) given as ``value``, which is no mapping."""
+    return (
+        f"{section} is {value} (in a -c file or a flag), and it must be a mapping of {section} options: {why}. "
+        f"Delete the line to keep the defaults, or give the options you change (e.g. {section}: "
+        f"{{{SECTION_EXAMPLES[section]}}})."
+    )
 
 
 def resolve_config_args(argv: list[str], float_flags: Collection[str] = ()) -> list[str]:

@@ -18,7 +18,7 @@ from jsonargparse import ArgumentError
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from ega_lightning import run_policy
-from ega_lightning.config_files import DEFAULT_CONFIGS, PACKAGED_CONFIGS, resolve_config_args
+from ega_lightning.config_files import DEFAULT_CONFIGS, PACKAGED_CONFIGS, not_a_mapping, resolve_config_args
 from ega_lightning.data import CharDataModule
 from ega_lightning.errors import UserError
 from ega_lightning.module import CharLM, check_arguments
@@ -93,15 +93,20 @@ def parser_message(message: str) -> str:
     text = one_line(message)
     if VOCAB_LINK in text:
         return VOCAB_GIVEN
-    if gone := SECTION_GONE.search(text):
-        section = gone.group(1)
-        example = {"model": "n_embd: 64", "data": "batch_size: 16"}[section]
-        return (
-            f"{section} is null (in a -c file or a flag), and it must be a mapping of {section} options: that one "
-            f"would drop every default of base.yaml. Delete the line to keep the defaults, or give the options you "
-            f"change (e.g. {section}: {{{example}}})."
-        )
-    return text
+    gone = SECTION_GONE.search(text)
+    return not_a_mapping(gone.group(1), "null") if gone else text
+
+
+class EgaCommands:
+    """What `ega`'s LightningCLIs share (EgaCLI, and the parser that `problems` reads with; before LightningCLI
+    among the bases): the subcommands `ega` offers (no predict), and its own arguments."""
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        return {k: v for k, v in LightningCLI.subcommands().items() if k in LIGHTNING_SUBCOMMANDS}
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        add_run_arguments(parser)
 
 
 def add_run_arguments(parser: LightningArgumentParser) -> None:
@@ -140,18 +145,17 @@ def add_run_arguments(parser: LightningArgumentParser) -> None:
 def cli_options(descriptions: dict[str, str] | None = None, exit_on_error: bool = True) -> dict[str, Any]:
     """The LightningCLI arguments of `ega fit/validate/test` (beside the classes, the callback and the args)."""
     defaults = [str(PACKAGED_CONFIGS / name) for name in DEFAULT_CONFIGS]
+    own = {} if exit_on_error else {"exit_on_error": False}  # the parser's and each subcommand's
     subparsers = {
-        sub: {"default_config_files": defaults, "description": (descriptions or {}).get(sub)}
+        sub: {"default_config_files": defaults, "description": (descriptions or {}).get(sub), **own}
         for sub in LIGHTNING_SUBCOMMANDS
     }
-    if not exit_on_error:
-        subparsers = {sub: {**kwargs, "exit_on_error": False} for sub, kwargs in subparsers.items()}
     return {
         "seed_everything_default": 1337,
         "trainer_defaults": {"logger": TENSORBOARD_LOGGER},
         "auto_configure_optimizers": False,
         "parser_class": EgaArgumentParser,
-        "parser_kwargs": subparsers if exit_on_error else {"exit_on_error": False, **subparsers},
+        "parser_kwargs": {**own, **subparsers},
     }
 
 
@@ -160,15 +164,8 @@ class _Built(Exception):
         self.parser = parser
 
 
-class _ParserOnly(LightningCLI):
+class _ParserOnly(EgaCommands, LightningCLI):
     """Lightning's CLI as EgaCLI sets it up, stopped before it parses: its parser, raised in a `_Built`."""
-
-    @staticmethod
-    def subcommands() -> dict[str, set[str]]:
-        return {k: v for k, v in LightningCLI.subcommands().items() if k in LIGHTNING_SUBCOMMANDS}
-
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        add_run_arguments(parser)
 
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         raise _Built(parser)

@@ -10,7 +10,10 @@ a private attribute of Lightning or jsonargparse (the test fails on one that doe
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +27,8 @@ class PrivateUse:
     name: str  # the private name, as its module and attributes spell it in Lightning
     used_by: str  # where ega_lightning uses it
     why: str  # why no public hook does it
+    # a behaviour relied on, never called or read (the function of ``used_by``, in this module, relies on it)
+    relied_on: bool = False
 
 
 PRIVATE_USES = (
@@ -61,7 +66,7 @@ PRIVATE_USES = (
     ),
     PrivateUse(
         "lightning.pytorch.trainer.trainer.Trainer._signal_connector",
-        "set_sigterm_handler (callbacks/stop.py: StopSignals.take_under_ddp, from EgaCLI's setup_environment)",
+        "set_sigterm_handler (callbacks/stop.py: StopSignals.take_under_ddp, from AgreeingDDPStrategy's agreement)",
         "the Trainer's signal connector, whose SIGTERM handler is set below: the Trainer takes no handler.",
     ),
     PrivateUse(
@@ -76,6 +81,14 @@ PRIVATE_USES = (
         "take_launcher_children (callbacks/stop.py: AgreedStop, on rank 0 of Lightning's own launcher)",
         "the ranks the launcher started, in the list its child observer shares: the observer SIGKILLs rank 0 "
         "and every child as soon as one child exits non-zero (143 too), and has no public switch.",
+    ),
+    PrivateUse(
+        "lightning.pytorch.strategies.launchers.subprocess_script._SubprocessScriptLauncher._call_children_scripts",
+        "line_for_every_rank (commands/lightning_cli.py: main, on the line from the shell)",
+        "Lightning's DDP launcher starts the other ranks by re-executing the line as typed (sys.argv) with a copy of "
+        "rank 0's environment, and takes no command line of its own: rank 0 hands on the line it resolved in that "
+        "environment, so that every rank parses the line rank 0 parsed (and sys.argv stays the user's).",
+        relied_on=True,
     ),
     PrivateUse(
         "lightning.pytorch.utilities._pytree",
@@ -104,6 +117,23 @@ def validation_follows(trainer: Any) -> bool:
     loop = trainer.fit_loop.epoch_loop
     fetcher = trainer.fit_loop._data_fetcher
     return bool(trainer.enable_validation and fetcher is not None and loop._should_check_val_fx(fetcher))
+
+
+# what the ranks that Lightning's DDP launcher starts inherit from rank 0: a copy of its environment
+# (`_SubprocessScriptLauncher._call_children_scripts`), where rank 0 leaves the command line it resolved
+HANDED_TO_THE_RANKS = "os.environ.copy()"
+RESOLVED_ENV = "EGA_RESOLVED_LINE"
+
+
+def line_for_every_rank(argv: list[str], resolve: Callable[[list[str]], list[str]]) -> list[str]:
+    """``resolve(argv)``, or, in a rank that Lightning's DDP launcher started for the same line (it re-executes
+    sys.argv), the line that rank 0 resolved: every rank parses the one line, not a second reading of its files."""
+    handed = json.loads(os.environ.get(RESOLVED_ENV) or "{}")
+    if handed.get("typed") == argv:
+        return list(handed["resolved"])
+    resolved = resolve(argv)
+    os.environ[RESOLVED_ENV] = json.dumps({"typed": argv, "resolved": resolved})
+    return resolved
 
 
 # the name of Lightning's private pytree module as a warnings filter's ``module`` pattern (a regular expression)

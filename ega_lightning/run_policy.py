@@ -8,8 +8,9 @@ the resume point, the lock, whether the old run is deleted; or it refuses, with 
 ``REFUSALS`` that applies, as one paragraph saying what is wrong and the way out. `EgaCLI`
 (commands/lightning_cli.py) applies the plan in its hooks; nothing is built or written before it.
 
-A refusal is one function ``(request, plan) -> message or None`` in ``REFUSALS``, asked in order: a
-new rule is one more function there, and `refusals` lists every one that applies. They read only the
+A refusal is one callable ``(request, plan) -> message or None`` in ``REFUSALS``, asked in order: a
+function, or, for one value out of its range, a `Limit` row (the key, the range, the paragraph); a new rule is
+one more entry there, and `refusals` lists every one that applies. They read only the
 request and the plan, so every process of a run (each DDP rank) decides the same. The run directory's
 state (fresh, resumable, stale: `runs.check_fit_target`) is the one decision taken later, by
 `claim_run_dir`, under the directory's lock: read without it, a run that another process is training
@@ -34,7 +35,7 @@ import yaml
 from ega_lightning import runs
 from ega_lightning.callbacks.last import RUN_KEY
 from ega_lightning.checkpoint_io import load_checkpoint
-from ega_lightning.config_files import SECTION_EXAMPLES, SECTIONS
+from ega_lightning.config_files import SECTIONS, not_a_mapping
 from ega_lightning.errors import UserError
 from ega_lightning.io import read_yaml
 from ega_lightning.model.position import POSITIONS
@@ -101,12 +102,7 @@ def read_request(command: str | None, config: Any, argv: Sequence[str], missing_
     plain = config.as_dict()
     for section in SECTIONS:  # `trainer: null` in a -c file parses, and would build a Trainer of nothing
         if not isinstance(plain.get(section), dict):
-            raise UserError(
-                f"{section} is {yaml.safe_dump(plain.get(section)).split(chr(10))[0]} (in a -c file or a flag), and it "
-                f"must be a mapping of {section} options: that one would drop every default of base.yaml. Delete "
-                f"the line to keep the defaults, or give the options you change (e.g. {section}: "
-                f"{{{SECTION_EXAMPLES[section]}}})."
-            )
+            raise UserError(not_a_mapping(section, yaml.safe_dump(plain.get(section)).split("\n")[0]))
     ckpt_path = plain.get("ckpt_path")
     path = None
     if ckpt_path == "last" and command == "fit":
@@ -127,16 +123,12 @@ def read_checkpoint(path: Path) -> CheckpointFacts:
     saved.update({row.key: hparams[row.key[6:]] for row in CONTINUED if row.key[6:] in hparams and row.model})
     recorded = ckpt.get(WORLD_KEY)
     world = world_of(recorded) if isinstance(recorded, Mapping) else None
-    if recorded is None or "trainer.precision" not in saved:  # saved before ega recorded it: its run's word
+    later = [key for key in ("precision", "accumulate_grad_batches") if f"trainer.{key}" not in saved]
+    if recorded is None or later:  # saved before ega recorded them: its run's config.yaml says them
         trainer = _run_config(path).get("trainer")
         trainer = trainer if isinstance(trainer, dict) else {}
         world = world_of(trainer) if recorded is None and trainer else world
-        if "trainer.precision" not in saved and trainer.get("precision") is not None:
-            saved["trainer.precision"] = trainer["precision"]
-    if "trainer.accumulate_grad_batches" not in saved:  # saved before ega recorded it: its run's config.yaml
-        trainer = _run_config(path).get("trainer")
-        if isinstance(trainer, dict) and trainer.get("accumulate_grad_batches") is not None:
-            saved["trainer.accumulate_grad_batches"] = trainer["accumulate_grad_batches"]
+        saved.update({f"trainer.{key}": trainer[key] for key in later if trainer.get(key) is not None})
     return CheckpointFacts(path, ckpt["hyper_parameters"], ckpt.get("global_step"), data.get("corpus"), world, saved)
 
 
@@ -193,9 +185,6 @@ def typed_keys(argv: Sequence[str]) -> frozenset[str]:
         elif arg.startswith("--"):
             typed.add(".".join(flag.removeprefix("--").split(".")[:2]))
     return frozenset(typed)
-
-
-# the config's sections whose flag takes a whole mapping (a file or YAML text), as -c takes the whole config
 
 
 def _yaml_of(value: str | None) -> Any:
@@ -554,10 +543,15 @@ def _command_value(request: RunRequest, plan: RunPlan, key: str) -> Any:
     return precision_name(value) if key == "trainer.precision" else value
 
 
+def _resumed(request: RunRequest, plan: RunPlan) -> CheckpointFacts | None:
+    """The checkpoint a fit resumes (``--ckpt_path last``, its run's last.ckpt found); None: the command is none."""
+    return request.checkpoint if request.command == "fit" and plan.ckpt_path == "last" else None
+
+
 def resume_continues_one_run(request: RunRequest, plan: RunPlan) -> str | None:
     """A resume (``last``) whose command differs from its checkpoint's run in a row of ``CONTINUED``."""
-    ckpt = request.checkpoint
-    if request.command != "fit" or plan.ckpt_path != "last" or ckpt is None:
+    ckpt = _resumed(request, plan)
+    if ckpt is None:
         return None
     differ = []
     for row in CONTINUED:
@@ -585,10 +579,9 @@ def resume_continues_one_run(request: RunRequest, plan: RunPlan) -> str | None:
 
 def resume_not_past_max_steps(request: RunRequest, plan: RunPlan) -> str | None:
     # a resume with max_steps below its step would train nothing and record a run shorter than the one trained
-    ckpt, steps = request.checkpoint, request.config["trainer"]["max_steps"]
-    if request.command != "fit" or plan.ckpt_path != "last" or ckpt is None or ckpt.global_step is None:
-        return None
-    if steps is None or steps < 1 or ckpt.global_step <= steps:  # max_steps below 1: max_steps_positive says it
+    # (max_steps below 1: max_steps_positive says it)
+    ckpt, steps = _resumed(request, plan), request.config["trainer"]["max_steps"]
+    if ckpt is None or ckpt.global_step is None or steps is None or steps < 1 or ckpt.global_step <= steps:
         return None
     return (
         f"the run in {plan.run_dir} is at step {ckpt.global_step} (its last.ckpt) and trainer.max_steps is {steps}: "
@@ -601,42 +594,6 @@ def resume_not_past_max_steps(request: RunRequest, plan: RunPlan) -> str | None:
 
 def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, list | tuple) else value
-
-
-def max_epochs_unset(request: RunRequest, plan: RunPlan) -> str | None:
-    # the training windows are an endless stream: an epoch never ends, so max_epochs 0 stopped a run before its first
-    # step, exit 0, and `ega sweep` marked it DONE
-    epochs = request.config["trainer"].get("max_epochs")
-    if request.command != "fit" or epochs is None or epochs == -1:
-        return None
-    return (
-        f"trainer.max_epochs is {epochs}: the training windows are an endless stream, so an epoch never ends and "
-        "max_epochs could only stop the run before its first step; a run's length is trainer.max_steps. Drop "
-        "--trainer.max_epochs and set --trainer.max_steps=N."
-    )
-
-
-def gradient_clip_val_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
-    clip = request.config["trainer"].get("gradient_clip_val")
-    if clip is None or (isinstance(clip, int | float) and clip >= 0):
-        return None
-    return (
-        f"trainer.gradient_clip_val is {clip}: Lightning clips only to a positive norm and skips any other value "
-        "without a word, so the run would train unclipped. Give a positive norm (base.yaml's is 1.0), or 0 to "
-        "train without clipping."
-    )
-
-
-def max_steps_positive(request: RunRequest, plan: RunPlan) -> str | None:
-    if request.command != "fit":
-        return None
-    steps = request.config["trainer"]["max_steps"]
-    if steps is not None and steps >= 1:
-        return None
-    return (
-        f"trainer.max_steps is {steps}; set a positive number of optimizer steps "
-        "(--trainer.max_steps=N): the learning-rate schedule and the data are step-based."
-    )
 
 
 def dropout_before_gate_trains_on_reference(request: RunRequest, plan: RunPlan) -> str | None:
@@ -655,30 +612,84 @@ def dropout_before_gate_trains_on_reference(request: RunRequest, plan: RunPlan) 
     )
 
 
-def val_check_interval_positive(request: RunRequest, plan: RunPlan) -> str | None:
-    interval = request.config["trainer"]["val_check_interval"]
-    if not isinstance(interval, int | float) or interval > 0:
-        return None
-    return (
-        f"trainer.val_check_interval is {interval}; set a positive number of optimizer steps between "
-        "evaluations (--trainer.val_check_interval=N)."
-    )
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float)
 
 
-def log_every_n_steps_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
-    # Lightning takes a negative log_every_n_steps for its absolute value (issue 72: -5 logged every 5 steps)
-    every = request.config["trainer"].get("log_every_n_steps")
-    if not isinstance(every, int | float) or every >= 0:
-        return None
-    return (
-        f"trainer.log_every_n_steps is {every}: give the optimizer steps between logged points, a positive number "
-        "(Lightning would read it as its absolute value)."
-    )
+@dataclass(frozen=True)
+class Limit:
+    """A refusal of one value of the config (its dotted key) outside what the run can take: ``ok`` says whether it
+    is within; ``says``, the paragraph, names the value given as ``{value}``. ``fit``: asked of ega fit alone."""
+
+    key: str
+    ok: Callable[[Any], bool]
+    says: str
+    fit: bool = False
+
+    def __call__(self, request: RunRequest, plan: RunPlan) -> str | None:
+        if self.fit and request.command != "fit":
+            return None
+        value = _command_value(request, plan, self.key)
+        return None if self.ok(value) else self.says.format(value=value)
 
 
-def checkpoint_every_not_negative(request: RunRequest, plan: RunPlan) -> str | None:
-    every = request.config["checkpoint_every_n_steps"]
-    return None if every >= 0 else f"checkpoint_every_n_steps must be >= 0 (0: never), got {every}."
+SEEDS = 2**32  # numpy's random generator, which Lightning's seed_everything seeds, takes [0, 2**32)
+
+max_steps_positive = Limit(
+    "trainer.max_steps",
+    lambda steps: steps is not None and steps >= 1,
+    "trainer.max_steps is {value}; set a positive number of optimizer steps (--trainer.max_steps=N): the "
+    "learning-rate schedule and the data are step-based.",
+    fit=True,
+)
+# the training windows are an endless stream: an epoch never ends, so max_epochs 0 stopped a run before its first
+# step, exit 0, and `ega sweep` marked it DONE
+max_epochs_unset = Limit(
+    "trainer.max_epochs",
+    lambda epochs: epochs is None or epochs == -1,
+    "trainer.max_epochs is {value}: the training windows are an endless stream, so an epoch never ends and "
+    "max_epochs could only stop the run before its first step; a run's length is trainer.max_steps. Drop "
+    "--trainer.max_epochs and set --trainer.max_steps=N.",
+    fit=True,
+)
+gradient_clip_val_not_negative = Limit(
+    "trainer.gradient_clip_val",
+    lambda clip: clip is None or (_number(clip) and clip >= 0),
+    "trainer.gradient_clip_val is {value}: Lightning clips only to a positive norm and skips any other value "
+    "without a word, so the run would train unclipped. Give a positive norm (base.yaml's is 1.0), or 0 to "
+    "train without clipping.",
+)
+val_check_interval_positive = Limit(
+    "trainer.val_check_interval",
+    lambda interval: not _number(interval) or interval > 0,
+    "trainer.val_check_interval is {value}; set a positive number of optimizer steps between evaluations "
+    "(--trainer.val_check_interval=N).",
+)
+accumulate_grad_batches_positive = Limit(
+    "trainer.accumulate_grad_batches",
+    lambda batches: not isinstance(batches, int) or batches >= 1,
+    "trainer.accumulate_grad_batches is {value}; set a positive number of batches per optimizer step "
+    "(--trainer.accumulate_grad_batches=N, 1: every batch is a step).",
+)
+checkpoint_every_not_negative = Limit(
+    "checkpoint_every_n_steps",
+    lambda every: every >= 0,
+    "checkpoint_every_n_steps must be >= 0 (0: never), got {value}.",
+)
+# Lightning takes a negative log_every_n_steps for its absolute value (issue 72: -5 logged every 5 steps)
+log_every_n_steps_not_negative = Limit(
+    "trainer.log_every_n_steps",
+    lambda every: not _number(every) or every >= 0,
+    "trainer.log_every_n_steps is {value}: give the optimizer steps between logged points, a positive number "
+    "(Lightning would read it as its absolute value).",
+)
+# a bool is refused where the data's seed is linked to it (fit_args._seed_for_data)
+seed_in_range = Limit(
+    "seed_everything",
+    lambda seed: not isinstance(seed, int) or isinstance(seed, bool) or 0 <= seed < SEEDS,
+    "seed_everything is {value}; set an integer in [0, 2**32) (e.g. --seed_everything=1337), the range numpy's "
+    "random generator takes.",
+)
 
 
 def _memory_bytes() -> int | None:
@@ -747,8 +758,8 @@ def world_size_unchanged(request: RunRequest, plan: RunPlan) -> str | None:
     """A run resumes in the world it was trained in: with other processes its global batch (batch_size x devices
     x num_nodes) and every rank's windows change, so it would end elsewhere than the run it continues. Asked
     from the config and the checkpoint, before the Trainer is built and any process group forms."""
-    ckpt = request.checkpoint
-    if request.command != "fit" or plan.ckpt_path != "last" or ckpt is None or ckpt.world is None:
+    ckpt = _resumed(request, plan)
+    if ckpt is None or ckpt.world is None:
         return None
     asked = world_of(request.config["trainer"])
     if asked is None or asked[0] * asked[1] == ckpt.world[0] * ckpt.world[1]:
@@ -850,29 +861,6 @@ def fit_writes_a_best_checkpoint(request: RunRequest, plan: RunPlan) -> str | No
         "write no best.ckpt, nor log what base.yaml's other callbacks do (tau, the gap, the gate map) unless your "
         "list names them. Add a callback with --trainer.callbacks+=<class path>, or start your list from base.yaml's "
         "(ega fit --print_config shows it)."
-    )
-
-
-def accumulate_grad_batches_positive(request: RunRequest, plan: RunPlan) -> str | None:
-    batches = request.config["trainer"].get("accumulate_grad_batches", 1)
-    if not isinstance(batches, int) or batches >= 1:
-        return None
-    return (
-        f"trainer.accumulate_grad_batches is {batches}; set a positive number of batches per optimizer step "
-        "(--trainer.accumulate_grad_batches=N, 1: every batch is a step)."
-    )
-
-
-SEEDS = 2**32  # numpy's random generator, which Lightning's seed_everything seeds, takes [0, 2**32)
-
-
-def seed_in_range(request: RunRequest, plan: RunPlan) -> str | None:
-    seed = request.config.get("seed_everything")
-    if not isinstance(seed, int) or isinstance(seed, bool) or 0 <= seed < SEEDS:
-        return None  # a bool is refused where the data's seed is linked to it (lightning_cli._seed_for_data)
-    return (
-        f"seed_everything is {seed}; set an integer in [0, 2**32) (e.g. --seed_everything=1337), the range "
-        "numpy's random generator takes."
     )
 
 

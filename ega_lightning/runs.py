@@ -172,30 +172,6 @@ def snapshot(run_dir: Path) -> set[Path]:
     return set(run_dir.rglob("*")) if run_dir.is_dir() else set()
 
 
-def missing_dirs(run_dir: Path) -> list[Path]:
-    """``run_dir`` and those of its parents that do not exist yet, innermost first."""
-    return [d for d in (run_dir, *run_dir.parents) if not d.exists()]
-
-
-def undo_new(run_dir: Path, before: set[Path], missing: list[Path]) -> None:
-    """Removes what appeared under ``run_dir`` since ``before``, and the directories of ``missing`` (those
-    that did not exist before, see :func:`missing_dirs`) that are left empty, e.g. ``lightning_logs``.
-    """
-    if missing:
-        shutil.rmtree(run_dir, ignore_errors=True)
-        for parent in missing[1:]:
-            try:
-                parent.rmdir()  # only while empty: never another run's directory
-            except OSError:
-                break
-        return
-    for path in sorted(snapshot(run_dir) - before, key=lambda p: len(p.parts), reverse=True):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
-
-
 def default_run_name(config: Any) -> str:
     """e.g. ``tinyshakespeare-multiscale_scales2-4x4x128-T128-seed1337``, ``ptb-fox+output_headwise-...``,
     ``tinyshakespeare-alibi-posnone-...`` (a position encoding other than the learned default)
@@ -276,7 +252,7 @@ class RunClaim:
     def __init__(self) -> None:
         self.run_dir: Path | None = None  # set by `claim`; None while the command has claimed nothing
         self._before: set[Path] = set()
-        self._missing: list[Path] = []
+        self._missing: list[Path] = []  # the run directory and those of its parents that did not exist, innermost first
         self._lock: TextIO | None = None
 
     def __enter__(self) -> RunClaim:
@@ -288,7 +264,7 @@ class RunClaim:
     def claim(self, run_dir: Path, fit: bool) -> None:
         """Takes ``run_dir``: for ``ega fit`` its lock (:class:`RunBusy` when another process holds it; then
         nothing is claimed), and what is there now, so that :meth:`undo` removes only what comes after."""
-        missing = missing_dirs(run_dir)  # before the lock, which makes the directory
+        missing = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # before the lock makes the directory
         if fit:
             self._lock = lock(run_dir)
         self.run_dir, self._before, self._missing = run_dir, snapshot(run_dir), missing
@@ -299,11 +275,24 @@ class RunClaim:
             self._lock = None
 
     def undo(self) -> None:
-        """After a user error: remove what this command wrote, so nothing half-written stays behind."""
+        """After a user error: remove what this command wrote, so nothing half-written stays behind: what appeared
+        under the run directory since the claim, and the directories the claim made (``lightning_logs``) where left
+        empty."""
         if self.run_dir is None:
             return
         run_dir, self.run_dir = self.run_dir, None
-        undo_new(run_dir, self._before, self._missing)
+        if self._missing:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            for parent in self._missing[1:]:
+                try:
+                    parent.rmdir()  # only while empty: never another run's directory
+                except OSError:
+                    break
+        for path in sorted(snapshot(run_dir) - self._before, key=lambda p: len(p.parts), reverse=True):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
         self.release()
 
     def keep_or_undo(self, fit: bool) -> str:

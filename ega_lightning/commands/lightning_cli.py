@@ -13,11 +13,14 @@ import os
 import signal
 import socket
 import sys
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 from jsonargparse import Namespace
 from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment, TorchElasticEnvironment
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.strategies import DDPStrategy, Strategy, StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
@@ -27,8 +30,8 @@ from ega_lightning.callbacks.stop import AgreedStop, StopSignals
 from ega_lightning.config_files import resolve_config_args
 from ega_lightning.data import CharDataModule
 from ega_lightning.errors import DEBUG_ENV, Interrupted, Stopped, UserError, end_command, in_ega_terms
-from ega_lightning.fit_args import FLOAT_FLAGS, LIGHTNING_SUBCOMMANDS, add_run_arguments, cli_options
-from ega_lightning.lightning_private import PlannedCheckpointMerge, purge_from
+from ega_lightning.fit_args import FLOAT_FLAGS, LIGHTNING_SUBCOMMANDS, EgaCommands, cli_options
+from ega_lightning.lightning_private import PlannedCheckpointMerge, line_for_every_rank, purge_from
 from ega_lightning.module import CharLM
 
 
@@ -44,7 +47,7 @@ class SaveRunConfig(SaveConfigCallback):
         super().setup(trainer, pl_module, stage)
 
 
-class EgaCLI(PlannedCheckpointMerge, LightningCLI):
+class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
     """Lightning's CLI for CharLM and CharDataModule, with `ega`'s run directories, checks and summaries.
 
     ``claim`` is this command's claim on its run directory (the lock, what to undo): the caller keeps it,
@@ -78,15 +81,11 @@ class EgaCLI(PlannedCheckpointMerge, LightningCLI):
             if claim is None:  # a notebook fits, then resumes the same run in one process: no lock kept
                 self._claim.release()
 
-    @staticmethod
-    def subcommands() -> dict[str, set[str]]:
-        return {k: v for k, v in LightningCLI.subcommands().items() if k in LIGHTNING_SUBCOMMANDS}  # no predict
-
-    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        add_run_arguments(parser)
-
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        super().parse_arguments(parser, args)
+        with warnings.catch_warnings():
+            # `main` passes the resolved line beside sys.argv, the line as typed, on purpose (`line_for_every_rank`)
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended to run from within")
+            super().parse_arguments(parser, args)
         command = self.config.get("subcommand")
         config = self.config[command] if command else self.config
         typed = list(sys.argv[1:] if args is None else args)
@@ -155,7 +154,6 @@ class EgaCLI(PlannedCheckpointMerge, LightningCLI):
         if refusal is not None:
             raise UserError(refusal)
         plan = self.run_plan
-        self._agree_before_the_first_collective()
         owner = rank_zero_only.rank == 0 and self._refusal is None  # a refused run's directory is left as it is
         if plan.clear_old_run and owner:  # every argument is known good now
             runs.clear_outputs(plan.run_dir)
@@ -168,36 +166,28 @@ class EgaCLI(PlannedCheckpointMerge, LightningCLI):
             # events (SummaryWriter's purge_step), so no step shows twice
             purge_from(logger, plan.resume_step)
 
-    def _agree_before_the_first_collective(self) -> None:
+    def _agree_before_the_first_collective(self, strategy: Strategy) -> None:
         """Every rank says what it found (rank 0's refusal, whether it can read the checkpoint the run restores)
-        as soon as the process group forms, in the strategy's setup_environment, before Lightning's first
-        collective; where any rank cannot go on, every rank stops with the same paragraph (`run_policy`'s
-        `agreed_refusal`), so no rank waits for another that has left or restores what another starts afresh."""
-        strategy = self.trainer.strategy
-        setup_environment = strategy.setup_environment
+        as soon as the process group forms (`AgreeingDDPStrategy`), before Lightning's first collective; where any
+        rank cannot go on, every rank stops with the same paragraph (`run_policy`'s `agreed_refusal`), so no rank
+        waits for another that has left or restores what another starts afresh."""
+        import torch.distributed as dist
 
-        def agreeing_setup_environment() -> None:
-            import torch.distributed as dist
-
-            setup_environment()  # DDP: the device, then the process group
-            host = socket.gethostname()
-            mine = run_policy.rank_verdict(self.run_plan, strategy.global_rank, host, self._refusal)
-            verdicts = [mine]
+        mine = run_policy.rank_verdict(self.run_plan, strategy.global_rank, socket.gethostname(), self._refusal)
+        verdicts = [mine]
+        if torch_distributed_world() > 1:
+            verdicts = [None] * dist.get_world_size()
+            dist.all_gather_object(verdicts, mine)  # every rank, no rank-zero block
+        agreed = run_policy.agreed_refusal(verdicts, self.run_plan)
+        if agreed is not None:
+            message, busy = agreed
             if torch_distributed_world() > 1:
-                verdicts = [None] * dist.get_world_size()
-                dist.all_gather_object(verdicts, mine)  # every rank, no rank-zero block
-            agreed = run_policy.agreed_refusal(verdicts, self.run_plan)
-            if agreed is not None:
-                message, busy = agreed
-                if torch_distributed_world() > 1:
-                    # every rank leaves here: a gloo group still alive at the interpreter's exit can abort it
-                    # ("terminate called without an active exception", status -6 for the refusal's own)
-                    dist.destroy_process_group()
-                raise (runs.RunBusy if busy else UserError)(message)
-            if torch_distributed_world() > 1:  # SIGTERM and SIGINT stop every rank at one step from now on
-                self._signals.take_under_ddp(self.trainer)
-
-        strategy.setup_environment = agreeing_setup_environment
+                # every rank leaves here: a gloo group still alive at the interpreter's exit can abort it
+                # ("terminate called without an active exception", status -6 for the refusal's own)
+                dist.destroy_process_group()
+            raise (runs.RunBusy if busy else UserError)(message)
+        if torch_distributed_world() > 1:  # SIGTERM and SIGINT stop every rank at one step from now on
+            self._signals.take_under_ddp(self.trainer)
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         init = self.config_init[self.subcommand] if self.subcommand else self.config_init
@@ -216,7 +206,43 @@ class EgaCLI(PlannedCheckpointMerge, LightningCLI):
         if every:  # last.ckpt on a step schedule (and at the end), apart from best.ckpt, which follows val/loss
             added.append(LastCheckpoint(self.run_plan.run_dir / "checkpoints", every_n_steps=every))
         self.trainer_defaults = {**self.trainer_defaults, "callbacks": added}  # appended to the configured ones
-        return super().instantiate_trainer(**kwargs)
+        # the ranks' agreement, in the DDP that Lightning builds for the configured strategy: by its name, or, for
+        # `auto`, once Lightning has chosen DDP (several devices or nodes), in a Trainer built again with the agreeing
+        # DDP (and the configured callbacks as they were: Lightning extends their list in place)
+        named, agree = init.trainer.get("strategy", "auto"), self._agree_before_the_first_collective
+        configured = init.trainer.get("callbacks")
+        configured = list(configured) if isinstance(configured, list) else configured
+        strategy = AgreeingDDPStrategy.named(named, agree) if named != "auto" else None
+        trainer = super().instantiate_trainer(**kwargs, **({"strategy": strategy} if strategy else {}))
+        if named == "auto" and isinstance(trainer.strategy, DDPStrategy):
+            chosen = "ddp_fork" if trainer.strategy.launcher.is_interactive_compatible else "ddp"
+            strategy = AgreeingDDPStrategy.named(chosen, agree)
+            trainer = super().instantiate_trainer(**kwargs, callbacks=configured, strategy=strategy)
+        return trainer
+
+
+class AgreeingDDPStrategy(DDPStrategy):
+    """Lightning's DDP whose ranks, as soon as the process group forms, run ``agree`` (EgaCLI's agreement of
+    every rank's verdict) before any collective of Lightning's. Lightning's own hook for it: `setup_environment`
+    ("any processes or distributed connections"), which forms the group, called by the Trainer just before the
+    first collective (the log_dir broadcast of its profiler's setup)."""
+
+    def __init__(self, agree: Callable[[Strategy], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.agree = agree
+
+    @classmethod
+    def named(cls, name: Any, agree: Callable[[Strategy], None]) -> AgreeingDDPStrategy | None:
+        """The agreeing DDP for a strategy name of Lightning's registry that names DDP (``ddp``, ``ddp_spawn``, ...),
+        with the name's options; None for any other strategy (one process needs no agreement)."""
+        entry = StrategyRegistry[name] if isinstance(name, str) and name in StrategyRegistry else None
+        if entry is None or not issubclass(entry["strategy"], DDPStrategy):
+            return None
+        return cls(agree, **entry["init_params"])
+
+    def setup_environment(self) -> None:
+        super().setup_environment()  # the device, then the process group
+        self.agree(self)
 
 
 def started_together() -> bool:
@@ -240,10 +266,6 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def _is_model_checkpoint(callback: Any) -> bool:
-    return isinstance(callback, Namespace) and str(callback.get("class_path", "")).endswith("ModelCheckpoint")
-
-
 def point_config_at_run(config: Namespace, plan: run_policy.RunPlan) -> None:
     """The plan written into the command's parsed config before its classes are built: the values the command
     keeps over its checkpoint's, the checkpoint's corpus, and the run directory as the place of every writer
@@ -264,7 +286,8 @@ def point_config_at_run(config: Namespace, plan: run_policy.RunPlan) -> None:
                 if key in args:
                     args[key] = value
     for callback in _as_list(config.trainer.callbacks):
-        if _is_model_checkpoint(callback) and callback.init_args.get("dirpath") is None:
+        checkpoints = isinstance(callback, Namespace) and str(callback.get("class_path")).endswith("ModelCheckpoint")
+        if checkpoints and callback.init_args.get("dirpath") is None:
             callback.init_args.dirpath = str(run_dir / "checkpoints")
 
 
@@ -310,16 +333,17 @@ def _run_cli(
 ) -> None:
     """Lightning's CLI on the command line ``argv`` (the -c files resolved first), with `ega`'s defaults."""
     summary.quiet_lightning()
-    resolved = resolve_config_args(argv, FLOAT_FLAGS)
-    if from_shell:  # DDP re-executes sys.argv, so it carries the resolved line
-        sys.argv[1:] = resolved
+
+    def resolve(line: list[str]) -> list[str]:
+        return resolve_config_args(line, FLOAT_FLAGS)
+
     EgaCLI(
         CharLM,
         CharDataModule,
         save_config_callback=SaveRunConfig,
         save_config_kwargs={"overwrite": True},
         **cli_options(descriptions),
-        args=None if from_shell else resolved,
+        args=line_for_every_rank(argv, resolve) if from_shell else resolve(argv),
         claim=claim,
         command_line=argv,
         signals=signals,
