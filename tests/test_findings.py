@@ -980,7 +980,8 @@ def test_the_author_study_reads_no_label_before_its_last_planned_run():
     assert found["B − A"].interval.n == 4  # the interim numbers are shown, on the seeds every step shares
     none = author_found({})
     assert all(
-        f.interval is None and "not yet run (0 of 30 planned runs in)" in prose.verdict_cell(f) for f in none.values()
+        f.interval is None and "no run finished yet (0 of 30 planned runs in)" in prose.verdict_cell(f)
+        for f in none.values()
     )
 
 

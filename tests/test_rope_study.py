@@ -159,7 +159,7 @@ def test_no_label_is_read_before_the_last_planned_run_and_evaluation():
     gain = next(f for f in found(by_variant) if f.claim == "rope:alibi-nopos")
     assert gain.interval is not None and gain.interval.n == 4  # the interim interval, on the seeds both sides have
     assert all(
-        "not yet run (0 of 25" in prose.verdict_cell(f)
+        "no run finished yet (0 of 25" in prose.verdict_cell(f)
         for f in found({}, learned_baseline=False)
         if f.kind == "rope_gain"
     )

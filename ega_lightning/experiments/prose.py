@@ -77,7 +77,7 @@ def regime_text(f: Finding) -> str:
 def state(f: ReadOnce) -> str:
     """How many of a family's planned runs are in, before the protocol reads it."""
     if not f.runs_in:
-        return f"not yet run (0 of {f.runs_planned} {f.counted} in)"
+        return f"no run finished yet (0 of {f.runs_planned} {f.counted} in)"
     n = f.interval.n if f.interval is not None else 0  # the seeds its interval pairs, before the label is read
     return (
         (f"{seed_count(n)}: no label; " if n else "")

@@ -79,7 +79,8 @@ def _runs_in(f: dict[str, Any]) -> str:
     """How many of an author's-EGA finding's planned runs are in, where not all are."""
     if f["runs_in"] >= f["runs_planned"]:
         return ""
-    return f"{'not yet run' if not f['runs_in'] else 'not read yet'}: {f['runs_in']} of {f['runs_planned']} runs in"
+    state = "no run finished yet" if not f["runs_in"] else "not read yet"
+    return f"{state}: {f['runs_in']} of {f['runs_planned']} runs in"
 
 
 def _author_measured(f: dict[str, Any]) -> str:
