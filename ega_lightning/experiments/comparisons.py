@@ -576,6 +576,11 @@ class Table:
     def title(self) -> str:
         return f"{self.group} / {self.corpus}"
 
+    @property
+    def finished_gates(self) -> list[Variant]:
+        """The gated variants of the table with a finished run, in its order."""
+        return [r.variant for r in self.rows if r.variant.gated and r.variant.done]
+
 
 def build_tables(variants: list[Variant]) -> list[Table]:
     tables: dict[tuple[str, str], Table] = {}

@@ -50,7 +50,7 @@ from ega_lightning.experiments.findings import (
 from ega_lightning.experiments.rules import margin_of, registered
 from ega_lightning.experiments.stats import LEVEL, Summary, compare, mean_interval, summarize, widen
 from ega_lightning.experiments.study import ReportInputs
-from ega_lightning.experiments.text import fmt_interval, fmt_summary, interval_text, num, seed_list, slug
+from ega_lightning.experiments.text import fmt_bounds, fmt_interval, fmt_summary, interval_text, num, seed_list, slug
 
 Metric = Callable[[Variant, ReportInputs], dict[int, float]]  # a variant's finished runs -> seed -> value
 
@@ -139,7 +139,7 @@ def _by_tau_init(v: Variant, inputs: ReportInputs) -> list[Variant]:
     """The finished gated variants of v's section and corpus in its table's order, at two tau_init or more (else
     none)."""
     table = next((t for t in inputs.tables if (t.group, t.corpus) == (v.group, v.corpus)), None)
-    gated = [r.variant for r in table.rows if r.variant.gated and r.variant.done] if table is not None else []
+    gated = table.finished_gates if table is not None else []
     return gated if len({x.hp("tau_init") for x in gated}) > 1 else []
 
 
@@ -245,7 +245,7 @@ def _variant(inputs: ReportInputs, ref: str, corpus: str | None = None, table: T
     section (its metric's span), named by the first finished gate of ``table`` (which the study hands it)."""
     group, label = ref.split("/", 1)
     if label.startswith("each ") and table is not None:
-        return [r.variant for r in table.rows if r.variant.gated and r.variant.done][:1]
+        return table.finished_gates[:1]
     return [v for v in inputs.variants if (v.group, v.label) == (group, label) and corpus in (None, v.corpus)]
 
 
@@ -709,7 +709,7 @@ def scrambled_future(family: str, e: dict[str, Any], inputs: ReportInputs) -> Dr
 
 
 def _leak_interval(r: dict[str, Any]) -> str:
-    return f"{num(r['delta'], 4, True)} [{num(r['low'], 4, True)}, {num(r['high'], 4, True)}]"
+    return fmt_bounds(r["delta"], r["low"], r["high"], digits=4)
 
 
 def drawings(inputs: ReportInputs) -> list[Drawing]:

@@ -40,7 +40,7 @@ def table_figures(table: Table) -> list[tuple[str, str, Any]]:
         if curves:
             fig = plots.curves_figure(curves, ylabel, f"{table.title}: {suffix}")
             out.append((caption, f"{base}-{'val_loss' if tag == 'val/loss' else 'gap'}.png", fig))
-    gated = [r.variant for r in table.rows if r.variant.gated and r.variant.done]
+    gated = table.finished_gates
     if len({v.hp("tau_init") for v in gated}) > 1:
         lines = []
         for v in gated:

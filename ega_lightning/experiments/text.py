@@ -25,10 +25,14 @@ def fmt_interval(d: Difference | None, signed: bool = True, scale: float = 1.0, 
     """``+0.011 [+0.010, +0.012]``, or the estimate alone (one seed: `how` says there is no interval)."""
     if d is None:
         return "—"
-    estimate = num(d.estimate * scale, digits, signed)
     if d.low is None or d.high is None:
-        return estimate
-    return f"{estimate} [{num(d.low * scale, digits, signed)}, {num(d.high * scale, digits, signed)}]"
+        return num(d.estimate * scale, digits, signed)
+    return fmt_bounds(d.estimate * scale, d.low * scale, d.high * scale, digits, signed)
+
+
+def fmt_bounds(estimate: float, low: float, high: float, digits: int = 3, signed: bool = True) -> str:
+    """``+0.011 [+0.010, +0.012]``: an estimate and its interval's ends."""
+    return f"{num(estimate, digits, signed)} [{num(low, digits, signed)}, {num(high, digits, signed)}]"
 
 
 def interval_text(d: Difference | None, signed: bool = True) -> str:
