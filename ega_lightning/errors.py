@@ -1,15 +1,19 @@
 """The one exception type for a user's mistake, the machine's refusals, and `EXITS`: how every `ega` command ends
-on an exception, one table."""
+on an exception, one table. `paragraph`: a refusal of the shell in the words of refusals.yaml."""
 
 from __future__ import annotations
 
 import argparse
 import errno
+import functools
 import os
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import NoReturn, Protocol
+from pathlib import Path
+from typing import Any, NoReturn, Protocol
+
+import yaml
 
 DEBUG_ENV = "EGA_DEBUG"
 # The exit status when the machine refused a write (disk full, quota, read-only filesystem, no
@@ -38,6 +42,21 @@ class UserError(ValueError):
 
 class RunBusy(UserError):
     """Another process holds the run directory's lock: `ega fit` exits `RUN_BUSY`, not 2."""
+
+
+@functools.cache
+def _refusals_yaml() -> dict[str, Any]:
+    return yaml.safe_load(Path(__file__).with_name("refusals.yaml").read_text(encoding="utf-8"))
+
+
+def wording(name: str) -> Any:
+    """An entry of refusals.yaml, the shell's refusals' wording (read once): a paragraph's template, or a table."""
+    return _refusals_yaml()[name]
+
+
+def paragraph(name: str, /, **values: Any) -> str:
+    """The refusal ``name`` of refusals.yaml, ``values`` in its placeholders."""
+    return str(wording(name)).format(**values)
 
 
 class RunFailed(RuntimeError):

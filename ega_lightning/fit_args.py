@@ -20,7 +20,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from ega_lightning import run_policy
 from ega_lightning.config_files import DEFAULT_CONFIGS, PACKAGED_CONFIGS, not_a_mapping, resolve_config_args
 from ega_lightning.data import CharDataModule
-from ega_lightning.errors import UserError
+from ega_lightning.errors import UserError, paragraph
 from ega_lightning.module import CharLM, check_arguments
 
 # Lightning's subcommands that `ega` offers (no predict); the dispatcher's table names lightning_cli for each
@@ -37,10 +37,7 @@ TENSORBOARD_LOGGER = {
 
 def _seed_for_data(seed: bool | int) -> int:
     if isinstance(seed, bool):
-        raise ValueError(
-            f"seed_everything is {seed}; set an integer (e.g. --seed_everything=1337): "
-            "the training windows are drawn from it, so a run must have a fixed seed to be resumable."
-        )
+        raise ValueError(paragraph("seed_is_an_integer", seed=seed))
     return seed
 
 
@@ -74,15 +71,8 @@ def one_line(message: str) -> str:
 
 
 # jsonargparse's words for a link whose source is no option (the data module's vocab is a property, linked at
-# instantiation), and what `ega` says instead
+# instantiation): `ega` says refusals.yaml's vocab_given instead
 VOCAB_LINK = 'Linked "model.vocab" must be given via "data.vocab"'
-VOCAB_GIVEN = (
-    "model.vocab cannot be given: it is the corpus's characters, which the model takes from the data module "
-    "(--data.corpus) when it is built. Drop --model.vocab (and model.vocab from -c files), and choose the corpus "
-    "with --data.corpus; a checkpoint's model keeps its own."
-)
-
-
 # jsonargparse's words for a link whose source a section given as null removed (`model: null` in a -c file: the link
 # model.block_size -> data.block_size finds no key), and what `ega` says instead (as for `trainer: null`)
 SECTION_GONE = re.compile(r'Key "(model|data)\.[A-Za-z_]+" not found in namespace')
@@ -92,7 +82,7 @@ def parser_message(message: str) -> str:
     """The parser's error as one line, in ega's words where jsonargparse's would name an option that is not there."""
     text = one_line(message)
     if VOCAB_LINK in text:
-        return VOCAB_GIVEN
+        return paragraph("vocab_given")
     gone = SECTION_GONE.search(text)
     return not_a_mapping(gone.group(1), "null") if gone else text
 

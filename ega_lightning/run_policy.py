@@ -8,13 +8,13 @@ the resume point, the lock, whether the old run is deleted; or it refuses, with 
 ``REFUSALS`` that applies, as one paragraph saying what is wrong and the way out. `EgaCLI`
 (commands/lightning_cli.py) applies the plan in its hooks; nothing is built or written before it.
 
-A refusal is one callable ``(request, plan) -> message or None`` in ``REFUSALS``, asked in order: a
-function, or, for one value out of its range, a `Limit` row (the key, the range, the paragraph); a new rule is
-one more entry there, and `refusals` lists every one that applies. They read only the
-request and the plan, so every process of a run (each DDP rank) decides the same. The run directory's
-state (fresh, resumable, stale: `runs.check_fit_target`) is the one decision taken later, by
-`claim_run_dir`, under the directory's lock: read without it, a run that another process is training
-would look stale.
+A refusal is one callable ``(request, plan) -> message or None`` in ``REFUSALS``, asked in order: a function,
+or, for one value out of its range, a `Limit` row (its name, the key, the range); its paragraph is the entry of
+its name in refusals.yaml. A new rule is one more entry in each, and `refusals` lists every one that applies.
+They read only the request and the plan, so every process of a run (each DDP rank) decides the same. The run
+directory's state (fresh, resumable, stale: `runs.check_fit_target`) is the one decision taken later, by
+`claim_run_dir`, under the directory's lock: read without it, a run that another process is training would
+look stale.
 
 Ranks that a launcher starts together (torchrun, srun) must stop together: there a refusal that rests on the
 checkpoint alone (which a node-local disk may lack: `plan_run_together`) and rank 0's claim are kept until the
@@ -36,7 +36,7 @@ from ega_lightning import runs
 from ega_lightning.callbacks.last import RUN_KEY
 from ega_lightning.checkpoint_io import load_checkpoint
 from ega_lightning.config_files import SECTIONS, not_a_mapping
-from ega_lightning.errors import UserError
+from ega_lightning.errors import UserError, paragraph, wording
 from ega_lightning.io import read_yaml
 from ega_lightning.model.position import POSITIONS
 from ega_lightning.module import MODEL, RUNTIME_KEYS, SHAPE_KEYS, WORLD_KEY, check_model_matches
@@ -329,41 +329,34 @@ def agreed_refusal(verdicts: Sequence[RankVerdict], plan: RunPlan) -> tuple[str,
     lacking = [v for v in ordered if v.missing]
     if not lacking:
         return None
-    path = lacking[0].missing
-    names = ", ".join(f"rank {v.rank} (on {v.host})" for v in lacking)
-    have = [v for v in ordered if not v.missing]
+    path, have = lacking[0].missing, [v for v in ordered if not v.missing]
     if not have:
-        return (
-            f"--ckpt_path {plan.ckpt_path}: no process of this run can read {path} (no such file). Check the path "
-            "(and --run_name, --runs_dir); on several nodes the checkpoint must be on a filesystem that every node "
-            "shares, or at the same path on each."
-        ), False
-    others = f"; {', '.join(f'rank {v.rank} (on {v.host})' for v in have[:2])} can" if have else ""
-    if plan.ckpt_path == "last":
-        way_out = (
-            f"Put --runs_dir on a filesystem that every node shares, or copy the run directory {plan.run_dir} to "
-            "the same path on every node, then run the same command again."
-        )
-    else:
-        way_out = "Put the checkpoint on a filesystem that every node shares, or copy it to the same path on each."
-    return (
-        f"--ckpt_path {plan.ckpt_path}: {names} cannot read {path}, the checkpoint this run restores{others}. "
-        "Every process of a run restores the same checkpoint, or those without it would start the run afresh "
-        f"and the processes would wait on each other forever: every process stops here. {way_out}"
+        return paragraph("no_rank_reads_the_checkpoint", ckpt_path=plan.ckpt_path, path=path), False
+    names = ", ".join(f"rank {v.rank} (on {v.host})" for v in lacking)
+    others = f"; {', '.join(f'rank {v.rank} (on {v.host})' for v in have[:2])} can"
+    last = plan.ckpt_path == "last"
+    way_out = paragraph(
+        "every_rank_reads_the_checkpoint.last" if last else "every_rank_reads_the_checkpoint.file", run_dir=plan.run_dir
+    )
+    return paragraph(
+        "every_rank_reads_the_checkpoint",
+        ckpt_path=plan.ckpt_path,
+        names=names,
+        path=path,
+        others=others,
+        way_out=way_out,
     ), False
 
 
-# The refusals, in the order they are asked: each says what is wrong and the way out, or None.
+# The refusals, in the order they are asked: each says what is wrong and the way out (its paragraph of
+# refusals.yaml, under its own name), or None.
 Refusal = Callable[[RunRequest, RunPlan], str | None]
 
 
 def last_resumes_only_fit(request: RunRequest, plan: RunPlan) -> str | None:
     if plan.ckpt_path != "last" or request.command == "fit":
         return None
-    return (
-        f"--ckpt_path last resumes `ega fit`; give `ega {request.command}` a checkpoint file, "
-        "e.g. --ckpt_path lightning_logs/<run>/checkpoints/best.ckpt."
-    )
+    return paragraph("last_resumes_only_fit", command=request.command)
 
 
 def checkpoint_holds_the_model(request: RunRequest, plan: RunPlan) -> str | None:
@@ -388,11 +381,7 @@ def checkpoint_decides_the_corpus(request: RunRequest, plan: RunPlan) -> str | N
     asked = request.config["data"].get("corpus")
     if ckpt is None or ckpt.corpus is None or "data.corpus" not in request.typed or asked == ckpt.corpus:
         return None
-    return (
-        f"{ckpt.path} was trained on the corpus {ckpt.corpus}, and this command names {asked}: a checkpoint "
-        f"decides its corpus, so --data.corpus={asked} cannot take effect. Drop it (and any -c corpus file), or "
-        f"train a model on {asked} in a new run (--run_name, without --ckpt_path)."
-    )
+    return paragraph("checkpoint_decides_the_corpus", path=ckpt.path, corpus=ckpt.corpus, asked=asked)
 
 
 # What AdamW and its schedule are built from: a checkpoint's optimizer and scheduler state (the base learning
@@ -412,8 +401,8 @@ def checkpoint_holds_the_optimizer(request: RunRequest, plan: RunPlan) -> str | 
     ckpt = request.checkpoint
     if ckpt is None or request.command not in ("fit", None):
         return None
-    model = request.config["model"]
-    if plan.ckpt_path == "last":
+    model, resume = request.config["model"], plan.ckpt_path == "last"
+    if resume:
         checked = [k for k in INIT_KEYS if f"model.{k}" in request.typed] + list(OPTIMIZER_KEYS)
     else:  # the shape is checkpoint_holds_the_model's
         replaced = [k for k in model if k not in RUNTIME_KEYS and k not in SHAPE_KEYS]
@@ -425,28 +414,19 @@ def checkpoint_holds_the_optimizer(request: RunRequest, plan: RunPlan) -> str | 
     ]
     if not differ:
         return None
-    if plan.ckpt_path == "last":
-        keep = "Resume with the run's own values (its command, or its config.yaml unedited, plus --ckpt_path last)"
-    else:
-        keep = "Drop those arguments to continue with the checkpoint's values"
-    return (
-        f"{ckpt.path} decides the hyper-parameters, the optimizer and its schedule and the gates' trained values "
-        f"of a run from it, and this command gives others ({'; '.join(differ)}): they would be recorded without "
-        f"taking effect. {keep}, or train a new run with yours (another --run_name, without --ckpt_path)."
-    )
+    keep = paragraph("checkpoint_holds_the_optimizer.resume" if resume else "checkpoint_holds_the_optimizer.file")
+    return paragraph("checkpoint_holds_the_optimizer", path=ckpt.path, differ="; ".join(differ), keep=keep)
 
 
 @dataclass(frozen=True)
 class Continued:
-    """A value that a run resumed from its last.ckpt shares with the run that saved it: changed on a resume, the run's
-    curves would join two set-ups (or two runs) under one name, and its config.yaml would record only the second."""
+    """A value that a run resumed from its last.ckpt shares with the run that saved it (a row of refusals.yaml's
+    ``continued``, which says why each is one)."""
 
     key: str  # the config's dotted key, and the checkpoint's (`CheckpointFacts.saved`)
-    flag: str  # how a command line sets it
     decides: str  # what it decides in the run
-    # the key that must be set (in the checkpoint's run or this command) for the value to decide anything: the random
-    # evaluation's seed and batch size are read by no other evaluation (issue 72: refused where unused)
-    used_with: str | None = None
+    named: str | None = None  # how a command line sets it (--seed_everything), where not by its key
+    used_with: str | None = None  # the key that must be set (in the checkpoint's run or this command) to use it
 
     @property
     def model(self) -> bool:
@@ -454,63 +434,8 @@ class Continued:
         return self.key.startswith("model.")
 
 
-# What `ega fit --ckpt_path last` refuses to change (asked where the checkpoint records the value; a checkpoint from
-# before a record is not asked): a new evaluation option of the data is one more row.
-CONTINUED: tuple[Continued, ...] = (
-    Continued("run_name", "--run_name", "the run that saved it"),
-    Continued("data.corpus", "--data.corpus", "the text it trains and evaluates on"),
-    Continued("data.seed", "--seed_everything", "the training windows and dropout masks of every step"),
-    Continued("data.batch_size", "--data.batch_size", "the training windows of every step"),
-    Continued(
-        "data.max_eval_windows",
-        "--data.max_eval_windows",
-        "the validation windows that val/loss and best.ckpt are measured on",
-    ),
-    # the author's evaluation (issue 50): the mean of this many random batches of eval_batch_size windows
-    Continued(
-        "data.random_eval_batches",
-        "--data.random_eval_batches",
-        "how val/loss and best.ckpt are estimated: that many random batches, or the whole split",
-    ),
-    Continued(
-        "data.random_eval_seed",
-        "--data.random_eval_seed",
-        "which random validation batches val/loss reads",
-        used_with="data.random_eval_batches",
-    ),
-    # the whole split's val/loss is a mean over its windows weighted by their tokens: the same at any batch size
-    Continued(
-        "data.eval_batch_size",
-        "--data.eval_batch_size",
-        "the windows of each random validation batch",
-        used_with="data.random_eval_batches",
-    ),
-    Continued("trainer.precision", "--trainer.precision", "the arithmetic of every step"),
-    # issue 72: a resume that changed these was accepted, and changed the run
-    Continued(
-        "trainer.accumulate_grad_batches",
-        "--trainer.accumulate_grad_batches",
-        "the global batch of every optimizer step",
-    ),
-    Continued(
-        "model.eval_znorm",
-        "--model.eval_znorm",
-        "how val/loss and best.ckpt are evaluated: z over the causal prefix or the whole window",
-    ),
-    Continued(
-        "model.scale_residual_init",
-        "--model.scale_residual_init",
-        "the initialisation of the residual projections, done at step 0: a resume cannot change it",
-    ),
-    Continued(
-        "model.decay_every_parameter",
-        "--model.decay_every_parameter",
-        "which parameters the optimizer decays: its parameter groups, restored from the checkpoint",
-    ),
-    # issue 72: taken (it is built from the config), so the run trained at two dropouts and config.yaml named the
-    # second alone, hparams.yaml the first
-    Continued("model.dropout", "--model.dropout", "the dropout masks and the regularisation of every step"),
-)
+# What `ega fit --ckpt_path last` refuses to change: a new evaluation option of the data is one more row
+CONTINUED = tuple(Continued(**row) for row in wording("continued"))
 # Lightning's older spellings of a precision, by the name it runs them under (Trainer.precision)
 PRECISION_NAMES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "None": "32-true"}
 
@@ -526,11 +451,7 @@ def precision_as_asked(asked: Any, runs: str) -> str | None:
     asked): Lightning replaces fp16 AMP on CPU by bf16 with a warning, and config.yaml would record the one asked."""
     if asked is None or precision_name(asked) == precision_name(runs):  # None: Lightning's default, as it runs
         return None
-    return (
-        f"trainer.precision is {asked}, which Lightning does not run on this accelerator (fp16 AMP needs a GPU): it "
-        f"would run {runs} in its place, and the run's config.yaml would record {asked}. Give "
-        f"--trainer.precision={runs} (what would run), or 32-true."
-    )
+    return paragraph("precision_as_asked", asked=asked, runs=runs)
 
 
 def _command_value(request: RunRequest, plan: RunPlan, key: str) -> Any:
@@ -563,18 +484,12 @@ def resume_continues_one_run(request: RunRequest, plan: RunPlan) -> str | None:
         saved = precision_name(ckpt.saved[row.key]) if row.key == "trainer.precision" else ckpt.saved[row.key]
         asked = _command_value(request, plan, row.key)
         if _plain(saved) != _plain(asked):
-            name = row.flag.removeprefix("--")
+            name = row.named or row.key
             differ.append(f"{name}: checkpoint {_plain(saved)!r}, this command {_plain(asked)!r} ({row.decides})")
     if not differ:
         return None
     at = f" at step {ckpt.global_step}" if ckpt.global_step is not None else ""
-    return (
-        f"--ckpt_path last continues the run in {plan.run_dir}, and {ckpt.path} was saved{at} by a run that differs "
-        f"from this command: {'; '.join(differ)}. Resumed, the run would be two runs under one name, recorded as "
-        "the second. Resume with the checkpoint's values (the run's own command, or its config.yaml, plus "
-        "--ckpt_path last; a last.ckpt copied from another run cannot continue this one), start the run over "
-        "with yours (--overwrite=true), or train them as a new run (another --run_name)."
-    )
+    return paragraph("resume_continues_one_run", run_dir=plan.run_dir, path=ckpt.path, at=at, differ="; ".join(differ))
 
 
 def resume_not_past_max_steps(request: RunRequest, plan: RunPlan) -> str | None:
@@ -583,13 +498,8 @@ def resume_not_past_max_steps(request: RunRequest, plan: RunPlan) -> str | None:
     ckpt, steps = _resumed(request, plan), request.config["trainer"]["max_steps"]
     if ckpt is None or ckpt.global_step is None or steps is None or steps < 1 or ckpt.global_step <= steps:
         return None
-    return (
-        f"the run in {plan.run_dir} is at step {ckpt.global_step} (its last.ckpt) and trainer.max_steps is {steps}: "
-        f"a resume cannot end before the step it starts at, and its config.yaml would record {steps} steps of a run "
-        f"that trained {ckpt.global_step}. Resume with --trainer.max_steps={ckpt.global_step} or more (a finished "
-        f"run's own command ends at once), evaluate it with ega validate --ckpt_path "
-        f"{plan.run_dir / 'checkpoints' / 'best.ckpt'}, or start it over with --overwrite=true."
-    )
+    best = plan.run_dir / "checkpoints" / "best.ckpt"
+    return paragraph("resume_not_past_max_steps", run_dir=plan.run_dir, step=ckpt.global_step, steps=steps, best=best)
 
 
 def _plain(value: Any) -> Any:
@@ -605,10 +515,8 @@ def dropout_before_gate_trains_on_reference(request: RunRequest, plan: RunPlan) 
         return None
     if model.get("attention", "fused") in ("reference", "fused"):
         return None
-    return (
-        f"model.dropout_before_gate with model.dropout {model['dropout']} trains on model.attention=reference or "
-        f"fused only (the {model.get('attention')} path has no attention dropout). Add --model.attention=fused, or "
-        "train without model.dropout_before_gate."
+    return paragraph(
+        "dropout_before_gate_trains_on_reference", dropout=model["dropout"], attention=model.get("attention")
     )
 
 
@@ -619,77 +527,21 @@ def _number(value: Any) -> bool:
 @dataclass(frozen=True)
 class Limit:
     """A refusal of one value of the config (its dotted key) outside what the run can take: ``ok`` says whether it
-    is within; ``says``, the paragraph, names the value given as ``{value}``. ``fit``: asked of ega fit alone."""
+    is within; its paragraph (refusals.yaml's ``name``) names the value given. ``fit``: asked of ega fit alone."""
 
+    name: str
     key: str
     ok: Callable[[Any], bool]
-    says: str
     fit: bool = False
 
     def __call__(self, request: RunRequest, plan: RunPlan) -> str | None:
         if self.fit and request.command != "fit":
             return None
         value = _command_value(request, plan, self.key)
-        return None if self.ok(value) else self.says.format(value=value)
+        return None if self.ok(value) else paragraph(self.name, value=value)
 
 
 SEEDS = 2**32  # numpy's random generator, which Lightning's seed_everything seeds, takes [0, 2**32)
-
-max_steps_positive = Limit(
-    "trainer.max_steps",
-    lambda steps: steps is not None and steps >= 1,
-    "trainer.max_steps is {value}; set a positive number of optimizer steps (--trainer.max_steps=N): the "
-    "learning-rate schedule and the data are step-based.",
-    fit=True,
-)
-# the training windows are an endless stream: an epoch never ends, so max_epochs 0 stopped a run before its first
-# step, exit 0, and `ega sweep` marked it DONE
-max_epochs_unset = Limit(
-    "trainer.max_epochs",
-    lambda epochs: epochs is None or epochs == -1,
-    "trainer.max_epochs is {value}: the training windows are an endless stream, so an epoch never ends and "
-    "max_epochs could only stop the run before its first step; a run's length is trainer.max_steps. Drop "
-    "--trainer.max_epochs and set --trainer.max_steps=N.",
-    fit=True,
-)
-gradient_clip_val_not_negative = Limit(
-    "trainer.gradient_clip_val",
-    lambda clip: clip is None or (_number(clip) and clip >= 0),
-    "trainer.gradient_clip_val is {value}: Lightning clips only to a positive norm and skips any other value "
-    "without a word, so the run would train unclipped. Give a positive norm (base.yaml's is 1.0), or 0 to "
-    "train without clipping.",
-)
-val_check_interval_positive = Limit(
-    "trainer.val_check_interval",
-    lambda interval: not _number(interval) or interval > 0,
-    "trainer.val_check_interval is {value}; set a positive number of optimizer steps between evaluations "
-    "(--trainer.val_check_interval=N).",
-)
-accumulate_grad_batches_positive = Limit(
-    "trainer.accumulate_grad_batches",
-    lambda batches: not isinstance(batches, int) or batches >= 1,
-    "trainer.accumulate_grad_batches is {value}; set a positive number of batches per optimizer step "
-    "(--trainer.accumulate_grad_batches=N, 1: every batch is a step).",
-)
-checkpoint_every_not_negative = Limit(
-    "checkpoint_every_n_steps",
-    lambda every: every >= 0,
-    "checkpoint_every_n_steps must be >= 0 (0: never), got {value}.",
-)
-# Lightning takes a negative log_every_n_steps for its absolute value (issue 72: -5 logged every 5 steps)
-log_every_n_steps_not_negative = Limit(
-    "trainer.log_every_n_steps",
-    lambda every: not _number(every) or every >= 0,
-    "trainer.log_every_n_steps is {value}: give the optimizer steps between logged points, a positive number "
-    "(Lightning would read it as its absolute value).",
-)
-# a bool is refused where the data's seed is linked to it (fit_args._seed_for_data)
-seed_in_range = Limit(
-    "seed_everything",
-    lambda seed: not isinstance(seed, int) or isinstance(seed, bool) or 0 <= seed < SEEDS,
-    "seed_everything is {value}; set an integer in [0, 2**32) (e.g. --seed_everything=1337), the range numpy's "
-    "random generator takes.",
-)
 
 
 def _memory_bytes() -> int | None:
@@ -704,22 +556,15 @@ def batch_fits_in_memory(request: RunRequest, plan: RunPlan) -> str | None:
     """A training batch whose token windows and first activation alone (batch_size x block_size x (2 int64 token ids
     + n_embd fp32 values)) exceed the machine's memory: the allocator failed with a traceback, a run directory
     left (issue 72)."""
-    batch, block, width = (
-        request.config["data"].get("batch_size"),
-        request.config["model"].get("block_size"),
-        request.config["model"].get("n_embd"),
-    )
-    memory = _memory_bytes()
+    model, memory = request.config["model"], _memory_bytes()
+    batch, block, width = request.config["data"].get("batch_size"), model.get("block_size"), model.get("n_embd")
     if request.command != "fit" or memory is None or not all(isinstance(x, int) for x in (batch, block, width)):
         return None
     need = batch * block * (16 + 4 * width)
     if need <= memory:
         return None
-    return (
-        f"data.batch_size is {batch}: one batch's token windows and first activation alone ({batch} x {block} "
-        f"positions x (16 + 4 x {width}) bytes, {need / 2**30:,.0f} GiB) exceed this machine's memory "
-        f"({memory / 2**30:,.1f} GiB). Give a smaller --data.batch_size (the shipped recipes train at 64), with "
-        "--trainer.accumulate_grad_batches=N for a larger global batch."
+    return paragraph(
+        "batch_fits_in_memory", batch=batch, block=block, width=width, need_gib=need / 2**30, memory_gib=memory / 2**30
     )
 
 
@@ -738,11 +583,7 @@ def cpu_devices_within_cores(request: RunRequest, plan: RunPlan) -> str | None:
     count = int(devices) if isinstance(devices, str) and devices.isdigit() else devices
     if not isinstance(count, int) or isinstance(count, bool) or count <= cores:
         return None
-    return (
-        f"trainer.devices is {devices} on the CPU, and this machine has {cores} cores: Lightning would start "
-        f"{count} training processes (one per device), more than the machine can hold. Give --trainer.devices="
-        f"{cores} or fewer (1 trains on every core: torch's threads use them)."
-    )
+    return paragraph("cpu_devices_within_cores", devices=devices, cores=cores, count=count)
 
 
 def run_name_is_a_name(request: RunRequest, plan: RunPlan) -> str | None:
@@ -767,25 +608,21 @@ def world_size_unchanged(request: RunRequest, plan: RunPlan) -> str | None:
     if request.config.get("allow_world_size_change"):
         return None
     (nodes, devices), size = ckpt.world, ckpt.world[0] * ckpt.world[1]
-    was = f"--trainer.num_nodes={nodes} --trainer.devices={devices}"
-    return (
-        f"the run in {plan.run_dir} was trained by {size} processes ({was}) and this command runs "
-        f"{asked[0] * asked[1]} (--trainer.num_nodes={asked[0]} --trainer.devices={asked[1]}): resumed in another "
-        "world, its global batch (batch_size x devices x num_nodes) and each process's data change, and it ends "
-        f"elsewhere than it would. Resume it with {was}, start it over with --overwrite=true, or resume it as "
-        "asked with --allow_world_size_change=true (its config.yaml keeps that)."
+    return paragraph(
+        "world_size_unchanged",
+        run_dir=plan.run_dir,
+        size=size,
+        was=f"--trainer.num_nodes={nodes} --trainer.devices={devices}",
+        asked=asked[0] * asked[1],
+        asked_nodes=asked[0],
+        asked_devices=asked[1],
     )
 
 
 def run_dir_can_be_made(request: RunRequest, plan: RunPlan) -> str | None:
     run_dir = plan.run_dir
     not_a_dir = next((d for d in (run_dir, *run_dir.parents) if d.exists() and not d.is_dir()), None)
-    if not_a_dir is None:
-        return None
-    return (
-        f"{not_a_dir} is a file, so the run directory {run_dir} cannot be made there. Give --runs_dir "
-        "(and --run_name) a directory, or a path that does not exist yet."
-    )
+    return None if not_a_dir is None else paragraph("run_dir_can_be_made", not_a_dir=not_a_dir, run_dir=run_dir)
 
 
 def evaluation_has_a_checkpoint(request: RunRequest, plan: RunPlan) -> str | None:
@@ -793,11 +630,7 @@ def evaluation_has_a_checkpoint(request: RunRequest, plan: RunPlan) -> str | Non
     # its config names: a number no one asked for, filed under a run it does not belong to
     if request.command not in ("validate", "test") or plan.ckpt_path:
         return None
-    return (
-        f"no --ckpt_path: ega {request.command} evaluates a checkpoint, so give one, e.g. --ckpt_path "
-        "lightning_logs/<run>/checkpoints/best.ckpt (ega fit writes it). Without one it would evaluate the "
-        "untrained model."
-    )
+    return paragraph("evaluation_has_a_checkpoint", command=request.command)
 
 
 def eval_block_size_has_positions(request: RunRequest, plan: RunPlan) -> str | None:
@@ -807,11 +640,7 @@ def eval_block_size_has_positions(request: RunRequest, plan: RunPlan) -> str | N
     if asked is None:
         return None
     if request.command not in ("validate", "test"):
-        return (
-            f"data.eval_block_size {asked} is for evaluating a checkpoint on windows of another length "
-            "(ega validate/test --ckpt_path ... --data.eval_block_size=N); ega fit validates at the training "
-            "block. Drop it here, and evaluate the run's best.ckpt with it once trained."
-        )
+        return paragraph("eval_block_size_has_positions.fit", asked=asked)
     model = {**request.config["model"], **(request.checkpoint.hparams if request.checkpoint is not None else {})}
     # a checkpoint from before the option: the default encoding, the one it ran
     position, block = model.get("position") or MODEL.position, model["block_size"]
@@ -819,11 +648,8 @@ def eval_block_size_has_positions(request: RunRequest, plan: RunPlan) -> str | N
     if asked <= block or encoding is None or encoding.extrapolates:
         return None
     others = " or ".join(name for name, cls in POSITIONS.items() if cls.extrapolates)
-    return (
-        f"data.eval_block_size {asked} is longer than the model's block_size {block}, and its positions are "
-        f"{position} (model.position={position}), which end at the block: it has positions 0..{block - 1} only, so "
-        f"it cannot read a longer window. Evaluate it at --data.eval_block_size={block} or less; length "
-        f"extrapolation needs a model trained with --model.position={others}."
+    return paragraph(
+        "eval_block_size_has_positions", asked=asked, block=block, position=position, last=block - 1, others=others
     )
 
 
@@ -835,11 +661,7 @@ def continuing_trains_something(request: RunRequest, plan: RunPlan) -> str | Non
         return None
     if steps is None or steps < 1 or ckpt.global_step < steps:  # max_steps below 1: max_steps_positive says it
         return None
-    return (
-        f"{ckpt.path} is at step {ckpt.global_step} and trainer.max_steps is {steps}, so continuing it would train "
-        f"nothing. Raise --trainer.max_steps above {ckpt.global_step} to train it on, or evaluate it with "
-        f"ega validate --ckpt_path {ckpt.path}."
-    )
+    return paragraph("continuing_trains_something", path=ckpt.path, step=ckpt.global_step, steps=steps)
 
 
 def fit_writes_a_best_checkpoint(request: RunRequest, plan: RunPlan) -> str | None:
@@ -855,13 +677,7 @@ def fit_writes_a_best_checkpoint(request: RunRequest, plan: RunPlan) -> str | No
     names = [str(c.get("class_path", "")) if isinstance(c, Mapping) else type(c).__name__ for c in listed]
     if any(name.rsplit(".", 1)[-1] == "ModelCheckpoint" for name in names):
         return None
-    return (
-        f"trainer.callbacks names no ModelCheckpoint ({', '.join(n.rsplit('.', 1)[-1] for n in names) or 'none'}): "
-        "a list of callbacks in a -c file or a flag replaces base.yaml's, it does not add to it, so the run would "
-        "write no best.ckpt, nor log what base.yaml's other callbacks do (tau, the gap, the gate map) unless your "
-        "list names them. Add a callback with --trainer.callbacks+=<class path>, or start your list from base.yaml's "
-        "(ega fit --print_config shows it)."
-    )
+    return paragraph("fit_writes_a_best_checkpoint", names=", ".join(n.rsplit(".", 1)[-1] for n in names) or "none")
 
 
 NAME_MAX = 255  # bytes in one directory name on Linux's and macOS's filesystems
@@ -872,14 +688,13 @@ def run_name_fits_a_directory_name(request: RunRequest, plan: RunPlan) -> str | 
     size = len(name.encode())
     if size <= NAME_MAX:
         return None
-    if request.config.get("run_name"):
-        return (
-            f"--run_name {name!r} is {size} bytes long, and a directory name may have at most {NAME_MAX}: "
-            "give a shorter --run_name."
-        )
-    return (
-        f"the run name derived from the config, {name!r}, is {size} bytes long, and a directory name may have "
-        f"at most {NAME_MAX}: give a shorter one with --run_name."
+    return paragraph(
+        "run_name_fits_a_directory_name"
+        if request.config.get("run_name")
+        else "run_name_fits_a_directory_name.derived",
+        name=name,
+        size=size,
+        most=NAME_MAX,
     )
 
 
@@ -889,18 +704,30 @@ REFUSALS: tuple[Refusal, ...] = (
     checkpoint_decides_the_corpus,
     checkpoint_holds_the_optimizer,
     resume_continues_one_run,
-    max_steps_positive,
-    max_epochs_unset,
+    Limit("max_steps_positive", "trainer.max_steps", lambda n: n is not None and n >= 1, fit=True),
+    # the training windows are an endless stream: an epoch never ends, so max_epochs 0 stopped a run before its
+    # first step, exit 0, and `ega sweep` marked it DONE
+    Limit("max_epochs_unset", "trainer.max_epochs", lambda n: n is None or n == -1, fit=True),
     resume_not_past_max_steps,
-    gradient_clip_val_not_negative,
+    Limit(
+        "gradient_clip_val_not_negative", "trainer.gradient_clip_val", lambda v: v is None or (_number(v) and v >= 0)
+    ),
     dropout_before_gate_trains_on_reference,
     continuing_trains_something,
-    val_check_interval_positive,
-    accumulate_grad_batches_positive,
+    Limit("val_check_interval_positive", "trainer.val_check_interval", lambda n: not _number(n) or n > 0),
+    Limit(
+        "accumulate_grad_batches_positive",
+        "trainer.accumulate_grad_batches",
+        lambda n: not isinstance(n, int) or n >= 1,
+    ),
     fit_writes_a_best_checkpoint,
-    checkpoint_every_not_negative,
-    log_every_n_steps_not_negative,
-    seed_in_range,
+    Limit("checkpoint_every_not_negative", "checkpoint_every_n_steps", lambda n: n >= 0),
+    # Lightning takes a negative log_every_n_steps for its absolute value (issue 72: -5 logged every 5 steps)
+    Limit("log_every_n_steps_not_negative", "trainer.log_every_n_steps", lambda n: not _number(n) or n >= 0),
+    # a bool is refused where the data's seed is linked to it (fit_args._seed_for_data)
+    Limit(
+        "seed_in_range", "seed_everything", lambda n: not isinstance(n, int) or isinstance(n, bool) or 0 <= n < SEEDS
+    ),
     batch_fits_in_memory,
     cpu_devices_within_cores,
     run_name_is_a_name,

@@ -28,7 +28,7 @@ import shutil
 from pathlib import Path
 from typing import Any, TextIO
 
-from ega_lightning.errors import RunBusy, UserError
+from ega_lightning.errors import RunBusy, UserError, paragraph
 from ega_lightning.io import TEMPORARY_GLOB
 
 LOCK_FILE = ".lock"
@@ -69,11 +69,7 @@ class FitState(enum.Enum):
 def check_run_name(name: str) -> None:
     """A run name names one directory under the runs directory: never a path out of it, nor the runs directory."""
     if name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-        raise UserError(
-            f"--run_name {name!r} is not a run name: it names one directory under --runs_dir, so it must not be "
-            "'.' or '..', nor contain '/' or '\\'. Give a plain name (e.g. --run_name=my-run), and choose "
-            "where runs go with --runs_dir."
-        )
+        raise UserError(paragraph("run_name_is_a_name", name=name))
 
 
 def outputs(run_dir: Path, globs: tuple[str, ...] = OUTPUT_GLOBS) -> list[Path]:
@@ -160,10 +156,7 @@ def lock(run_dir: Path) -> TextIO:
     """:func:`try_lock`, or :class:`RunBusy` saying what to do."""
     fh = try_lock(run_dir)
     if fh is None:
-        raise RunBusy(
-            f"the run directory {run_dir} is in use by another process (it holds {run_dir / LOCK_FILE}). "
-            "Wait for that run to finish (or stop it), or start a separate run with --run_name <new name>."
-        )
+        raise RunBusy(paragraph("run_dir_busy", run_dir=run_dir, lock=run_dir / LOCK_FILE))
     return fh
 
 
@@ -201,45 +194,23 @@ def check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> N
 
     With ``overwrite`` the caller deletes the old run (`clear_outputs`) only once every other argument
     is known good: a typo beside --overwrite=true must not cost the run."""
-    state = fit_state(run_dir)
-    last = run_dir / LAST
     if overwrite:
         if ckpt_path:
-            raise UserError("--overwrite=true starts the run over, so it cannot go with --ckpt_path; drop one of them.")
+            raise UserError(paragraph("overwrite_starts_over"))
         return
-    start_over = "start it over with --overwrite=true (deletes what it wrote), or start a separate run with --run_name"
+    state, said = fit_state(run_dir), {"run_dir": run_dir, "last": LAST, "ckpt_path": ckpt_path}
     if ckpt_path == "last":
-        if state is FitState.FRESH:
-            raise UserError(
-                f"--ckpt_path last, but there is no run to resume in {run_dir} (no {LAST}). Check --run_name "
-                "(and the config that derives it), or drop --ckpt_path to start the run."
-            )
-        if state is FitState.STALE:
-            raise UserError(
-                f"--ckpt_path last, but the run in {run_dir} stopped before it wrote its first {LAST}, so "
-                f"there is nothing to resume: drop --ckpt_path and {start_over}."
-            )
+        if state is not FitState.RESUME:
+            raise UserError(paragraph("last_of_no_run" if state is FitState.FRESH else "last_of_a_stale_run", **said))
         remove_temporaries(run_dir)
-        return
-    if ckpt_path is not None:
-        if state is not FitState.FRESH and Path(ckpt_path).resolve() != last.resolve():
-            raise UserError(
-                f"the run directory {run_dir} already holds a run, and {ckpt_path} is not its {LAST}: "
-                "continuing another checkpoint there would mix two runs. Start a separate run with "
-                "--run_name <new name>, or resume this one with --ckpt_path last."
-            )
-        return
-    if state is FitState.RESUME:
-        raise UserError(
-            f"the run directory {run_dir} already holds a run (with {LAST}). Resume it with --ckpt_path last, "
-            f"{start_over} <new name>."
-        )
-    if state is FitState.STALE:
+    elif ckpt_path is not None:
+        if state is not FitState.FRESH and Path(ckpt_path).resolve() != (run_dir / LAST).resolve():
+            raise UserError(paragraph("checkpoint_into_another_run", **said))
+    elif state is FitState.RESUME:
+        raise UserError(paragraph("run_dir_holds_a_run", **said))
+    elif state is FitState.STALE:
         names = ", ".join(p.name for p in outputs(run_dir)[:3])
-        raise UserError(
-            f"the run directory {run_dir} holds what a run wrote before it stopped ({names}, ...) but no "
-            f"{LAST}, so it cannot be resumed: {start_over} <new name>."
-        )
+        raise UserError(paragraph("run_dir_holds_a_stale_run", names=names, **said))
 
 
 class RunClaim:

@@ -3,6 +3,7 @@ decides and what the command keeps, the resume point, the lock, and each refusal
 
 from __future__ import annotations
 
+import ast
 import copy
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +17,7 @@ from ega_lightning import run_policy, runs
 from ega_lightning.errors import UserError
 from ega_lightning.run_policy import CheckpointFacts, RunRequest, plan_run
 
-from .helpers import TINY_MODEL
+from .helpers import REPO, TINY_MODEL
 
 # a command's parsed config as `read_request` hands it over: the parts the plan reads
 CONFIG = {
@@ -401,3 +402,21 @@ def test_ranks_started_together_keep_a_refusal_that_rests_on_the_checkpoint_alon
     assert run_policy.plan_run_together(request(ckpt=ckpt, ckpt_path="last", run_name="r"))[1] is None
     with pytest.raises(UserError, match="max_steps is 0"):
         run_policy.plan_run_together(request(ckpt=ckpt, ckpt_path="last", run_name="r", **{"trainer.max_steps": 0}))
+
+
+def test_refusals_yaml_holds_every_paragraph_the_shell_says_and_none_it_does_not():
+    """The wording is data (ega_lightning/refusals.yaml), named by key where a check says it (`paragraph`, `Limit`):
+    a key that no check names is wording no one reads, and a name without its key a KeyError on the one path that
+    says it (a rare refusal's is seldom run)."""
+    keys = set(yaml.safe_load((REPO / "ega_lightning/refusals.yaml").read_text(encoding="utf-8")))
+    named = set()
+    for path in ("run_policy.py", "runs.py", "fit_args.py"):
+        for node in ast.walk(ast.parse((REPO / "ega_lightning" / path).read_text(encoding="utf-8"))):
+            called = isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("paragraph", "Limit", "wording")
+            if called and node.args:  # the key, or a choice of two (`a if ... else b`)
+                key = node.args[0]
+                choices = [key.body, key.orelse] if isinstance(key, ast.IfExp) else [key]
+                named |= {c.value for c in choices if isinstance(c, ast.Constant)}
+    assert named - keys == set()
+    assert keys - named == set()
+    assert {row.key for row in run_policy.CONTINUED} >= {"run_name", "data.seed", "trainer.precision", "model.dropout"}
