@@ -235,10 +235,19 @@ def errors_of(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("ega fit: error: ")]
 
 
+# by its class, with an option (a class path alone is a name to the parser, which Lightning refuses)
+BY_CLASS = [
+    "--trainer.strategy=lightning.pytorch.strategies.DDPStrategy",
+    "--trainer.strategy.process_group_backend=gloo",
+]
+
+
 @CLUSTER
-def test_a_finished_run_refused_on_rank_0_stops_both_torchrun_nodes_with_its_paragraph(tmp_path, data_dir):
+@pytest.mark.parametrize("strategy", [["--trainer.strategy=ddp"], BY_CLASS], ids=["name", "class_path"])
+def test_a_finished_run_refused_on_rank_0_stops_both_torchrun_nodes_with_its_paragraph(tmp_path, data_dir, strategy):
     """Rank 0 refuses the run directory (under its lock); the other node hears it once the process group forms,
-    and both exit 2 with the same paragraph, not a DistNetworkError (torchrun) or a wait until killed (srun)."""
+    and both exit 2 with the same paragraph, not a DistNetworkError (torchrun) or a wait until killed (srun). DDP
+    given by its class path agrees as by its name (it was built as Lightning's own DDP, which does not)."""
     shared = tmp_path / "shared"
     shared.mkdir()
     first = run_ega(["fit", *TINY, *SHORT, "--run_name=r"], shared, env={"EGA_DATA_DIR": str(data_dir)})
@@ -247,7 +256,8 @@ def test_a_finished_run_refused_on_rank_0_stops_both_torchrun_nodes_with_its_par
     before = {p: p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
 
     started = time.monotonic()
-    nodes = torchrun_nodes(["fit", *TINY, *SHORT, *NODES, "--run_name=r"], [shared, shared], tmp_path / "logs")
+    nodes = [*NODES[:2], *strategy, *NODES[3:]]
+    nodes = torchrun_nodes(["fit", *TINY, *SHORT, *nodes, "--run_name=r"], [shared, shared], tmp_path / "logs")
     assert time.monotonic() - started < 120
     for status, stderr in nodes:
         assert status == 2 and "Traceback" not in stderr, stderr[-3000:]

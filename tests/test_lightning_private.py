@@ -344,23 +344,34 @@ def test_a_rank_started_for_the_same_line_parses_the_line_rank_0_resolved(monkey
     assert lightning_private.line_for_every_rank(other, resolve) == ["fit", "--model.lr", ".nan"]
 
 
-def test_ddp_by_name_is_lightnings_ddp_that_agrees_first_and_any_other_strategy_is_lightnings_own():
+def test_ddp_by_name_or_class_is_lightnings_ddp_that_agrees_first_and_any_other_strategy_is_lightnings_own():
+    from datetime import timedelta
+
     from lightning.pytorch import Trainer
     from lightning.pytorch.strategies import DDPStrategy, SingleDeviceStrategy
 
     from ega_lightning.commands.lightning_cli import AgreeingDDPStrategy
 
     agreed = []
-    strategy = AgreeingDDPStrategy.named("ddp_find_unused_parameters_true", agreed.append)
+    strategy = AgreeingDDPStrategy.of("ddp_find_unused_parameters_true", agreed.append)
     assert isinstance(strategy, DDPStrategy) and strategy._ddp_kwargs == {"find_unused_parameters": True}
-    assert AgreeingDDPStrategy.named("auto", agreed.append) is None
-    assert AgreeingDDPStrategy.named("single_device", agreed.append) is None
+    assert AgreeingDDPStrategy.of("auto", agreed.append) is None
+    assert AgreeingDDPStrategy.of("single_device", agreed.append) is None
+    # by class path the parser builds Lightning's DDPStrategy: the agreeing one keeps every option it was given
+    options = {"process_group_backend": "gloo", "timeout": timedelta(seconds=7), "start_method": "spawn"}
+    by_class = AgreeingDDPStrategy.of(DDPStrategy(**options, find_unused_parameters=True), agreed.append)
+    as_built = AgreeingDDPStrategy(agreed.append, **options, find_unused_parameters=True)
+    assert vars(by_class).keys() == vars(as_built).keys()
+    for attr in ("_ddp_kwargs", "_timeout", "_start_method", "_process_group_backend", "_num_nodes"):
+        assert getattr(by_class, attr) == getattr(as_built, attr), attr
+    assert AgreeingDDPStrategy.of(type("OwnDDP", (DDPStrategy,), {})(), agreed.append) is None  # the user's own
     flags = {"accelerator": "cpu", "devices": 2, "logger": False, "enable_checkpointing": False}
-    named = Trainer(**flags, strategy=AgreeingDDPStrategy.named("ddp", agreed.append))
     lightnings = Trainer(**flags, strategy="ddp")
-    for attr in ("num_processes", "num_nodes", "root_device", "process_group_backend"):
-        assert getattr(named.strategy, attr) == getattr(lightnings.strategy, attr), attr
-    assert type(named.strategy.launcher) is type(lightnings.strategy.launcher)
+    for ours in (AgreeingDDPStrategy.of("ddp", agreed.append), AgreeingDDPStrategy.of(DDPStrategy(), agreed.append)):
+        trainer = Trainer(**flags, strategy=ours)
+        for attr in ("num_processes", "num_nodes", "root_device", "process_group_backend"):
+            assert getattr(trainer.strategy, attr) == getattr(lightnings.strategy, attr), attr
+        assert type(trainer.strategy.launcher) is type(lightnings.strategy.launcher)
     # `auto` on several devices is DDP: EgaCLI builds it again as the agreeing one; on one, not DDP
     assert isinstance(Trainer(**flags).strategy, DDPStrategy)
     assert isinstance(Trainer(**{**flags, "devices": 1}).strategy, SingleDeviceStrategy)
@@ -381,3 +392,22 @@ def test_auto_on_two_cpu_devices_is_built_as_the_agreeing_ddp_with_each_callback
         assert isinstance(cli.trainer.strategy, AgreeingDDPStrategy) is agreeing, devices
         kinds = [type(c).__name__ for c in cli.trainer.callbacks]
         assert len(kinds) == len(set(kinds)) and AgreedStop.__name__ in kinds, kinds
+
+
+def test_ddp_given_by_class_path_is_built_as_the_agreeing_ddp_with_its_options(tmp_path, monkeypatch):
+    """`--trainer.strategy=lightning.pytorch.strategies.DDPStrategy` (with init_args) was built by the parser as a
+    plain DDPStrategy, whose ranks never agreed; the config, which config.yaml records, keeps the class as given."""
+    from ega_lightning import CharDataModule, CharLM
+    from ega_lightning.commands.lightning_cli import AgreeingDDPStrategy, EgaCLI
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.argv", ["ega"])
+    args = ["--trainer.accelerator=cpu", "--trainer.devices=2", "--seed_everything=1"]
+    args += ["--trainer.strategy=lightning.pytorch.strategies.DDPStrategy", "--trainer.strategy.start_method=spawn"]
+    args += ["--trainer.strategy.init_args.process_group_backend=gloo", "--trainer.strategy.static_graph=true"]
+    cli = EgaCLI(CharLM, CharDataModule, run=False, auto_configure_optimizers=False, args=args)
+    strategy = cli.trainer.strategy
+    assert isinstance(strategy, AgreeingDDPStrategy) and strategy.agree == cli._agree_before_the_first_collective
+    assert (strategy.num_processes, strategy.process_group_backend, strategy._start_method) == (2, "gloo", "spawn")
+    assert strategy._ddp_kwargs["static_graph"] is True
+    assert cli.config.trainer.strategy.class_path == "lightning.pytorch.strategies.DDPStrategy"

@@ -206,17 +206,17 @@ class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
         if every:  # last.ckpt on a step schedule (and at the end), apart from best.ckpt, which follows val/loss
             added.append(LastCheckpoint(self.run_plan.run_dir / "checkpoints", every_n_steps=every))
         self.trainer_defaults = {**self.trainer_defaults, "callbacks": added}  # appended to the configured ones
-        # the ranks' agreement, in the DDP that Lightning builds for the configured strategy: by its name, or, for
-        # `auto`, once Lightning has chosen DDP (several devices or nodes), in a Trainer built again with the agreeing
-        # DDP (and the configured callbacks as they were: Lightning extends their list in place)
+        # the ranks' agreement, in the DDP that Lightning builds for the configured strategy: by its name or its
+        # class, or, for `auto`, once Lightning has chosen DDP (several devices or nodes), in a Trainer built again
+        # with the agreeing DDP (and the configured callbacks as they were: Lightning extends their list in place)
         named, agree = init.trainer.get("strategy", "auto"), self._agree_before_the_first_collective
         configured = init.trainer.get("callbacks")
         configured = list(configured) if isinstance(configured, list) else configured
-        strategy = AgreeingDDPStrategy.named(named, agree) if named != "auto" else None
+        strategy = AgreeingDDPStrategy.of(named, agree)
         trainer = super().instantiate_trainer(**kwargs, **({"strategy": strategy} if strategy else {}))
         if named == "auto" and isinstance(trainer.strategy, DDPStrategy):
             chosen = "ddp_fork" if trainer.strategy.launcher.is_interactive_compatible else "ddp"
-            strategy = AgreeingDDPStrategy.named(chosen, agree)
+            strategy = AgreeingDDPStrategy.of(chosen, agree)
             trainer = super().instantiate_trainer(**kwargs, callbacks=configured, strategy=strategy)
         return trainer
 
@@ -232,10 +232,16 @@ class AgreeingDDPStrategy(DDPStrategy):
         self.agree = agree
 
     @classmethod
-    def named(cls, name: Any, agree: Callable[[Strategy], None]) -> AgreeingDDPStrategy | None:
-        """The agreeing DDP for a strategy name of Lightning's registry that names DDP (``ddp``, ``ddp_spawn``, ...),
-        with the name's options; None for any other strategy (one process needs no agreement)."""
-        entry = StrategyRegistry[name] if isinstance(name, str) and name in StrategyRegistry else None
+    def of(cls, configured: Any, agree: Callable[[Strategy], None]) -> AgreeingDDPStrategy | None:
+        """The agreeing DDP for the configured strategy: a name of Lightning's registry that names DDP (``ddp``,
+        ``ddp_spawn``, ...), with the name's options, or Lightning's DDPStrategy given by class path (the parser has
+        built it, and no Trainer has used it: its options are its state), with its options; None for any other
+        strategy (one process needs no agreement; a DDPStrategy subclass of the user's own is theirs)."""
+        if type(configured) is DDPStrategy:
+            strategy = cls.__new__(cls)
+            vars(strategy).update(vars(configured), agree=agree)
+            return strategy
+        entry = StrategyRegistry[configured] if isinstance(configured, str) and configured in StrategyRegistry else None
         if entry is None or not issubclass(entry["strategy"], DDPStrategy):
             return None
         return cls(agree, **entry["init_params"])
