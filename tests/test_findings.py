@@ -438,7 +438,8 @@ def test_a_one_seed_rerun_is_named_and_read_by_no_verdict():
     got = found_by_kind(runs)
     assert all(f.section == "ablation" for f in got["ablation_pair"] + got["ablation_best"])
     (rerun,) = got["rerun"]
-    assert rerun.section == "landscape" and rerun.identical is True and rerun.seeds == [1]
+    assert rerun.section == "landscape" and rerun.details["identical"] is True and rerun.details["seeds"] == [1]
+    assert rerun.verdict is None and rerun.family is None
 
 
 def test_ablation_verdicts_from_synthetic_records():

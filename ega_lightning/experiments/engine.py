@@ -36,8 +36,9 @@ from typing import Any
 import numpy as np
 
 from ega_lightning.experiments import paper, plots, prose, protocol
-from ega_lightning.experiments.comparisons import Table, Variant, difference, rerun_of
+from ega_lightning.experiments.comparisons import Table, Variant, difference, learned, reference, rerun_of
 from ega_lightning.experiments.findings import (
+    DIAGNOSTICS,
     NOT_IN_RESULTS,
     Finding,
     ReadOnce,
@@ -195,6 +196,73 @@ def tau_init_slope(v: Variant, inputs: ReportInputs) -> dict[int, float]:
     return _slopes(xs) if xs and all(x.as_in_paper for x in xs) else {}
 
 
+# kind -> the claim a comparison with `figure: paper` tests, and the paper's figure of it, on x's corpus
+PAPER = {"leak": lambda corpus: (f"improvement:{corpus}", paper.IMPROVEMENT.get(corpus))}
+
+
+def _causal(x: Variant, y: Variant | None, inputs: ReportInputs) -> tuple[dict[str, Any], list[Variant]]:
+    """Beside the leak as trained: baseline − causal EGA-1 (x's gate from its tau_init as the paper trains it)."""
+    causal = reference(x, list(inputs.variants), learned(x))
+    if causal is None:
+        return {"causal": None, "causal_subject": None}, []
+    return {"causal": difference(y, causal, "final_val_loss"), "causal_subject": name(causal)}, [causal]
+
+
+# kind -> what a comparison of it says beside its interval (details), and the variants that reads beside x and y
+BESIDE: dict[str, Callable[[Variant, Variant | None, ReportInputs], tuple[dict[str, Any], list[Variant]]]] = {
+    "leak": _causal
+}
+
+
+@metric("prefix_eval_loss")
+def prefix_eval_loss(v: Variant, inputs: ReportInputs) -> dict[int, float]:
+    """Each final checkpoint's loss over the whole validation split evaluated with the causal prefix z (`ega
+    landscape --eval_znorm prefix`): a model trained with z over the whole window, read causally."""
+    seeds = {r.run.run_name: r.run.seed for r in v.done}
+    evals = [e for e in inputs.evaluations if e.run in seeds and e.final and e.eval_znorm == "prefix" and e.whole_split]
+    return {seeds[e.run]: e.loss for e in evals}
+
+
+def leak_evaluated(table: Table, inputs: ReportInputs) -> list[Finding]:
+    """Baseline − each whole-window variant of ``table``'s final checkpoints evaluated with the causal prefix z: a
+    diagnostic (no claim, no family), with the share of keys above tau evaluated so and as trained."""
+    out: list[Finding] = []
+    for row in (r for r in table.rows if r.variant.done and r.baseline and r.variant.options.get("znorm") == "window"):
+        v, base = row.variant, row.baseline
+        evaluated, baseline = prefix_eval_loss(v, inputs), base.by_seed("final_val_loss")
+        runs = {r.run.run_name for r in v.done}
+        evals = [e for e in inputs.evaluations if e.run in runs and e.final]
+        prefix = [e for e in evals if e.eval_znorm == "prefix" and e.whole_split]
+        trained = [e for e in evals if e.as_trained]
+
+        def above(found: list[Any], key: str = "frac_above_tau") -> float | None:
+            return statistics.fmean(e.mean(key) for e in found) if found else None
+
+        where = Where(DIAGNOSTICS, table.corpus, measured_with(v, base), name(v), f"baseline `{base.label}`")
+        details = {"seeds": sorted(evaluated), "above_causal": above(prefix), "above_trained": above(trained)}
+        details |= {"normal_tail": above(trained, "normal_tail"), "trained_as": name(v)}
+        ours = compare(baseline, evaluated) if evaluated and baseline else None
+        paper_figure = paper.IMPROVEMENT.get(table.corpus)
+        out.append(Compared(kind="leak_causal", **where._asdict(), ours=ours, paper=paper_figure, details=details))
+    return out
+
+
+def reruns(table: Table, inputs: ReportInputs) -> list[Finding]:
+    """Each variant of ``table`` that repeats another run for run, kept for its checkpoints: what it repeats, and
+    whether its final val loss came out bit for bit the same. No verdict reads it."""
+    out: list[Finding] = []
+    for v in (r.variant for r in table.rows if r.variant.done):
+        if (original := rerun_of(v, list(inputs.variants))) is None:
+            continue
+        ours, theirs = v.by_seed("final_val_loss"), original.by_seed("final_val_loss")
+        where = Where(table.group, table.corpus, measured_with(v), name(v), name(original))
+        details = {"original_group": original.group, "seeds": sorted(ours)}
+        details |= {"identical": all(ours[s] == theirs.get(s) for s in ours)}
+        details |= {"largest_difference": max(abs(ours[s] - theirs[s]) for s in ours if s in theirs)}
+        out.append(Compared(kind="rerun", **where._asdict(), code=code_of(v, original), details=details))
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class Compared(ReadOnce, Finding):
     """One comparison the protocol names, as measured: the finding of every family on the engine. ``details``: what
@@ -295,7 +363,9 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
                 subject = f"{c.name} `{x.label}`" if c.name else name(x)
                 against = f"{c.y_name} `{c.y.split('/', 1)[1]}`" if c.y_name and c.y else (name(y) if y else c.y)
                 where = Where(x.group, x.corpus, measured_with(x, y), subject, against)
-                code, read_as = code_of(x, y), pair(y or c.y or "", x)
+                beside, also = BESIDE[c.kind](x, y, inputs) if c.kind in BESIDE else ({}, [])
+                details |= beside
+                code, read_as = code_of(x, y, *also, compared=[(x, y)]), pair(y or c.y or "", x)
             else:  # named by the gates, not by one variant of each; each side's ends enter the interval
                 both = [v for at in itertools.zip_longest(xs, ys) for v in at if v is not None]
                 against = (y.paper_name or y.gate) if y is not None else c.y
@@ -313,9 +383,11 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
             if (e := protocol.current().verdicts.get(c.kind)) is not None and e.rule_for(c.claim) == "best":
                 joint.setdefault((c.kind, c.claim), (c, []))[1].append((x, y, d))  # read at once: `_best`
                 continue
+            claim, measured["paper"] = PAPER[c.kind](x.corpus) if c.figure == "paper" else (c.claim, None)
             reads = ((read_as, d),)
-            read = not (c.once and counted is not None and counted[0] < counted[1])
-            out.append(judge(c.kind, where, reads, claim=c.claim, read=read, **measured))
+            # a kind the protocol gives no rule (the leak's increment) is read by its family, with no label
+            read = e is not None and not (c.once and counted is not None and counted[0] < counted[1])
+            out.append(judge(c.kind, where, reads, claim=claim, read=read, **measured))
     sides = [v for c in comparisons for n in (c.x, c.y) if n is not None for v in _variant(inputs, n)]
     for c, items in joint.values():
         out += _best(inputs, c, items, sides)
@@ -451,6 +523,33 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
         "{subject} against {against}, at the paper's size: {state}.",
         "{subject} against {against}, at the paper's size",
     ),
+    "leak": (
+        "Leak audit: {subject} (z from the whole window's mean and variance, so each key's gate reads later "
+        "characters) vs {against}, as trained: Δ {interval}; paper {paper:signed}{causal:causal}{verdict}.",
+        "Leak audit: {subject} vs {against}: {state}.",
+        "leak audit: {subject}, z over the whole window, as trained",
+    ),
+    "leak_increment": (
+        "The leak's own increment, {subject} against causal {against} (Δ as trained − causal Δ, per seed): {interval}.",
+        "The leak's own increment, {subject} against causal {against}: {state}.",
+        "",
+    ),
+    "leak_causal": (
+        "{subject}'s final checkpoints (trained with z over the whole window) evaluated with the causal prefix z "
+        "(`ega landscape --eval_znorm prefix`, whole validation split, {seeds:seeds}) vs {against}: Δ {interval}. "
+        "A train/test mismatch, not a measure of EGA{above_causal:opened}. No verdict reads it, and its nearness in "
+        "size to the paper's figure means nothing.",
+        "{subject}'s checkpoints evaluated with the causal prefix z: not evaluated yet (`ega landscape "
+        "--eval_znorm prefix --max_eval_windows 0 --ckpt_path <run>/checkpoints/last.ckpt "
+        "--out results/landscape/<run>-prefix.json`).",
+        "",
+    ),
+    "rerun": (
+        "{subject} reruns {against} (group {original_group}) at {seeds:seeds} with the same configuration, kept for "
+        "its checkpoints: {identical:same}. Evidence for nothing its original does not give: no verdict reads it.",
+    )
+    * 2
+    + ("",),
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
         "{subject} against {against}: {state}.",
@@ -484,6 +583,17 @@ def _by_init(seeds: list[int], f: Compared) -> str:
     return text
 
 
+def _opened(causal: float | None, f: Compared) -> str:
+    """The share of keys above tau of the leaky checkpoints evaluated causally, against as trained."""
+    trained, tail = f.details["above_trained"], f.details["normal_tail"]
+    if causal is None or trained is None or tail is None:
+        return ""
+    return (
+        f": evaluated causally, {100 * causal:.0f}% of keys land above tau, against {100 * trained:.0f}% as trained "
+        f"(1 − Φ(tau) = {100 * tail:.0f}%), so the gates open where training never had them open"
+    )
+
+
 def _beaten(names: list[str] | None, f: Compared) -> str:
     m, names = margin_of("loss"), names or []
     if not names:
@@ -504,6 +614,13 @@ FORMATS: dict[str, Callable[[Any, str], str]] = {
     "blocks": lambda by_block, _: "; ".join(f"T{block} {fmt_interval(d)}" for block, d in by_block),
     "grows": lambda grows, _: "grows with every longer block" if grows else "not monotone",
     "beaten": _beaten,
+    "causal": lambda d, f: "" if d is None else f"; causal {f.details['causal_subject']}: Δ {interval_text(d)}",
+    "opened": _opened,
+    "same": lambda same, f: (
+        "bit for bit the same final val loss"
+        if same
+        else f"final val loss differs by up to {f.details['largest_difference']:.2e}"
+    ),
     "ranking": lambda ranking, f: ", ".join(
         f"{n}{'' if group == f.section else f' ({group})'} {num(mean)}" for n, group, mean in ranking
     ),
@@ -534,6 +651,7 @@ def _fields(f: Compared) -> dict[str, Any]:
         "state": state,
         "peer_claim": paper.PEER_CLAIM,
         "claim_text": paper.CLAIM[f.claim].text if f.claim in paper.CLAIM else f.subject,
+        "paper": _Number(f.paper, f),
         **{k: _Number(v, f) for k, v in f.details.items()},
     }
 
