@@ -21,6 +21,7 @@ from ega_lightning.experiments import (
     landscape_results,
     paper,
     prose,
+    protocol,
     provenance,
     rules,
     spec,
@@ -438,7 +439,8 @@ def test_a_one_seed_rerun_is_named_and_read_by_no_verdict():
     got = found_by_kind(runs)
     assert all(f.section == "ablation" for f in got["ablation_pair"] + got["ablation_best"])
     (rerun,) = got["rerun"]
-    assert rerun.section == "landscape" and rerun.identical is True and rerun.seeds == [1]
+    assert rerun.section == "landscape" and rerun.details["identical"] is True and rerun.details["seeds"] == [1]
+    assert rerun.verdict is None and rerun.family is None
 
 
 def test_ablation_verdicts_from_synthetic_records():
@@ -566,7 +568,7 @@ def test_the_mechanism_reads_only_final_causal_ega1_checkpoints(tmp_path):
     consistent = [frozen(Verdict.CONSISTENT)]
     (f,) = tau_mechanism.mechanism_finding(consistent, [early, leaky, final], [])
     assert f.verdict is Verdict.WEAK_GRADIENT  # the early and the leaky minimum do not decide
-    assert [c.step for c in f.checkpoints] == [early.step, final.step]  # shown: causal ones
+    assert [c["step"] for c in f.details["checkpoints"]] == [early.step, final.step]  # shown: causal ones
     (f,) = tau_mechanism.mechanism_finding(consistent, [early], [])
     assert f.verdict is Verdict.TOO_FEW_SEEDS  # no final EGA-1 checkpoint
 
@@ -601,8 +603,8 @@ def test_the_tail_identity_reads_seeds_and_shows_heads_only_as_a_figure(tmp_path
     assert db2.family_k == 2 and db2.corrected.level == pytest.approx(0.975)
     assert db2.corrected.low > rules.margin_of("tail")  # wholly outside the margin
     assert db2.verdict is Verdict.DOES_NOT_HOLD  # the seeds decide, though its heads sit on the normal tail
-    assert db2.heads == 8 and db2.heads_interval.estimate == pytest.approx(0.0, abs=1e-12)
-    assert db4.verdict is Verdict.HOLDS and db4.heads == 0
+    assert db2.details["heads"] == 8 and db2.details["heads_interval"].estimate == pytest.approx(0.0, abs=1e-12)
+    assert db4.verdict is Verdict.HOLDS and db4.details["heads"] == 0
 
 
 def test_a_broken_landscape_json_is_named_and_the_report_writes_nothing(tmp_path):
@@ -841,7 +843,8 @@ def test_every_study_reads_groups_the_committed_specs_have():
     for s in studies.STUDIES:
         assert s.table_findings is None or s.groups, s.name
         assert set(s.groups or ()) <= groups, (s.name, s.groups, sorted(groups))
-    assert "landscape" in {s.name for s in studies.STUDIES if s.groups}
+    # the tail identity reads the protocol's comparisons, by spec group / variant: groups the specs have
+    assert {c.group for c in protocol.current().comparisons["tail"]} <= groups
     assert set(leaderboard.control_groups()) & groups  # the protocol names groups the committed specs have
 
 

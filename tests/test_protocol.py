@@ -358,6 +358,8 @@ def finding_kinds() -> dict[str, set[str]]:
     for c in (c for items in protocol.current().comparisons.values() for c in items):
         if c.claim is not None and c.metric in engine.METRICS:
             out.setdefault(c.kind, set()).add(c.claim)
+    for kind, claim_of in engine.PAPER.items():  # a kind's claim where its lines name none, on each corpus
+        out.setdefault(kind, set()).update(claim_of(corpus)[0] for corpus in paper.IMPROVEMENT)
     return out
 
 

@@ -17,7 +17,8 @@ A new study whose metrics exist is its family, verdict kind and comparisons in t
 `family_findings` reads it where a study lists the family (`studies.ENGINE_FAMILIES`). A new metric is one
 function registered with :func:`metric`; one read over several variants of a side's group (the context family's
 growth, from the shortest block to the longest) names them with it (:class:`Span`), so the finding's code and its
-registration count the runs its interval reads.
+registration count the runs its interval reads. What a kind states beside its interval (the leak's causal Δ, the tail's
+heads) is :data:`BESIDE`, and the claim a kind tests where its lines name none :data:`PAPER`, both by kind.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from typing import Any
 import numpy as np
 
 from ega_lightning.experiments import paper, plots, prose, protocol
-from ega_lightning.experiments.comparisons import Table, Variant, difference, rerun_of
+from ega_lightning.experiments.comparisons import Table, Variant, difference, learned, reference, rerun_of
 from ega_lightning.experiments.findings import (
+    DIAGNOSTICS,
     NOT_IN_RESULTS,
     Finding,
     ReadOnce,
@@ -47,10 +49,19 @@ from ega_lightning.experiments.findings import (
     name,
     pair,
 )
-from ega_lightning.experiments.rules import margin_of, registered
+from ega_lightning.experiments.rules import TAU_STEP, Verdict, margin_of, registered
 from ega_lightning.experiments.stats import LEVEL, Summary, compare, mean_interval, summarize, widen
 from ega_lightning.experiments.study import ReportInputs
-from ega_lightning.experiments.text import fmt_bounds, fmt_interval, fmt_summary, interval_text, num, seed_list, slug
+from ega_lightning.experiments.text import (
+    fmt_bounds,
+    fmt_interval,
+    fmt_summary,
+    how,
+    interval_text,
+    num,
+    seed_list,
+    slug,
+)
 
 Metric = Callable[[Variant, ReportInputs], dict[int, float]]  # a variant's finished runs -> seed -> value
 
@@ -91,6 +102,7 @@ def _recorded(key: str) -> Metric:
 
 for _key in ("final_val_loss", "best_val_loss", "final_gap", "final_tau_mean", "final_frac_above_tau"):
     metric(_key)(_recorded(_key))  # what each run's record holds (`comparisons.run_metrics`)
+metric("tail_gap")(_recorded("final_tail_gap"))  # share of keys above tau − (1 − Φ(tau)), its last gate summary
 
 
 @metric("tau_init")
@@ -195,6 +207,100 @@ def tau_init_slope(v: Variant, inputs: ReportInputs) -> dict[int, float]:
     return _slopes(xs) if xs and all(x.as_in_paper for x in xs) else {}
 
 
+# kind -> the claim its comparisons test where their lines name none, and the paper's figure of it, on x's corpus
+PAPER = {
+    "leak": lambda corpus: (f"improvement:{corpus}", paper.IMPROVEMENT.get(corpus)),
+    "tail": lambda corpus: ("frac_above_tau", None),
+    "tau_mechanism": lambda corpus: ("tau", paper.TAU),  # no comparison: `studies.tau_mechanism`
+}
+
+
+def _causal(x: Variant, y: Variant | None, inputs: ReportInputs) -> tuple[dict[str, Any], list[Variant]]:
+    """Beside the leak as trained: baseline − causal EGA-1 (x's gate from its tau_init as the paper trains it)."""
+    causal = reference(x, list(inputs.variants), learned(x))
+    if causal is None:
+        return {"causal": None, "causal_subject": None}, []
+    return {"causal": difference(y, causal, "final_val_loss"), "causal_subject": name(causal)}, [causal]
+
+
+def _heads(x: Variant, y: Variant | None, inputs: ReportInputs) -> tuple[dict[str, Any], list[Variant]]:
+    """Beside the tail identity per seed: the means over seeds of the share above tau and of 1 − Φ(tau), and, as
+    a figure only, the heads of x's final checkpoints `ega landscape` evaluated as trained (a rerun's stand for
+    its original's)."""
+    values, above, variants = x.by_seed("final_tail_gap"), x.by_seed("final_frac_above_tau"), list(inputs.variants)
+    runs = {r.run.run_name for r in x.done}
+    reruns = [w for w in variants if (o := rerun_of(w, variants)) and {r.run.run_name for r in o.done} == runs]
+    names = runs | {r.run.run_name for w in reruns for r in w.done}
+    heads = [e for e in inputs.evaluations if e.final and e.as_trained and e.run in names]
+    gaps = [g for e in heads for g in e.tail_gaps()]
+    return {
+        "znorm": x.options.get("znorm", "prefix"),
+        "seeds": sorted(values),
+        "frac_above_tau": statistics.fmean(above[s] for s in values),
+        "normal_tail": statistics.fmean(above[s] - values[s] for s in values),
+        "heads": len(gaps),
+        "heads_interval": mean_interval(gaps) if gaps else None,
+        "heads_runs": [e.run for e in heads],
+        "max_abs_gap": max((abs(g) for g in gaps), default=None),
+    }, []
+
+
+# kind -> what a comparison of it says beside its interval (details), and the variants that reads beside x and y
+BESIDE: dict[str, Callable[[Variant, Variant | None, ReportInputs], tuple[dict[str, Any], list[Variant]]]] = {
+    "leak": _causal,
+    "tail": _heads,
+}
+
+
+@metric("prefix_eval_loss")
+def prefix_eval_loss(v: Variant, inputs: ReportInputs) -> dict[int, float]:
+    """Each final checkpoint's loss over the whole validation split evaluated with the causal prefix z (`ega
+    landscape --eval_znorm prefix`): a model trained with z over the whole window, read causally."""
+    seeds = {r.run.run_name: r.run.seed for r in v.done}
+    evals = [e for e in inputs.evaluations if e.run in seeds and e.final and e.eval_znorm == "prefix" and e.whole_split]
+    return {seeds[e.run]: e.loss for e in evals}
+
+
+def leak_evaluated(table: Table, inputs: ReportInputs) -> list[Finding]:
+    """Baseline − each whole-window variant of ``table``'s final checkpoints evaluated with the causal prefix z: a
+    diagnostic (no claim, no family), with the share of keys above tau evaluated so and as trained."""
+    out: list[Finding] = []
+    for row in (r for r in table.rows if r.variant.done and r.baseline and r.variant.options.get("znorm") == "window"):
+        v, base = row.variant, row.baseline
+        evaluated, baseline = prefix_eval_loss(v, inputs), base.by_seed("final_val_loss")
+        runs = {r.run.run_name for r in v.done}
+        evals = [e for e in inputs.evaluations if e.run in runs and e.final]
+        prefix = [e for e in evals if e.eval_znorm == "prefix" and e.whole_split]
+        trained = [e for e in evals if e.as_trained]
+
+        def above(found: list[Any], key: str = "frac_above_tau") -> float | None:
+            return statistics.fmean(e.mean(key) for e in found) if found else None
+
+        where = Where(DIAGNOSTICS, table.corpus, measured_with(v, base), name(v), f"baseline `{base.label}`")
+        details = {"seeds": sorted(evaluated), "above_causal": above(prefix), "above_trained": above(trained)}
+        details |= {"normal_tail": above(trained, "normal_tail"), "trained_as": name(v)}
+        ours = compare(baseline, evaluated) if evaluated and baseline else None
+        paper_figure = paper.IMPROVEMENT.get(table.corpus)
+        out.append(Compared(kind="leak_causal", **where._asdict(), ours=ours, paper=paper_figure, details=details))
+    return out
+
+
+def reruns(table: Table, inputs: ReportInputs) -> list[Finding]:
+    """Each variant of ``table`` that repeats another run for run, kept for its checkpoints: what it repeats, and
+    whether its final val loss came out bit for bit the same. No verdict reads it."""
+    out: list[Finding] = []
+    for v in (r.variant for r in table.rows if r.variant.done):
+        if (original := rerun_of(v, list(inputs.variants))) is None:
+            continue
+        ours, theirs = v.by_seed("final_val_loss"), original.by_seed("final_val_loss")
+        where = Where(table.group, table.corpus, measured_with(v), name(v), name(original))
+        details = {"original_group": original.group, "seeds": sorted(ours)}
+        details |= {"identical": all(ours[s] == theirs.get(s) for s in ours)}
+        details |= {"largest_difference": max(abs(ours[s] - theirs[s]) for s in ours if s in theirs)}
+        out.append(Compared(kind="rerun", **where._asdict(), code=code_of(v, original), details=details))
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class Compared(ReadOnce, Finding):
     """One comparison the protocol names, as measured: the finding of every family on the engine. ``details``: what
@@ -215,7 +321,7 @@ class Compared(ReadOnce, Finding):
 
     @property
     def interval_format(self) -> tuple[float, int, bool]:  # type: ignore[override]  # by its kind
-        return (1.0, 3, self.kind != "tau_init")  # a slope is not a difference: no sign
+        return INTERVAL_FORMATS.get(self.kind, (1.0, 3, True))
 
     def family_read(self) -> Compared:
         """The rule `best`: the gates ahead of x by more than the loss margin at the family's level (`others`, in
@@ -282,6 +388,8 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
                 continue
             values = METRICS[c.metric]
             own, ref = values(x, inputs), values(y, inputs) if y is not None else {}
+            if span is None and not c.y and not own:  # x alone, and nothing its metric reads: nothing to say
+                continue
             aligned = span is None or y is None or [v.hp(span.along) for v in xs] == [v.hp(span.along) for v in ys]
             # no y: x's metric alone, its one-sample interval (against zero or a figure)
             d = (compare(ref, own) if ref else mean_interval(list(own.values()))) if own and (ref or not c.y) else None
@@ -295,7 +403,10 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
                 subject = f"{c.name} `{x.label}`" if c.name else name(x)
                 against = f"{c.y_name} `{c.y.split('/', 1)[1]}`" if c.y_name and c.y else (name(y) if y else c.y)
                 where = Where(x.group, x.corpus, measured_with(x, y), subject, against)
-                code, read_as = code_of(x, y), pair(y or c.y or "", x)
+                beside, also = BESIDE[c.kind](x, y, inputs) if c.kind in BESIDE else ({}, [])
+                details |= beside
+                code = code_of(x, y, *also, compared=[(x, y) if c.y else (x,)])
+                read_as = pair(y or c.y, x) if c.y else f"{c.kind}: {c.x}"
             else:  # named by the gates, not by one variant of each; each side's ends enter the interval
                 both = [v for at in itertools.zip_longest(xs, ys) for v in at if v is not None]
                 against = (y.paper_name or y.gate) if y is not None else c.y
@@ -313,9 +424,11 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
             if (e := protocol.current().verdicts.get(c.kind)) is not None and e.rule_for(c.claim) == "best":
                 joint.setdefault((c.kind, c.claim), (c, []))[1].append((x, y, d))  # read at once: `_best`
                 continue
+            claim, measured["paper"] = PAPER[c.kind](x.corpus) if c.kind in PAPER else (c.claim, None)
             reads = ((read_as, d),)
-            read = not (c.once and counted is not None and counted[0] < counted[1])
-            out.append(judge(c.kind, where, reads, claim=c.claim, read=read, **measured))
+            # a kind the protocol gives no rule (the leak's increment) is read by its family, with no label
+            read = e is not None and not (c.once and counted is not None and counted[0] < counted[1])
+            out.append(judge(c.kind, where, reads, claim=claim, read=read, **measured))
     sides = [v for c in comparisons for n in (c.x, c.y) if n is not None for v in _variant(inputs, n)]
     for c, items in joint.values():
         out += _best(inputs, c, items, sides)
@@ -451,6 +564,46 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
         "{subject} against {against}, at the paper's size: {state}.",
         "{subject} against {against}, at the paper's size",
     ),
+    "leak": (
+        "Leak audit: {subject} (z from the whole window's mean and variance, so each key's gate reads later "
+        "characters) vs {against}, as trained: Δ {interval}; paper {paper:signed}{causal:causal}{verdict}.",
+        "Leak audit: {subject} vs {against}: {state}.",
+        "leak audit: {subject}, z over the whole window, as trained",
+    ),
+    "leak_increment": (
+        "The leak's own increment, {subject} against causal {against} (Δ as trained − causal Δ, per seed): {interval}.",
+        "The leak's own increment, {subject} against causal {against}: {state}.",
+        "",
+    ),
+    "leak_causal": (
+        "{subject}'s final checkpoints (trained with z over the whole window) evaluated with the causal prefix z "
+        "(`ega landscape --eval_znorm prefix`, whole validation split, {seeds:seeds}) vs {against}: Δ {interval}. "
+        "A train/test mismatch, not a measure of EGA{above_causal:opened}. No verdict reads it, and its nearness in "
+        "size to the paper's figure means nothing.",
+        "{subject}'s checkpoints evaluated with the causal prefix z: not evaluated yet (`ega landscape "
+        "--eval_znorm prefix --max_eval_windows 0 --ckpt_path <run>/checkpoints/last.ckpt "
+        "--out results/landscape/<run>-prefix.json`).",
+        "",
+    ),
+    "rerun": (
+        "{subject} reruns {against} (group {original_group}) at {seeds:seeds} with the same configuration, kept for "
+        "its checkpoints: {identical:same}. Evidence for nothing its original does not give: no verdict reads it.",
+    )
+    * 2
+    + ("",),
+    "tail": (
+        "{subject}, z over the {znorm}: {frac_above_tau:pct} of keys above tau against {normal_tail:pct} = 1 − Φ(tau) "
+        "(means over seeds of the gate summaries recorded during training); measured − normal in points, one value "
+        "per seed: {interval}{verdict}.{heads_interval:heads}",
+    )
+    * 2
+    + ("is it 1 − Φ(tau)? {subject}, z over the {znorm}, one value per seed",),
+    "tau_mechanism": (
+        "Why tau does not move. Loss change with every tau shifted (nats/char): {checkpoints:shifts}"
+        "{frozen:frozen}{grad_norm_ratio:ratio}{verdict}{meaning}.",
+    )
+    * 2
+    + ("why tau does not move: mechanism (a) or (b)",),
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
         "{subject} against {against}: {state}.",
@@ -459,7 +612,22 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
 }
 # kind -> what its claims-table cell writes before and after its interval
 CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", ""), "tau_init": ("slope of final tau on tau_init ", "")}
-CELLS = {"ablation_best": "{beating:beaten}"}  # kind -> its claims-table cell, where words, not its interval
+CELL_WORDS |= {"tail": ("measured − (1 − Φ(tau)) ", " points")}
+# kind -> its cell, where words, not its interval
+CELLS = {"ablation_best": "{beating:beaten}", "tau_mechanism": "{checkpoints:mechanism}"}
+# kind -> (scale, digits, signed) of its intervals, where not (1, 3, signed): a slope is no difference, no sign
+INTERVAL_FORMATS = {"tau_init": (1.0, 3, False), "tail": (100.0, 1, True)}
+MEANING = {  # a mechanism's verdict, what it means
+    Verdict.WEAK_GRADIENT: (
+        "the loss does not hold tau where it ends, so tau ends about where it started and a final tau near "
+        f"{paper.TAU} reflects its initialisation more than the data"
+    ),
+    Verdict.CO_ADAPTATION: (
+        "each tau sits at a minimum that the rest of the network built around it, so any initialisation ends at "
+        f"its own minimum and a final tau near {paper.TAU} reflects its initialisation more than the data"
+    ),
+    Verdict.NEITHER: "training tau changes the loss, so where tau ends carries information",
+}
 
 
 def _by_init(seeds: list[int], f: Compared) -> str:
@@ -484,6 +652,61 @@ def _by_init(seeds: list[int], f: Compared) -> str:
     return text
 
 
+def _opened(causal: float | None, f: Compared) -> str:
+    """The share of keys above tau of the leaky checkpoints evaluated causally, against as trained."""
+    trained, tail = f.details["above_trained"], f.details["normal_tail"]
+    if causal is None or trained is None or tail is None:
+        return ""
+    return (
+        f": evaluated causally, {100 * causal:.0f}% of keys land above tau, against {100 * trained:.0f}% as trained "
+        f"(1 − Φ(tau) = {100 * tail:.0f}%), so the gates open where training never had them open"
+    )
+
+
+def _heads_text(d: Any, f: Compared) -> str:
+    if d is None:
+        return ""
+    runs = ", ".join(f"`{r}`" for r in f.details["heads_runs"])
+    return (
+        f" As a figure only (heads of one model are not independent): over the {f.details['heads']} heads of {runs} "
+        f"evaluated by `ega landscape`, {fmt_interval(d, scale=100, digits=1)} points, the largest "
+        f"{100 * (f.details['max_abs_gap'] or 0.0):.1f}."
+    )
+
+
+def _shifts(checkpoints: list[dict[str, Any]], f: Compared) -> str:
+    parts = [
+        f"`{c['label']}`: tau shifted by "
+        + ", ".join(f"{num(delta, 2, True)}: {num(cost, 4, True)}" for delta, cost in c["tau_shift_cost"].items())
+        + f"; alpha × 0: {num(c['alpha_scale_cost'].get(0.0), 3, True)}"
+        for c in checkpoints
+    ]
+    return "; ".join(parts) or "no checkpoint evaluated yet"
+
+
+def _frozen(frozen: list[tuple[str, Verdict | None]]) -> str:
+    return ", ".join(f"{s}: {v.value if v is not None else None}" for s, v in frozen)
+
+
+def _mechanism_cell(checkpoints: list[dict[str, Any]], f: Compared) -> str:
+    """The final EGA-1 checkpoints' loss change at tau ∓ the step the rule reads, and the frozen-tau verdicts."""
+    final = [c["tau_shift_cost"] for c in checkpoints if c["final"] and c["gate"] == "linear"]
+    costs = "; ".join(
+        f"tau {-TAU_STEP:+}: {num(c[-TAU_STEP], 4, True)}, {TAU_STEP:+}: {num(c[TAU_STEP], 4, True)}" for c in final
+    )
+    return "; ".join(part for part in (costs, _frozen(f.details["frozen"])) if part) or "—"
+
+
+def _ratio(ratio: float | None, f: Compared) -> str:
+    if ratio is None:
+        return ""
+    return (
+        f". Median |grad tau| / |grad energy projection| over the logged steps of EGA-1's "
+        f"{len(f.details['grad_norm_runs'])} runs under our recipe (learned positions, tau learned, z over the causal "
+        f"prefix; the author's recipe's and the RoPE study's runs not read): {ratio:.3g}"
+    )
+
+
 def _beaten(names: list[str] | None, f: Compared) -> str:
     m, names = margin_of("loss"), names or []
     if not names:
@@ -504,6 +727,19 @@ FORMATS: dict[str, Callable[[Any, str], str]] = {
     "blocks": lambda by_block, _: "; ".join(f"T{block} {fmt_interval(d)}" for block, d in by_block),
     "grows": lambda grows, _: "grows with every longer block" if grows else "not monotone",
     "beaten": _beaten,
+    "pct": lambda x, _: f"{100 * x:.1f}%",
+    "heads": _heads_text,
+    "shifts": _shifts,
+    "frozen": lambda frozen, _: f". Frozen tau vs learned: {_frozen(frozen)}" if frozen else "",
+    "ratio": _ratio,
+    "mechanism": _mechanism_cell,
+    "causal": lambda d, f: "" if d is None else f"; causal {f.details['causal_subject']}: Δ {interval_text(d)}",
+    "opened": _opened,
+    "same": lambda same, f: (
+        "bit for bit the same final val loss"
+        if same
+        else f"final val loss differs by up to {f.details['largest_difference']:.2e}"
+    ),
     "ranking": lambda ranking, f: ", ".join(
         f"{n}{'' if group == f.section else f' ({group})'} {num(mean)}" for n, group, mean in ranking
     ),
@@ -526,14 +762,19 @@ class _Number:
 
 def _fields(f: Compared) -> dict[str, Any]:
     state = prose.state(f) if f.runs_planned is not None else "no finished run yet"
+    scale, digits, signed = f.interval_format
     return {
         "subject": f.subject,
         "against": f.against,
-        "interval": interval_text(f.interval, signed=f.interval_format[2]) if f.interval is not None else "",
+        "interval": f"{fmt_interval(f.interval, signed, scale, digits)} ({how(f.interval)})"
+        if f.interval is not None
+        else "",
         "verdict": prose.verdict_text(f) + interim(f),
+        "meaning": f": {MEANING[f.verdict]}" if f.verdict in MEANING else "",
         "state": state,
         "peer_claim": paper.PEER_CLAIM,
         "claim_text": paper.CLAIM[f.claim].text if f.claim in paper.CLAIM else f.subject,
+        "paper": _Number(f.paper, f),
         **{k: _Number(v, f) for k, v in f.details.items()},
     }
 

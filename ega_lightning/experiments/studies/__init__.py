@@ -38,9 +38,7 @@ from ega_lightning.experiments.studies import (
     author,
     cost,
     leaderboard,
-    leak,
     main,
-    reruns,
     rope,
     tau_mechanism,
 )
@@ -68,8 +66,15 @@ STUDIES: tuple[Study, ...] = (
         groups=("frozen_tau",),
         table_findings=lambda table, inputs: engine.family_findings(inputs, "frozen", table),
     ),
-    leak.STUDY,
-    reruns.STUDY,
+    Study(  # z over the whole window as trained, its increment over causal EGA-1, and evaluated causally (a diagnostic)
+        "leak",
+        groups=("leak",),
+        table_findings=lambda table, inputs: [
+            *engine.family_findings(inputs, "leak", table),
+            *engine.leak_evaluated(table, inputs),
+        ],
+    ),
+    Study("reruns", groups=("landscape",), table_findings=engine.reruns),  # runs repeated for their checkpoints
     Study("peers", findings=lambda inputs, data, read: engine.family_findings(inputs, "peers")),
     leaderboard.STUDY,
     tau_mechanism.STUDY,
