@@ -14,6 +14,7 @@ import scipy.stats
 
 from ega_lightning.commands import report
 from ega_lightning.errors import UserError
+from ega_lightning.experiments import bench as benches
 from ega_lightning.experiments import (
     comparisons,
     engine,
@@ -32,7 +33,8 @@ from ega_lightning.experiments.provenance import code_status
 from ega_lightning.experiments.provenance import load as provenance_load
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import author, cost, leaderboard, tau_mechanism
+from ega_lightning.experiments.studies import author, leaderboard, tau_mechanism
+from ega_lightning.experiments.study import ReportInputs
 from ega_lightning.experiments.whole_split import cpu_model_of
 from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.io import write_atomic
@@ -659,6 +661,11 @@ def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper_under_ou
     assert read == sorted(r.run.run_name for r in runs if r.run.entry == "linear")
 
 
+def _cost(bench: dict | None, source: str) -> engine.Compared:
+    """The cost claim as the report reads it from ``bench``: the engine's reading of the protocol's comparison."""
+    return engine.family_findings(ReportInputs((), (), bench=(bench, source)), "cost")[0]
+
+
 def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp_path):
     records_dir = tmp_path / "results" / "runs"
     records_dir.mkdir(parents=True)
@@ -669,22 +676,22 @@ def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp
     write_atomic(
         tmp_path / "results" / "bench-cpu-32-true-generation.json", json.dumps({"sizes": [], "generation": []})
     )
-    bench, source = cost.read_bench(None, records_dir, tmp_path / "results")
+    bench, source = benches.read_bench(None, records_dir, tmp_path / "results")
     assert source == "bench-cpu-32-true.md"
-    f = cost.cost_finding(bench, source)
+    f = _cost(bench, source)
     # a CPU bench: its ratio said, the paper's GPU claim untested (the amendment of 2026-12-05; before: does not hold)
-    assert f.ours.mean == 1.1 and f.verdict is Verdict.NOT_TESTABLE and f.device == "cpu"
+    assert f.ours.mean == 1.1 and f.verdict is Verdict.NOT_TESTABLE and f.details["device"] == "cpu"
     assert f.not_testable.startswith("×1.100 on CPU") and "GPU claim is untested" in f.not_testable
     assert (f.amended_from, f.amended_by) == ("does not hold", 51)
-    gpu = cost.cost_finding(bench, "bench-cuda-bf16-mixed.md")
+    gpu = _cost(bench, "bench-cuda-bf16-mixed.md")
     assert gpu.verdict is Verdict.DOES_NOT_HOLD and gpu.amended_from is None  # every ratio above x1.02
     short = {"sizes": [{"size": "cpu", "rows": {"linear": {**row, "repeats": 7, "time_ratios": ratios[:7]}}}]}
-    assert cost.cost_finding(short, "bench-cuda-bf16-mixed.md").verdict is Verdict.TOO_FEW_SEEDS  # fewer than 21
+    assert _cost(short, "bench-cuda-bf16-mixed.md").verdict is Verdict.TOO_FEW_SEEDS  # fewer than 21
     write_atomic(tmp_path / "results" / "bench-list.json", "[]")  # JSON beside them that is no bench's
-    sources = [source for _, source in cost.benches(records_dir, tmp_path / "results")]
+    sources = [source for _, source in benches.benches(records_dir, tmp_path / "results")]
     assert sources == ["bench-cpu-32-true.md", "bench-cpu-32-true-generation.md"]
     with pytest.raises(UserError, match=r"bench-list\.json cannot be read \(not the JSON object"):
-        cost.read_bench(tmp_path / "results" / "bench-list.json", records_dir, tmp_path / "results")
+        benches.read_bench(tmp_path / "results" / "bench-list.json", records_dir, tmp_path / "results")
 
 
 def test_the_cost_claim_reads_the_bench_of_the_most_repetitions(tmp_path):
@@ -695,9 +702,9 @@ def test_the_cost_claim_reads_the_bench_of_the_most_repetitions(tmp_path):
     for path, n in ((results / "bench-cpu-32-true.json", 7), (results / "bench-peers" / "bench-cpu-32-true.json", 21)):
         row = {"time_ratio": 1.05, "repeats": n, "time_ratios": [1.05] * n}
         write_atomic(path, json.dumps({"sizes": [{"size": "cpu", "rows": {"none": row, "linear": row}}]}))
-    bench, source = cost.read_bench(None, results / "runs", results)
-    assert source == "bench-peers/bench-cpu-32-true.md" and cost.repetitions(bench) == 21
-    assert cost.cost_finding(bench, source).repetitions == 21
+    bench, source = benches.read_bench(None, results / "runs", results)
+    assert source == "bench-peers/bench-cpu-32-true.md" and benches.repetitions(bench) == 21
+    assert _cost(bench, source).details["repetitions"] == 21
 
 
 def test_the_cost_claim_never_reads_a_bench_run_on_another_position_encoding(tmp_path):
@@ -705,17 +712,17 @@ def test_the_cost_claim_never_reads_a_bench_run_on_another_position_encoding(tmp
     learned-position model, so the shorter learned-position bench is read."""
     results = tmp_path / "results"
     (results / "bench-rope").mkdir(parents=True)
-    benches = (
+    made = (
         (results / "bench-cpu-32-true.json", 21, 1.07, None),
         (results / "bench-rope" / "bench-cpu-32-true.json", 61, 1.30, "rope"),
     )
-    for path, n, ratio, position in benches:
+    for path, n, ratio, position in made:
         row = {"time_ratio": ratio, "repeats": n, "time_ratios": [ratio] * n}
         bench = {"position": position, "sizes": [{"size": "cpu", "rows": {"none": row, "linear": row}}]}
         write_atomic(path, json.dumps(bench))
-    assert cost.benches(results / "runs", results)[0][1] == "bench-rope/bench-cpu-32-true.md"  # the longest first
-    bench, source = cost.read_bench(None, results / "runs", results)
-    assert source == "bench-cpu-32-true.md" and cost.cost_finding(bench, source).ours.mean == 1.07
+    assert benches.benches(results / "runs", results)[0][1] == "bench-rope/bench-cpu-32-true.md"  # the longest first
+    bench, source = benches.read_bench(None, results / "runs", results)
+    assert source == "bench-cpu-32-true.md" and _cost(bench, source).ours.mean == 1.07
 
 
 def test_report_refuses_a_bench_it_cannot_read_and_an_out_that_is_a_file_before_any_work(tmp_path, capsys):

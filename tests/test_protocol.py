@@ -358,6 +358,8 @@ def finding_kinds() -> dict[str, set[str]]:
     for c in (c for items in protocol.current().comparisons.values() for c in items):
         if c.claim is not None and c.metric in engine.METRICS:
             out.setdefault(c.kind, set()).add(c.claim)
+        elif c.metric in engine.READINGS:  # a reading of a file, not of runs (the bench): its kind's own claim
+            out.setdefault(c.kind, set()).add(c.claim or c.kind)
     return out
 
 
