@@ -933,7 +933,7 @@ def author_found(
     split = tuple(WholeSplit(name, 2999, loss, "cpu") for name, loss in (whole or {}).items())
     inputs = ReportInputs(tuple(build_tables(variants)), tuple(variants), whole_split=split)
     found = studies.run_studies(inputs, studies.measure(inputs, [author.STUDY]))
-    return {f.key: f for f in found}
+    return {f.details["key"]: f for f in found}
 
 
 def test_the_author_steps_sum_to_b_minus_a_per_seed_and_are_read_three_ways_at_k_6():
@@ -941,9 +941,11 @@ def test_the_author_steps_sum_to_b_minus_a_per_seed_and_are_read_three_ways_at_k
     found = author_found(losses)
     assert list(found) == ["E − A", "D − E", "C − D", "B − C", "B − A", "F − A"]
     for seed in range(1, 6):  # the telescoping sum, per seed, against the losses themselves
-        steps = sum(found[k].per_seed[seed] for k in ("E − A", "D − E", "C − D", "B − C"))
-        assert steps == pytest.approx(found["B − A"].per_seed[seed], abs=1e-12)
-        assert found["B − A"].per_seed[seed] == pytest.approx(losses["A"][seed] - losses["B"][seed], abs=1e-12)
+        steps = sum(found[k].details["per_seed"][seed] for k in ("E − A", "D − E", "C − D", "B − C"))
+        assert steps == pytest.approx(found["B − A"].details["per_seed"][seed], abs=1e-12)
+        assert found["B − A"].details["per_seed"][seed] == pytest.approx(
+            losses["A"][seed] - losses["B"][seed], abs=1e-12
+        )
     level = 1 - 0.05 / 6
     expected = {}
     for key, f in found.items():  # scipy's interval at the family's level, read three ways by hand
@@ -963,7 +965,9 @@ def test_the_author_steps_sum_to_b_minus_a_per_seed_and_are_read_three_ways_at_k
         assert f.verdict.value == expected[key], key
     assert set(expected.values()) == {"holds", "negligible", "does not hold", "too few seeds to tell"}
     assert found["F − A"].claim == "phase1:EGA-4" and found["B − A"].claim == "improvement:tinyshakespeare"
-    assert found["E − A"].ega != found["B − A"].ega == "the author's"  # E − A is our gate in their recipe
+    assert (
+        found["E − A"].details["ega"] != found["B − A"].details["ega"] == "the author's"
+    )  # E − A is our gate in their recipe
     # B − A is the paper's own comparison: its size is read against the +0.103 by the effect rule (issue 68: the
     # summary printed the figure beside it with no reading), the steps and F − A (no figure) have none
     ba, figure = found["B − A"], 0.103
@@ -983,7 +987,7 @@ def test_the_author_study_reads_no_label_before_its_last_planned_run():
     for f in found.values():
         assert f.verdict is None and f.rule_name is None and (f.runs_in, f.runs_planned) == (29, 30)
         assert "29 of 30 planned runs in" in prose.verdict_cell(f) and "29 of 30" in prose.measured(f)
-    assert found["B − A"].seeds == [1, 2, 3, 4] and found["F − A"].seeds == [1, 2, 3, 4, 5]
+    assert found["B − A"].details["seeds"] == [1, 2, 3, 4] and found["F − A"].details["seeds"] == [1, 2, 3, 4, 5]
     assert found["B − A"].interval.n == 4  # the interim numbers are shown, on the seeds every step shares
     none = author_found({})
     assert all(
@@ -1006,11 +1010,15 @@ def test_the_author_study_reads_both_evaluations_and_what_the_estimate_moves():
         over_whole = [
             whole[f"{author.VARIANTS[y][0]}-seed{s}"] - whole[f"{author.VARIANTS[x][0]}-seed{s}"] for s in range(1, 6)
         ]
-        assert f.whole.estimate == pytest.approx(statistics.fmean(over_whole), abs=1e-12)
-        moved = [f.per_seed[s] - w for s, w in zip(range(1, 6), over_whole, strict=True)]
-        assert f.moved.estimate == pytest.approx(statistics.fmean(moved), abs=1e-12)
-    assert found["E − A"].moved.estimate == pytest.approx(-(offset["A"] - offset["E"]))
-    assert found["B − C"].moved.low < found["B − C"].moved.estimate < found["B − C"].moved.high  # B's varies by seed
+        assert f.details["whole"].estimate == pytest.approx(statistics.fmean(over_whole), abs=1e-12)
+        moved = [f.details["per_seed"][s] - w for s, w in zip(range(1, 6), over_whole, strict=True)]
+        assert f.details["moved"].estimate == pytest.approx(statistics.fmean(moved), abs=1e-12)
+    assert found["E − A"].details["moved"].estimate == pytest.approx(-(offset["A"] - offset["E"]))
+    assert (
+        found["B − C"].details["moved"].low
+        < found["B − C"].details["moved"].estimate
+        < found["B − C"].details["moved"].high
+    )  # B's varies by seed
     # the labels read the author's estimate (the registered loss), whatever the whole split says
     assert [f.verdict for f in found.values()] == [f.verdict for f in author_found(losses).values()]
 
@@ -1019,7 +1027,7 @@ def test_every_row_of_a_whole_window_variant_says_non_causal():
     found = author_found(author_losses())
     for key, f in found.items():
         window = bool({"B", "F"} & set(key.split(" − ")))  # B and F train z over the whole window
-        assert f.non_causal is window, key
+        assert f.details["non_causal"] is window, key
         assert ("non-causal" in prose.claim_subject(f)) is window and ("non-causal" in prose.measured(f)) is window
         assert "4×4×128 T128, 3,000 steps" in prose.claim_subject(f) and paper.TABLE_SIZE in prose.claim_subject(f)
 

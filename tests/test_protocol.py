@@ -619,7 +619,7 @@ def test_an_entry_registered_after_the_amendment_is_read_under_it_alone():
     variants = build_variants(author_runs(losses))
     inputs = ReportInputs(tuple(build_tables(variants)), tuple(variants))
     found = studies.run_studies(inputs, studies.measure(inputs, [author.STUDY]))
-    step = next(f for f in found if f.key == "D − E")
+    step = next(f for f in found if f.details["key"] == "D − E")
     assert step.verdict is rules.Verdict.NEGLIGIBLE and step.amended_from == "holds"  # the two readings differ
     starts = {run: datetime(2026, 12, 7, tzinfo=UTC) for run in step.code.read}
 

@@ -215,6 +215,10 @@ class Compared(ReadOnce, Finding):
         return self.runs_planned is not None and (self.runs_in or 0) < self.runs_planned
 
     @property
+    def tests_claim(self) -> bool:  # type: ignore[override]  # by its kind (a class's elsewhere)
+        return self.kind not in STEP_OF
+
+    @property
     def cell_words(self) -> tuple[str, str]:  # type: ignore[override]  # by its kind (a class's elsewhere)
         return CELL_WORDS.get(self.kind, ("", ""))
 
@@ -515,12 +519,21 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
         "{subject} against {against}, at the paper's size",
     ),
     "cost": ("{subject} against {against}, `ega bench`: {repetitions:timed}{verdict}.",) * 2 + ("",),
+    "author_gain": (
+        "{key}, {what} ({subject} against {against}{non_causal:window}): {interval}, the author's estimate (50 "
+        "random batches){whole:whole}{verdict}.",
+        "{key}, {what} ({subject} against {against}{non_causal:window}): {state}.",
+        "EGA: {ega}. {key}, {what} ({subject} against {against}){non_causal:window}; at the author's phase-1 size "
+        "{size}, not the paper's {table_size}",
+    ),
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
         "{subject} against {against}: {state}.",
         "{subject} against {against}",
     ),
 }
+# a step's kind -> the kind of the whole it takes apart: said alike, tested by the whole (its section holds it)
+STEP_OF = {"author_step": "author_gain"}
 # kind -> what its claims-table cell writes before and after its interval
 CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", ""), "tau_init": ("slope of final tau on tau_init ", "")}
 # kind -> its claims-table cell, where words, not its interval
@@ -583,6 +596,8 @@ FORMATS: dict[str, Callable[[Any, str], str]] = {
     "grows": lambda grows, _: "grows with every longer block" if grows else "not monotone",
     "beaten": _beaten,
     "timed": _timed,
+    "window": lambda yes, _: "; **non-causal** (z over the whole window: a key's gate reads later characters)" * yes,
+    "whole": lambda d, _: f"; over the whole validation split {fmt_interval(d)} (exploratory)" if d else "",
     "ranking": lambda ranking, f: ", ".join(
         f"{n}{'' if group == f.section else f' ({group})'} {num(mean)}" for n, group, mean in ranking
     ),
@@ -590,7 +605,7 @@ FORMATS: dict[str, Callable[[Any, str], str]] = {
 
 
 def _template(f: Compared) -> tuple[str, str, str]:
-    return TEMPLATES.get(f.kind) or TEMPLATES.get(f.rule_name or "") or TEMPLATES["effect"]
+    return TEMPLATES.get(STEP_OF.get(f.kind, f.kind)) or TEMPLATES.get(f.rule_name or "") or TEMPLATES["effect"]
 
 
 class _Number:
@@ -612,6 +627,7 @@ def _fields(f: Compared) -> dict[str, Any]:
         "verdict": prose.verdict_text(f) + interim(f),
         "state": state,
         "peer_claim": paper.PEER_CLAIM,
+        "table_size": paper.TABLE_SIZE,
         "claim_text": paper.CLAIM[f.claim].text if f.claim in paper.CLAIM else f.subject,
         **{k: _Number(v, f) for k, v in f.details.items()},
     }
