@@ -40,17 +40,17 @@ VARIANTS = {
     "E": ("author-linear", "our EGA-1 (`linear`) in the author's model and recipe"),
     "F": ("author-ega4", "the author's EGA-4 as published (a mixture of 4 gates, z over the whole window)"),
 }
-# (X, Y, kind, what X − Y measures, which EGA), in the waterfall's order from A up, then B − A and F − A
+# (X, Y, what X − Y measures, which EGA), in the waterfall's order from A up, then B − A and F − A; its kind and
+# claim are the protocol's comparison of X against Y (`compared`), which this table only words
 STEPS = (
-    ("E", "A", "author_step", "our gate's gain", OURS),
-    ("D", "E", "author_step", "the gate's form: the author's gate against our `linear`", AUTHORS),
-    ("C", "D", "author_step", "the order: dropout before the gate and the renormalisation against after", AUTHORS),
-    ("B", "C", "author_step", "the leak: z over the whole window against the causal prefix", AUTHORS),
-    ("B", "A", "author_gain", "the author's EGA-1's gain", AUTHORS),
-    ("F", "A", "author_gain", "the author's EGA-4's gain (phase 1's own comparison)", AUTHORS),
+    ("E", "A", "our gate's gain", OURS),
+    ("D", "E", "the gate's form: the author's gate against our `linear`", AUTHORS),
+    ("C", "D", "the order: dropout before the gate and the renormalisation against after", AUTHORS),
+    ("B", "C", "the leak: z over the whole window against the causal prefix", AUTHORS),
+    ("B", "A", "the author's EGA-1's gain", AUTHORS),
+    ("F", "A", "the author's EGA-4's gain (phase 1's own comparison)", AUTHORS),
 )
 TELESCOPING = "ABCDE"  # the variants of B − A's steps: their seeds are the seeds every one of them finished
-PHASE1_CLAIM = "phase1:EGA-4"
 KINDS = ("author_gain", "author_step")  # its findings' (the engine's `Compared`, its sentences templates)
 engine.EVIDENCE |= dict.fromkeys(KINDS, f"[{TITLE}](#{anchor(TITLE)})")  # the claims table links its section
 
@@ -111,6 +111,12 @@ class Decomposition:
 # ----------------------------------------------------------------------------- the findings
 
 
+def compared(x: str, y: str) -> protocol.Comparison:
+    """The protocol's comparison of the variant lettered ``x`` against ``y`` (a KeyError for one it does not name)."""
+    named = {(c.x, c.y): c for c in protocol.current().comparisons[GROUP]}
+    return named[(f"{GROUP}/{VARIANTS[x][0]}", f"{GROUP}/{VARIANTS[y][0]}")]
+
+
 def findings(d: Decomposition) -> list[Finding]:
     """One finding per step of ``d`` (the engine's, its sentence a template of kind `author_gain` / `author_step`):
     judged by the protocol's rule once every planned run is in, else its intervals with no label."""
@@ -119,7 +125,7 @@ def findings(d: Decomposition) -> list[Finding]:
         x, y = d.variants[s.x], d.variants[s.y]
         regime = measured_with(x, y) if x.done and y.done else f"{GROUP} / {d.corpus}: {d.size} (planned)"
         where = Where(GROUP, d.corpus, regime, f"{s.x} `{d.sides[s.x].label}`", f"{s.y} `{d.sides[s.y].label}`")
-        claim = PHASE1_CLAIM if s.x == "F" else f"improvement:{d.corpus}"
+        claim = compared(s.x, s.y).claim
         # what the step measured, the study's size, and whether a side reads later characters
         details = {k: getattr(s, k) for k in ("key", "what", "ega", "seeds", "per_seed", "whole", "moved")}
         details |= {"size": d.size, "non_causal": d.sides[s.x].non_causal or d.sides[s.y].non_causal}
@@ -191,7 +197,8 @@ def decomposition(inputs: ReportInputs, corpus: str) -> Decomposition | None:
     shared = sorted(set.intersection(*(set(sides[x].estimate) for x in TELESCOPING)))
     level = bonferroni_level(len(STEPS), protocol.current().level)  # the family's k: each comparison of `STEPS` once
     steps = []
-    for x, y, kind, what, ega in STEPS:
+    for x, y, what, ega in STEPS:
+        kind = compared(x, y).kind
         seeds = shared if x in TELESCOPING else sorted(set(sides[x].estimate) & set(sides[y].estimate))
         per_seed = _paired(sides, x, y, seeds)
         over_whole = _paired(sides, x, y, seeds, whole=True)
