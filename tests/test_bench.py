@@ -18,7 +18,7 @@ from ega_lightning.bench.table import to_markdown
 from ega_lightning.commands.bench import main
 from ega_lightning.config_files import PACKAGED_CONFIGS
 from ega_lightning.errors import UserError
-from ega_lightning.experiments.studies import cost
+from ega_lightning.experiments import bench
 from ega_lightning.fit_args import TENSORBOARD_LOGGER
 
 SHAPE = {"n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 16}
@@ -210,8 +210,8 @@ def test_bench_builds_each_model_at_its_position_encoding(tmp_path):
         argv += ["--repeats", "3", "--warmup", "0", "--no_generation", "--device", "cpu", "--out", str(out)]
         main(argv + ([] if position is None else ["--position", position]))
         result = json.loads((out / "bench-cpu-32-true.json").read_text())
-        # the report reads whose baseline a bench's ratios are over from the result itself (`cost.bench_position`)
-        assert result["position"] == position and cost.bench_position(result) == (position or "learned")
+        # the report reads whose baseline a bench's ratios are over from the result itself (`bench.bench_position`)
+        assert result["position"] == position and bench.bench_position(result) == (position or "learned")
         (size,) = result["sizes"]
         params[position] = {name: row["params"] for name, row in size["rows"].items() if "params" in row}
     embedding = SHAPE["block_size"] * SHAPE["n_embd"]

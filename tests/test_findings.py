@@ -14,6 +14,7 @@ import scipy.stats
 
 from ega_lightning.commands import report
 from ega_lightning.errors import UserError
+from ega_lightning.experiments import bench as benches
 from ega_lightning.experiments import (
     comparisons,
     engine,
@@ -33,7 +34,8 @@ from ega_lightning.experiments.provenance import code_status
 from ega_lightning.experiments.provenance import load as provenance_load
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import author, cost, leaderboard, tau_mechanism
+from ega_lightning.experiments.studies import author, leaderboard, tau_mechanism
+from ega_lightning.experiments.study import ReportInputs
 from ega_lightning.experiments.whole_split import cpu_model_of
 from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.io import write_atomic
@@ -661,6 +663,11 @@ def test_the_tau_gradient_ratio_reads_only_ega1_trained_as_in_the_paper_under_ou
     assert read == sorted(r.run.run_name for r in runs if r.run.entry == "linear")
 
 
+def _cost(bench: dict | None, source: str) -> engine.Compared:
+    """The cost claim as the report reads it from ``bench``: the engine's reading of the protocol's comparison."""
+    return engine.family_findings(ReportInputs((), (), bench=(bench, source)), "cost")[0]
+
+
 def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp_path):
     records_dir = tmp_path / "results" / "runs"
     records_dir.mkdir(parents=True)
@@ -671,22 +678,22 @@ def test_the_cost_claim_reads_the_full_bench_table_not_a_generation_only_one(tmp
     write_atomic(
         tmp_path / "results" / "bench-cpu-32-true-generation.json", json.dumps({"sizes": [], "generation": []})
     )
-    bench, source = cost.read_bench(None, records_dir, tmp_path / "results")
+    bench, source = benches.read_bench(None, records_dir, tmp_path / "results")
     assert source == "bench-cpu-32-true.md"
-    f = cost.cost_finding(bench, source)
+    f = _cost(bench, source)
     # a CPU bench: its ratio said, the paper's GPU claim untested (the amendment of 2026-12-05; before: does not hold)
-    assert f.ours.mean == 1.1 and f.verdict is Verdict.NOT_TESTABLE and f.device == "cpu"
+    assert f.ours.mean == 1.1 and f.verdict is Verdict.NOT_TESTABLE and f.details["device"] == "cpu"
     assert f.not_testable.startswith("×1.100 on CPU") and "GPU claim is untested" in f.not_testable
     assert (f.amended_from, f.amended_by) == ("does not hold", 51)
-    gpu = cost.cost_finding(bench, "bench-cuda-bf16-mixed.md")
+    gpu = _cost(bench, "bench-cuda-bf16-mixed.md")
     assert gpu.verdict is Verdict.DOES_NOT_HOLD and gpu.amended_from is None  # every ratio above x1.02
     short = {"sizes": [{"size": "cpu", "rows": {"linear": {**row, "repeats": 7, "time_ratios": ratios[:7]}}}]}
-    assert cost.cost_finding(short, "bench-cuda-bf16-mixed.md").verdict is Verdict.TOO_FEW_SEEDS  # fewer than 21
+    assert _cost(short, "bench-cuda-bf16-mixed.md").verdict is Verdict.TOO_FEW_SEEDS  # fewer than 21
     write_atomic(tmp_path / "results" / "bench-list.json", "[]")  # JSON beside them that is no bench's
-    sources = [source for _, source in cost.benches(records_dir, tmp_path / "results")]
+    sources = [source for _, source in benches.benches(records_dir, tmp_path / "results")]
     assert sources == ["bench-cpu-32-true.md", "bench-cpu-32-true-generation.md"]
     with pytest.raises(UserError, match=r"bench-list\.json cannot be read \(not the JSON object"):
-        cost.read_bench(tmp_path / "results" / "bench-list.json", records_dir, tmp_path / "results")
+        benches.read_bench(tmp_path / "results" / "bench-list.json", records_dir, tmp_path / "results")
 
 
 def test_the_cost_claim_reads_the_bench_of_the_most_repetitions(tmp_path):
@@ -697,9 +704,9 @@ def test_the_cost_claim_reads_the_bench_of_the_most_repetitions(tmp_path):
     for path, n in ((results / "bench-cpu-32-true.json", 7), (results / "bench-peers" / "bench-cpu-32-true.json", 21)):
         row = {"time_ratio": 1.05, "repeats": n, "time_ratios": [1.05] * n}
         write_atomic(path, json.dumps({"sizes": [{"size": "cpu", "rows": {"none": row, "linear": row}}]}))
-    bench, source = cost.read_bench(None, results / "runs", results)
-    assert source == "bench-peers/bench-cpu-32-true.md" and cost.repetitions(bench) == 21
-    assert cost.cost_finding(bench, source).repetitions == 21
+    bench, source = benches.read_bench(None, results / "runs", results)
+    assert source == "bench-peers/bench-cpu-32-true.md" and benches.repetitions(bench) == 21
+    assert _cost(bench, source).details["repetitions"] == 21
 
 
 def test_the_cost_claim_never_reads_a_bench_run_on_another_position_encoding(tmp_path):
@@ -707,17 +714,17 @@ def test_the_cost_claim_never_reads_a_bench_run_on_another_position_encoding(tmp
     learned-position model, so the shorter learned-position bench is read."""
     results = tmp_path / "results"
     (results / "bench-rope").mkdir(parents=True)
-    benches = (
+    made = (
         (results / "bench-cpu-32-true.json", 21, 1.07, None),
         (results / "bench-rope" / "bench-cpu-32-true.json", 61, 1.30, "rope"),
     )
-    for path, n, ratio, position in benches:
+    for path, n, ratio, position in made:
         row = {"time_ratio": ratio, "repeats": n, "time_ratios": [ratio] * n}
         bench = {"position": position, "sizes": [{"size": "cpu", "rows": {"none": row, "linear": row}}]}
         write_atomic(path, json.dumps(bench))
-    assert cost.benches(results / "runs", results)[0][1] == "bench-rope/bench-cpu-32-true.md"  # the longest first
-    bench, source = cost.read_bench(None, results / "runs", results)
-    assert source == "bench-cpu-32-true.md" and cost.cost_finding(bench, source).ours.mean == 1.07
+    assert benches.benches(results / "runs", results)[0][1] == "bench-rope/bench-cpu-32-true.md"  # the longest first
+    bench, source = benches.read_bench(None, results / "runs", results)
+    assert source == "bench-cpu-32-true.md" and _cost(bench, source).ours.mean == 1.07
 
 
 def test_report_refuses_a_bench_it_cannot_read_and_an_out_that_is_a_file_before_any_work(tmp_path, capsys):
@@ -929,7 +936,7 @@ def author_found(
     split = tuple(WholeSplit(name, 2999, loss, "cpu") for name, loss in (whole or {}).items())
     inputs = ReportInputs(tuple(build_tables(variants)), tuple(variants), whole_split=split)
     found = studies.run_studies(inputs, studies.measure(inputs, [author.STUDY]))
-    return {f.key: f for f in found}
+    return {f.details["key"]: f for f in found}
 
 
 def test_the_author_steps_sum_to_b_minus_a_per_seed_and_are_read_three_ways_at_k_6():
@@ -937,9 +944,11 @@ def test_the_author_steps_sum_to_b_minus_a_per_seed_and_are_read_three_ways_at_k
     found = author_found(losses)
     assert list(found) == ["E − A", "D − E", "C − D", "B − C", "B − A", "F − A"]
     for seed in range(1, 6):  # the telescoping sum, per seed, against the losses themselves
-        steps = sum(found[k].per_seed[seed] for k in ("E − A", "D − E", "C − D", "B − C"))
-        assert steps == pytest.approx(found["B − A"].per_seed[seed], abs=1e-12)
-        assert found["B − A"].per_seed[seed] == pytest.approx(losses["A"][seed] - losses["B"][seed], abs=1e-12)
+        steps = sum(found[k].details["per_seed"][seed] for k in ("E − A", "D − E", "C − D", "B − C"))
+        assert steps == pytest.approx(found["B − A"].details["per_seed"][seed], abs=1e-12)
+        assert found["B − A"].details["per_seed"][seed] == pytest.approx(
+            losses["A"][seed] - losses["B"][seed], abs=1e-12
+        )
     level = 1 - 0.05 / 6
     expected = {}
     for key, f in found.items():  # scipy's interval at the family's level, read three ways by hand
@@ -959,7 +968,9 @@ def test_the_author_steps_sum_to_b_minus_a_per_seed_and_are_read_three_ways_at_k
         assert f.verdict.value == expected[key], key
     assert set(expected.values()) == {"holds", "negligible", "does not hold", "too few seeds to tell"}
     assert found["F − A"].claim == "phase1:EGA-4" and found["B − A"].claim == "improvement:tinyshakespeare"
-    assert found["E − A"].ega != found["B − A"].ega == "the author's"  # E − A is our gate in their recipe
+    assert (
+        found["E − A"].details["ega"] != found["B − A"].details["ega"] == "the author's"
+    )  # E − A is our gate in their recipe
     # B − A is the paper's own comparison: its size is read against the +0.103 by the effect rule (issue 68: the
     # summary printed the figure beside it with no reading), the steps and F − A (no figure) have none
     ba, figure = found["B − A"], 0.103
@@ -979,7 +990,7 @@ def test_the_author_study_reads_no_label_before_its_last_planned_run():
     for f in found.values():
         assert f.verdict is None and f.rule_name is None and (f.runs_in, f.runs_planned) == (29, 30)
         assert "29 of 30 planned runs in" in prose.verdict_cell(f) and "29 of 30" in prose.measured(f)
-    assert found["B − A"].seeds == [1, 2, 3, 4] and found["F − A"].seeds == [1, 2, 3, 4, 5]
+    assert found["B − A"].details["seeds"] == [1, 2, 3, 4] and found["F − A"].details["seeds"] == [1, 2, 3, 4, 5]
     assert found["B − A"].interval.n == 4  # the interim numbers are shown, on the seeds every step shares
     none = author_found({})
     assert all(
@@ -1002,11 +1013,15 @@ def test_the_author_study_reads_both_evaluations_and_what_the_estimate_moves():
         over_whole = [
             whole[f"{author.VARIANTS[y][0]}-seed{s}"] - whole[f"{author.VARIANTS[x][0]}-seed{s}"] for s in range(1, 6)
         ]
-        assert f.whole.estimate == pytest.approx(statistics.fmean(over_whole), abs=1e-12)
-        moved = [f.per_seed[s] - w for s, w in zip(range(1, 6), over_whole, strict=True)]
-        assert f.moved.estimate == pytest.approx(statistics.fmean(moved), abs=1e-12)
-    assert found["E − A"].moved.estimate == pytest.approx(-(offset["A"] - offset["E"]))
-    assert found["B − C"].moved.low < found["B − C"].moved.estimate < found["B − C"].moved.high  # B's varies by seed
+        assert f.details["whole"].estimate == pytest.approx(statistics.fmean(over_whole), abs=1e-12)
+        moved = [f.details["per_seed"][s] - w for s, w in zip(range(1, 6), over_whole, strict=True)]
+        assert f.details["moved"].estimate == pytest.approx(statistics.fmean(moved), abs=1e-12)
+    assert found["E − A"].details["moved"].estimate == pytest.approx(-(offset["A"] - offset["E"]))
+    assert (
+        found["B − C"].details["moved"].low
+        < found["B − C"].details["moved"].estimate
+        < found["B − C"].details["moved"].high
+    )  # B's varies by seed
     # the labels read the author's estimate (the registered loss), whatever the whole split says
     assert [f.verdict for f in found.values()] == [f.verdict for f in author_found(losses).values()]
 
@@ -1015,7 +1030,7 @@ def test_every_row_of_a_whole_window_variant_says_non_causal():
     found = author_found(author_losses())
     for key, f in found.items():
         window = bool({"B", "F"} & set(key.split(" − ")))  # B and F train z over the whole window
-        assert f.non_causal is window, key
+        assert f.details["non_causal"] is window, key
         assert ("non-causal" in prose.claim_subject(f)) is window and ("non-causal" in prose.measured(f)) is window
         assert "4×4×128 T128, 3,000 steps" in prose.claim_subject(f) and paper.TABLE_SIZE in prose.claim_subject(f)
 

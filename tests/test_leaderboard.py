@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from ega_lightning.experiments import findings, paper, rules, spec, studies
+from ega_lightning.experiments import bench, findings, paper, rules, spec, studies
 from ega_lightning.experiments.comparisons import build_tables, build_variants
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
-from ega_lightning.experiments.studies import cost, leaderboard
+from ega_lightning.experiments.studies import leaderboard
 
 from .helpers import REPO, finished_runs
 
@@ -170,7 +170,7 @@ def test_the_leaderboards_step_times_are_the_benchs_at_the_baselines_size(tmp_pa
     )
     bench_json(results / "bench-cpu-32-true-compile.json", SHAPE, BATCH, {"db2": (5.0, [5.0, 5.0])})
     bench_json(results / "bench-gpu-32-true.json", {**SHAPE, "n_embd": 256}, BATCH, {"output_elementwise": (1.1, None)})
-    found = cost.benches(results / "runs", results)
+    found = bench.benches(results / "runs", results)
     assert [source for _, source in found] == [
         "bench-cpu-32-true.md",
         "bench-gpu-32-true.md",
@@ -179,9 +179,9 @@ def test_the_leaderboards_step_times_are_the_benchs_at_the_baselines_size(tmp_pa
     ]
     baseline, board = leaderboard.leaderboard(build_variants(study(FOX, WORSE)), found)
     timed = {e.variant.label: e.timed for e in board}
-    assert timed["linear"] == cost.Timed(1.13, None, None, "bench-cpu-32-true.md")  # the full table first
-    assert timed["fox"] == cost.Timed(1.30, 1.09, 1.33, "bench-peers/bench-cpu-32-true.md")
-    assert timed["db2"] == cost.Timed(5.0, 5.0, 5.0, "bench-cpu-32-true-compile.md")  # its uncompiled row
+    assert timed["linear"] == bench.Timed(1.13, None, None, "bench-cpu-32-true.md")  # the full table first
+    assert timed["fox"] == bench.Timed(1.30, 1.09, 1.33, "bench-peers/bench-cpu-32-true.md")
+    assert timed["db2"] == bench.Timed(5.0, 5.0, 5.0, "bench-cpu-32-true-compile.md")  # its uncompiled row
     assert timed["output_elementwise"] is None  # timed only at another size
     row = next(leaderboard.table_line(i, e, baseline) for i, e in enumerate(board, 1) if e.variant.label == "fox")
     assert row.endswith("| [×1.300 (1.090–1.330)](bench-peers/bench-cpu-32-true.md) |")

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from ega_lightning.experiments import studies
+from ega_lightning.experiments import bench, studies
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
 from ega_lightning.experiments.figure_choice import save_png
 from ega_lightning.experiments.spec import Run
-from ega_lightning.experiments.studies import cost, leaderboard, rope
+from ega_lightning.experiments.studies import leaderboard, rope
 from ega_lightning.experiments.study import ReportInputs
 
 from .test_leaderboard import FOX, WORSE, study
@@ -199,13 +199,13 @@ def test_a_rope_bench_times_the_rope_designs_at_their_position_and_the_learned_b
     write_bench(results / "bench-cpu-32-true.json", None, {"linear": 1.5, "fox_nopos": 1.6})
     write_bench(results / "bench-rope" / "bench-cpu-32-true.json", "rope", {"linear": 1.1, "fox": 1.2})
     write_bench(results / "bench-learned" / "bench-cpu-32-true.json", "learned", {"fox": 1.3})
-    found = cost.benches(results / "runs", results)
-    assert [cost.bench_position(result) for result, _ in found] == ["learned", "learned", "rope"]
+    found = bench.benches(results / "runs", results)
+    assert [bench.bench_position(result) for result, _ in found] == ["learned", "learned", "rope"]
     rows = with_batch(runs(losses()))
     _, board = leaderboard.leaderboard(build_variants(rows), found, leaderboard.ROPE)
     timed = {e.variant.label: e.timed for e in board}
     assert timed == {
-        "rope-linear": cost.Timed(1.1, None, None, "bench-rope/bench-cpu-32-true.md"),
+        "rope-linear": bench.Timed(1.1, None, None, "bench-rope/bench-cpu-32-true.md"),
         "fox-nopos": None,
         "alibi-nopos": None,
         "none-nopos": None,

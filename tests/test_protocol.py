@@ -358,6 +358,8 @@ def finding_kinds() -> dict[str, set[str]]:
     for c in (c for items in protocol.current().comparisons.values() for c in items):
         if c.claim is not None and c.metric in engine.METRICS:
             out.setdefault(c.kind, set()).add(c.claim)
+        elif c.metric in engine.READINGS:  # a reading of a file, not of runs (the bench): its kind's own claim
+            out.setdefault(c.kind, set()).add(c.claim or c.kind)
     for kind, claim_of in engine.PAPER.items():  # a kind's claim where its lines name none, on each corpus
         out.setdefault(kind, set()).update(claim_of(corpus)[0] for corpus in paper.IMPROVEMENT)
     return out
@@ -619,7 +621,7 @@ def test_an_entry_registered_after_the_amendment_is_read_under_it_alone():
     variants = build_variants(author_runs(losses))
     inputs = ReportInputs(tuple(build_tables(variants)), tuple(variants))
     found = studies.run_studies(inputs, studies.measure(inputs, [author.STUDY]))
-    step = next(f for f in found if f.key == "D − E")
+    step = next(f for f in found if f.details["key"] == "D − E")
     assert step.verdict is rules.Verdict.NEGLIGIBLE and step.amended_from == "holds"  # the two readings differ
     starts = {run: datetime(2026, 12, 7, tzinfo=UTC) for run in step.code.read}
 

@@ -37,20 +37,33 @@ from typing import Any
 import numpy as np
 
 from ega_lightning.experiments import paper, plots, prose, protocol
+from ega_lightning.experiments.bench import BENCH_RUN, bench_device
 from ega_lightning.experiments.comparisons import Table, Variant, difference, learned, reference, rerun_of
 from ega_lightning.experiments.findings import (
     DIAGNOSTICS,
     NOT_IN_RESULTS,
+    Code,
     Finding,
     ReadOnce,
     Where,
+    amendment_of,
     code_of,
     measured_with,
     name,
     pair,
+    plain_label,
 )
-from ega_lightning.experiments.rules import TAU_STEP, Verdict, margin_of, registered
-from ega_lightning.experiments.stats import LEVEL, Summary, compare, mean_interval, summarize, widen
+from ega_lightning.experiments.paper import paper_name
+from ega_lightning.experiments.rules import (
+    BEFORE,
+    TAU_STEP,
+    Verdict,
+    cost_device,
+    margin_of,
+    min_repetitions,
+    registered,
+)
+from ega_lightning.experiments.stats import LEVEL, Summary, compare, mean_interval, median_interval, summarize, widen
 from ega_lightning.experiments.study import ReportInputs
 from ega_lightning.experiments.text import (
     fmt_bounds,
@@ -316,6 +329,10 @@ class Compared(ReadOnce, Finding):
         return self.runs_planned is not None and (self.runs_in or 0) < self.runs_planned
 
     @property
+    def tests_claim(self) -> bool:  # type: ignore[override]  # by its kind (a class's elsewhere)
+        return self.kind not in STEP_OF
+
+    @property
     def cell_words(self) -> tuple[str, str]:  # type: ignore[override]  # by its kind (a class's elsewhere)
         return CELL_WORDS.get(self.kind, ("", ""))
 
@@ -377,6 +394,9 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
     out: list[Finding] = []
     joint: dict[tuple[str, str | None], tuple[protocol.Comparison, list[Any]]] = {}
     for c in comparisons:
+        if c.metric in READINGS:  # its sides are a file's rows, not runs
+            out.append(READINGS[c.metric](c, inputs))
+            continue
         for x in _variant(inputs, c.x, table.corpus if table is not None else None, table):
             if table is not None and x.group != table.group:
                 continue
@@ -479,6 +499,61 @@ def judge(kind: str, where: Where, reads: Any, *, claim: str | None, read: bool 
         return found
     _, rule = registered(kind, claim)
     return dataclasses.replace(found, verdict=rule(*(d for _, d in reads)), rule=rule)
+
+
+# ----------------------------------------------------------------------------- a reading of a file, not of runs
+
+# A comparison whose sides are rows of a file beside the records (`ega bench`'s table), not variants with runs: its
+# metric names a reading of :data:`READINGS`, (the comparison, the inputs) -> its finding, which reads its values by
+# the interval method its rule names (:data:`INTERVALS`, beside `stats.compare`'s t) and applies that rule.
+# rule -> the interval it reads: the cost's, of per-repetition ratios a shared machine skews, is distribution-free
+INTERVALS: dict[str, Callable[[list[float]], tuple[float, float]]] = {"cost": median_interval}
+
+
+def step_time_ratio(c: protocol.Comparison, inputs: ReportInputs) -> Compared:
+    """`ega bench`'s step time of x's gate over the baseline's per repetition, at the bench's first size that times
+    x (the bench `bench.read_bench` chose), by its median's interval; the rule `cost` reads it with the repetitions
+    and the device (another device than the claim's: its ratio said, the claim untested). The claim it tests is its
+    kind's own (paper.CLAIM)."""
+    result, source = inputs.bench
+    gate, claim = c.x.split("/", 1)[1], c.claim or c.kind
+    entry = next((e for e in (result or {}).get("sizes", []) if gate in e.get("rows", {})), {})
+    row = entry.get("rows", {}).get(gate)
+    got = row or {}
+    reps, ratios = int(got.get("repeats") or 0), [float(r) for r in got.get("time_ratios") or []]
+    rule_name, rule = registered(c.kind, claim)
+    ci = INTERVALS[rule_name](ratios) if len(ratios) >= 2 else None
+    device = bench_device(result or {}, source)
+    verdict = Verdict.NO_DATA if row is None else rule(*ci, reps, device) if ci else Verdict.TOO_FEW_SEEDS
+    ours = None if row is None else Summary(got.get("time_ratio"), None, reps)
+    q1, q3 = got.get("time_ratio_q1_q3") or (None, None)
+    named = ((result or {}).get("environment") or {}).get("device_name")
+    details = {"q1": q1, "q3": q3, "median_ci": ci, "repetitions": reps, "kernel_floor": got.get("kernel_floor")}
+    details |= {"size": entry.get("size"), "source": source, "device": device, "device_name": named}
+    untested, on = None, cost_device().upper()
+    if verdict is Verdict.NOT_TESTABLE:
+        untested = (
+            f"×{num(ours.mean if ours else None)} on {device.upper()}: {named or 'not named'}, {reps} repetitions; "
+            f"the paper's {on} claim is untested, no {on} bench is committed"
+        )
+    amendment = amendment_of(rule_name)
+    before = BEFORE[amendment.issue][rule_name](*ci, reps) if amendment is not None and ci else verdict  # any device
+    amended = {"amended_from": plain_label(before), "amended_by": amendment.issue} if before is not verdict else {}
+    subject, against = paper_name(gate, None) or gate, paper_name(c.y.split("/", 1)[1], None) if c.y else None
+    return Compared(
+        **Where(c.family, "", f"`ega bench`, {entry.get('size')} size", subject, against)._asdict(),
+        kind=c.kind,
+        ours=ours,
+        verdict=verdict,
+        claim=claim,
+        not_testable=untested,
+        code=Code([], None, [], [BENCH_RUN]) if result is not None else None,
+        details=details,
+        **amended,
+    )
+
+
+READINGS: dict[str, Callable[[protocol.Comparison, ReportInputs], Compared]] = {"step_time_ratio": step_time_ratio}
 
 
 # ----------------------------------------------------------------------------- a family no study module reads
@@ -604,17 +679,27 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
     )
     * 2
     + ("why tau does not move: mechanism (a) or (b)",),
+    "cost": ("{subject} against {against}, `ega bench`: {repetitions:timed}{verdict}.",) * 2 + ("",),
+    "author_gain": (
+        "{key}, {what} ({subject} against {against}{non_causal:window}): {interval}, the author's estimate (50 "
+        "random batches){whole:whole}{verdict}.",
+        "{key}, {what} ({subject} against {against}{non_causal:window}): {state}.",
+        "EGA: {ega}. {key}, {what} ({subject} against {against}){non_causal:window}; at the author's phase-1 size "
+        "{size}, not the paper's {table_size}",
+    ),
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
         "{subject} against {against}: {state}.",
         "{subject} against {against}",
     ),
 }
+# a step's kind -> the kind of the whole it takes apart: said alike, tested by the whole (its section holds it)
+STEP_OF = {"author_step": "author_gain"}
 # kind -> what its claims-table cell writes before and after its interval
 CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", ""), "tau_init": ("slope of final tau on tau_init ", "")}
 CELL_WORDS |= {"tail": ("measured − (1 − Φ(tau)) ", " points")}
 # kind -> its cell, where words, not its interval
-CELLS = {"ablation_best": "{beating:beaten}", "tau_mechanism": "{checkpoints:mechanism}"}
+CELLS = {"ablation_best": "{beating:beaten}", "tau_mechanism": "{checkpoints:mechanism}", "cost": "{repetitions:timed}"}
 # kind -> (scale, digits, signed) of its intervals, where not (1, 3, signed): a slope is no difference, no sign
 INTERVAL_FORMATS = {"tau_init": (1.0, 3, False), "tail": (100.0, 1, True)}
 MEANING = {  # a mechanism's verdict, what it means
@@ -628,6 +713,7 @@ MEANING = {  # a mechanism's verdict, what it means
     ),
     Verdict.NEITHER: "training tau changes the loss, so where tau ends carries information",
 }
+EVIDENCE = {"cost": "[{source}]({source})"}  # kind -> its link in the claims table, where not to its section
 
 
 def _by_init(seeds: list[int], f: Compared) -> str:
@@ -707,6 +793,18 @@ def _ratio(ratio: float | None, f: Compared) -> str:
     )
 
 
+def _timed(reps: int, f: Compared) -> str:
+    """A bench's ratio: its median, quartiles and the median's interval, its repetitions, the design's floor."""
+    if f.ours is None:
+        return "no `ega bench` result"
+    d, short = f.details, f" (the protocol reads one bench of at least {min_repetitions()})"
+    ci = f", median's 95% CI {num(d['median_ci'][0])}–{num(d['median_ci'][1])}" if d["median_ci"] else ""
+    floor = f"; kernel floor ×{num(d['kernel_floor'])}" if d["kernel_floor"] is not None else ""
+    return f"step time ×{num(f.ours.mean)} (quartiles {num(d['q1'])}–{num(d['q3'])}{ci}), {reps} repetitions" + (
+        (short if reps < min_repetitions() else "") + floor
+    )
+
+
 def _beaten(names: list[str] | None, f: Compared) -> str:
     m, names = margin_of("loss"), names or []
     if not names:
@@ -740,6 +838,9 @@ FORMATS: dict[str, Callable[[Any, str], str]] = {
         if same
         else f"final val loss differs by up to {f.details['largest_difference']:.2e}"
     ),
+    "timed": _timed,
+    "window": lambda yes, _: "; **non-causal** (z over the whole window: a key's gate reads later characters)" * yes,
+    "whole": lambda d, _: f"; over the whole validation split {fmt_interval(d)} (exploratory)" if d else "",
     "ranking": lambda ranking, f: ", ".join(
         f"{n}{'' if group == f.section else f' ({group})'} {num(mean)}" for n, group, mean in ranking
     ),
@@ -747,7 +848,7 @@ FORMATS: dict[str, Callable[[Any, str], str]] = {
 
 
 def _template(f: Compared) -> tuple[str, str, str]:
-    return TEMPLATES.get(f.kind) or TEMPLATES.get(f.rule_name or "") or TEMPLATES["effect"]
+    return TEMPLATES.get(STEP_OF.get(f.kind, f.kind)) or TEMPLATES.get(f.rule_name or "") or TEMPLATES["effect"]
 
 
 class _Number:
@@ -773,6 +874,7 @@ def _fields(f: Compared) -> dict[str, Any]:
         "meaning": f": {MEANING[f.verdict]}" if f.verdict in MEANING else "",
         "state": state,
         "peer_claim": paper.PEER_CLAIM,
+        "table_size": paper.TABLE_SIZE,
         "claim_text": paper.CLAIM[f.claim].text if f.claim in paper.CLAIM else f.subject,
         "paper": _Number(f.paper, f),
         **{k: _Number(v, f) for k, v in f.details.items()},
@@ -805,6 +907,11 @@ def claim_subject(f: Compared) -> str:
 @prose.ours_cell.register
 def ours_cell(f: Compared) -> str:
     return CELLS[f.kind].format(**_fields(f)) if f.kind in CELLS else prose.ours_cell.dispatch(Finding)(f)
+
+
+@prose.evidence.register
+def evidence(f: Compared) -> str:
+    return EVIDENCE[f.kind].format(**_fields(f)) if f.kind in EVIDENCE else prose.evidence.dispatch(Finding)(f)
 
 
 # ----------------------------------------------------------------------------- what is drawn beside a family

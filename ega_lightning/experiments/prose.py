@@ -65,7 +65,7 @@ def verdict_label(f: Finding) -> str:
     return f"effect **{f.verdict.value}**, size **{m.reading}** ({100 * m.fraction:.0f}%{ends} of the paper's)"
 
 
-label_text = singledispatch(verdict_label)  # a study may add to its findings' label (the cost: its repetitions)
+label_text = singledispatch(verdict_label)  # a study may add to its findings' label (past the block: its reading)
 
 
 @singledispatch

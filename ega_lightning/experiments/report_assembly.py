@@ -26,10 +26,10 @@ from ega_lightning.experiments import (
     studies,
     whole_split,
 )
+from ega_lightning.experiments.bench import BENCH_RUN, bench_date, benches, read_bench
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants, run_rows
 from ega_lightning.experiments.findings import conclude
 from ega_lightning.experiments.spec import collect_runs, load_spec
-from ega_lightning.experiments.studies.cost import BENCH_RUN, bench_date, benches, read_bench
 from ega_lightning.experiments.study import ReportInputs, Study
 from ega_lightning.io import staged_files, write_atomic
 

@@ -14,7 +14,7 @@ with `prose`), and where it has them its section, figures and key of results.jso
 - `leaderboard`: every gate side by side and the positive control (its section, figure and JSON)
 - `tau_mechanism` (the study named `landscape` in results.json): the tail identity and why tau does not move,
   from the evaluated checkpoints (reads `frozen_tau`)
-- `cost`: the gate's step time, from `ega bench`
+- `cost`: the gate's step time, from `ega bench` (the engine's reading `step_time_ratio`)
 - `author`: the author's EGA at their phase-1 size, its gain over their baseline taken apart in paired steps (its
   section, waterfall figure and JSON)
 - `rope`: every design against the RoPE baseline, and each beyond its training length (issue 56)
@@ -36,7 +36,6 @@ from ega_lightning.experiments.findings import Finding, correct
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.studies import (
     author,
-    cost,
     leaderboard,
     main,
     rope,
@@ -78,7 +77,7 @@ STUDIES: tuple[Study, ...] = (
     Study("peers", findings=lambda inputs, data, read: engine.family_findings(inputs, "peers")),
     leaderboard.STUDY,
     tau_mechanism.STUDY,
-    cost.STUDY,
+    Study("cost", findings=lambda inputs, data, read: engine.family_findings(inputs, "cost")),  # `ega bench`
     author.STUDY,
     rope.STUDY,
     Study("paper_size", findings=lambda inputs, data, read: engine.family_findings(inputs, "paper_size")),

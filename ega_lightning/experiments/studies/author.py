@@ -16,13 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import yaml
 
-from ega_lightning.experiments import paper, plots, prose, protocol, whole_split
+from ega_lightning.experiments import engine, paper, plots, prose, protocol, whole_split
 from ega_lightning.experiments.comparisons import RECIPE_DEFAULTS, SHAPE_KEYS, Variant, shape, shape_text
-from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with, pair
+from ega_lightning.experiments.findings import Finding, Where, code_of, measured_with, pair
 from ega_lightning.experiments.stats import Difference, bonferroni_level, compare, summarize, widen
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
 from ega_lightning.experiments.text import anchor, fmt_interval, fmt_summary, how, interval_cell, num, seed_count
@@ -40,17 +40,19 @@ VARIANTS = {
     "E": ("author-linear", "our EGA-1 (`linear`) in the author's model and recipe"),
     "F": ("author-ega4", "the author's EGA-4 as published (a mixture of 4 gates, z over the whole window)"),
 }
-# (X, Y, kind, what X − Y measures, which EGA), in the waterfall's order from A up, then B − A and F − A
+# (X, Y, what X − Y measures, which EGA), in the waterfall's order from A up, then B − A and F − A; its kind and
+# claim are the protocol's comparison of X against Y (`compared`), which this table only words
 STEPS = (
-    ("E", "A", "author_step", "our gate's gain", OURS),
-    ("D", "E", "author_step", "the gate's form: the author's gate against our `linear`", AUTHORS),
-    ("C", "D", "author_step", "the order: dropout before the gate and the renormalisation against after", AUTHORS),
-    ("B", "C", "author_step", "the leak: z over the whole window against the causal prefix", AUTHORS),
-    ("B", "A", "author_gain", "the author's EGA-1's gain", AUTHORS),
-    ("F", "A", "author_gain", "the author's EGA-4's gain (phase 1's own comparison)", AUTHORS),
+    ("E", "A", "our gate's gain", OURS),
+    ("D", "E", "the gate's form: the author's gate against our `linear`", AUTHORS),
+    ("C", "D", "the order: dropout before the gate and the renormalisation against after", AUTHORS),
+    ("B", "C", "the leak: z over the whole window against the causal prefix", AUTHORS),
+    ("B", "A", "the author's EGA-1's gain", AUTHORS),
+    ("F", "A", "the author's EGA-4's gain (phase 1's own comparison)", AUTHORS),
 )
 TELESCOPING = "ABCDE"  # the variants of B − A's steps: their seeds are the seeds every one of them finished
-PHASE1_CLAIM = "phase1:EGA-4"
+KINDS = ("author_gain", "author_step")  # its findings' (the engine's `Compared`, its sentences templates)
+engine.EVIDENCE |= dict.fromkeys(KINDS, f"[{TITLE}](#{anchor(TITLE)})")  # the claims table links its section
 
 
 @dataclass(frozen=True)
@@ -109,81 +111,30 @@ class Decomposition:
 # ----------------------------------------------------------------------------- the findings
 
 
-@dataclass(frozen=True, kw_only=True)
-class AuthorGain(ReadOnce, Finding):
-    """B − A or F − A: the author's EGA as published against the baseline of the same model and recipe."""
-
-    kind: ClassVar[str] = "author_gain"
-    measures: ClassVar[tuple[str, ...]] = (*(f"improvement:{c}" for c in paper.IMPROVEMENT), PHASE1_CLAIM)
-    key: str  # "B − A"
-    what: str
-    ega: str  # which EGA the verdict is about: the author's, or ours in the author's model and recipe
-    non_causal: bool  # a side has z over the whole window
-    size: str
-    seeds: list[int]
-    per_seed: dict[int, float]
-    whole: Difference | None  # the same difference over the whole validation split (95%, exploratory)
-    moved: Difference | None  # the author's estimate − the whole split's, per seed (95%, exploratory)
-    runs_in: int
-    runs_planned: int
-
-
-@dataclass(frozen=True, kw_only=True)
-class AuthorStep(AuthorGain):
-    """One step of B − A (B − C, C − D, D − E, E − A): how much of the author's EGA-1's gain it carries."""
-
-    kind: ClassVar[str] = "author_step"
-    measures: ClassVar[tuple[str, ...]] = tuple(f"improvement:{c}" for c in paper.IMPROVEMENT)
-    tests_claim: ClassVar[bool] = False  # a step of B − A: the author's section and table hold it, not the claims table
-
-
-def _mark(f: AuthorGain) -> str:
-    return "; **non-causal** (z over the whole window: a key's gate reads later characters)" if f.non_causal else ""
-
-
-@prose.measured.register
-def say_author(f: AuthorGain) -> str:
-    d = f.interval
-    text = f"{f.key}, {f.what} ({f.subject} against {f.against}{_mark(f)})"
-    if d is None:
-        return f"{text}: {prose.state(f)}."
-    text += f": {fmt_interval(d)} ({how(d)}; the author's estimate, 50 random batches)"
-    text += f"; over the whole validation split {fmt_interval(f.whole)} (exploratory)" if f.whole else ""
-    return text + prose.verdict_text(f) + "."
-
-
-@prose.claim_subject.register
-def author_subject(f: AuthorGain) -> str:
-    return (
-        f"EGA: {f.ega}. {f.key}, {f.what} ({f.subject} against {f.against}){_mark(f)}; at the "
-        f"author's phase-1 size {f.size}, not the paper's {paper.TABLE_SIZE}"
-    )
-
-
-@prose.evidence.register
-def author_evidence(f: AuthorGain) -> str:
-    return f"[{TITLE}](#{anchor(TITLE)})"
+def compared(x: str, y: str) -> protocol.Comparison:
+    """The protocol's comparison of the variant lettered ``x`` against ``y`` (a KeyError for one it does not name)."""
+    named = {(c.x, c.y): c for c in protocol.current().comparisons[GROUP]}
+    return named[(f"{GROUP}/{VARIANTS[x][0]}", f"{GROUP}/{VARIANTS[y][0]}")]
 
 
 def findings(d: Decomposition) -> list[Finding]:
-    """One finding per step of ``d``: judged by the protocol's rule once every planned run is in, else its
-    intervals with no label."""
+    """One finding per step of ``d`` (the engine's, its sentence a template of kind `author_gain` / `author_step`):
+    judged by the protocol's rule once every planned run is in, else its intervals with no label."""
     out: list[Finding] = []
     for s in d.steps:
         x, y = d.variants[s.x], d.variants[s.y]
         regime = measured_with(x, y) if x.done and y.done else f"{GROUP} / {d.corpus}: {d.size} (planned)"
         where = Where(GROUP, d.corpus, regime, f"{s.x} `{d.sides[s.x].label}`", f"{s.y} `{d.sides[s.y].label}`")
-        claim = PHASE1_CLAIM if s.x == "F" else f"improvement:{d.corpus}"
-        cls = AuthorGain if s.kind == "author_gain" else AuthorStep
-        reads = ((pair(x, y), s.diff),)
-        # what the step measured, the study's size and counts, and whether a side reads later characters
-        measured = {k: getattr(s, k) for k in ("key", "what", "ega", "seeds", "per_seed", "whole", "moved")}
-        measured |= {"size": d.size, "runs_in": d.runs_in, "runs_planned": d.runs_planned, "code": code_of(x, y)}
-        measured["non_causal"] = d.sides[s.x].non_causal or d.sides[s.y].non_causal
+        claim = compared(s.x, s.y).claim
+        # what the step measured, the study's size, and whether a side reads later characters
+        details = {k: getattr(s, k) for k in ("key", "what", "ega", "seeds", "per_seed", "whole", "moved")}
+        details |= {"size": d.size, "non_causal": d.sides[s.x].non_causal or d.sides[s.y].non_causal}
         # B − A is the paper's own comparison (its +0.103): its size is read against that figure, as every effect is
         figure = paper.IMPROVEMENT.get(d.corpus) if (s.x, s.y) == ("B", "A") else None
+        counts = {"runs_in": d.runs_in, "runs_planned": d.runs_planned, "code": code_of(x, y), "details": details}
+        reads = ((pair(x, y), s.diff),)
         out.append(
-            cls.read_once(where, reads, claim=claim, complete=d.complete, family=GROUP, paper=figure, **measured)
+            engine.judge(s.kind, where, reads, claim=claim, read=d.complete, family=GROUP, paper=figure, **counts)
         )
     return out
 
@@ -246,7 +197,8 @@ def decomposition(inputs: ReportInputs, corpus: str) -> Decomposition | None:
     shared = sorted(set.intersection(*(set(sides[x].estimate) for x in TELESCOPING)))
     level = bonferroni_level(len(STEPS), protocol.current().level)  # the family's k: each comparison of `STEPS` once
     steps = []
-    for x, y, kind, what, ega in STEPS:
+    for x, y, what, ega in STEPS:
+        kind = compared(x, y).kind
         seeds = shared if x in TELESCOPING else sorted(set(sides[x].estimate) & set(sides[y].estimate))
         per_seed = _paired(sides, x, y, seeds)
         over_whole = _paired(sides, x, y, seeds, whole=True)
@@ -362,7 +314,7 @@ def _leak_lines(d: Decomposition, leak: Sequence[Finding]) -> list[str]:
 def section(inputs: ReportInputs, data: list[Decomposition], found: Sequence[Finding], drawn: Drawn) -> list[str]:
     lines: list[str] = []
     for d in data:
-        mine = {f.key: f for f in found if isinstance(f, AuthorGain) and f.corpus == d.corpus}
+        mine = {f.details["key"]: f for f in found if f.kind in KINDS and f.corpus == d.corpus}
         seeds = sorted({s for step in d.steps for s in step.seeds})
         level = bonferroni_level(len(STEPS), protocol.current().level)
         state = (

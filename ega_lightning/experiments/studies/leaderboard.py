@@ -17,11 +17,11 @@ from typing import Any, ClassVar
 
 from ega_lightning.config_files import SIZE_KEYS
 from ega_lightning.experiments import paper, plots, prose, protocol
+from ega_lightning.experiments.bench import Bench, Timed, timed_gates
 from ega_lightning.experiments.comparisons import Variant, difference, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
 from ega_lightning.experiments.studies import rope
-from ega_lightning.experiments.studies.cost import Bench, Timed, timed_gates
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
 from ega_lightning.experiments.text import fmt_interval, how, interval_cell, interval_text, num
 
@@ -79,7 +79,7 @@ class Panel:
     # its reference, as `comparisons.reference` reads them (None: the gate-less variant of the same setup)
     named: Callable[[Variant], bool] | None = None
     apart_from: tuple[str, ...] = ()  # the recipe keys a design may differ in from its reference
-    position: str = "learned"  # the position encoding of the benches that time it (`cost.bench_position`)
+    position: str = "learned"  # the position encoding of the benches that time it (`bench.bench_position`)
     # the row of such a bench that times a design (None: none can); the learned board's labels are gate configs
     bench_row: Callable[[Variant], str | None] = lambda v: v.label
 

@@ -1,5 +1,6 @@
-"""The cost study: the paper's claim that the gate has no measurable cost, read from `ega bench` (the sweep's
-runs are timed on a shared machine; the bench times EGA-1 and the baseline side by side)."""
+"""`ega bench`'s results beside the records: which bench the cost claim reads (`read_bench`; the engine's reading
+`step_time_ratio` judges it), the leaderboard's step times (`timed_gates`), and when and on what device a bench ran
+(the sweep's runs are timed on a shared machine; the bench times each gate and the baseline side by side)."""
 
 from __future__ import annotations
 
@@ -8,56 +9,13 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import prose
-from ega_lightning.experiments.findings import Code, Finding, Where, amendment_of, plain_label
-from ega_lightning.experiments.rules import BEFORE, Verdict, cost_device, min_repetitions, registered
-from ega_lightning.experiments.stats import Summary, median_interval
-from ega_lightning.experiments.study import Bench, Study
+from ega_lightning.experiments.study import Bench
 from ega_lightning.experiments.text import num
 
 NO_BENCH = "docs/cost.md"  # the evidence where no `ega bench` result was found
-
-
-@dataclass(frozen=True, kw_only=True)
-class Cost(Finding):
-    """EGA-1's step time over the baseline's, `ega bench`'s median and quartiles over repetitions."""
-
-    kind: ClassVar[str] = "cost"
-    measures: ClassVar[tuple[str, ...]] = ("cost",)
-    q1: float | None
-    q3: float | None
-    median_ci: tuple[float, float] | None  # the distribution-free 95% interval of the median ratio
-    repetitions: int
-    kernel_floor: float | None  # the fused kernel at head size + 1 over head size, same shapes (the design's floor)
-    size: str | None  # the size it was timed at
-    source: str  # the bench's table, relative to the report
-    device: str = "unknown"  # cpu | gpu: what it was timed on (`bench_device`)
-    device_name: str | None = None  # the CPU's or GPU's name, as `ega bench` recorded it
-
-
-@prose.ours_cell.register
-def cost_cell(f: Cost) -> str:
-    if not isinstance(f.ours, Summary):
-        return "no `ega bench` result"
-    ci = f", median's 95% CI {num(f.median_ci[0])}–{num(f.median_ci[1])}" if f.median_ci else ""
-    floor = f"; kernel floor ×{num(f.kernel_floor)}" if f.kernel_floor is not None else ""
-    return f"step time ×{num(f.ours.mean)} (quartiles {num(f.q1)}–{num(f.q3)}{ci}), {f.repetitions} repetitions{floor}"
-
-
-@prose.label_text.register
-def cost_label(f: Cost) -> str:
-    text = prose.verdict_label(f)
-    if f.verdict is Verdict.TOO_FEW_SEEDS and f.repetitions < min_repetitions():
-        return f"{text} ({f.repetitions} repetitions; the protocol reads one bench of at least {min_repetitions()})"
-    return text
-
-
-@prose.evidence.register
-def cost_evidence(f: Cost) -> str:
-    return f"[{f.source}]({f.source})"
 
 
 def benches(records_dir: Path, out: Path) -> list[Bench]:
@@ -156,56 +114,6 @@ def timed_gates(
     return timed
 
 
-def cost_finding(bench: dict[str, Any] | None, source: str) -> Finding:
-    """The paper's cost claim against `ega bench`'s first size that times EGA-1 (rules.cost_rule): the median of
-    the per-repetition ratios EGA-1 / baseline and its distribution-free interval, from one bench run."""
-    result = bench or {}
-    entry = next((e for e in result.get("sizes", []) if "linear" in e.get("rows", {})), None)
-    row, size = (entry["rows"]["linear"], entry.get("size")) if entry is not None else (None, None)
-    q1, q3 = (row or {}).get("time_ratio_q1_q3") or (None, None)
-    repetitions = int((row or {}).get("repeats") or 0)
-    ratios = [float(r) for r in (row or {}).get("time_ratios") or []]
-    ci = median_interval(ratios) if len(ratios) >= 2 else None
-    device = bench_device(result, source)
-    device_name = (result.get("environment") or {}).get("device_name")
-    _, cost_rule = registered(Cost.kind, "cost")
-    verdict = cost_rule(*(ci or (None, None)), repetitions, device) if row is not None else Verdict.NO_DATA
-    if row is not None and ci is None:
-        verdict = Verdict.TOO_FEW_SEEDS  # a bench that kept no per-repetition ratios gives no interval
-    ours = None if row is None else Summary(row.get("time_ratio"), None, repetitions)
-    untested = None
-    if verdict is Verdict.NOT_TESTABLE:
-        untested = (
-            f"×{num(ours.mean if ours else None)} on {device.upper()}: {device_name or 'not named'}, {repetitions} "
-            f"repetitions; the paper's {cost_device().upper()} claim is untested, no {cost_device().upper()} bench is "
-            "committed"
-        )
-    amended: dict[str, Any] = {}
-    amendment = amendment_of("cost")
-    if amendment is not None and ci is not None and row is not None:  # the label the rule gave before it
-        before = BEFORE[amendment.issue]["cost"](*ci, repetitions)
-        if before is not verdict:
-            amended = {"amended_from": plain_label(before), "amended_by": amendment.issue}
-    return Cost(
-        **Where("cost", "", f"`ega bench`, {size} size", "EGA-1", "baseline")._asdict(),
-        ours=ours,
-        verdict=verdict,
-        claim="cost",
-        q1=q1,
-        q3=q3,
-        median_ci=ci,
-        repetitions=repetitions,
-        kernel_floor=(row or {}).get("kernel_floor"),
-        size=size,
-        source=source,
-        device=device,
-        device_name=device_name,
-        not_testable=untested,
-        code=Code([], None, [], [BENCH_RUN]) if bench is not None else None,
-        **amended,
-    )
-
-
 def bench_device(result: dict[str, Any], source: str) -> str:
     """``cpu`` or ``gpu``: the device an `ega bench` result timed, from the name `ega bench` gives its file
     (bench-<cpu|cuda>-<precision>...), else from its device's name (a CPU's names its logical cores, `host.cpu_name`);
@@ -228,6 +136,3 @@ def bench_date(bench: dict[str, Any] | None) -> datetime | None:
         return datetime.strptime(str((bench or {})["date"]), "%Y-%m-%d %H:%M UTC").replace(tzinfo=UTC)
     except (KeyError, ValueError):
         return None
-
-
-STUDY = Study("cost", findings=lambda inputs, data, read: [cost_finding(*inputs.bench)])
