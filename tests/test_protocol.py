@@ -356,8 +356,8 @@ def finding_kinds() -> dict[str, set[str]]:
                 out.setdefault(cls.kind, set()).update(cls.measures)
         todo += subclasses
     for c in (c for items in protocol.current().comparisons.values() for c in items):
-        if c.claim is not None and c.metric in engine.METRICS:
-            out.setdefault(c.kind, set()).add(c.claim)
+        if c.metric in engine.METRICS:  # the claim it names, else its kind's of the paper (`engine.claims`)
+            out.setdefault(c.kind, set()).update(engine.claims(c))
     return out
 
 

@@ -30,6 +30,7 @@ import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +48,19 @@ from ega_lightning.experiments.findings import (
     name,
     pair,
 )
-from ega_lightning.experiments.rules import margin_of, registered
+from ega_lightning.experiments.rules import Verdict, margin_of, registered
 from ega_lightning.experiments.stats import LEVEL, Summary, compare, mean_interval, summarize, widen
 from ega_lightning.experiments.study import ReportInputs
-from ega_lightning.experiments.text import fmt_bounds, fmt_interval, fmt_summary, interval_text, num, seed_list, slug
+from ega_lightning.experiments.text import (
+    fmt_bounds,
+    fmt_interval,
+    fmt_summary,
+    how,
+    interval_text,
+    num,
+    seed_list,
+    slug,
+)
 
 Metric = Callable[[Variant, ReportInputs], dict[int, float]]  # a variant's finished runs -> seed -> value
 
@@ -215,7 +225,12 @@ class Compared(ReadOnce, Finding):
 
     @property
     def interval_format(self) -> tuple[float, int, bool]:  # type: ignore[override]  # by its kind
-        return (1.0, 3, self.kind != "tau_init")  # a slope is not a difference: no sign
+        scale, digits = SCALES.get(self.kind, (1.0, 3))
+        return (scale, digits, self.against is not None)  # x alone (a level, a slope) is not a difference: no sign
+
+    def size_regime(self) -> bool:
+        """The paper's reduction of the gap is a claim about its overfitting regime: its size is read only there."""
+        return self.details.get("paper_regime") is not False
 
     def family_read(self) -> Compared:
         """The rule `best`: the gates ahead of x by more than the loss margin at the family's level (`others`, in
@@ -286,16 +301,20 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
             # no y: x's metric alone, its one-sample interval (against zero or a figure)
             d = (compare(ref, own) if ref else mean_interval(list(own.values()))) if own and (ref or not c.y) else None
             d = d if aligned else None
+            claim, figure = _claim(c, x.corpus)
+            if figure is not None and d is None:  # the paper's claim is read where both sides have values
+                continue
             sides = {"x": x, "y": y}
             shown = {k: _mean(sides[spec.split(".", 1)[0]], spec.split(".", 1)[1], inputs) for k, spec in c.show}
-            details = ({"source": c.source} if c.source else {}) | shown
+            details = ({"source": c.source} if c.source else {}) | shown | BESIDE.get(c.kind, lambda x, y: {})(x, y)
             if isinstance(c.figure, int | float):  # the paper's figure of the difference, said beside it
                 details["paper_figure"] = c.figure
             if span is None:
                 subject = f"{c.name} `{x.label}`" if c.name else name(x)
                 against = f"{c.y_name} `{c.y.split('/', 1)[1]}`" if c.y_name and c.y else (name(y) if y else c.y)
                 where = Where(x.group, x.corpus, measured_with(x, y), subject, against)
-                code, read_as = code_of(x, y), pair(y or c.y or "", x)
+                code, read_as = code_of(*filter(None, (x, y))), pair(y or c.y, x) if c.y else f"{x.group}/{x.label}"
+                read_as = read_as if c.metric == "final_val_loss" else f"{c.kind}: {read_as}"  # its loss: unnamed
             else:  # named by the gates, not by one variant of each; each side's ends enter the interval
                 both = [v for at in itertools.zip_longest(xs, ys) for v in at if v is not None]
                 against = (y.paper_name or y.gate) if y is not None else c.y
@@ -313,9 +332,16 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
             if (e := protocol.current().verdicts.get(c.kind)) is not None and e.rule_for(c.claim) == "best":
                 joint.setdefault((c.kind, c.claim), (c, []))[1].append((x, y, d))  # read at once: `_best`
                 continue
+            if figure is not None and (why := _untestable(c.kind, figure, x, y, details)):
+                found = Compared(kind=c.kind, **where._asdict(), ours=d, paper=figure, claim=claim, code=code)
+                out.append(dataclasses.replace(found, details=details, verdict=Verdict.NOT_TESTABLE, not_testable=why))
+                continue
             reads = ((read_as, d),)
             read = not (c.once and counted is not None and counted[0] < counted[1])
-            out.append(judge(c.kind, where, reads, claim=c.claim, read=read, **measured))
+            if claim is None and claims(c):
+                out.append(Compared(kind=c.kind, **where._asdict(), ours=d, code=code, details=details))
+                continue  # a claim of the paper on a corpus it gives no figure for: shown, not judged
+            out.append(judge(c.kind, where, reads, claim=claim, read=read, paper=figure, **measured))
     sides = [v for c in comparisons for n in (c.x, c.y) if n is not None for v in _variant(inputs, n)]
     for c, items in joint.values():
         out += _best(inputs, c, items, sides)
@@ -354,6 +380,60 @@ def _mean(v: Variant | None, key: str, inputs: ReportInputs) -> float | None:
     return summarize(list(METRICS[key](v, inputs).values())).mean if v is not None else None
 
 
+def claims(c: protocol.Comparison) -> list[str]:
+    """The claims a comparison tests: the one it names, else its kind's claims of the paper (`paper.FIGURE`: the kind,
+    or the kind on a corpus: `improvement:ptb`), each on its own corpus."""
+    return [c.claim] if c.claim is not None else [k for k in paper.FIGURE if k.split(":")[0] == c.kind]
+
+
+def _claim(c: protocol.Comparison, corpus: str) -> tuple[str | None, float | None]:
+    """The claim a comparison tests on ``corpus`` and the paper's figure it is read against (a claim it names: none)."""
+    if c.claim is not None:
+        return c.claim, None
+    claim = next((k for k in claims(c) if k in (c.kind, f"{c.kind}:{corpus}")), None)
+    return claim, paper.FIGURE.get(claim or "")
+
+
+def _untestable(kind: str, figure: float, x: Variant, y: Variant | None, details: dict[str, Any]) -> str | None:
+    """Why a comparison cannot test the paper's claim here: a side whose val loss reads later characters (the paper's
+    claims are of causal losses), or the protocol's condition for its kind (`testable:`); None where it can."""
+    if leaky := [s for s in (x, y) if s is not None and not s.causal_evaluation]:
+        return (
+            f"{', '.join(f'`{s.label}`' for s in leaky)} evaluated z over the whole window (model.eval_znorm or the "
+            "gate's znorm: window), a non-causal evaluation whose gate reads later characters: its val loss is no "
+            "causal loss, and the paper's claim is about one"
+        )
+    base, covers = details.get("baseline_gap"), protocol.current().verdicts[kind].testable
+    if covers == "baseline_gap_covers_reduction" and base is not None and base < figure:
+        return (
+            f"the baseline's own gap {num(base)} is smaller than the paper's reduction {figure:+.3f}: no gate can "
+            "narrow it by that much"
+        )
+    return None
+
+
+def _gap(x: Variant, y: Variant | None) -> dict[str, Any]:
+    base = y.summary("final_gap").mean if y is not None else None
+    overfits = None if base is None else base >= paper.OVERFIT_GAP  # the paper's overfitting regime
+    return {"baseline_gap": base, "gap": x.summary("final_gap").mean, "paper_regime": overfits}
+
+
+def _settled(x: Variant, y: Variant | None) -> dict[str, Any]:
+    tracked = [r.metrics["tau_converged"] for r in x.done if r.metrics.get("tau_converged") is not None]
+    return {"settled": sum(tracked), "tracked": len(tracked)}
+
+
+# kind -> what its finding states beside its interval, of its sides (results.json writes it beside its fields)
+BESIDE: dict[str, Callable[[Variant, Variant | None], dict[str, Any]]] = {
+    "improvement": lambda x, y: {
+        "loss": x.summary("final_val_loss").mean,
+        "baseline_loss": y and y.summary("final_val_loss").mean,
+    },
+    "gap": _gap,
+    "tau": _settled,
+}
+
+
 def judge(kind: str, where: Where, reads: Any, *, claim: str | None, read: bool = True, **measured: Any) -> Compared:
     """A finding of ``kind`` whose verdict is the protocol's rule for its kind and claim (`rules.registered`) of the
     intervals it ``reads`` (the first of them is its ``ours``); ``read`` False: its intervals with no rule applied,
@@ -364,7 +444,9 @@ def judge(kind: str, where: Where, reads: Any, *, claim: str | None, read: bool 
     )
     if not read:
         return found
-    _, rule = registered(kind, claim)
+    name, rule = registered(kind, claim)
+    if name == "level":  # a level is read against the paper's figure, told apart within its kind's margin
+        rule = partial(rule, figure=found.paper, width=margin_of(protocol.current().verdicts[kind].margins[0]))
     return dataclasses.replace(found, verdict=rule(*(d for _, d in reads)), rule=rule)
 
 
@@ -407,7 +489,7 @@ CLAIMS = {"lower": "{x}: a lower final val loss than {y}"}
 # kind (or rule) -> (its section's sentence with an interval, without one, its subject in the claims table); the
 # fields: subject, against, interval, verdict (`prose.verdict_text`), state (how many planned runs are in), each of
 # its details, and the paper's words of a peer's claim
-TEMPLATES: dict[str, tuple[str, str, str]] = {
+TEMPLATES: dict[str, tuple[str, str, str] | str] = {
     "peer": (
         "{subject} ({source}) vs {against}: baseline − gate {interval}; its own claim, a {peer_claim}{verdict}.",
         "{subject} ({source}) vs {against}: no finished run yet; its own claim, a {peer_claim}{verdict}.",
@@ -451,14 +533,26 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
         "{subject} against {against}, at the paper's size: {state}.",
         "{subject} against {against}, at the paper's size",
     ),
+    # one sentence, with its interval or not; no subject of its own in the claims table
+    "improvement": "{subject} vs {against}: final val loss {loss:num} vs {baseline_loss:num}, Δ {interval}; the "
+    "paper's {paper:signed}{verdict}.",
+    "best_val_loss": "Best val loss (each run's lowest; the val loss rose after it in some runs), {subject} vs "
+    "{against}: Δ {interval}.",
+    "gap": "Generalization gap (val − train loss), baseline − EGA-1: {interval}; the paper's {paper:signed} "
+    f"({paper.GAP['none']} − {paper.GAP['linear']}); the baseline's gap {{baseline_gap:num}}, "
+    "{paper_regime:overfit}{verdict}.",
+    "tau": "Final tau of {subject}: {interval}; paper ≈ {paper}; {tracked:settled}{verdict}.",
+    "frac_above_tau": "Validation keys above tau: {interval}; paper {paper:percent}{verdict}.",
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
         "{subject} against {against}: {state}.",
         "{subject} against {against}",
     ),
 }
-# kind -> what its claims-table cell writes before and after its interval
+# kind -> what its claims-table cell writes before and after its interval; how it scales and rounds it
 CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", ""), "tau_init": ("slope of final tau on tau_init ", "")}
+CELL_WORDS |= {"frac_above_tau": ("", "%")}
+SCALES = {"frac_above_tau": (100.0, 1)}
 CELLS = {"ablation_best": "{beating:beaten}"}  # kind -> its claims-table cell, where words, not its interval
 
 
@@ -494,9 +588,18 @@ def _beaten(names: list[str] | None, f: Compared) -> str:
 
 # how a template writes a detail, by its format spec (of the value and the finding's section): ``{x:num}`` as
 # `text.num` (3 digits; None: a dash), ...
-FORMATS: dict[str, Callable[[Any, str], str]] = {
+FORMATS: dict[str, Callable[[Any, Any], str]] = {
     "num": lambda x, _: num(x),
     "signed": lambda x, _: num(x, 3, True),
+    "percent": lambda x, _: f"{100 * x:.0f}%",
+    "overfit": lambda overfits, _: (
+        "no baseline gap logged"
+        if overfits is None
+        else f"{'past' if overfits else 'below'} the paper's overfitting line {paper.OVERFIT_GAP}"
+    ),
+    "settled": lambda n, f: (
+        f"TauTracker saw it settle in {f.details['settled']} of {n} seeds" if n else "no TauTracker"
+    ),
     "by_init": _by_init,
     "per_seed": lambda slopes, _: ", ".join(f"seed {s} {v:.3f}" for s, v in slopes.items()),
     "inits": lambda taus, _: ", ".join(str(init) for init, _, _ in taus),
@@ -511,7 +614,8 @@ FORMATS: dict[str, Callable[[Any, str], str]] = {
 
 
 def _template(f: Compared) -> tuple[str, str, str]:
-    return TEMPLATES.get(f.kind) or TEMPLATES.get(f.rule_name or "") or TEMPLATES["effect"]
+    t = TEMPLATES.get(f.kind) or TEMPLATES.get(f.rule_name or "") or TEMPLATES["effect"]
+    return (t, t, "") if isinstance(t, str) else t
 
 
 class _Number:
@@ -526,10 +630,12 @@ class _Number:
 
 def _fields(f: Compared) -> dict[str, Any]:
     state = prose.state(f) if f.runs_planned is not None else "no finished run yet"
+    (scale, digits, signed), d = f.interval_format, f.interval
     return {
         "subject": f.subject,
         "against": f.against,
-        "interval": interval_text(f.interval, signed=f.interval_format[2]) if f.interval is not None else "",
+        "interval": f"{fmt_interval(d, signed, scale, digits)}{f.cell_words[1]} ({how(d)})" if d is not None else "",
+        "paper": _Number(f.paper, f),
         "verdict": prose.verdict_text(f) + interim(f),
         "state": state,
         "peer_claim": paper.PEER_CLAIM,
@@ -559,6 +665,15 @@ def say(f: Compared) -> str:
 @prose.claim_subject.register
 def claim_subject(f: Compared) -> str:
     return _template(f)[2].format(**_fields(f))
+
+
+@prose.regime_text.register
+def regime_text(f: Compared) -> str:
+    """Why a gap's size is not read (`Compared.size_regime`), as its label says it."""
+    return (
+        f" (the baseline's gap {num(f.details.get('baseline_gap'))} stays below the paper's overfitting line "
+        f"{paper.OVERFIT_GAP}; its baseline's was {paper.GAP['none']})"
+    )
 
 
 @prose.ours_cell.register
