@@ -51,16 +51,7 @@ from ega_lightning.experiments.findings import (
 from ega_lightning.experiments.rules import Verdict, margin_of, registered
 from ega_lightning.experiments.stats import LEVEL, Summary, compare, mean_interval, summarize, widen
 from ega_lightning.experiments.study import ReportInputs
-from ega_lightning.experiments.text import (
-    fmt_bounds,
-    fmt_interval,
-    fmt_summary,
-    how,
-    interval_text,
-    num,
-    seed_list,
-    slug,
-)
+from ega_lightning.experiments.text import fmt_bounds, fmt_interval, fmt_summary, interval_text, num, seed_list, slug
 
 Metric = Callable[[Variant, ReportInputs], dict[int, float]]  # a variant's finished runs -> seed -> value
 
@@ -413,9 +404,10 @@ def _untestable(kind: str, figure: float, x: Variant, y: Variant | None, details
 
 
 def _gap(x: Variant, y: Variant | None) -> dict[str, Any]:
-    base = y.summary("final_gap").mean if y is not None else None
-    overfits = None if base is None else base >= paper.OVERFIT_GAP  # the paper's overfitting regime
-    return {"baseline_gap": base, "gap": x.summary("final_gap").mean, "paper_regime": overfits}
+    """The sides' gaps, and whether y's is in the paper's overfitting regime."""
+    assert y is not None  # a gap is read only where both sides logged one (`family_findings`)
+    base = y.summary("final_gap").mean
+    return {"baseline_gap": base, "gap": x.summary("final_gap").mean, "paper_regime": base >= paper.OVERFIT_GAP}
 
 
 def _settled(x: Variant, y: Variant | None) -> dict[str, Any]:
@@ -542,7 +534,7 @@ TEMPLATES: dict[str, tuple[str, str, str] | str] = {
     f"({paper.GAP['none']} − {paper.GAP['linear']}); the baseline's gap {{baseline_gap:num}}, "
     "{paper_regime:overfit}{verdict}.",
     "tau": "Final tau of {subject}: {interval}; paper ≈ {paper}; {tracked:settled}{verdict}.",
-    "frac_above_tau": "Validation keys above tau: {interval}; paper {paper:percent}{verdict}.",
+    "frac_above_tau": "Validation keys above tau, %: {interval}; paper {paper:percent}{verdict}.",
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
         "{subject} against {against}: {state}.",
@@ -592,11 +584,7 @@ FORMATS: dict[str, Callable[[Any, Any], str]] = {
     "num": lambda x, _: num(x),
     "signed": lambda x, _: num(x, 3, True),
     "percent": lambda x, _: f"{100 * x:.0f}%",
-    "overfit": lambda overfits, _: (
-        "no baseline gap logged"
-        if overfits is None
-        else f"{'past' if overfits else 'below'} the paper's overfitting line {paper.OVERFIT_GAP}"
-    ),
+    "overfit": lambda past, _: f"{'past' if past else 'below'} the paper's overfitting line {paper.OVERFIT_GAP}",
     "settled": lambda n, f: (
         f"TauTracker saw it settle in {f.details['settled']} of {n} seeds" if n else "no TauTracker"
     ),
@@ -634,7 +622,7 @@ def _fields(f: Compared) -> dict[str, Any]:
     return {
         "subject": f.subject,
         "against": f.against,
-        "interval": f"{fmt_interval(d, signed, scale, digits)}{f.cell_words[1]} ({how(d)})" if d is not None else "",
+        "interval": interval_text(d, signed, scale, digits) if d is not None else "",
         "paper": _Number(f.paper, f),
         "verdict": prose.verdict_text(f) + interim(f),
         "state": state,
