@@ -157,7 +157,7 @@ def test_the_rules_before_the_amendment_read_against_0():
     ],
 )
 def test_level_rule_needs_the_figure_inside_a_narrow_interval(d, verdict):
-    assert rules.level_rule(d, 0.35, rules.margin_of(rules.LEVEL_MARGIN["tau"])) is verdict
+    assert rules.level_rule(d, 0.35, rules.margin_of(protocol.current().verdicts["tau"].margins[0])) is verdict
 
 
 @pytest.mark.parametrize(
@@ -302,6 +302,25 @@ def test_a_wide_interval_that_holds_the_papers_level_does_not_reproduce_it():
         got = found_by_kind(runs)
         assert got["frac_above_tau"][0].verdict is above
         assert got["tau"][0].verdict is tau
+
+
+def test_a_head_to_head_on_a_corpus_the_paper_gives_no_figure_for_is_shown_and_judged_against_nothing():
+    """The improvement family's claims are the paper's per corpus (improvement:<corpus>): on another corpus its
+    comparison is measured and stated, with no claim, no verdict, and no place in the family's Bonferroni k."""
+
+    def on(corpus: str, gate: str, per_seed: dict[int, dict[str, float]]) -> list[RunData]:
+        runs = seeded(f"{corpus}-{gate}", gate, "main", per_seed, corpus=corpus)
+        return [dataclasses.replace(r, run=dataclasses.replace(r.run, variant=gate), corpus=corpus) for r in runs]
+
+    base, ega1 = {s: {"final_val_loss": 1.6 + s / 100} for s in (1, 2, 3)}, {s: {} for s in (1, 2, 3)}
+    runs = [*on("tinyshakespeare", "none", base), *on("tinyshakespeare", "linear", ega1)]
+    runs += [*on("enwik8", "none", base), *on("enwik8", "linear", ega1)]
+    by_corpus = {f.corpus: f for f in found_by_kind(runs)["improvement"]}
+    other, ts = by_corpus["enwik8"], by_corpus["tinyshakespeare"]
+    assert other.interval is not None and other.interval.estimate == pytest.approx(0.12, abs=1e-9)
+    assert (other.claim, other.verdict, other.paper, other.family) == (None, None, None, None)
+    assert ts.claim == "improvement:tinyshakespeare" and ts.paper == paper.IMPROVEMENT["tinyshakespeare"]
+    assert ts.verdict is Verdict.HOLDS and ts.family_k == 1
 
 
 @pytest.mark.parametrize(

@@ -356,8 +356,8 @@ def finding_kinds() -> dict[str, set[str]]:
                 out.setdefault(cls.kind, set()).update(cls.measures)
         todo += subclasses
     for c in (c for items in protocol.current().comparisons.values() for c in items):
-        if c.claim is not None and c.metric in engine.METRICS:
-            out.setdefault(c.kind, set()).add(c.claim)
+        if c.metric in engine.METRICS and (named := engine.claims(c)):  # its claim, else its kind's of the paper
+            out.setdefault(c.kind, set()).update(named)
         elif c.metric in engine.READINGS:  # a reading of a file, not of runs (the bench): its kind's own claim
             out.setdefault(c.kind, set()).add(c.claim or c.kind)
     for kind, claim_of in engine.PAPER.items():  # a kind's claim where its lines name none, on each corpus

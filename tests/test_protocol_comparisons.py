@@ -13,7 +13,7 @@ from ega_lightning.experiments import engine, findings, prose, protocol, studies
 from ega_lightning.experiments.stats import Difference
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "results.json"
-ENGINE_FAMILIES = ("peers", "frozen", "rope", "context")  # the families whose findings the engine gives
+ENGINE_FAMILIES = ("peers", "frozen", "rope", "context", "improvement", "gap", "levels")  # the engine gives
 
 
 def _sides(key: str) -> frozenset[str]:
@@ -70,6 +70,9 @@ def test_the_engine_families_are_read_by_the_engine_alone() -> None:
     assert set(ENGINE_FAMILIES) <= studies.PLACED  # placed in the report's order, each read through `engine`
     for module in ("peers.py", "frozen_tau.py", "context.py"):
         assert not (Path(studies.__file__).parent / module).exists()
+    # the head-to-head's findings are the engine's: its module declares no kind of finding of its own
+    kinds = [x for x in vars(studies.main).values() if isinstance(x, type) and issubclass(x, findings.Finding)]
+    assert [x for x in kinds if x.__module__ == studies.main.__name__] == []
 
 
 @pytest.mark.skipif(not RESULTS.is_file(), reason="no committed report")

@@ -31,6 +31,7 @@ import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +70,6 @@ from ega_lightning.experiments.text import (
     fmt_bounds,
     fmt_interval,
     fmt_summary,
-    how,
     interval_text,
     num,
     seed_list,
@@ -258,13 +258,6 @@ def _heads(x: Variant, y: Variant | None, inputs: ReportInputs) -> tuple[dict[st
     }, []
 
 
-# kind -> what a comparison of it says beside its interval (details), and the variants that reads beside x and y
-BESIDE: dict[str, Callable[[Variant, Variant | None, ReportInputs], tuple[dict[str, Any], list[Variant]]]] = {
-    "leak": _causal,
-    "tail": _heads,
-}
-
-
 @metric("prefix_eval_loss")
 def prefix_eval_loss(v: Variant, inputs: ReportInputs) -> dict[int, float]:
     """Each final checkpoint's loss over the whole validation split evaluated with the causal prefix z (`ega
@@ -340,6 +333,10 @@ class Compared(ReadOnce, Finding):
     def interval_format(self) -> tuple[float, int, bool]:  # type: ignore[override]  # by its kind
         return INTERVAL_FORMATS.get(self.kind, (1.0, 3, True))
 
+    def size_regime(self) -> bool:
+        """The paper's reduction of the gap is a claim about its overfitting regime: its size is read only there."""
+        return self.details.get("paper_regime") is not False
+
     def family_read(self) -> Compared:
         """The rule `best`: the gates ahead of x by more than the loss margin at the family's level (`others`, in
         the order of its reads), once its family has read them."""
@@ -414,19 +411,22 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
             # no y: x's metric alone, its one-sample interval (against zero or a figure)
             d = (compare(ref, own) if ref else mean_interval(list(own.values()))) if own and (ref or not c.y) else None
             d = d if aligned else None
+            claim, figure = _claim(c, x.corpus)
+            if figure is not None and d is None:  # the paper's claim is read where both sides have values
+                continue
             sides = {"x": x, "y": y}
             shown = {k: _mean(sides[spec.split(".", 1)[0]], spec.split(".", 1)[1], inputs) for k, spec in c.show}
-            details = ({"source": c.source} if c.source else {}) | shown
+            beside, also = BESIDE[c.kind](x, y, inputs) if c.kind in BESIDE else ({}, [])
+            details = ({"source": c.source} if c.source else {}) | shown | beside
             if isinstance(c.figure, int | float):  # the paper's figure of the difference, said beside it
                 details["paper_figure"] = c.figure
             if span is None:
                 subject = f"{c.name} `{x.label}`" if c.name else name(x)
                 against = f"{c.y_name} `{c.y.split('/', 1)[1]}`" if c.y_name and c.y else (name(y) if y else c.y)
                 where = Where(x.group, x.corpus, measured_with(x, y), subject, against)
-                beside, also = BESIDE[c.kind](x, y, inputs) if c.kind in BESIDE else ({}, [])
-                details |= beside
                 code = code_of(x, y, *also, compared=[(x, y) if c.y else (x,)])
-                read_as = pair(y or c.y, x) if c.y else f"{c.kind}: {c.x}"
+                read_as = pair(y or c.y, x) if c.y else f"{x.group}/{x.label}"
+                read_as = read_as if c.metric == "final_val_loss" else f"{c.kind}: {read_as}"  # its loss: unnamed
             else:  # named by the gates, not by one variant of each; each side's ends enter the interval
                 both = [v for at in itertools.zip_longest(xs, ys) for v in at if v is not None]
                 against = (y.paper_name or y.gate) if y is not None else c.y
@@ -444,11 +444,19 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
             if (e := protocol.current().verdicts.get(c.kind)) is not None and e.rule_for(c.claim) == "best":
                 joint.setdefault((c.kind, c.claim), (c, []))[1].append((x, y, d))  # read at once: `_best`
                 continue
-            claim, measured["paper"] = PAPER[c.kind](x.corpus) if c.kind in PAPER else (c.claim, None)
+            if figure is not None and (why := _untestable(c.kind, figure, x, y, details)):
+                found = Compared(kind=c.kind, **where._asdict(), ours=d, paper=figure, claim=claim, code=code)
+                out.append(dataclasses.replace(found, details=details, verdict=Verdict.NOT_TESTABLE, not_testable=why))
+                continue
+            if claim is None and claims(c):
+                out.append(Compared(kind=c.kind, **where._asdict(), ours=d, code=code, details=details))
+                continue  # a claim of the paper on a corpus it gives no figure for: shown, not judged
+            if c.kind in PAPER:  # a claim its lines name none of, tested on x's corpus
+                claim, figure = PAPER[c.kind](x.corpus)
             reads = ((read_as, d),)
             # a kind the protocol gives no rule (the leak's increment) is read by its family, with no label
             read = e is not None and not (c.once and counted is not None and counted[0] < counted[1])
-            out.append(judge(c.kind, where, reads, claim=claim, read=read, **measured))
+            out.append(judge(c.kind, where, reads, claim=claim, read=read, paper=figure, **measured))
     sides = [v for c in comparisons for n in (c.x, c.y) if n is not None for v in _variant(inputs, n)]
     for c, items in joint.values():
         out += _best(inputs, c, items, sides)
@@ -487,6 +495,68 @@ def _mean(v: Variant | None, key: str, inputs: ReportInputs) -> float | None:
     return summarize(list(METRICS[key](v, inputs).values())).mean if v is not None else None
 
 
+def claims(c: protocol.Comparison) -> list[str]:
+    """The claims a comparison tests: the one it names, else its kind's claims of the paper (`paper.FIGURE`: the kind,
+    or the kind on a corpus: `improvement:ptb`), each on its own corpus."""
+    return [c.claim] if c.claim is not None else [k for k in paper.FIGURE if k.split(":")[0] == c.kind]
+
+
+def _claim(c: protocol.Comparison, corpus: str) -> tuple[str | None, float | None]:
+    """The claim a comparison tests on ``corpus`` and the paper's figure it is read against (a claim it names: none)."""
+    if c.claim is not None:
+        return c.claim, None
+    claim = next((k for k in claims(c) if k in (c.kind, f"{c.kind}:{corpus}")), None)
+    return claim, paper.FIGURE.get(claim or "")
+
+
+def _untestable(kind: str, figure: float, x: Variant, y: Variant | None, details: dict[str, Any]) -> str | None:
+    """Why a comparison cannot test the paper's claim here: a side whose val loss reads later characters (the paper's
+    claims are of causal losses), or the protocol's condition for its kind (`testable:`); None where it can."""
+    if leaky := [s for s in (x, y) if s is not None and not s.causal_evaluation]:
+        return (
+            f"{', '.join(f'`{s.label}`' for s in leaky)} evaluated z over the whole window (model.eval_znorm or the "
+            "gate's znorm: window), a non-causal evaluation whose gate reads later characters: its val loss is no "
+            "causal loss, and the paper's claim is about one"
+        )
+    base, covers = details.get("baseline_gap"), protocol.current().verdicts[kind].testable
+    if covers == "baseline_gap_covers_reduction" and base is not None and base < figure:
+        return (
+            f"the baseline's own gap {num(base)} is smaller than the paper's reduction {figure:+.3f}: no gate can "
+            "narrow it by that much"
+        )
+    return None
+
+
+Beside = tuple[dict[str, Any], list[Variant]]  # what a finding states beside its interval; the variants it reads
+
+
+def _losses(x: Variant, y: Variant | None, inputs: ReportInputs) -> Beside:
+    return {"loss": x.summary("final_val_loss").mean, "baseline_loss": y and y.summary("final_val_loss").mean}, []
+
+
+def _gap(x: Variant, y: Variant | None, inputs: ReportInputs) -> Beside:
+    """The sides' gaps, and whether y's is in the paper's overfitting regime."""
+    assert y is not None  # a gap is read only where both sides logged one (`family_findings`)
+    base = y.summary("final_gap").mean
+    return {"baseline_gap": base, "gap": x.summary("final_gap").mean, "paper_regime": base >= paper.OVERFIT_GAP}, []
+
+
+def _settled(x: Variant, y: Variant | None, inputs: ReportInputs) -> Beside:
+    tracked = [r.metrics["tau_converged"] for r in x.done if r.metrics.get("tau_converged") is not None]
+    return {"settled": sum(tracked), "tracked": len(tracked)}, []
+
+
+# kind -> what a comparison of it states beside its interval (results.json writes it beside its fields), and the
+# variants that reads beside x and y
+BESIDE: dict[str, Callable[[Variant, Variant | None, ReportInputs], Beside]] = {
+    "improvement": _losses,
+    "gap": _gap,
+    "tau": _settled,
+    "leak": _causal,
+    "tail": _heads,
+}
+
+
 def judge(kind: str, where: Where, reads: Any, *, claim: str | None, read: bool = True, **measured: Any) -> Compared:
     """A finding of ``kind`` whose verdict is the protocol's rule for its kind and claim (`rules.registered`) of the
     intervals it ``reads`` (the first of them is its ``ours``); ``read`` False: its intervals with no rule applied,
@@ -497,7 +567,9 @@ def judge(kind: str, where: Where, reads: Any, *, claim: str | None, read: bool 
     )
     if not read:
         return found
-    _, rule = registered(kind, claim)
+    name, rule = registered(kind, claim)
+    if name == "level":  # a level is read against the paper's figure, told apart within its kind's margin
+        rule = partial(rule, figure=found.paper, width=margin_of(protocol.current().verdicts[kind].margins[0]))
     return dataclasses.replace(found, verdict=rule(*(d for _, d in reads)), rule=rule)
 
 
@@ -595,7 +667,7 @@ CLAIMS = {"lower": "{x}: a lower final val loss than {y}"}
 # kind (or rule) -> (its section's sentence with an interval, without one, its subject in the claims table); the
 # fields: subject, against, interval, verdict (`prose.verdict_text`), state (how many planned runs are in), each of
 # its details, and the paper's words of a peer's claim
-TEMPLATES: dict[str, tuple[str, str, str]] = {
+TEMPLATES: dict[str, tuple[str, str, str] | str] = {
     "peer": (
         "{subject} ({source}) vs {against}: baseline − gate {interval}; its own claim, a {peer_claim}{verdict}.",
         "{subject} ({source}) vs {against}: no finished run yet; its own claim, a {peer_claim}{verdict}.",
@@ -687,6 +759,16 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
         "EGA: {ega}. {key}, {what} ({subject} against {against}){non_causal:window}; at the author's phase-1 size "
         "{size}, not the paper's {table_size}",
     ),
+    # one sentence, with its interval or not; no subject of its own in the claims table
+    "improvement": "{subject} vs {against}: final val loss {loss:num} vs {baseline_loss:num}, Δ {interval}; the "
+    "paper's {paper:signed}{verdict}.",
+    "best_val_loss": "Best val loss (each run's lowest; the val loss rose after it in some runs), {subject} vs "
+    "{against}: Δ {interval}.",
+    "gap": "Generalization gap (val − train loss), baseline − EGA-1: {interval}; the paper's {paper:signed} "
+    f"({paper.GAP['none']} − {paper.GAP['linear']}); the baseline's gap {{baseline_gap:num}}, "
+    "{paper_regime:overfit}{verdict}.",
+    "tau": "Final tau of {subject}: {interval}; paper ≈ {paper}; {tracked:settled}{verdict}.",
+    "frac_above_tau": "Validation keys above tau, %: {interval}; paper {paper:percent}{verdict}.",
     "effect": (
         "{subject} against {against}: {interval}{verdict}.",
         "{subject} against {against}: {state}.",
@@ -697,11 +779,12 @@ TEMPLATES: dict[str, tuple[str, str, str]] = {
 STEP_OF = {"author_step": "author_gain"}
 # kind -> what its claims-table cell writes before and after its interval
 CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", ""), "tau_init": ("slope of final tau on tau_init ", "")}
-CELL_WORDS |= {"tail": ("measured − (1 − Φ(tau)) ", " points")}
+CELL_WORDS |= {"tail": ("measured − (1 − Φ(tau)) ", " points"), "frac_above_tau": ("", "%")}
 # kind -> its cell, where words, not its interval
 CELLS = {"ablation_best": "{beating:beaten}", "tau_mechanism": "{checkpoints:mechanism}", "cost": "{repetitions:timed}"}
 # kind -> (scale, digits, signed) of its intervals, where not (1, 3, signed): a slope is no difference, no sign
-INTERVAL_FORMATS = {"tau_init": (1.0, 3, False), "tail": (100.0, 1, True)}
+INTERVAL_FORMATS = {"tau_init": (1.0, 3, False), "tail": (100.0, 1, True), "tau": (1.0, 3, False)}
+INTERVAL_FORMATS |= {"frac_above_tau": (100.0, 1, False)}
 MEANING = {  # a mechanism's verdict, what it means
     Verdict.WEAK_GRADIENT: (
         "the loss does not hold tau where it ends, so tau ends about where it started and a final tau near "
@@ -815,9 +898,14 @@ def _beaten(names: list[str] | None, f: Compared) -> str:
 
 # how a template writes a detail, by its format spec (of the value and the finding's section): ``{x:num}`` as
 # `text.num` (3 digits; None: a dash), ...
-FORMATS: dict[str, Callable[[Any, str], str]] = {
+FORMATS: dict[str, Callable[[Any, Any], str]] = {
     "num": lambda x, _: num(x),
     "signed": lambda x, _: num(x, 3, True),
+    "percent": lambda x, _: f"{100 * x:.0f}%",
+    "overfit": lambda past, _: f"{'past' if past else 'below'} the paper's overfitting line {paper.OVERFIT_GAP}",
+    "settled": lambda n, f: (
+        f"TauTracker saw it settle in {f.details['settled']} of {n} seeds" if n else "no TauTracker"
+    ),
     "by_init": _by_init,
     "per_seed": lambda slopes, _: ", ".join(f"seed {s} {v:.3f}" for s, v in slopes.items()),
     "inits": lambda taus, _: ", ".join(str(init) for init, _, _ in taus),
@@ -848,7 +936,8 @@ FORMATS: dict[str, Callable[[Any, str], str]] = {
 
 
 def _template(f: Compared) -> tuple[str, str, str]:
-    return TEMPLATES.get(STEP_OF.get(f.kind, f.kind)) or TEMPLATES.get(f.rule_name or "") or TEMPLATES["effect"]
+    t = TEMPLATES.get(STEP_OF.get(f.kind, f.kind)) or TEMPLATES.get(f.rule_name or "") or TEMPLATES["effect"]
+    return (t, t, "") if isinstance(t, str) else t
 
 
 class _Number:
@@ -863,13 +952,11 @@ class _Number:
 
 def _fields(f: Compared) -> dict[str, Any]:
     state = prose.state(f) if f.runs_planned is not None else "no finished run yet"
-    scale, digits, signed = f.interval_format
+    (scale, digits, signed), d = f.interval_format, f.interval
     return {
         "subject": f.subject,
         "against": f.against,
-        "interval": f"{fmt_interval(f.interval, signed, scale, digits)} ({how(f.interval)})"
-        if f.interval is not None
-        else "",
+        "interval": interval_text(d, signed, scale, digits) if d is not None else "",
         "verdict": prose.verdict_text(f) + interim(f),
         "meaning": f": {MEANING[f.verdict]}" if f.verdict in MEANING else "",
         "state": state,
@@ -902,6 +989,15 @@ def say(f: Compared) -> str:
 @prose.claim_subject.register
 def claim_subject(f: Compared) -> str:
     return _template(f)[2].format(**_fields(f))
+
+
+@prose.regime_text.register
+def regime_text(f: Compared) -> str:
+    """Why a gap's size is not read (`Compared.size_regime`), as its label says it."""
+    return (
+        f" (the baseline's gap {num(f.details.get('baseline_gap'))} stays below the paper's overfitting line "
+        f"{paper.OVERFIT_GAP}; its baseline's was {paper.GAP['none']})"
+    )
 
 
 @prose.ours_cell.register

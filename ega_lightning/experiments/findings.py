@@ -177,19 +177,17 @@ def judged(
     reads: Sequence[Read],
     *,
     claim: str,
-    rule_args: Mapping[str, Any] | None = None,
     ours: Difference | Summary | None = None,
     **measured: Any,
 ) -> F:
-    """A finding of ``claim`` whose verdict is the protocol's rule for its kind and claim (`rules.registered`, with
-    ``rule_args`` bound: a level's figure and width) of the intervals it ``reads``; ``ours``: the first of them
-    unless given. The study names no rule: the one it applies is the one the claims table names."""
+    """A finding of ``claim`` whose verdict is the protocol's rule for its kind and claim (`rules.registered`) of the
+    intervals it ``reads``; ``ours``: the first of them unless given. The study names no rule: the one it applies is
+    the one the claims table names."""
     if claim not in cls.measures:
         raise ValueError(f"a {cls.kind} finding judges {', '.join(cls.measures) or 'no claim'}, not {claim!r}")
     reads = tuple(reads)
     shown = ours if ours is not None else (reads[0][1] if reads else None)
-    _, registered_rule = registered(cls.kind, claim)
-    rule = partial(registered_rule, **rule_args) if rule_args else registered_rule
+    _, rule = registered(cls.kind, claim)
     verdict = rule(*(d for _, d in reads))
     return cls(**where._asdict(), ours=shown, verdict=verdict, claim=claim, rule=rule, reads=reads, **measured)
 

@@ -14,6 +14,9 @@ GAP = {"linear": 0.289, "none": 0.331}  # final generalization gap (val - train 
 GAP_REDUCTION = round(GAP["none"] - GAP["linear"], 3)  # baseline - EGA-1
 TAU = 0.35  # where tau converges, whatever its initialisation
 FRAC_ABOVE_TAU = 0.36  # fraction of keys with z above tau at the end
+# the paper's figure of each claim a comparison reads against it by its kind (`engine`: improvement:<corpus>, gap, ...)
+FIGURE = {f"improvement:{corpus}": x for corpus, x in IMPROVEMENT.items()}
+FIGURE |= {"gap": GAP_REDUCTION, "tau": TAU, "frac_above_tau": FRAC_ABOVE_TAU}
 # the paper's model size as EGA_SPEC.md reconstructs it ("12,480 extra parameters, < 0.26%")
 PARAMS = 4.8e6
 # the size of the paper's table (the author's phase2_ablation.py; EGA_SPEC.md section 6), as the report names it

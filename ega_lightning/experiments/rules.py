@@ -25,8 +25,6 @@ from ega_lightning.experiments.stats import Difference, decides_with_power, simu
 # every margin, level and count below is the registered protocol's (configs/protocol.yaml, with its reasons), read
 # when a rule or a report first needs it (`protocol.current`), never at import
 TAU_STEP = 0.5  # the tau shift at which the landscape is read (both signs)
-# the margin of each level's half-width: how narrow an interval tells a figure from its neighbours
-LEVEL_MARGIN = {"tau": "tau_level", "frac_above_tau": "frac_level"}
 
 
 def margin_of(name: str) -> float:

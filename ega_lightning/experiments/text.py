@@ -35,9 +35,9 @@ def fmt_bounds(estimate: float, low: float, high: float, digits: int = 3, signed
     return f"{num(estimate, digits, signed)} [{num(low, digits, signed)}, {num(high, digits, signed)}]"
 
 
-def interval_text(d: Difference | None, signed: bool = True) -> str:
+def interval_text(d: Difference | None, signed: bool = True, scale: float = 1.0, digits: int = 3) -> str:
     """An interval as a sentence says it, with how it was made: ``+0.011 [+0.010, +0.012] (paired over 3 seeds)``."""
-    return f"{fmt_interval(d, signed=signed)} ({how(d)})"
+    return f"{fmt_interval(d, signed, scale, digits)} ({how(d)})"
 
 
 def interval_cell(d: Difference | None) -> str:

@@ -135,7 +135,7 @@ def measure(inputs: ReportInputs, studies: Sequence[Study] = STUDIES) -> list[Me
 def run_studies(inputs: ReportInputs, measured: Sequence[Measured]) -> list[Finding]:
     """Every finding, families corrected (`findings.correct`): first each table's, section by section (the studies
     of one table in their order), then each study's of the whole report, each after the studies it reads, which
-    it is handed corrected. A comparison shared by sections (``also_in``) is made once (`main`)."""
+    it is handed corrected. A comparison shared by sections (``also_in``) is made once, in x's own (`engine`)."""
     out: list[tuple[str, Finding]] = []
     for table in inputs.tables:
         for m in measured:
