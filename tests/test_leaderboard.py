@@ -205,9 +205,9 @@ def test_the_peers_claims_and_the_positive_control_from_synthetic_records():
     }
     dof = sum(len(d) - 1 for d in diffs.values())
     pooled = math.sqrt(sum((len(d) - 1) * np.var(d, ddof=1) for d in diffs.values()) / dof)
-    assert control.pooled_std == pytest.approx(pooled, rel=1e-9)
+    assert control.details["pooled_std"] == pytest.approx(pooled, rel=1e-9)
     for n in (3, 5):
-        h = control.resolution[n]
+        h = control.details["resolution"][n]
         assert h.nominal == pytest.approx(scipy.stats.t.ppf(0.975, n - 1) * pooled / math.sqrt(n), rel=1e-9)
         assert h.family == pytest.approx(scipy.stats.t.ppf(1 - 0.05 / 8, n - 1) * pooled / math.sqrt(n), rel=1e-9)
 
@@ -215,7 +215,7 @@ def test_the_peers_claims_and_the_positive_control_from_synthetic_records():
 def test_no_gate_with_two_seeds_leaves_the_control_undecided_and_every_gate_below_it_fails_it():
     one_seed = [r for r in study({1: 0.09}, {1: 0.01}) if r.run.seed == 1]
     got = by_claim(one_seed)
-    assert got["control"][0].verdict is Verdict.TOO_FEW_SEEDS and got["control"][0].resolution == {}
+    assert got["control"][0].verdict is Verdict.TOO_FEW_SEEDS and got["control"][0].details["resolution"] == {}
     assert got["peer:fox"][0].verdict is Verdict.TOO_FEW_SEEDS
     small = {s: 0.010 + 0.001 * s for s in BASE}  # every gate measurably below the threshold
     got = by_claim(study(small, small))

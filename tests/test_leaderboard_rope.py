@@ -116,7 +116,9 @@ def test_the_section_json_and_figure_are_the_learned_boards_alone_until_a_rope_b
             "json": json.loads(json.dumps(leaderboard.as_json(inputs, m.data), default=repr)),
             "png": (tmp_path / png).read_bytes(),
             "axes": len(figure[2].axes),
-            "control": [(f.family, f.family_k, f.gates, f.best) for f in found if f.kind == "control"],
+            "control": [
+                (f.family, f.family_k, f.details["gates"], f.details["best"]) for f in found if f.kind == "control"
+            ],
         }
     assert outputs["unfinished"] == outputs["alone"]
     assert outputs["alone"]["axes"] == 1 and "rope" not in outputs["alone"]["json"]

@@ -70,6 +70,7 @@ from ega_lightning.experiments.text import (
     fmt_bounds,
     fmt_interval,
     fmt_summary,
+    how,
     interval_text,
     num,
     seed_list,
@@ -225,6 +226,7 @@ PAPER = {
     "leak": lambda corpus: (f"improvement:{corpus}", paper.IMPROVEMENT.get(corpus)),
     "tail": lambda corpus: ("frac_above_tau", None),
     "tau_mechanism": lambda corpus: ("tau", paper.TAU),  # no comparison: `studies.tau_mechanism`
+    "control": lambda corpus: ("control", None),  # read over the leaderboard: `studies.leaderboard`
 }
 
 
@@ -339,7 +341,12 @@ class Compared(ReadOnce, Finding):
 
     def family_read(self) -> Compared:
         """The rule `best`: the gates ahead of x by more than the loss margin at the family's level (`others`, in
-        the order of its reads), once its family has read them."""
+        the order of its reads), once its family has read them; the rule `control`: its best gate's interval at the
+        family's level, the level its label reads (`best_family`)."""
+        if self.rule_name == "control" and self.interval is not None and self.family_level is not None:
+            return dataclasses.replace(
+                self, details=self.details | {"best_family": widen(self.interval, self.family_level)}
+            )
         if self.rule_name != "best":
             return self
         wide = [widen(d, self.family_level or LEVEL) for _, d in self.reads]
@@ -752,6 +759,13 @@ TEMPLATES: dict[str, tuple[str, str, str] | str] = {
     * 2
     + ("why tau does not move: mechanism (a) or (b)",),
     "cost": ("{subject} against {against}, `ega bench`: {repetitions:timed}{verdict}.",) * 2 + ("",),
+    "control": (
+        "Positive control over the {gates} gates of the leaderboard ({finished} with finished runs), threshold "
+        "{threshold:+.4f}: the best, {best}: {interval}; {resolution:resolves}{verdict}.",
+        "Positive control over the {gates} gates of the leaderboard ({finished} with finished runs), threshold "
+        "{threshold:+.4f}: no gate finished; {resolution:resolves}{verdict}.",
+        "{finished} of {gates} leaderboard gates with finished runs",
+    ),
     "author_gain": (
         "{key}, {what} ({subject} against {against}{non_causal:window}): {interval}, the author's estimate (50 "
         "random batches){whole:whole}{verdict}.",
@@ -782,6 +796,7 @@ CELL_WORDS = {"context": ("Δ(longest) − Δ(shortest) ", ""), "tau_init": ("sl
 CELL_WORDS |= {"tail": ("measured − (1 − Φ(tau)) ", " points"), "frac_above_tau": ("", "%")}
 # kind -> its cell, where words, not its interval
 CELLS = {"ablation_best": "{beating:beaten}", "tau_mechanism": "{checkpoints:mechanism}", "cost": "{repetitions:timed}"}
+CELLS |= {"control": "{best:best}; {resolution:resolves}"}
 # kind -> (scale, digits, signed) of its intervals, where not (1, 3, signed): a slope is no difference, no sign
 INTERVAL_FORMATS = {"tau_init": (1.0, 3, False), "tail": (100.0, 1, True), "tau": (1.0, 3, False)}
 INTERVAL_FORMATS |= {"frac_above_tau": (100.0, 1, False)}
@@ -888,6 +903,16 @@ def _timed(reps: int, f: Compared) -> str:
     )
 
 
+def _resolves(resolution: dict[int, Any], f: Compared) -> str:
+    """The smallest difference the positive control's protocol resolves, at each number of paired seeds."""
+    if not resolution:
+        return "no gate has two paired seeds: no resolution yet"
+    nominal = ", ".join(f"±{num(h.nominal)} at {n} seeds" for n, h in resolution.items())
+    family = ", ".join(f"±{num(h.family)} at {n}" for n, h in resolution.items())
+    at_family = f"; at the family's {prose.level(f)}: {family}" if f.family_level is not None else ""
+    return f"resolves {nominal} (95%, pooled paired std {num(f.details['pooled_std'], 4)}){at_family}"
+
+
 def _beaten(names: list[str] | None, f: Compared) -> str:
     m, names = margin_of("loss"), names or []
     if not names:
@@ -927,6 +952,8 @@ FORMATS: dict[str, Callable[[Any, Any], str]] = {
         else f"final val loss differs by up to {f.details['largest_difference']:.2e}"
     ),
     "timed": _timed,
+    "resolves": _resolves,
+    "best": lambda best, f: f"best: {best} {fmt_interval(f.interval)}, {how(f.interval)}" if best else "—",
     "window": lambda yes, _: "; **non-causal** (z over the whole window: a key's gate reads later characters)" * yes,
     "whole": lambda d, _: f"; over the whole validation split {fmt_interval(d)} (exploratory)" if d else "",
     "ranking": lambda ranking, f: ", ".join(

@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any
 
 from ega_lightning.config_files import SIZE_KEYS
-from ega_lightning.experiments import paper, plots, prose, protocol
+from ega_lightning.experiments import engine, paper, plots, prose, protocol
 from ega_lightning.experiments.bench import Bench, Timed, timed_gates
 from ega_lightning.experiments.comparisons import Variant, difference, reference
-from ega_lightning.experiments.findings import Finding, Where, code_of, judged, measured_with
+from ega_lightning.experiments.findings import Finding, Where, code_of, measured_with
 from ega_lightning.experiments.stats import Difference, bonferroni_level, half_width, pooled_std, widen
 from ega_lightning.experiments.studies import rope
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
-from ega_lightning.experiments.text import fmt_interval, how, interval_cell, interval_text, num
+from ega_lightning.experiments.text import interval_cell, num
 
 LEADERBOARD = "leaderboard"  # the report section of the leaderboard and its positive control
 LEADERBOARD_CORPUS = "tinyshakespeare"
@@ -208,58 +208,6 @@ class Resolution:
     family: float  # at the control family's level
 
 
-@dataclass(frozen=True, kw_only=True)
-class Control(Finding):
-    """Some gate of the leaderboard with its whole interval of baseline − gate above the threshold."""
-
-    kind: ClassVar[str] = "control"
-    measures: ClassVar[tuple[str, ...]] = ("control",)
-    threshold: float
-    best: str | None  # the gate with the largest difference
-    pooled_std: float | None  # of the per-seed differences of every gate
-    pooled_df: int | None
-    resolution: dict[int, Resolution]  # paired seeds n -> the difference the protocol resolves
-    gates: int
-    finished: int  # gates with finished runs
-    best_family: Difference | None = None  # the best gate's interval at the family's level (set by `family_read`)
-
-    def family_read(self) -> Control:
-        """The best gate's interval at the control family's level, the level its label reads."""
-        if self.interval is None or self.family_level is None:
-            return self
-        return replace(self, best_family=widen(self.interval, self.family_level))
-
-
-def _resolution(f: Control) -> str:
-    """The smallest difference the positive control's protocol resolves, at each number of paired seeds."""
-    if not f.resolution:
-        return "no gate has two paired seeds: no resolution yet"
-    nominal = ", ".join(f"±{num(h.nominal)} at {n} seeds" for n, h in f.resolution.items())
-    family = ", ".join(f"±{num(h.family)} at {n}" for n, h in f.resolution.items())
-    at_family = f"; at the family's {prose.level(f)}: {family}" if f.family_level is not None else ""
-    return f"resolves {nominal} (95%, pooled paired std {num(f.pooled_std, 4)}){at_family}"
-
-
-@prose.measured.register
-def say_control(f: Control) -> str:
-    best = f"the best, {f.best}: {interval_text(f.interval)}" if f.best else "no gate finished"
-    return (
-        f"Positive control over the {f.gates} gates of the leaderboard ({f.finished} with finished runs), "
-        f"threshold {f.threshold:+.4f}: {best}; {_resolution(f)}{prose.verdict_text(f)}."
-    )
-
-
-@prose.ours_cell.register
-def control_cell(f: Control) -> str:
-    best = f"best: {f.best} {fmt_interval(f.interval)}, {how(f.interval)}" if f.best else "—"
-    return f"{best}; {_resolution(f)}"
-
-
-@prose.claim_subject.register
-def control_subject(f: Control) -> str:
-    return f"{f.finished} of {f.gates} leaderboard gates with finished runs"
-
-
 def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Finding]:
     """The positive control over the leaderboard (rules.PROSE['control']), with the difference the protocol
     resolves at each number of paired seeds the leaderboard has."""
@@ -275,7 +223,7 @@ def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Find
         {n: Resolution(half_width(pooled[0], n), half_width(pooled[0], n, level)) for n in ns} if pooled else {}
     )
     best = entries[0] if entries[0].diff is not None else None
-    measured = {
+    details = {  # results.json's keys; best_family: the best gate's interval at the family's level, once read
         "threshold": paper.POSITIVE_CONTROL,
         "best": best.name if best else None,
         "pooled_std": pooled[0] if pooled else None,
@@ -283,13 +231,15 @@ def control_finding(baseline: Variant | None, entries: list[Entry]) -> list[Find
         "resolution": resolution,
         "gates": len(entries),
         "finished": sum(e.diff is not None for e in entries),
-        "code": code_of(baseline, *(e.variant for e in entries), compared=[(baseline, e.variant) for e in entries]),
+        "best_family": None,
     }
+    code = code_of(baseline, *(e.variant for e in entries), compared=[(baseline, e.variant) for e in entries])
     where = Where(
         LEADERBOARD, baseline.corpus, measured_with(baseline, *(e.variant for e in entries)), "every gate", None
     )
-    ours = best.diff if best else None
-    return [judged(Control, where, reads, claim="control", family="control", ours=ours, **measured)]
+    # its interval, the first read, is the best gate's: entries come ranked, those with a difference first
+    claim, _ = engine.PAPER["control"](baseline.corpus)
+    return [engine.judge("control", where, reads, claim=claim, family="control", code=code, details=details)]
 
 
 # ----------------------------------------------------------------------------- the section's words and table
