@@ -360,6 +360,8 @@ def finding_kinds() -> dict[str, set[str]]:
             out.setdefault(c.kind, set()).update(named)
         elif c.metric in engine.READINGS:  # a reading of a file, not of runs (the bench): its kind's own claim
             out.setdefault(c.kind, set()).add(c.claim or c.kind)
+    for kind, judged in engine.JUDGES.items():  # a study's own reading (past the block), no comparison of the protocol
+        out.setdefault(kind, set()).update(judged)
     for kind, claim_of in engine.PAPER.items():  # a kind's claim where its lines name none, on each corpus
         out.setdefault(kind, set()).update(claim_of(corpus)[0] for corpus in paper.IMPROVEMENT)
     return out

@@ -130,22 +130,26 @@ def test_each_design_past_its_block_is_its_loss_at_the_blocks_end_less_past_it_i
     windows) kept beside it, with the label it was read as."""
     by_variant = losses()
     beyond = [f for f in found(by_variant) if f.kind == "beyond_the_block"]
-    assert sorted((f.claim, f.eval_block_size) for f in beyond) == sorted(
+    assert sorted((f.claim, f.details["eval_block_size"]) for f in beyond) == sorted(
         (f"beyond:{v}", L) for v in GAINS for L in (256, 512)
     )
     for f in beyond:
         # past the block of 256, every loss lower by about 0.02 (reads past its block); of 512 higher by about 0.05
         # (does not extrapolate)
-        factor = f.eval_block_size // 128
+        length = f.details["eval_block_size"]
+        factor = length // 128
         values = [PAST[factor] - 0.00025 * factor * s for s in SEEDS]
         label, interval = three_way(values, 10)
-        assert (f.family, f.family_k, f.block_size) == ("beyond", 10, 128)
+        assert (f.family, f.family_k, f.details["block_size"]) == ("beyond", 10, 128)
         assert (f.corrected.low, f.corrected.high) == pytest.approx(interval, abs=1e-9)
-        assert f.verdict.value == label == ("holds" if f.eval_block_size == 256 else "does not hold")
-        assert f.reading == ("reads past its block" if f.eval_block_size == 256 else "does not extrapolate")
+        assert f.verdict.value == label == ("holds" if length == 256 else "does not hold")
+        reading = "reads past its block" if length == 256 else "does not extrapolate"
         contrast = [GAIN[factor] - 0.00025 * factor * s for s in SEEDS]
-        assert (f.window_contrast.low, f.window_contrast.high) == pytest.approx(three_way(contrast, 1)[1], abs=1e-9)
-        assert f.replaces == three_way(contrast, 10)[0]
+        window = f.details["window_contrast"]
+        assert (window.low, window.high) == pytest.approx(three_way(contrast, 1)[1], abs=1e-9)
+        assert f.details["replaces"] == three_way(contrast, 10)[0]
+        replaced = f"in place of the window contrast's **{f.details['replaces']}** (exploratory)"
+        assert prose.label_text(f) == f"effect **{label}** ({reading}); {replaced}"
 
 
 def test_no_label_is_read_before_the_last_planned_run_and_evaluation():

@@ -221,6 +221,10 @@ def tau_init_slope(v: Variant, inputs: ReportInputs) -> dict[int, float]:
     return _slopes(xs) if xs and all(x.as_in_paper for x in xs) else {}
 
 
+# kind -> the claims its findings judge where a study reads them itself, not a comparison of the protocol (past the
+# block: `studies.rope` registers its own)
+JUDGES: dict[str, tuple[str, ...]] = {}
+
 # kind -> the claim its comparisons test where their lines name none, and the paper's figure of it, on x's corpus
 PAPER = {
     "leak": lambda corpus: (f"improvement:{corpus}", paper.IMPROVEMENT.get(corpus)),
@@ -335,6 +339,10 @@ class Compared(ReadOnce, Finding):
     def interval_format(self) -> tuple[float, int, bool]:  # type: ignore[override]  # by its kind
         return INTERVAL_FORMATS.get(self.kind, (1.0, 3, True))
 
+    @property
+    def counted(self) -> str:  # type: ignore[override]  # by its kind (a class's elsewhere)
+        return COUNTED.get(self.kind, "planned runs")
+
     def size_regime(self) -> bool:
         """The paper's reduction of the gap is a claim about its overfitting regime: its size is read only there."""
         return self.details.get("paper_regime") is not False
@@ -342,10 +350,16 @@ class Compared(ReadOnce, Finding):
     def family_read(self) -> Compared:
         """The rule `best`: the gates ahead of x by more than the loss margin at the family's level (`others`, in
         the order of its reads), once its family has read them; the rule `control`: its best gate's interval at the
-        family's level, the level its label reads (`best_family`)."""
+        family's level, the level its label reads (`best_family`). A measure that replaced another (past the block:
+        its ``window_contrast``): the label its rule gives the one replaced at the family's level (``replaces``)."""
         if self.rule_name == "control" and self.interval is not None and self.family_level is not None:
             return dataclasses.replace(
                 self, details=self.details | {"best_family": widen(self.interval, self.family_level)}
+            )
+        replaced = self.details.get("window_contrast")
+        if replaced is not None and self.rule is not None and self.verdict is not None and self.family_level:
+            return dataclasses.replace(
+                self, details=self.details | {"replaces": self.rule(widen(replaced, self.family_level)).value}
             )
         if self.rule_name != "best":
             return self
@@ -766,6 +780,11 @@ TEMPLATES: dict[str, tuple[str, str, str] | str] = {
         "{threshold:+.4f}: no gate finished; {resolution:resolves}{verdict}.",
         "{finished} of {gates} leaderboard gates with finished runs",
     ),
+    "beyond_the_block": (
+        "{subject}, {eval_block_size:past_the_block}: {interval}{verdict}.{window_contrast:contrast}",
+        "{subject}, {eval_block_size:past_the_block}: {state}.{window_contrast:contrast}",
+        "{subject}: {eval_block_size:past_the_block}, its block {block_size}",
+    ),
     "author_gain": (
         "{key}, {what} ({subject} against {against}{non_causal:window}): {interval}, the author's estimate (50 "
         "random batches){whole:whole}{verdict}.",
@@ -962,6 +981,38 @@ FORMATS: dict[str, Callable[[Any, Any], str]] = {
 }
 
 
+# past the block (the amendment of 2026-12-07, issue 68): the loss at the block's last `EDGE` positions minus at every
+# position past it, of the same windows; what each of its labels says, and what its label names beside it
+EDGE = 32
+PAST_THE_BLOCK = {
+    Verdict.HOLDS: "reads past its block",
+    Verdict.NEGLIGIBLE: "holds its loss",
+    Verdict.DOES_NOT_HOLD: "does not extrapolate",
+    Verdict.TOO_FEW_SEEDS: "undecided",
+}
+LABELS = {"beyond_the_block": "{verdict:reading}{replaces:replaced}"}  # kind -> its words after its label
+COUNTED = {"beyond_the_block": "planned evaluations"}  # kind -> what its ``runs_in`` counts, where not runs
+
+
+def _past_the_block(length: int, f: Compared) -> str:
+    block = f.details["block_size"]
+    return f"loss at positions {block - EDGE + 1}–{block} − at positions {block + 1}–{length} of windows of {length}"
+
+
+FORMATS |= {
+    "past_the_block": _past_the_block,
+    "contrast": lambda d, f: (
+        f" The window contrast beside it (loss on windows of {f.details['block_size']} − on windows of "
+        f"{f.details['eval_block_size']}: how much the window's length moves the mean, descriptive, no label): "
+        f"{interval_text(d)}."
+        if d is not None
+        else ""
+    ),
+    "reading": lambda verdict, _: f" ({PAST_THE_BLOCK[verdict]})" if verdict in PAST_THE_BLOCK else "",
+    "replaced": lambda was, _: f"; in place of the window contrast's **{was}** (exploratory)" if was else "",
+}
+
+
 def _template(f: Compared) -> tuple[str, str, str]:
     t = TEMPLATES.get(STEP_OF.get(f.kind, f.kind)) or TEMPLATES.get(f.rule_name or "") or TEMPLATES["effect"]
     return (t, t, "") if isinstance(t, str) else t
@@ -1011,6 +1062,14 @@ def interim(f: Compared) -> str:
 def say(f: Compared) -> str:
     with_interval, without, _ = _template(f)
     return (with_interval if f.interval is not None else without).format(**_fields(f))
+
+
+@prose.label_text.register
+def label_text(f: Compared) -> str:
+    """Its label, and what its kind says after it (:data:`LABELS`, of its verdict and details)."""
+    label = prose.verdict_label(f)
+    words = {"verdict": _Number(f.verdict, f), **{k: _Number(v, f) for k, v in f.details.items()}}
+    return label + LABELS[f.kind].format(**words) if label and f.kind in LABELS else label
 
 
 @prose.claim_subject.register

@@ -10,11 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ega_lightning.experiments import prose
+from ega_lightning.experiments import engine, prose
 from ega_lightning.experiments.findings import Registration
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies.author import TITLE
-from ega_lightning.experiments.studies.rope import READINGS
 from ega_lightning.experiments.text import anchor, fmt_interval, num, seed_count
 
 # the claims of the paper the summary reads, each from the kinds of finding that measure the claim itself (the leak
@@ -52,8 +51,8 @@ AUTHOR_KINDS = ("author_gain", "author_step")  # read once every planned run is 
 PAPER_KINDS = ("paper_gain", "paper_step")  # the author's study at the paper's size (issue 67)
 ONCE_KINDS = (*AUTHOR_KINDS, *PAPER_KINDS)
 WATERFALL = "<!-- the author's EGA: its waterfall goes here (issue 50) -->"
-# what each label of the measure past the block says (`rope.READINGS`)
-PAST_THE_BLOCK = {verdict.value: reading for verdict, reading in READINGS.items()}
+# what each label of the measure past the block says (`engine.PAST_THE_BLOCK`)
+PAST_THE_BLOCK = {verdict.value: reading for verdict, reading in engine.PAST_THE_BLOCK.items()}
 UNDECIDED = ("too few seeds to tell", "no finished runs")
 DIFFERENCE = ("estimate", "low", "high", "n", "df", "method")  # an interval's keys in results.json, in its order
 

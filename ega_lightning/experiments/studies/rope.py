@@ -14,23 +14,21 @@ when every planned run (and evaluation) is in; before that each finding gives it
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import ClassVar
+from dataclasses import dataclass
 
 import numpy as np
 
 from ega_lightning.experiments import comparisons, engine, plots, prose, protocol
 from ega_lightning.experiments.comparisons import Variant
-from ega_lightning.experiments.findings import Finding, ReadOnce, Where, code_of, measured_with
+from ega_lightning.experiments.findings import Finding, Where, code_of, measured_with
 from ega_lightning.experiments.paper import Claim
-from ega_lightning.experiments.rules import Verdict
-from ega_lightning.experiments.stats import Difference, compare, widen
+from ega_lightning.experiments.stats import compare
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
-from ega_lightning.experiments.text import interval_text
 
 TITLE = "Every design on the RoPE baseline, and beyond its training block"
 GROUP = "rope"  # the spec group (configs/sweeps/rope.yaml) and the protocol's family of the gains
 BEYOND = "beyond"  # the protocol's family of the evaluations beyond the block
+KIND = "beyond_the_block"  # its findings' kind: the engine's `Compared`, said by its TEMPLATES row
 REFERENCE = "rope-none"  # the variant every design is set against: the RoPE baseline
 # spec variant -> the design, as the claims table names it; the protocol plans each variant's seeds
 DESIGNS = {
@@ -42,16 +40,7 @@ DESIGNS = {
 NAMES = {REFERENCE: "the RoPE baseline", **DESIGNS}
 FACTORS = (2, 4)  # the evaluation windows, in training blocks
 BINS = 32  # the points along a window in the loss-by-position figures
-# past the block (the amendment of 2026-12-07, issue 68): the loss at every position past the training block minus the
-# loss at the block's last `EDGE` positions, of the same windows
-EDGE = 32
-# what each label of the measure past the block says (three ways against the loss margin)
-READINGS = {
-    Verdict.HOLDS: "reads past its block",
-    Verdict.NEGLIGIBLE: "holds its loss",
-    Verdict.DOES_NOT_HOLD: "does not extrapolate",
-    Verdict.TOO_FEW_SEEDS: "undecided",
-}
+EDGE = engine.EDGE  # past the block: the block's last positions it reads (the engine's sentences name them too)
 
 
 def is_reference(x: Variant) -> bool:
@@ -62,6 +51,9 @@ def is_reference(x: Variant) -> bool:
 # the study's table and results.json's groups read every design against the reference the protocol names, FoX and
 # ALiBi without positions and the baseline with no position signal too (their position signal part of the design)
 comparisons.NAMED_REFERENCES[GROUP] = (is_reference, ("position",))
+
+# the findings past the block are the study's own reading (no comparison of the protocol): the claims they judge
+engine.JUDGES[KIND] = tuple(f"beyond:{label}" for label in NAMES)
 
 CLAIMS = (
     *(
@@ -91,71 +83,6 @@ class Measured:
     @property
     def complete(self) -> bool:
         return self.runs_in >= self.runs_planned and self.evaluations_in >= self.evaluations_planned
-
-
-@dataclass(frozen=True, kw_only=True)
-class Beyond(ReadOnce, Finding):
-    """Past the block (the amendment of 2026-12-07): in the same windows of ``eval_block_size``, a design's mean loss
-    at the block's last `EDGE` positions (97 to 128) minus its mean loss at every position past the block (129 to
-    ``eval_block_size``), per final checkpoint, paired over seeds: positive where the design reads past its block.
-    Beside it, descriptive, the window contrast it replaced (loss on windows of the block − on windows of
-    ``eval_block_size``: how much the window's length moves the mean) and the label that contrast was read as."""
-
-    kind: ClassVar[str] = "beyond_the_block"
-    measures: ClassVar[tuple[str, ...]] = tuple(f"beyond:{label}" for label in NAMES)
-    counted: ClassVar[str] = "planned evaluations"
-    runs_in: int  # its evaluations beyond the block that are in
-    runs_planned: int
-    block_size: int
-    eval_block_size: int
-    window_contrast: Difference | None = None  # loss(windows of the block) − loss(longer windows), 95%, descriptive
-    replaces: str | None = None  # the window contrast's label at the family's level, which this measure replaced
-
-    def family_read(self) -> Beyond:
-        """The label the window contrast was read as (the effect rule at the family's level), named beside the
-        label that replaced it."""
-        if self.window_contrast is None or self.family_level is None or self.rule is None or self.verdict is None:
-            return self
-        return replace(self, replaces=self.rule(widen(self.window_contrast, self.family_level)).value)
-
-    @property
-    def reading(self) -> str | None:
-        return READINGS.get(self.verdict) if self.verdict is not None else None
-
-
-def past_the_block(f: Beyond) -> str:
-    """What the measure past the block reads, in positions."""
-    last = f"{f.block_size - EDGE + 1}–{f.block_size}"
-    past = f"{f.block_size + 1}–{f.eval_block_size}"
-    return f"loss at positions {last} − at positions {past} of windows of {f.eval_block_size}"
-
-
-@prose.measured.register
-def say_beyond(f: Beyond) -> str:
-    said = f"{interval_text(f.interval)}{prose.verdict_text(f)}" if f.interval is not None else prose.state(f)
-    text = f"{f.subject}, {past_the_block(f)}: {said}."
-    contrast = (
-        f" The window contrast beside it (loss on windows of {f.block_size} − on windows of {f.eval_block_size}: how "
-        f"much the window's length moves the mean, descriptive, no label): {interval_text(f.window_contrast)}"
-        if f.window_contrast is not None
-        else ""
-    )
-    return text + (contrast + "." if contrast else "")
-
-
-@prose.label_text.register
-def beyond_label(f: Beyond) -> str:
-    label = prose.verdict_label(f)
-    if not label:
-        return label
-    reading = f" ({f.reading})" if f.reading else ""
-    replaced = f"; in place of the window contrast's **{f.replaces}** (exploratory)" if f.replaces else ""
-    return label + reading + replaced
-
-
-@prose.claim_subject.register
-def beyond_subject(f: Beyond) -> str:
-    return f"{f.subject}: {past_the_block(f)}, its block {f.block_size}"
 
 
 def measure(inputs: ReportInputs) -> Measured | None:
@@ -200,11 +127,11 @@ def findings(data: Measured) -> list[Finding]:
             diff = compare(edge, past) if edge and past else None
             where = Where(GROUP, v.corpus, measured_with(v), f"{NAMES[label]} `{label}`", None)
             read = ((f"{label} T{length}: positions {block - EDGE + 1}–{block} − {block + 1}–{length}", diff),)
-            counts = {"runs_in": data.evaluations_in, "runs_planned": data.evaluations_planned, "code": code_of(v)}
-            counts |= {"block_size": block, "eval_block_size": length, "window_contrast": contrast}
-            out.append(
-                Beyond.read_once(where, read, claim=f"beyond:{label}", complete=data.complete, family=BEYOND, **counts)
-            )
+            # the window contrast's label at the family's level, which this measure replaced: `Compared.family_read`
+            details = {"block_size": block, "eval_block_size": length, "window_contrast": contrast, "replaces": None}
+            measured = {"family": BEYOND, "code": code_of(v), "details": details}
+            measured |= {"runs_in": data.evaluations_in, "runs_planned": data.evaluations_planned}
+            out.append(engine.judge(KIND, where, read, claim=f"beyond:{label}", read=data.complete, **measured))
     return out
 
 
@@ -259,7 +186,7 @@ def section(inputs: ReportInputs, data: Measured | None, found: Sequence[Finding
         else f"**{data.runs_in} of {data.runs_planned} planned runs and {data.evaluations_in} of "
         f"{data.evaluations_planned} planned evaluations are in**: no label is read before the last"
     )
-    mine = [f for f in found if f.kind == "rope_gain" or isinstance(f, Beyond)]
+    mine = [f for f in found if f.kind in ("rope_gain", KIND)]
     return [
         f"## {TITLE}",
         "",
@@ -273,9 +200,9 @@ def section(inputs: ReportInputs, data: Measured | None, found: Sequence[Finding
         "the window's length moves the mean, a figure with no label, since it is positive for any model that merely "
         "holds its loss past its block.",
         "",
-        *(f"- {prose.measured(f)}" for f in mine if not isinstance(f, Beyond)),
+        *(f"- {prose.measured(f)}" for f in mine if f.kind != KIND),
         "",
-        *(f"- {prose.measured(f)}" for f in mine if isinstance(f, Beyond)),
+        *(f"- {prose.measured(f)}" for f in mine if f.kind == KIND),
         "",
         *(f"![{caption}]({file})" for caption, file in drawn),
         "",
