@@ -381,7 +381,9 @@ class Compared(ReadOnce, Finding):
         return out | self.details
 
 
-def _variant(inputs: ReportInputs, ref: str, corpus: str | None = None, table: Table | None = None) -> list[Variant]:
+def variants_named(
+    inputs: ReportInputs, ref: str, corpus: str | None = None, table: Table | None = None
+) -> list[Variant]:
     """The variants ``ref`` names (group/label) on ``corpus``; `group/each ...`: one finding over the variants of a
     section (its metric's span), named by the first finished gate of ``table`` (which the study hands it)."""
     group, label = ref.split("/", 1)
@@ -399,7 +401,7 @@ def _runs_in(inputs: ReportInputs, family: str, comparisons: tuple[protocol.Comp
     the family plans."""
     planned = protocol.current().families[family].planned_seeds
     names = dict.fromkeys(n for c in comparisons for n in (c.x, c.y) if n is not None)
-    variants = [v for n in names for v in _variant(inputs, n)]
+    variants = [v for n in names for v in variants_named(inputs, n)]
     return sum(min(len(v.done), planned.get(_entry(v), 0)) for v in variants), sum(planned.values())
 
 
@@ -415,10 +417,10 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
         if c.metric in READINGS:  # its sides are a file's rows, not runs
             out.append(READINGS[c.metric](c, inputs))
             continue
-        for x in _variant(inputs, c.x, table.corpus if table is not None else None, table):
+        for x in variants_named(inputs, c.x, table.corpus if table is not None else None, table):
             if table is not None and x.group != table.group:
                 continue
-            y = next(iter(_variant(inputs, c.y, x.corpus)), None) if c.y is not None else None
+            y = next(iter(variants_named(inputs, c.y, x.corpus)), None) if c.y is not None else None
             span = SPANS.get(c.metric)
             xs = span.variants(x, inputs) if span is not None else [x]
             ys = span.variants(y, inputs) if span is not None and y is not None else [y]
@@ -478,7 +480,7 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
             # a kind the protocol gives no rule (the leak's increment) is read by its family, with no label
             read = e is not None and not (c.once and counted is not None and counted[0] < counted[1])
             out.append(judge(c.kind, where, reads, claim=claim, read=read, paper=figure, **measured))
-    sides = [v for c in comparisons for n in (c.x, c.y) if n is not None for v in _variant(inputs, n)]
+    sides = [v for c in comparisons for n in (c.x, c.y) if n is not None for v in variants_named(inputs, n)]
     for c, items in joint.values():
         out += _best(inputs, c, items, sides)
     return out
@@ -1132,7 +1134,7 @@ def figure_kind(key: str) -> Callable[[FigureKind], FigureKind]:
 
 def _runs(ref: str, inputs: ReportInputs) -> list[Any]:
     """The finished runs of a side (spec group / variant), on every corpus it ran."""
-    return [r for v in _variant(inputs, ref) for r in v.done]
+    return [r for v in variants_named(inputs, ref) for r in v.done]
 
 
 @figure_kind("curve_difference")
@@ -1168,7 +1170,7 @@ def curve_difference(family: str, e: dict[str, Any], inputs: ReportInputs) -> Dr
 @figure_kind("against_figure")
 def against_figure(family: str, e: dict[str, Any], inputs: ReportInputs) -> Drawing:
     """x's metric per seed beside a figure of the paper, within ``tolerance`` where the protocol registers one."""
-    x = next(iter(_variant(inputs, e["x"])), None)
+    x = next(iter(variants_named(inputs, e["x"])), None)
     values = METRICS[e["metric"]](x, inputs) if x is not None else {}
     tolerance = e.get("tolerance")
     rows = [{"seed": s, "value": v, "minus_figure": v - e["figure"]} for s, v in sorted(values.items())]

@@ -17,8 +17,8 @@ def best_val_loss(table: Table, inputs: ReportInputs) -> list[Finding]:
     past its best; no verdict reads it."""
     out: list[Finding] = []
     for c in protocol.current().comparisons["improvement"]:
-        for x in (x for x in engine._variant(inputs, c.x, table.corpus) if x.group == table.group and x.done):
-            y = next(iter(engine._variant(inputs, c.y or "", x.corpus)), None)
+        for x in (x for x in engine.variants_named(inputs, c.x, table.corpus) if x.group == table.group and x.done):
+            y = next(iter(engine.variants_named(inputs, c.y or "", x.corpus)), None)
             runs = [*x.done, *(y.done if y is not None else [])]
             ref, own = (y.by_seed("best_val_loss") if y is not None else {}), x.by_seed("best_val_loss")
             if ref and own and any(r.metrics["best_val_loss"] < r.metrics["final_val_loss"] for r in runs):
