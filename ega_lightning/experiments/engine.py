@@ -234,7 +234,10 @@ PAPER = {
 }
 
 
-def _causal(x: Variant, y: Variant | None, inputs: ReportInputs) -> tuple[dict[str, Any], list[Variant]]:
+Beside = tuple[dict[str, Any], list[Variant]]  # what a finding states beside its interval; the variants it reads
+
+
+def _causal(x: Variant, y: Variant | None, inputs: ReportInputs) -> Beside:
     """Beside the leak as trained: baseline − causal EGA-1 (x's gate from its tau_init as the paper trains it)."""
     causal = reference(x, list(inputs.variants), learned(x))
     if causal is None:
@@ -242,7 +245,7 @@ def _causal(x: Variant, y: Variant | None, inputs: ReportInputs) -> tuple[dict[s
     return {"causal": difference(y, causal, "final_val_loss"), "causal_subject": name(causal)}, [causal]
 
 
-def _heads(x: Variant, y: Variant | None, inputs: ReportInputs) -> tuple[dict[str, Any], list[Variant]]:
+def _heads(x: Variant, y: Variant | None, inputs: ReportInputs) -> Beside:
     """Beside the tail identity per seed: the means over seeds of the share above tau and of 1 − Φ(tau), and, as
     a figure only, the heads of x's final checkpoints `ega landscape` evaluated as trained (a rerun's stand for
     its original's)."""
@@ -548,9 +551,6 @@ def _untestable(kind: str, figure: float, x: Variant, y: Variant | None, details
             "narrow it by that much"
         )
     return None
-
-
-Beside = tuple[dict[str, Any], list[Variant]]  # what a finding states beside its interval; the variants it reads
 
 
 def _losses(x: Variant, y: Variant | None, inputs: ReportInputs) -> Beside:
