@@ -65,6 +65,7 @@ class Study:
     # reads no table by its group
     groups: tuple[str, ...] | None = None
     reads: tuple[str, ...] = ()  # the studies whose findings it reads
+    families: tuple[str, ...] = ()  # the protocol's families it reads (the study `engine` reads every other one)
     claims: tuple[Claim, ...] = ()  # claims of its own, after the paper's in the claims table
     measure: Callable[[ReportInputs], Any] | None = None
     table_findings: Callable[[Table, ReportInputs], list[Finding]] | None = None

@@ -213,6 +213,7 @@ def section(inputs: ReportInputs, data: Measured | None, found: Sequence[Finding
 # reference, so no table's baseline enters
 STUDY = Study(
     "rope",
+    families=(GROUP, BEYOND),
     claims=CLAIMS,
     measure=measure,
     findings=lambda inputs, data, read: engine.family_findings(inputs, GROUP) + findings(data) if data else [],

@@ -197,6 +197,7 @@ def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Find
 STUDY = Study(
     "landscape",
     reads=("frozen_tau",),
+    families=("tail",),
     findings=_findings,
     section=landscape_section,
     figures=landscape_figures,
