@@ -5,8 +5,8 @@ no comparison does: `main` (the best val loss where runs overfit), `leaderboard`
 positive control), `tau_mechanism` (the tau landscape, named `landscape` in results.json), `author` (the waterfall
 of the author's gain) and `rope` (each design beyond its training block). A new study whose metrics exist is data:
 its family in configs/protocol.yaml, read by the study `engine` (docs/adding-a-study.md). The order of
-:data:`STUDIES` is the order of the report's findings; what a study reads runs before it whatever its place
-(`ordered`). A study of tables names the spec groups it reads and is handed only their tables.
+:data:`STUDIES` is the order of the report's findings and sections; a study of the whole report reads the findings
+before it (every table's first). A study of tables names the spec groups it reads and is handed only their tables.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ega_lightning.experiments import engine
-from ega_lightning.experiments.comparisons import Table, Variant
+from ega_lightning.experiments.comparisons import Table
 from ega_lightning.experiments.findings import Finding, correct
-from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.studies import (
     author,
     leaderboard,
@@ -82,61 +81,29 @@ STUDIES += (
 )
 
 
-def ordered(studies: Sequence[Study]) -> list[Study]:
-    """``studies`` with each after every study it reads (a topological order; otherwise as listed); a ValueError
-    for a study that reads one not listed, for studies that read each other, or for one with table findings that
-    declares no spec groups."""
+def measure(inputs: ReportInputs, studies: Sequence[Study] = STUDIES) -> list[Measured]:
+    """Each study, in the order listed, with what it measured of ``inputs``; a ValueError for two studies of one name,
+    or for one with table findings that declares no spec groups (it would be handed every table, and sort them)."""
     names = [s.name for s in studies]
     if len(set(names)) < len(names):
         raise ValueError(f"two studies share a name: {sorted(n for n in set(names) if names.count(n) > 1)}")
-    for s in studies:
-        if s.table_findings is not None and s.groups is None:  # it would be handed every table, and sort them itself
-            raise ValueError(f"study {s.name!r} has table findings but declares no spec groups: name the ones it reads")
-        if missing := [r for r in s.reads if r not in names]:
-            raise ValueError(f"study {s.name!r} reads {', '.join(map(repr, missing))}, which no study listed is")
-    out: list[Study] = []
-    pending = list(studies)
-    while pending:
-        ready = next((s for s in pending if set(s.reads) <= {o.name for o in out}), None)
-        if ready is None:
-            raise ValueError(f"studies {', '.join(s.name for s in pending)} read each other: no order runs them")
-        out.append(ready)
-        pending.remove(ready)
-    return out
-
-
-def measure(inputs: ReportInputs, studies: Sequence[Study] = STUDIES) -> list[Measured]:
-    """Each study, in an order that runs it after what it reads, with what it measured of ``inputs``."""
-    return [Measured(s, s.measure(inputs) if s.measure is not None else None) for s in ordered(studies)]
+    if unnamed := [s.name for s in studies if s.table_findings is not None and s.groups is None]:
+        raise ValueError(f"study {unnamed[0]!r} has table findings but declares no spec groups: name the ones it reads")
+    return [Measured(s, s.measure(inputs) if s.measure is not None else None) for s in studies]
 
 
 def run_studies(inputs: ReportInputs, measured: Sequence[Measured]) -> list[Finding]:
     """Every finding, families corrected (`findings.correct`): first each table's, section by section (the studies
-    of one table in their order), then each study's of the whole report, each after the studies it reads, which
-    it is handed corrected. A comparison shared by sections (``also_in``) is made once, in x's own (`engine`)."""
-    out: list[tuple[str, Finding]] = []
+    of one table in their order), then each study's of the whole report, in order, each handed every finding before
+    it (uncorrected). A comparison shared by sections (``also_in``) is made once, in x's own (`engine`)."""
+    out: list[Finding] = []
     for table in inputs.tables:
         for m in measured:
             s = m.study
             # only the tables of the groups it declares: a study never tells from a table's rows that it applies
             if s.table_findings is not None and table.group in (s.groups or ()):
-                out += [(s.name, f) for f in s.table_findings(table, inputs)]
+                out += s.table_findings(table, inputs)
     for m in measured:
-        s = m.study
-        if s.findings is None:
-            continue
-        corrected = correct([f for _, f in out]) if s.reads else []
-        read = {name: [f for (n, _), f in zip(out, corrected, strict=True) if n == name] for name in s.reads}
-        out += [(s.name, f) for f in s.findings(inputs, m.data, read)]
-    return correct([f for _, f in out])
-
-
-def findings(
-    tables: list[Table],
-    variants: list[Variant],
-    evaluations: Sequence[Evaluation] = (),
-    studies: Sequence[Study] = STUDIES,
-) -> list[Finding]:
-    """Every finding of ``studies`` over these tables and variants (no runs table, no bench): `run_studies` of them."""
-    inputs = ReportInputs(tuple(tables), tuple(variants), evaluations=tuple(evaluations))
-    return run_studies(inputs, measure(inputs, studies))
+        if m.study.findings is not None:
+            out += m.study.findings(inputs, m.data, tuple(out))
+    return correct(out)
