@@ -476,3 +476,12 @@ def script(name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def study_findings(tables: list[Any], variants: list[Any], evaluations: tuple[Any, ...] = ()) -> list[Any]:
+    """Every finding of the report's studies over these tables and variants (no runs table, no bench)."""
+    from ega_lightning.experiments import studies
+    from ega_lightning.experiments.study import ReportInputs
+
+    inputs = ReportInputs(tuple(tables), tuple(variants), evaluations=tuple(evaluations))
+    return studies.run_studies(inputs, studies.measure(inputs))

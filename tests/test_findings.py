@@ -41,7 +41,7 @@ from ega_lightning.fingerprint import code_fingerprint
 from ega_lightning.io import write_atomic
 from ega_lightning.tau_landscape import TAU_SHIFTS
 
-from .helpers import AUTHOR_GATES, CONFIGS, REPO, author_runs, landscape_json
+from .helpers import AUTHOR_GATES, CONFIGS, REPO, author_runs, landscape_json, study_findings
 
 # ----------------------------------------------------------------------------- intervals
 
@@ -250,7 +250,7 @@ def synthetic(entries: dict[str, tuple[str, dict | None, list[float]]], block_si
 
 def verdicts(runs: list[RunData]) -> dict[str, Verdict]:
     variants = build_variants(runs)
-    return {f.claim: f.verdict for f in studies.findings(build_tables(variants), variants) if f.claim}
+    return {f.claim: f.verdict for f in study_findings(build_tables(variants), variants) if f.claim}
 
 
 def seeded(entry: str, gate: str, group: str, per_seed: dict[int, dict[str, float]], **hparams) -> list[RunData]:
@@ -279,7 +279,7 @@ def test_a_variant_label_shared_by_two_configurations_is_refused_not_pooled():
 def found_by_kind(runs: list[RunData], evaluations=()) -> dict[str, list[findings.Finding]]:
     variants = build_variants(runs)
     out: dict[str, list[findings.Finding]] = {}
-    for f in studies.findings(build_tables(variants), variants, evaluations):
+    for f in study_findings(build_tables(variants), variants, evaluations):
         out.setdefault(f.kind, []).append(f)
     return out
 
@@ -857,7 +857,7 @@ def test_a_study_is_handed_only_the_tables_of_the_groups_it_declares():
     studies.run_studies(inputs, studies.measure(inputs, [spying]))
     assert handed == ["context"]  # handed every table, it would have seen main and ablation too
     with pytest.raises(ValueError, match="declares no spec groups"):
-        studies.ordered([Study("every", table_findings=spy)])
+        studies.measure(inputs, [Study("every", table_findings=spy)])
 
 
 def test_every_study_reads_groups_the_committed_specs_have():

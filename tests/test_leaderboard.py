@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from ega_lightning.experiments import bench, findings, paper, rules, spec, studies
+from ega_lightning.experiments import bench, findings, paper, rules, spec
 from ega_lightning.experiments.comparisons import build_tables, build_variants
 from ega_lightning.experiments.rules import Verdict
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies import leaderboard
 
-from .helpers import REPO, finished_runs
+from .helpers import REPO, finished_runs, study_findings
 
 
 def iv(low: float | None, high: float | None) -> Difference:
@@ -119,7 +119,7 @@ WORSE = {1: -0.020, 2: -0.025, 3: -0.018, 4: -0.022, 5: -0.030}  # the baseline 
 def by_claim(runs: list) -> dict[str, list[findings.Finding]]:
     variants = build_variants(runs)
     out: dict[str, list[findings.Finding]] = {}
-    for f in studies.findings(build_tables(variants), variants):
+    for f in study_findings(build_tables(variants), variants):
         out.setdefault(f.claim or f.kind, []).append(f)
     return out
 

@@ -11,12 +11,12 @@ import pytest
 import scipy.stats
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import beyond_the_block, prose, rules, studies
+from ega_lightning.experiments import beyond_the_block, figure_choice, prose, report_markdown, rules, studies
 from ega_lightning.experiments.beyond_the_block import BeyondTheBlock
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
 from ega_lightning.experiments.spec import Run, load_spec
 from ega_lightning.experiments.studies import rope
-from ega_lightning.experiments.study import ReportInputs
+from ega_lightning.experiments.study import Measured, ReportInputs
 
 from .helpers import CONFIGS
 
@@ -205,14 +205,18 @@ def test_the_loss_by_position_figure_draws_each_designs_mean_curve_with_the_bloc
         assert [list(line.get_xdata()) for line in marks] == [[128, 128]]  # the training block
 
 
-def test_the_section_says_each_finding_and_links_each_figure_and_is_absent_without_runs():
-    inputs, data, found = measured_and_found(losses())
-    drawn = [("loss by position, windows of 256", "rope-beyond-T256.png")]
-    lines = rope.section(inputs, data, found, drawn)
-    assert lines[0] == f"## {rope.TITLE}"
-    sentences = [line for line in lines if line.startswith("- ")]
-    assert len(sentences) == 4 + 10 and all(f"- {prose.measured(f)}" in sentences for f in found)
-    assert "![loss by position, windows of 256](rope-beyond-T256.png)" in lines
-    assert "every planned run and evaluation is in" in lines[2]
+def test_its_figures_are_drawn_in_its_groups_section_under_its_findings_and_absent_without_runs(tmp_path):
+    """The study has no section of its own (its findings are its group's sentences): `figure_choice.draw` saves its
+    loss-by-position figures under the title of its group's table, which `report_markdown.section` links there."""
+    inputs, data, _ = measured_and_found(losses())
+    drawn, by_study = figure_choice.draw(tmp_path, inputs, [Measured(rope.STUDY, data)])
+    (table,) = [t for t in inputs.tables if t.group == rope.GROUP]
+    assert drawn[table.title][-2:] == [
+        ("loss by position, windows of 256", "rope-beyond-T256.png"),
+        ("loss by position, windows of 512", "rope-beyond-T512.png"),
+    ]
+    assert (tmp_path / "rope-beyond-T512.png").is_file() and "rope" not in by_study
+    section = report_markdown.section(rope.GROUP, [table], [], drawn, tmp_path)
+    assert f"![{table.title}: loss by position, windows of 256](rope-beyond-T256.png)" in section
     empty = ReportInputs((), ())
-    assert rope.section(empty, rope.measure(empty), [], []) == [] and rope.figures(empty, rope.measure(empty)) == []
+    assert rope.figures(empty, rope.measure(empty)) == []

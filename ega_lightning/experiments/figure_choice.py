@@ -1,6 +1,6 @@
 """The report's figures, chosen: which numbers each draws (every section's curves and tau by initialisation; each
-study's own, such as the leaderboard's and the tau landscape's, its `study.Study.figures`), drawn by `plots` and
-saved as PNG beside REPORT.md."""
+study's own, such as the leaderboard's and the tau landscape's, its `study.Study.figures`, in its section or, with
+none, in its group's), drawn by `plots` and saved as PNG beside REPORT.md."""
 
 from __future__ import annotations
 
@@ -63,14 +63,17 @@ def save_png(fig: Any, path: Path) -> str:
 
 
 def draw(out: Path, inputs: ReportInputs, measured: Sequence[Measured]) -> tuple[dict[str, Drawn], dict[str, Drawn]]:
-    """Every figure of the report saved into ``out``: each table's (by its title), and each study's (by its name)."""
+    """Every figure of the report saved into ``out``: each table's (by its title), and each study's (by its name).
+    A study with no section of its own draws its figures in its group's: under its first table's title."""
     drawn: dict[str, Drawn] = {}
     for table in inputs.tables:
         for caption, name, fig in table_figures(table):
             drawn.setdefault(table.title, []).append((caption, save_png(fig, out / name)))
-    by_study = {
-        m.study.name: [(caption, save_png(fig, out / name)) for caption, name, fig in m.study.figures(inputs, m.data)]
-        for m in measured
-        if m.study.figures is not None
-    }
+    by_study: dict[str, Drawn] = {}
+    for m in measured:
+        if m.study.figures is None:
+            continue
+        saved = [(caption, save_png(fig, out / name)) for caption, name, fig in m.study.figures(inputs, m.data)]
+        tables = inputs.tables_of(m.study.groups or ()) if m.study.section is None else ()
+        (drawn.setdefault(tables[0].title, []) if tables else by_study.setdefault(m.study.name, [])).extend(saved)
     return drawn, by_study

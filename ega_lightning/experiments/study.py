@@ -1,17 +1,15 @@
 """The study contract of the report: what a study reads and what it gives, as plain data (rliable's one module per
 statistical job, plain data in and out; compute first, then prose).
 
-A study is one module of `ega_lightning.experiments.studies` that declares one :class:`Study`: the spec groups it
-reads (a spec entry's ``group`` and ``also_in``; None: every section), the studies whose findings it reads (its
-dependencies, by name: the report runs it after them and hands it their findings, corrected for their families),
-its measurement of the :class:`ReportInputs` (computed once, then read by everything else it gives), its findings,
-and optionally its section of REPORT.md, its figures and its key of results.json. `studies.STUDIES` lists every
-study once; the report, its figures and results.json iterate it. A new study is its module and its line there.
+A study is one :class:`Study` of `studies.STUDIES`: the spec groups it reads (a spec entry's ``group`` and
+``also_in``; None: every section), the protocol's families it reads, its measurement of the :class:`ReportInputs`
+(computed once, then read by everything else it gives), its findings, and optionally its section of REPORT.md, its
+figures and its key of results.json. The report, its figures and results.json iterate `studies.STUDIES`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -50,21 +48,22 @@ class ReportInputs:
         return self.tables if groups is None else tuple(t for t in self.tables if t.group in groups)
 
 
-Found = Mapping[str, Sequence["Finding"]]  # study name -> its findings, corrected for their families
+Found = Sequence["Finding"]  # every finding before a study's own (every table's first), its families uncorrected
 
 
 @dataclass(frozen=True)
 class Study:
     """One study of the report, as data. ``table_findings`` is called on each table of its ``groups``, section by
     section in the report's order (the studies of one table in `STUDIES` order); ``findings`` once, after every
-    study it ``reads``. ``measure``'s result (None without one) is handed to each of the others as ``data``."""
+    table's and those of the studies listed before it, which it is handed. ``measure``'s result (None without one)
+    is handed to each of the others as ``data``."""
 
     name: str
     # the spec groups whose tables it reads (`group:` / `also_in:`): ``table_findings`` is handed only theirs (a
     # study with table findings must name them), the others read them with `ReportInputs.tables_of`; None: it
     # reads no table by its group
     groups: tuple[str, ...] | None = None
-    reads: tuple[str, ...] = ()  # the studies whose findings it reads
+    families: tuple[str, ...] = ()  # the protocol's families it reads (the study `engine` reads every other one)
     claims: tuple[Claim, ...] = ()  # claims of its own, after the paper's in the claims table
     measure: Callable[[ReportInputs], Any] | None = None
     table_findings: Callable[[Table, ReportInputs], list[Finding]] | None = None

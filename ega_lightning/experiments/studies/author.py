@@ -404,6 +404,7 @@ def as_json(inputs: ReportInputs, data: list[Decomposition]) -> list[dict[str, A
 # findings from the report's (its section sets B − C beside them)
 STUDY = Study(
     "author",
+    families=(GROUP,),
     measure=measure,
     findings=lambda inputs, data, read: [f for d in data for f in findings(d)],
     section=section,

@@ -404,6 +404,7 @@ def board_json(board: Board) -> dict[str, Any] | None:
 
 STUDY = Study(
     "leaderboard",
+    families=("control",),
     measure=lambda inputs: measure(list(inputs.variants), inputs.benches),
     # the protocol registered the control on the learned board: the RoPE one neither joins its family nor its k
     findings=lambda inputs, boards, read: control_finding(*boards.learned),

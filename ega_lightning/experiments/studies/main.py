@@ -34,4 +34,4 @@ def table_findings(table: Table, inputs: ReportInputs) -> list[Finding]:
     return [*found["improvement"], *best_val_loss(table, inputs), *found["gap"], *found["levels"]]
 
 
-STUDY = Study("main", groups=("main", "long"), table_findings=table_findings)
+STUDY = Study("main", groups=("main", "long"), families=("improvement", "gap", "levels"), table_findings=table_findings)

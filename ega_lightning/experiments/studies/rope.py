@@ -13,19 +13,17 @@ when every planned run (and evaluation) is in; before that each finding gives it
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from ega_lightning.experiments import comparisons, engine, plots, prose, protocol
+from ega_lightning.experiments import comparisons, engine, plots, protocol
 from ega_lightning.experiments.comparisons import Variant
 from ega_lightning.experiments.findings import Finding, Where, code_of, measured_with
 from ega_lightning.experiments.paper import Claim
 from ega_lightning.experiments.stats import compare
-from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
+from ega_lightning.experiments.study import Figure, ReportInputs, Study
 
-TITLE = "Every design on the RoPE baseline, and beyond its training block"
 GROUP = "rope"  # the spec group (configs/sweeps/rope.yaml) and the protocol's family of the gains
 BEYOND = "beyond"  # the protocol's family of the evaluations beyond the block
 KIND = "beyond_the_block"  # its findings' kind: the engine's `Compared`, said by its TEMPLATES row
@@ -144,7 +142,7 @@ def _entry(v: Variant) -> str:
     return v.runs[0].run.entry if v.runs else ""
 
 
-# ----------------------------------------------------------------------------- its section and figures
+# ----------------------------------------------------------------------------- its figures
 
 
 def figures(inputs: ReportInputs, data: Measured | None) -> list[Figure]:
@@ -176,46 +174,14 @@ def binned(curves: np.ndarray, width: int) -> np.ndarray:
     return np.stack([curves[:, i : i + width].mean(axis=1) for i in range(0, curves.shape[1], width)], axis=1)
 
 
-def section(inputs: ReportInputs, data: Measured | None, found: Sequence[Finding], drawn: Drawn) -> list[str]:
-    """The study's findings, each as its sentence, and its figures; nothing where the report read none of its runs."""
-    if data is None:
-        return []
-    state = (
-        "every planned run and evaluation is in"
-        if data.complete
-        else f"**{data.runs_in} of {data.runs_planned} planned runs and {data.evaluations_in} of "
-        f"{data.evaluations_planned} planned evaluations are in**: no label is read before the last"
-    )
-    mine = [f for f in found if f.kind in ("rope_gain", KIND)]
-    return [
-        f"## {TITLE}",
-        "",
-        f"Each design against the RoPE baseline `{REFERENCE}`, the reference this study names (family `{GROUP}`), and "
-        f"past the block (family `{BEYOND}`, the amendment of 2026-12-07: exploratory): in windows of "
-        f"{' and '.join(f'{f}×' for f in FACTORS)} its block, each design's final checkpoints' mean loss at the "
-        f"block's last {EDGE} positions minus at every position past the block, paired over seeds; both read three "
-        "ways against the loss margin (past the block: lower by more than the margin reads past its block, within it "
-        f"holds its loss, higher by more does not extrapolate): {state}. Beside each, the window contrast the "
-        "measure replaced (the loss on windows of the block − on the longer windows, taken on other text): how much "
-        "the window's length moves the mean, a figure with no label, since it is positive for any model that merely "
-        "holds its loss past its block.",
-        "",
-        *(f"- {prose.measured(f)}" for f in mine if f.kind != KIND),
-        "",
-        *(f"- {prose.measured(f)}" for f in mine if f.kind == KIND),
-        "",
-        *(f"![{caption}]({file})" for caption, file in drawn),
-        "",
-    ]
-
-
 # it reads the variants of the spec group `rope` (`ReportInputs.variants`), not its tables: the study names its
-# reference, so no table's baseline enters
+# reference, so no table's baseline enters; its figures are drawn in its group's section, under its findings there
 STUDY = Study(
     "rope",
+    groups=(GROUP,),
+    families=(GROUP, BEYOND),
     claims=CLAIMS,
     measure=measure,
     findings=lambda inputs, data, read: engine.family_findings(inputs, GROUP) + findings(data) if data else [],
-    section=section,
     figures=figures,
 )

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ega_lightning.experiments import engine, plots, prose
 from ega_lightning.experiments.comparisons import Variant
-from ega_lightning.experiments.findings import Finding, Where, scale
+from ega_lightning.experiments.findings import Finding, Where, correct, scale
 from ega_lightning.experiments.landscape_results import Evaluation
 from ega_lightning.experiments.rules import TAU_STEP, Verdict, margin_of, registered
 from ega_lightning.experiments.study import Drawn, Figure, ReportInputs, Study
@@ -187,16 +187,16 @@ def evaluation_dict(e: Evaluation) -> dict[str, Any]:
     return {k: getattr(e, k) for k in keys} | costs | means
 
 
-def _findings(inputs: ReportInputs, data: None, read: Mapping[str, Sequence[Finding]]) -> list[Finding]:
+def _findings(inputs: ReportInputs, data: None, found: Sequence[Finding]) -> list[Finding]:
     """The tail identity (the protocol's family `tail`, in this section), then the tau mechanism, which reads the
-    frozen-tau verdicts corrected for their family."""
+    frozen-tau verdicts (a table's, before it) corrected for their family."""
     tails = [dataclasses.replace(f, section=TAU_SECTION) for f in engine.family_findings(inputs, "tail")]
-    return tails + mechanism_finding(list(read["frozen_tau"]), inputs.evaluations, list(inputs.variants))
+    return tails + mechanism_finding(correct(list(found)), inputs.evaluations, list(inputs.variants))
 
 
 STUDY = Study(
     "landscape",
-    reads=("frozen_tau",),
+    families=("tail",),
     findings=_findings,
     section=landscape_section,
     figures=landscape_figures,
