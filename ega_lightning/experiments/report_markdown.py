@@ -2,9 +2,8 @@
 sentences, table and figures, each study's own section (the leaderboard before the groups, the tau landscape
 after them: `study.Study.section`), the diagnostics, provenance and the runs.
 
-What a finding says is written by `prose` (each study's own words registered in its module of
-`ega_lightning.experiments.studies`); every figure of the paper in the text comes from `paper`, every rule's words
-from `rules`.
+What a finding says is written by `engine` (its templates); every figure of the paper in the text comes from
+`paper`, every rule's words from `rules`.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ega_lightning.experiments import paper, prose, protocol, provenance, sizes
+from ega_lightning.experiments import engine, paper, protocol, provenance, sizes
 from ega_lightning.experiments.comparisons import (
     Row,
     RunData,
@@ -45,10 +44,11 @@ def claims_table(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> lis
         if f is None:
             lines.append(f"| {claim.text} | {claim.figure} | — | — | — | not measured by these runs | — | — | — |")
             continue
-        subject = f" ({prose.claim_subject(f)})" if prose.claim_subject(f) else ""
+        subject = f" ({engine.claim_subject(f)})" if engine.claim_subject(f) else ""
         lines.append(
-            f"| {claim.text}{subject} | {claim.figure} | {prose.ours_cell(f)} | {prose.family_cell(f)} | {f.regime} "
-            f"| {prose.verdict_cell(f)} | {prose.registration_cell(f)} | {prose.code_cell(f)} | {prose.evidence(f)} |"
+            f"| {claim.text}{subject} | {claim.figure} | {engine.ours_cell(f)} | {engine.family_cell(f)} "
+            f"| {f.regime} | {engine.verdict_cell(f)} | {engine.registration_cell(f)} | {engine.code_cell(f)} "
+            f"| {engine.evidence(f)} |"
         )
     return lines
 
@@ -241,7 +241,7 @@ def section(
     for table in tables:
         lines += [f"### {table.corpus}", ""]
         mine = [f for f in found if f.section == group and f.corpus == table.corpus]
-        lines += [f"- {prose.sentence(f)}" for f in mine]
+        lines += [f"- {engine.sentence(f)}" for f in mine]
         lines += ["", TABLE_HEAD, *(table_line(row) for row in table.rows), ""]
         for row in table.rows:
             if row.baseline is not None and row.baseline.group != group:
@@ -295,7 +295,7 @@ def diagnostics_section(found: list[Finding]) -> list[str]:
         "",
         "Measurements that test no claim of the paper and that no verdict reads.",
         "",
-        *(f"- {prose.sentence(f)}" for f in mine),
+        *(f"- {engine.sentence(f)}" for f in mine),
         "",
     ]
 

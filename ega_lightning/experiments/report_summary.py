@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ega_lightning.experiments import engine, prose
+from ega_lightning.experiments import engine
 from ega_lightning.experiments.findings import Registration
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies.author import TITLE
@@ -149,10 +149,10 @@ def verdict(f: dict[str, Any], max_seeds: int) -> str:
 
 
 def registered(f: dict[str, Any]) -> str:
-    """Its registration as the claims table says it (`prose.registration_text`: the mark, the amendment that
+    """Its registration as the claims table says it (`engine.registration_text`: the mark, the amendment that
     changed its label); "—" where it has no label."""
     r = f.get("registration")
-    return prose.registration_text(Registration(**r)) if f["verdict"] and r else "—"
+    return engine.registration_text(Registration(**r)) if f["verdict"] and r else "—"
 
 
 def which_ega(f: dict[str, Any], gates: dict[str, str]) -> str:

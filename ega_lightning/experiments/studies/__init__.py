@@ -1,7 +1,7 @@
 """The studies of the report, one module each, each declaring its `study.Study`: its typed findings, its decision
-rule applied (the protocol's, `rules.registered`), its sentences and table cells (plain functions it registers
-with `prose`), and where it has them its section, figures and key of results.json. :data:`STUDIES` lists them;
-:func:`run_studies` gathers every finding.
+rule applied (the protocol's, `rules.registered`), its sentences and table cells (`engine`'s templates), and
+where it has them its section, figures and key of results.json. :data:`STUDIES` lists them; :func:`run_studies`
+gathers every finding.
 
 - `main`: EGA-1 against its baseline in a head-to-head section (improvement, gap, where tau ends, and the best val
   loss beside the final one where runs overfit)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ega_lightning.experiments import comparisons, engine, plots, prose, protocol
+from ega_lightning.experiments import comparisons, engine, plots, protocol
 from ega_lightning.experiments.comparisons import Variant
 from ega_lightning.experiments.findings import Finding, Where, code_of, measured_with
 from ega_lightning.experiments.paper import Claim
@@ -200,9 +200,9 @@ def section(inputs: ReportInputs, data: Measured | None, found: Sequence[Finding
         "the window's length moves the mean, a figure with no label, since it is positive for any model that merely "
         "holds its loss past its block.",
         "",
-        *(f"- {prose.measured(f)}" for f in mine if f.kind != KIND),
+        *(f"- {engine.measured(f)}" for f in mine if f.kind != KIND),
         "",
-        *(f"- {prose.measured(f)}" for f in mine if f.kind == KIND),
+        *(f"- {engine.measured(f)}" for f in mine if f.kind == KIND),
         "",
         *(f"![{caption}]({file})" for caption, file in drawn),
         "",
