@@ -381,14 +381,10 @@ class Compared(Finding):
 
     def to_dict(self) -> dict[str, Any]:
         """results.json's fields: the finding's, the counts where it is read once, then its details."""
-        skip = {"kind", "runs_in", "runs_planned", "details"}
-        out = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.metadata.get("results", True) and f.name not in skip
-        }
-        if self.runs_planned is not None:
-            out |= {"runs_in": self.runs_in, "runs_planned": self.runs_planned}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("results", True)}
+        del out["kind"]  # results.json writes it first (`results_json.results`)
+        if self.runs_planned is None:  # a family read at any time: no counts
+            del out["runs_in"], out["runs_planned"]
         return out | self.details
 
 
@@ -1298,7 +1294,6 @@ class Drawing:
 
 FigureKind = Callable[[str, dict[str, Any], ReportInputs], Drawing]
 FIGURES: dict[str, FigureKind] = {}
-LEAK_DIR = "results/leak"  # where scripts/scrambled_future.py's files are kept (the protocol names each)
 
 
 def figure_kind(key: str) -> Callable[[FigureKind], FigureKind]:

@@ -181,11 +181,6 @@ def name(v: Variant) -> str:
     return f"{v.paper_name or v.gate} `{v.label}`"
 
 
-def label(f: Finding) -> str:
-    """What a finding compares: its subject, against what."""
-    return f"{f.subject} vs {f.against}" if f.against else f.subject
-
-
 def pair(a: Variant | str, b: Variant | str) -> str:
     """A comparison's name, whichever side comes first."""
     names = sorted(x if isinstance(x, str) else f"{x.group}/{x.label}" for x in (a, b))
@@ -258,8 +253,9 @@ def _registered_rule(f: Finding) -> Finding:
     name = entry.rule_for(f.claim)
     applied = f.rule.func if isinstance(f.rule, partial) else f.rule
     if applied is not None and applied is not BY_NAME[name]:
+        compared = f"{f.subject} vs {f.against}" if f.against else f.subject
         raise protocol.ProtocolError(
-            f"the {f.kind} finding {label(f)!r} ({f.claim}) was judged by {getattr(applied, '__name__', applied)}, "
+            f"the {f.kind} finding {compared!r} ({f.claim}) was judged by {getattr(applied, '__name__', applied)}, "
             f"but the protocol registers the rule {name!r} for it."
         )
     return replace(f, rule_name=name, confirmatory=entry.confirmatory)

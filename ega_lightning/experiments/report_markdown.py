@@ -93,15 +93,14 @@ def protocol_note(found: list[Finding], dates: protocol.Dates) -> list[str]:
         "after every such run). Here: "
         + (", ".join(f"{n} {mark}" for mark, n in sorted(marks.items())) or "none")
         + ".",
-        *(_amendment_line(a) for a in p.amendments),
+        *(
+            f"- amendment of {a.date} (issue {a.issue}): {a.text.get('why', '')} "
+            + " ".join(text for key, text in a.text.items() if key != "why")
+            for a in p.amendments
+        ),
         "",
     ]
     return lines
-
-
-def _amendment_line(a: protocol.Amendment) -> str:
-    said = " ".join(text for key, text in a.text.items() if key != "why")
-    return f"- amendment of {a.date} (issue {a.issue}): {a.text.get('why', '')} {said}"
 
 
 def method_note(found: list[Finding]) -> list[str]:
@@ -286,33 +285,6 @@ def _runs_table(runs: list[RunData]) -> list[str]:
     return lines
 
 
-def diagnostics_section(found: list[Finding]) -> list[str]:
-    mine = [f for f in found if f.section == DIAGNOSTICS]
-    if not mine:
-        return []
-    return [
-        f"## {DIAGNOSTICS}",
-        "",
-        "Measurements that test no claim of the paper and that no verdict reads.",
-        "",
-        *(f"- {engine.sentence(f)}" for f in mine),
-        "",
-    ]
-
-
-def _missing_table(missing: list[RunData]) -> list[str]:
-    if not missing:
-        return ["None: every run of the spec(s) is finished."]
-    return [
-        "| run | spec | group | variant | status | why |",
-        "|---|---|---|---|---|---|",
-        *(
-            f"| `{r.run.run_name}` | `{r.run.spec}` | {r.run.group} | `{r.run.variant}` | {r.status} | {r.reason} |"
-            for r in missing
-        ),
-    ]
-
-
 def study_sections(
     inputs: ReportInputs, found: list[Finding], measured: Sequence[Measured], drawn: Mapping[str, Drawn], first: bool
 ) -> list[str]:
@@ -371,8 +343,24 @@ def markdown(
     for group in dict.fromkeys(t.group for t in tables):
         lines += section(group, [t for t in tables if t.group == group], found, figures, runs_dir)
     lines += study_sections(inputs, found, measured, drawn, first=False)
-    lines += diagnostics_section(found)
+    if diagnostics := [f for f in found if f.section == DIAGNOSTICS]:
+        lines += [
+            f"## {DIAGNOSTICS}",
+            "",
+            "Measurements that test no claim of the paper and that no verdict reads.",
+            "",
+        ]
+        lines += [*(f"- {engine.sentence(f)}" for f in diagnostics), ""]
     lines += provenance.section(provenance_data, runs)
     lines += ["## Runs", "", *(_runs_table(done) if done else ["No finished runs."]), ""]
-    lines += ["## Missing and incomplete runs", "", *_missing_table(missing)]
+    head = ["| run | spec | group | variant | status | why |", "|---|---|---|---|---|---|"]
+    rows = [
+        f"| `{r.run.run_name}` | `{r.run.spec}` | {r.run.group} | `{r.run.variant}` | {r.status} | {r.reason} |"
+        for r in missing
+    ]
+    lines += [
+        "## Missing and incomplete runs",
+        "",
+        *((head + rows) if missing else ["None: every run of the spec(s) is finished."]),
+    ]
     return "\n".join(lines) + "\n"
