@@ -556,34 +556,23 @@ def report_into(spec: Path, runs: Path, out: Path) -> int:
 
 TOY_STUDY = '''"""A study of one claim, with a section and a key of results.json, written against the contract only."""
 
-from dataclasses import dataclass
-from typing import ClassVar
-
-from ega_lightning.experiments import prose
-from ega_lightning.experiments.findings import Finding, Where, measured_with
+from ega_lightning.experiments.engine import Compared
+from ega_lightning.experiments.findings import Where, measured_with
 from ega_lightning.experiments.paper import Claim
 from ega_lightning.experiments.study import Study
 from ega_lightning.experiments.text import fmt_interval
 
 
-@dataclass(frozen=True, kw_only=True)
-class Toy(Finding):
-    kind: ClassVar[str] = "toy"
-
-
-@prose.measured.register
-def say_toy(f: Toy) -> str:
-    return f"toy: baseline - EGA-1 {fmt_interval(f.interval)}."
-
-
 def table_findings(table, inputs):
     rows = [r for r in table.rows if r.variant.gate == "linear" and r.baseline is not None]
     where = [Where(table.group, table.corpus, measured_with(r.variant, r.baseline), "EGA-1", "baseline") for r in rows]
-    return [Toy(**w._asdict(), ours=r.diffs["final_val_loss"], claim="toy") for w, r in zip(where, rows)]
+    found = [(w, r.diffs["final_val_loss"]) for w, r in zip(where, rows)]
+    return [Compared(kind="toy", **w._asdict(), ours=d, claim="toy") for w, d in found]
 
 
 def section(inputs, data, found, drawn):
-    return ["## toy study", "", *(f"- {prose.sentence(f)}" for f in found if f.kind == "toy"), ""]
+    lines = [f"- toy: baseline - EGA-1 {fmt_interval(f.interval)}." for f in found if f.kind == "toy"]
+    return ["## toy study", "", *lines, ""]
 
 
 STUDY = Study(
@@ -634,7 +623,7 @@ def test_a_new_study_is_one_module_and_its_spec_entries_and_shows_its_claim_sect
     assert results["toy"] == {"sections": ["toy / tinyshakespeare"]}
     assert list(results).index("toy") < list(results).index("groups")  # a study's key, after the findings
     text = (out / "REPORT.md").read_text()
-    assert "| EGA-1 lowers the loss in the toy's section | lower | +0.085 [" in text
+    assert "| EGA-1 lowers the loss in the toy's section (EGA-1 against baseline) | lower | +0.085 [" in text
     assert "## toy study\n\n- toy: baseline - EGA-1 +0.085 [" in text
     assert text.index("## toy\n") < text.index("## toy study")  # its section, after the sections by group
     assert len(written) == 2 and {p.suffix for p in written} == {".py", ".yaml"}  # one module, its spec entries

@@ -21,7 +21,6 @@ from ega_lightning.experiments import (
     findings,
     landscape_results,
     paper,
-    prose,
     protocol,
     provenance,
     rules,
@@ -342,7 +341,7 @@ def test_a_gaps_size_is_read_only_in_the_papers_overfitting_regime(baseline_gap,
     assert gap.verdict is verdict
     assert (gap.magnitude.reading if gap.magnitude else None) == size
     if size == "not the paper's regime":
-        assert f"stays below the paper's overfitting line {paper.OVERFIT_GAP}" in prose.label_text(gap)
+        assert f"stays below the paper's overfitting line {paper.OVERFIT_GAP}" in engine.label_text(gap)
 
 
 def ablation_claims(ega4_over_ega1: tuple[float, ...], db2: dict[int, float]) -> dict[str, findings.Finding]:
@@ -400,7 +399,7 @@ def test_seeds_needed_is_the_first_n_at_which_the_rule_decides_with_80_percent_p
     where = findings.Where("g", "c", "r", "a", "b")
     f = engine.judge("ablation_pair", where, [("a vs b", d)], claim="ablation:EGA-2")  # the protocol's: worse
     assert f.rule is rules.worse_rule and f.verdict is Verdict.TOO_FEW_SEEDS
-    n, low, high = findings.seeds_needed(f)
+    n, low, high = rules.seeds_for_power(f.rule, [d], 0.95)  # what `findings.correct` projects at 95%
     sd = statistics.stdev([0.02, -0.01, 0.04])
     assert power_beyond_margin(d.estimate, sd, n, 0.95) >= 0.78  # 4,000 draws: within 2 points of 80%
     assert power_beyond_margin(d.estimate, sd, n - 1, 0.95) < 0.82
@@ -904,8 +903,8 @@ def test_ega1_best_says_which_gates_beat_it_and_is_measured_with_every_gate_it_r
             runs.append(dataclasses.replace(r, n_params=params))
     (best,) = found_by_kind(runs)["ablation_best"]
     assert best.verdict is Verdict.DOES_NOT_HOLD and best.details["beating"] == ["EGA-4"]
-    assert prose.ours_cell(best) == "EGA-4 beats it by more than 0.005 (paired, family level)"
-    assert "rank" not in prose.ours_cell(best) + prose.measured(best)
+    assert engine.ours_cell(best) == "EGA-4 beats it by more than 0.005 (paired, family level)"
+    assert "rank" not in engine.ours_cell(best) + engine.measured(best)
     assert "0.8M–0.83M parameters" in best.regime  # EGA-1's 0.80M to EGA-4's 0.83M, not EGA-1's alone
 
 
@@ -916,10 +915,10 @@ def test_a_family_interval_prints_the_side_of_the_margin_its_end_lies_on():
     d = Difference(0.012, 0.00497, 0.01903, 5, 4.0, "paired")
     (f,) = findings.correct([engine.judge("peer", where, [("fox", d)], claim="peer:fox", details={"source": "s"})])
     assert f.verdict is Verdict.TOO_FEW_SEEDS and f.family_k == 1  # the low end misses +0.005 by 0.00003
-    assert "[+0.00497, +0.01903]" in prose.family_cell(f)
+    assert "[+0.00497, +0.01903]" in engine.family_cell(f)
     far = Difference(0.012, 0.006, 0.018, 5, 4.0, "paired")
     (g,) = findings.correct([engine.judge("peer", where, [("fox", far)], claim="peer:fox", details={"source": "s"})])
-    assert "+0.012 [+0.006, +0.018]" in prose.family_cell(g)  # no end near a margin: the table's usual digits
+    assert "+0.012 [+0.006, +0.018]" in engine.family_cell(g)  # no end near a margin: the table's usual digits
 
 
 # ----------------------------------------------------------------------------- the author's EGA, taken apart (issue 50)
@@ -1008,12 +1007,12 @@ def test_the_author_study_reads_no_label_before_its_last_planned_run():
     found = author_found(losses)
     for f in found.values():
         assert f.verdict is None and f.rule_name is None and (f.runs_in, f.runs_planned) == (29, 30)
-        assert "29 of 30 planned runs in" in prose.verdict_cell(f) and "29 of 30" in prose.measured(f)
+        assert "29 of 30 planned runs in" in engine.verdict_cell(f) and "29 of 30" in engine.measured(f)
     assert found["B − A"].details["seeds"] == [1, 2, 3, 4] and found["F − A"].details["seeds"] == [1, 2, 3, 4, 5]
     assert found["B − A"].interval.n == 4  # the interim numbers are shown, on the seeds every step shares
     none = author_found({})
     assert all(
-        f.interval is None and "no run finished yet (0 of 30 planned runs in)" in prose.verdict_cell(f)
+        f.interval is None and "no run finished yet (0 of 30 planned runs in)" in engine.verdict_cell(f)
         for f in none.values()
     )
 
@@ -1050,8 +1049,8 @@ def test_every_row_of_a_whole_window_variant_says_non_causal():
     for key, f in found.items():
         window = bool({"B", "F"} & set(key.split(" − ")))  # B and F train z over the whole window
         assert f.details["non_causal"] is window, key
-        assert ("non-causal" in prose.claim_subject(f)) is window and ("non-causal" in prose.measured(f)) is window
-        assert "4×4×128 T128, 3,000 steps" in prose.claim_subject(f) and paper.TABLE_SIZE in prose.claim_subject(f)
+        assert ("non-causal" in engine.claim_subject(f)) is window and ("non-causal" in engine.measured(f)) is window
+        assert "4×4×128 T128, 3,000 steps" in engine.claim_subject(f) and paper.TABLE_SIZE in engine.claim_subject(f)
 
 
 def test_the_waterfall_climbs_from_a_by_each_step_to_b_minus_a():

@@ -486,8 +486,8 @@ def test_ega_bench_names_no_row_for_a_position_it_did_not_run(tmp_path, capsys):
 def test_a_label_an_amendment_and_a_level_edit_changed_is_not_dated_by_the_edit_as_the_amendment():
     """Messy (issue 72): a label changed by an amendment and by a later edit of the level read "the amendment of
     2026-12-07" (the edit's date; no amendment has it). Now the amendment is named without the edit's date."""
+    from ega_lightning.experiments.engine import registration_text
     from ega_lightning.experiments.findings import Registration
-    from ega_lightning.experiments.prose import registration_text
 
     both = Registration("exploratory", 0, 3, "2026-12-07T10:00", amended="holds", level_was="too few seeds to tell")
     text = registration_text(both)

@@ -15,7 +15,7 @@ import pytest
 import scipy.stats
 import yaml
 
-from ega_lightning.experiments import engine, findings, paper, prose, protocol, rules, studies
+from ega_lightning.experiments import engine, findings, paper, protocol, rules, studies
 from ega_lightning.experiments.comparisons import build_tables, build_variants
 from ega_lightning.experiments.spec import load_spec
 from ega_lightning.experiments.stats import Difference
@@ -323,7 +323,7 @@ def test_every_label_of_the_committed_report_recomputes_from_results_json_under_
 
 
 def test_a_study_that_judges_a_claim_by_another_rule_than_the_protocols_is_refused():
-    """The rule a claim names is the rule applied: a study names no rule (`findings.judged` takes the protocol's
+    """The rule a claim names is the rule applied: a study names no rule (`engine.judge` takes the protocol's
     for the finding's kind and claim), and a finding judged by another rule all the same (built by hand) stops
     the report, naming both."""
     d = Difference(0.012, 0.004, 0.02, 5, 4.0, "paired")
@@ -345,16 +345,9 @@ def test_a_study_that_judges_a_claim_by_another_rule_than_the_protocols_is_refus
 
 
 def finding_kinds() -> dict[str, set[str]]:
-    """Every kind of finding the report gives, with the claims it judges: each study's finding classes (`studies`
-    imports each study's module) and the comparisons the protocol names for the engine's families (`engine`)."""
+    """Every kind of finding the report gives, with the claims it judges: the comparisons the protocol names for the
+    engine's families (`engine`), the studies' own readings and the claims kinds take where their lines name none."""
     out: dict[str, set[str]] = {}
-    todo: list[type[findings.Finding]] = [findings.Finding]
-    while todo:
-        subclasses = todo.pop().__subclasses__()
-        for cls in subclasses:
-            if isinstance(getattr(cls, "kind", None), str):  # the engine's `Compared` takes its kind per finding
-                out.setdefault(cls.kind, set()).update(cls.measures)
-        todo += subclasses
     for c in (c for items in protocol.current().comparisons.values() for c in items):
         if c.metric in engine.METRICS and (named := engine.claims(c)):  # its claim, else its kind's of the paper
             out.setdefault(c.kind, set()).update(named)
@@ -414,7 +407,7 @@ def test_moving_the_protocols_commit_after_the_runs_turns_a_registered_verdict_e
     def mark() -> str:
         dates = protocol.entry_dates(protocol.load(path))
         (out,) = findings.conclude(findings.correct([f]), starts, dates)
-        return prose.registration_text(out.registration)
+        return engine.registration_text(out.registration)
 
     def recommit(date: str) -> None:  # the same rule, its line committed again on ``date``
         text = path.read_text()
@@ -466,7 +459,7 @@ def test_a_registration_counts_the_runs_its_label_rests_on_not_every_run_of_its_
     (marked,) = findings.conclude([best], starts, dates)
     rests_on = sorted(f"ts-{v}-seed{s}" for v in ("linear", "db2") for s in range(1, 5))
     assert sorted(findings.resting_on(best)) == rests_on
-    assert prose.registration_text(marked.registration) == "partly registered (2 of 8 runs after the rule)"
+    assert engine.registration_text(marked.registration) == "partly registered (2 of 8 runs after the rule)"
     assert len(best.code.read) == 16  # every run of the four variants: what the mark counted before issue 51
 
 
@@ -528,11 +521,11 @@ def test_an_amendment_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path
     a, b = findings.conclude(findings.correct([changed, kept]), starts, dates)
     assert a.verdict is rules.Verdict.TOO_FEW_SEEDS and (a.amended_from, a.amended_by) == ("does not hold", 51)
     assert (
-        prose.registration_text(a.registration)
+        engine.registration_text(a.registration)
         == "exploratory; the amendment of 2026-12-05 changed its label (was: does not hold)"
     )
     assert b.verdict is rules.Verdict.HOLDS and b.amended_from is None
-    assert prose.registration_text(b.registration) == "registered"
+    assert engine.registration_text(b.registration) == "registered"
 
 
 def test_a_level_edit_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path):
@@ -571,10 +564,10 @@ def test_a_level_edit_dates_exactly_the_verdicts_whose_label_it_changes(tmp_path
     starts = {f"{g}-seed1": datetime(2026, 12, 2, tzinfo=UTC) for g in ("alibi", "fox", "none")}
     a, b = findings.conclude(findings.correct([changed, kept]), starts, edit)
     assert (a.verdict, b.verdict) == (rules.Verdict.TOO_FEW_SEEDS, rules.Verdict.HOLDS)
-    assert prose.registration_text(a.registration) == (
+    assert engine.registration_text(a.registration) == (
         "exploratory; the edit of the family-wise level (2026-12-03) changed its label (was: holds)"
     )
-    assert b.registration.level_was is None and prose.registration_text(b.registration) == "registered"
+    assert b.registration.level_was is None and engine.registration_text(b.registration) == "registered"
 
 
 def test_every_field_of_the_protocol_is_checked_when_it_is_read(tmp_path):
@@ -632,11 +625,11 @@ def test_an_entry_registered_after_the_amendment_is_read_under_it_alone():
         return protocol.Dates({k: entry for k in protocol.load().verdicts}, "git", None, None, amended=amended)
 
     (after,) = findings.conclude([step], starts, dates(datetime(2026, 12, 6, tzinfo=UTC)))
-    assert after.amended_from is None and prose.registration_text(after.registration) == "registered"
+    assert after.amended_from is None and engine.registration_text(after.registration) == "registered"
     assert after.registration.fixed.startswith("2026-12-06")
     (before,) = findings.conclude([step], starts, dates(datetime(2026, 12, 1, tzinfo=UTC)))
     assert (
-        prose.registration_text(before.registration)
+        engine.registration_text(before.registration)
         == "registered; the amendment of 2026-12-05 changed its label (was: holds)"
     )
 

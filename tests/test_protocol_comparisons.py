@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ega_lightning.experiments import engine, findings, prose, protocol, studies
+from ega_lightning.experiments import engine, findings, protocol, studies
 from ega_lightning.experiments.stats import Difference
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "results.json"
@@ -104,6 +104,6 @@ def test_a_label_read_at_fewer_seeds_than_its_family_plans_says_so(n: int) -> No
     where = findings.Where("peers", "tinyshakespeare", "r", "FoX `fox`", "baseline `none`")
     code = findings.Code([], None, [], runs)
     f = engine.judge("peer", where, [("fox", d)], claim="peer:fox", family="peers", code=code, details={"source": "s"})
-    said = prose.measured(f)
+    said = engine.measured(f)
     assert f.verdict is not None and f.verdict.value in said
     assert ("(interim: 3 of 5 seeds)" in said) is (n == 3) and ("interim" in said) is (n == 3)

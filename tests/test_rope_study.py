@@ -11,7 +11,7 @@ import pytest
 import scipy.stats
 
 from ega_lightning.errors import UserError
-from ega_lightning.experiments import beyond_the_block, figure_choice, prose, report_markdown, rules, studies
+from ega_lightning.experiments import beyond_the_block, engine, figure_choice, report_markdown, rules, studies
 from ega_lightning.experiments.beyond_the_block import BeyondTheBlock
 from ega_lightning.experiments.comparisons import RunData, build_tables, build_variants
 from ega_lightning.experiments.spec import Run, load_spec
@@ -149,7 +149,7 @@ def test_each_design_past_its_block_is_its_loss_at_the_blocks_end_less_past_it_i
         assert (window.low, window.high) == pytest.approx(three_way(contrast, 1)[1], abs=1e-9)
         assert f.details["replaces"] == three_way(contrast, 10)[0]
         replaced = f"in place of the window contrast's **{f.details['replaces']}** (exploratory)"
-        assert prose.label_text(f) == f"effect **{label}** ({reading}); {replaced}"
+        assert engine.label_text(f) == f"effect **{label}** ({reading}); {replaced}"
 
 
 def test_no_label_is_read_before_the_last_planned_run_and_evaluation():
@@ -159,11 +159,11 @@ def test_no_label_is_read_before_the_last_planned_run_and_evaluation():
         assert f.verdict is None and f.rule_name is None
         assert (
             "24 of 25 planned runs in" if f.kind == "rope_gain" else "48 of 50 planned evaluations in"
-        ) in prose.verdict_cell(f)
+        ) in engine.verdict_cell(f)
     gain = next(f for f in found(by_variant) if f.claim == "rope:alibi-nopos")
     assert gain.interval is not None and gain.interval.n == 4  # the interim interval, on the seeds both sides have
     assert all(
-        "no run finished yet (0 of 25" in prose.verdict_cell(f)
+        "no run finished yet (0 of 25" in engine.verdict_cell(f)
         for f in found({}, learned_baseline=False)
         if f.kind == "rope_gain"
     )

@@ -37,15 +37,25 @@ from typing import Any
 
 import numpy as np
 
-from ega_lightning.experiments import paper, plots, prose, protocol
+from ega_lightning.experiments import paper, plots, protocol
 from ega_lightning.experiments.bench import BENCH_RUN, bench_device
-from ega_lightning.experiments.comparisons import Table, Variant, difference, learned, reference, rerun_of
+from ega_lightning.experiments.comparisons import (
+    Table,
+    Variant,
+    difference,
+    diverged_rule,
+    learned,
+    reference,
+    rerun_of,
+    split_text,
+)
 from ega_lightning.experiments.findings import (
     DIAGNOSTICS,
+    NOT_DATED,
     NOT_IN_RESULTS,
     Code,
     Finding,
-    ReadOnce,
+    Registration,
     Where,
     amendment_of,
     code_of,
@@ -57,22 +67,26 @@ from ega_lightning.experiments.findings import (
 from ega_lightning.experiments.paper import paper_name
 from ega_lightning.experiments.rules import (
     BEFORE,
+    NOT_PAPER_REGIME,
     TAU_STEP,
     Verdict,
     cost_device,
     margin_of,
+    max_seeds,
     min_repetitions,
     registered,
 )
 from ega_lightning.experiments.stats import LEVEL, Summary, compare, mean_interval, median_interval, summarize, widen
 from ega_lightning.experiments.study import ReportInputs
 from ega_lightning.experiments.text import (
+    anchor,
     fmt_bounds,
     fmt_interval,
     fmt_summary,
     how,
     interval_text,
     num,
+    seed_count,
     seed_list,
     slug,
 )
@@ -317,11 +331,10 @@ def reruns(table: Table, inputs: ReportInputs) -> list[Finding]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Compared(ReadOnce, Finding):
+class Compared(Finding):
     """One comparison the protocol names, as measured: the finding of every family on the engine. ``details``: what
     its template says beside the interval (a peer's paper), written into results.json beside its fields."""
 
-    kind: str  # type: ignore[misc]  # an instance's, the protocol's kind of verdict (a class's elsewhere)
     runs_in: int | None = None  # a family read once: its planned runs that are in, and all it plans
     runs_planned: int | None = None
     details: dict[str, Any] = field(default_factory=dict, metadata=NOT_IN_RESULTS)
@@ -331,20 +344,15 @@ class Compared(ReadOnce, Finding):
         return self.runs_planned is not None and (self.runs_in or 0) < self.runs_planned
 
     @property
-    def tests_claim(self) -> bool:  # type: ignore[override]  # by its kind (a class's elsewhere)
+    def tests_claim(self) -> bool:
+        """Whether it tests its claim itself (a row of the claims table); a step of a decomposition (the author's
+        B − C, ...) reads the claim's comparison apart and tests nothing: its own section holds it."""
         return self.kind not in STEP_OF
 
     @property
-    def cell_words(self) -> tuple[str, str]:  # type: ignore[override]  # by its kind (a class's elsewhere)
-        return CELL_WORDS.get(self.kind, ("", ""))
-
-    @property
-    def interval_format(self) -> tuple[float, int, bool]:  # type: ignore[override]  # by its kind
+    def interval_format(self) -> tuple[float, int, bool]:
+        """(scale, digits, signed): how its intervals are written in the claims table and its family's text."""
         return INTERVAL_FORMATS.get(self.kind, (1.0, 3, True))
-
-    @property
-    def counted(self) -> str:  # type: ignore[override]  # by its kind (a class's elsewhere)
-        return COUNTED.get(self.kind, "planned runs")
 
     def size_regime(self) -> bool:
         """The paper's reduction of the gap is a claim about its overfitting regime: its size is read only there."""
@@ -373,14 +381,10 @@ class Compared(ReadOnce, Finding):
 
     def to_dict(self) -> dict[str, Any]:
         """results.json's fields: the finding's, the counts where it is read once, then its details."""
-        skip = {"kind", "runs_in", "runs_planned", "details"}
-        out = {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.metadata.get("results", True) and f.name not in skip
-        }
-        if self.runs_planned is not None:
-            out |= {"runs_in": self.runs_in, "runs_planned": self.runs_planned}
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("results", True)}
+        del out["kind"]  # results.json writes it first (`results_json.results`)
+        if self.runs_planned is None:  # a family read at any time: no counts
+            del out["runs_in"], out["runs_planned"]
         return out | self.details
 
 
@@ -688,7 +692,7 @@ def unplaced(placed: set[str]) -> Unplaced:
 CLAIMS = {"lower": "{x}: a lower final val loss than {y}"}
 
 # kind (or rule) -> (its section's sentence with an interval, without one, its subject in the claims table); the
-# fields: subject, against, interval, verdict (`prose.verdict_text`), state (how many planned runs are in), each of
+# fields: subject, against, interval, verdict (`verdict_text`), state (how many planned runs are in), each of
 # its details, and the paper's words of a peer's claim
 TEMPLATES: dict[str, tuple[str, str, str] | str] = {
     "peer": (
@@ -930,7 +934,7 @@ def _resolves(resolution: dict[int, Any], f: Compared) -> str:
         return "no gate has two paired seeds: no resolution yet"
     nominal = ", ".join(f"±{num(h.nominal)} at {n} seeds" for n, h in resolution.items())
     family = ", ".join(f"±{num(h.family)} at {n}" for n, h in resolution.items())
-    at_family = f"; at the family's {prose.level(f)}: {family}" if f.family_level is not None else ""
+    at_family = f"; at the family's {level(f)}: {family}" if f.family_level is not None else ""
     return f"resolves {nominal} (95%, pooled paired std {num(f.details['pooled_std'], 4)}){at_family}"
 
 
@@ -1031,15 +1035,15 @@ class _Number:
 
 
 def _fields(f: Compared) -> dict[str, Any]:
-    state = prose.state(f) if f.runs_planned is not None else "no finished run yet"
+    said = state(f) if f.runs_planned is not None else "no finished run yet"
     (scale, digits, signed), d = f.interval_format, f.interval
     return {
         "subject": f.subject,
         "against": f.against,
         "interval": interval_text(d, signed, scale, digits) if d is not None else "",
-        "verdict": prose.verdict_text(f) + interim(f),
+        "verdict": verdict_text(f) + interim(f),
         "meaning": f": {MEANING[f.verdict]}" if f.verdict in MEANING else "",
-        "state": state,
+        "state": said,
         "peer_claim": paper.PEER_CLAIM,
         "table_size": paper.TABLE_SIZE,
         "claim_text": paper.CLAIM[f.claim].text if f.claim in paper.CLAIM else f.subject,
@@ -1060,42 +1064,213 @@ def interim(f: Compared) -> str:
     return f" (interim: {n} of {want} seeds)" if n < want else ""
 
 
-@prose.measured.register
-def say(f: Compared) -> str:
+# ----------------------------------------------------------------------------- a finding's sentence and its row
+
+# the margin each rule reads an interval against (its lines at ±; the protocol's names), where the family's
+# interval is printed
+MARGINS = {name: ("loss",) for name in ("effect", "lower", "worse", "best", "grows", "equivalent", "frozen")}
+MARGINS |= {"tail": ("tail",), "forgets": ("tau_keep",)}
+
+
+def measured(f: Compared) -> str:
+    """What was measured and its verdict, as its section says it (its template)."""
     with_interval, without, _ = _template(f)
     return (with_interval if f.interval is not None else without).format(**_fields(f))
 
 
-@prose.label_text.register
+def sentence(f: Compared) -> str:
+    """The finding as it reads in its section: what was measured and its verdict, then its family's correction,
+    the seeds that would decide it, the seeds its sides lost to divergence and the code its sides ran."""
+    seeds = seeds_text(f)
+    extras = [family_sentence(f), seeds.capitalize() + "." if seeds else ""]
+    if f.code is not None and f.code.diverged:  # how its verdict treats them: the protocol's rule
+        runs = ", ".join(f"`{r}`" for r in f.code.diverged)
+        extras.append(f"⚠ Diverged (final val loss not finite): {runs}; {diverged_rule()}.")
+    return " ".join([measured(f), *(x for x in [*extras, code_sentence(f)] if x)])
+
+
+def verdict_text(f: Compared) -> str:
+    """The verdict as a sentence ends with it; a family read once, before its last run is in: how many are."""
+    if f.interim:
+        return f"; {state(f)}"
+    return f" — {label_text(f)}" if f.verdict is not None else ""
+
+
+def verdict_label(f: Compared) -> str:
+    """The verdict in bold; an effect's two readings (direction, size); why a claim is not testable."""
+    if f.verdict is None:
+        return ""
+    if f.not_testable:
+        return f"**{f.verdict.value}** ({f.not_testable})"
+    if f.rule_name != "effect" or f.verdict in (Verdict.NO_DATA,):
+        return f"**{f.verdict.value}**"
+    m = f.magnitude
+    if m is None or m.reading is None:
+        return f"effect **{f.verdict.value}**"
+    if m.reading == NOT_PAPER_REGIME:  # a gap's size is not read (`Compared.size_regime`)
+        return (
+            f"effect **{f.verdict.value}**, size **{m.reading}** (the baseline's gap "
+            f"{num(f.details.get('baseline_gap'))} stays below the paper's overfitting line {paper.OVERFIT_GAP}; its "
+            f"baseline's was {paper.GAP['none']})"
+        )
+    ends = f" [{100 * m.low:.0f}%, {100 * m.high:.0f}%]" if m.low is not None and m.high is not None else ""
+    return f"effect **{f.verdict.value}**, size **{m.reading}** ({100 * m.fraction:.0f}%{ends} of the paper's)"
+
+
 def label_text(f: Compared) -> str:
     """Its label, and what its kind says after it (:data:`LABELS`, of its verdict and details)."""
-    label = prose.verdict_label(f)
+    label = verdict_label(f)
     words = {"verdict": _Number(f.verdict, f), **{k: _Number(v, f) for k, v in f.details.items()}}
     return label + LABELS[f.kind].format(**words) if label and f.kind in LABELS else label
 
 
-@prose.claim_subject.register
-def claim_subject(f: Compared) -> str:
-    return _template(f)[2].format(**_fields(f))
-
-
-@prose.regime_text.register
-def regime_text(f: Compared) -> str:
-    """Why a gap's size is not read (`Compared.size_regime`), as its label says it."""
+def state(f: Compared) -> str:
+    """How many of a family's planned runs are in, before the protocol reads it."""
+    counted = COUNTED.get(f.kind, "planned runs")
+    if not f.runs_in:
+        return f"no run finished yet (0 of {f.runs_planned} {counted} in)"
+    n = f.interval.n if f.interval is not None else 0  # the seeds its interval pairs, before the label is read
     return (
-        f" (the baseline's gap {num(f.details.get('baseline_gap'))} stays below the paper's overfitting line "
-        f"{paper.OVERFIT_GAP}; its baseline's was {paper.GAP['none']})"
+        (f"{seed_count(n)}: no label; " if n else "")
+        + f"not read yet: {f.runs_in} of {f.runs_planned} {counted} in (the protocol reads the family "
+        "once, when all are finished)"
     )
 
 
-@prose.ours_cell.register
+def corrected_text(f: Compared) -> str:
+    scale, digits, signed = f.interval_format
+    d = f.corrected
+
+    def prints_as(end: float | None, line: float) -> bool:  # ``end``, not ``line`` itself, prints as ``line``
+        return end is not None and end != line and round(end * scale, digits) == round(line * scale, digits)
+
+    # an end that would print as the margin it decides against gets the digits that show on which side it lies
+    lines = [s * margin_of(m) for m in MARGINS.get(f.rule_name or "", ()) for s in (1, -1)]
+    while d is not None and digits < 6 and any(prints_as(end, line) for end in (d.low, d.high) for line in lines):
+        digits += 1
+    return fmt_interval(d, signed=signed, scale=scale, digits=digits)
+
+
+def family_sentence(f: Compared) -> str:
+    if f.family is None:
+        return ""
+    text = f"Bonferroni over the {f.family} family (k = {f.family_k}): each interval at {level(f)}"
+    if f.corrected is not None:
+        text += f", this one {corrected_text(f)}"
+    return text + "."  # its label reads this level alone: no nominal-95% label is set beside it
+
+
+def level(f: Compared, digits: int = 2) -> str:
+    return f"{100 * (f.family_level or 0.0):.{digits}f}%"
+
+
+def code_sentence(f: Compared) -> str:
+    if f.code is None or not f.code.sides:
+        return ""
+    sides = "; ".join(
+        f"{side.variant} "
+        + ", ".join(f"{fp[:8]} ({seed_list(seeds)})" for fp, seeds in side.fingerprints.items())  # 'unknown' is shorter
+        for side in f.code.sides
+    )
+    machines = ""
+    if f.code.split:
+        seeds = ", ".join(map(str, f.code.split))
+        machines = (
+            f" ⚠ Seed(s) {seeds} pair runs made on different machines, so the difference measures the machines "
+            "as well (rounding differs between them)."
+        )
+    if f.code.flag is None:
+        return f"Code (fingerprint): {sides}.{machines}"
+    runs = ", ".join(f"`{r}`" for r in f.code.runs)
+    return f"Code (fingerprint): {sides}. ⚠ {f.code.flag}: not today's code for {runs}.{machines}"
+
+
+def seeds_text(f: Compared) -> str:
+    def count(n: int) -> str:
+        return f"> {max_seeds()}" if n > max_seeds() else f"{n}"
+
+    if f.seeds_needed is None:
+        return ""
+    spread = ""
+    if f.seeds_range is not None and f.seeds_range != (f.seeds_needed, f.seeds_needed):
+        low, high = f.seeds_range
+        spread = f"; {count(low)} to {count(high)} with the std at the ends of its 95% interval"
+    power = f"{100 * protocol.current().power:.0f}%"
+    likely = f", most likely as **{f.seeds_verdict.value}**" if f.seeds_verdict is not None else ""
+    return f"{count(f.seeds_needed)} paired seeds would decide it with {power} probability{likely}{spread}"
+
+
 def ours_cell(f: Compared) -> str:
-    return CELLS[f.kind].format(**_fields(f)) if f.kind in CELLS else prose.ours_cell.dispatch(Finding)(f)
+    """Its interval in the claims table: its kind's words where it has them (:data:`CELLS`, :data:`CELL_WORDS`)."""
+    if f.kind in CELLS:
+        return CELLS[f.kind].format(**_fields(f))
+    d = f.interval
+    if d is None:
+        return "—"
+    (scale, digits, signed), (before, after) = f.interval_format, CELL_WORDS.get(f.kind, ("", ""))
+    return f"{before}{fmt_interval(d, signed=signed, scale=scale, digits=digits)}{after}, {how(d)}"
 
 
-@prose.evidence.register
+def claim_subject(f: Compared) -> str:
+    """What a row of the claims table measured, where it is not the claim's own comparison."""
+    return _template(f)[2].format(**_fields(f))
+
+
+def family_cell(f: Compared) -> str:
+    """The interval a family's verdict reads (Bonferroni), or what the verdict reads where it reads several."""
+    if f.family is None:
+        return "—"
+    where = f"{f.family}, k = {f.family_k}, {level(f, 1)}"
+    return where if f.corrected is None else f"{corrected_text(f)} ({where})"
+
+
+def verdict_cell(f: Compared) -> str:
+    if f.interim:
+        return f"**{state(f)}**"
+    seeds = seeds_text(f)
+    return (label_text(f) or "**None**") + (f" ({seeds})" if seeds else "")
+
+
+def registration_text(r: Registration) -> str:
+    if r.mark == NOT_DATED:
+        return f"{NOT_DATED} (git history cannot date the protocol here)"
+    mark = r.mark
+    if r.mark == "partly registered":
+        mark = f"partly registered ({r.after} of {r.runs} runs after the rule)"
+    if r.amended is not None:
+        # ``fixed`` is the amendment's date unless a later edit of the level re-dated the label (issue 72: "the
+        # amendment of 2026-12-07", the level edit's date, which no amendment has)
+        of = "" if r.level_was is not None else f" of {r.fixed[:10]}"
+        mark += f"; the amendment{of} changed its label (was: {r.amended})"
+    if r.level_was is not None:
+        mark += f"; the edit of the family-wise level ({r.fixed[:10]}) changed its label (was: {r.level_was})"
+    return mark
+
+
+def registration_cell(f: Compared) -> str:
+    if f.confirmatory is False:
+        return "exploratory (not confirmatory)"
+    text = registration_text(f.registration) if f.registration is not None else "—"
+    pending = f.code.pending if f.code is not None else []
+    if pending and f.verdict is not None:
+        done = len(f.code.read) if f.code is not None else 0
+        text += f"; interim: {done} of {done + len(pending)} planned runs finished (the protocol reads it at all)"
+    return text
+
+
+def code_cell(f: Compared) -> str:
+    if f.code is None or not f.code.sides:
+        return "—"
+    machines = f"; {split_text(f.code.split)}" if f.code.split else ""
+    if f.code.flag is None:
+        return "today's" + machines
+    runs = f.code.runs
+    return f"⚠ {f.code.flag} ({len(runs)} run{'s' if len(runs) > 1 else ''})" + machines
+
+
 def evidence(f: Compared) -> str:
-    return EVIDENCE[f.kind].format(**_fields(f)) if f.kind in EVIDENCE else prose.evidence.dispatch(Finding)(f)
+    """The link to the evidence: its kind's (:data:`EVIDENCE`), else its section."""
+    return EVIDENCE[f.kind].format(**_fields(f)) if f.kind in EVIDENCE else f"[{f.section}](#{anchor(f.section)})"
 
 
 # ----------------------------------------------------------------------------- what is drawn beside a family
@@ -1119,7 +1294,6 @@ class Drawing:
 
 FigureKind = Callable[[str, dict[str, Any], ReportInputs], Drawing]
 FIGURES: dict[str, FigureKind] = {}
-LEAK_DIR = "results/leak"  # where scripts/scrambled_future.py's files are kept (the protocol names each)
 
 
 def figure_kind(key: str) -> Callable[[FigureKind], FigureKind]:

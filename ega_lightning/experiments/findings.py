@@ -1,11 +1,11 @@
-"""What a finding is: the typed base every study's findings extend, as plain data and its computation.
+"""What a finding is: the plain data every comparison of the engine (`engine.Compared`) extends, and its computation.
 
-A study (`ega_lightning.experiments.studies`) measures a statement and, where it tests a claim,
-applies its decision rule (`rules`) through :func:`judged`. This module holds what is common to every
-finding: where it was measured (:class:`Where`, :func:`measured_with`, :func:`name`, :func:`pair`), which code
-its sides ran (:class:`Code`), the Bonferroni correction of its family (:func:`correct`), the seeds
-that would decide it (:func:`seeds_needed`) and its registration (:func:`conclude`). What a finding says,
-its sentence and its row of the claims table, is written from this data by `prose`.
+The engine measures a statement and, where it tests a claim, applies the protocol's decision rule (`rules`,
+`engine.judge`). This module holds what is common to every finding: where it was measured (:class:`Where`,
+:func:`measured_with`, :func:`name`, :func:`pair`), which code its sides ran (:class:`Code`), the Bonferroni
+correction of its family and the seeds that would decide it (:func:`correct`) and its registration
+(:func:`conclude`). What a finding says, its sentence and its row of the claims table, is written from this data by
+`engine` (its templates).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
-from typing import Any, ClassVar, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 from ega_lightning.experiments import paper, protocol
 from ega_lightning.experiments.comparisons import (
@@ -32,7 +32,6 @@ from ega_lightning.experiments.rules import (
     Rule,
     Verdict,
     likely_verdict,
-    registered,
     seeds_for_power,
     size_reading,
 )
@@ -110,23 +109,13 @@ NOT_DATED = "not dated"  # a registration git history cannot date (a shallow clo
 @dataclass(frozen=True, kw_only=True)
 class Finding:
     """One measured statement; ``claim``: the claim of the paper it tests (a key of `paper.CLAIM`, None
-    for our own observations). Each study's findings extend it with what they measured; `prose` says it.
+    for our own observations). `engine.Compared` extends it with what the engine measured and says it.
 
     A finding with a verdict keeps the ``rule`` that gave it and the intervals it ``reads`` (each named
     by the comparison it is, so that a family counts a comparison two verdicts read once): `correct`
-    re-reads them at the family's Bonferroni level, `seeds_needed` projects them to more seeds."""
+    re-reads them at the family's Bonferroni level and projects them to more seeds."""
 
-    kind: ClassVar[str]  # what was measured, as results.json names it
-    # the claims of the paper (keys of `paper.CLAIM`) a finding of this kind can judge: its rule is the protocol's
-    # for the kind and the claim (`rules.registered`), and `judged` refuses any other claim
-    measures: ClassVar[tuple[str, ...]] = ()
-    # (scale, digits, signed): how `prose` writes its intervals in the claims table and its family's text
-    interval_format: ClassVar[tuple[float, int, bool]] = (1.0, 3, True)
-    cell_words: ClassVar[tuple[str, str]] = ("", "")  # what its claims-table cell writes before and after its interval
-    # whether it tests its claim itself (a row of the claims table); a step of a decomposition (the author's B − C,
-    # C − D, D − E, E − A) reads the claim's comparison apart and tests nothing: its own section holds it
-    tests_claim: ClassVar[bool] = True
-
+    kind: str  # what was measured, the protocol's kind of verdict, as results.json names it
     section: str
     corpus: str
     regime: str  # Where.regime: what it was measured with, results.json's key "regime"
@@ -168,53 +157,6 @@ class Finding:
         return self
 
 
-F = TypeVar("F", bound=Finding)
-
-
-def judged(
-    cls: type[F],
-    where: Where,
-    reads: Sequence[Read],
-    *,
-    claim: str,
-    ours: Difference | Summary | None = None,
-    **measured: Any,
-) -> F:
-    """A finding of ``claim`` whose verdict is the protocol's rule for its kind and claim (`rules.registered`) of the
-    intervals it ``reads``; ``ours``: the first of them unless given. The study names no rule: the one it applies is
-    the one the claims table names."""
-    if claim not in cls.measures:
-        raise ValueError(f"a {cls.kind} finding judges {', '.join(cls.measures) or 'no claim'}, not {claim!r}")
-    reads = tuple(reads)
-    shown = ours if ours is not None else (reads[0][1] if reads else None)
-    _, rule = registered(cls.kind, claim)
-    verdict = rule(*(d for _, d in reads))
-    return cls(**where._asdict(), ours=shown, verdict=verdict, claim=claim, rule=rule, reads=reads, **measured)
-
-
-class ReadOnce:
-    """A finding of a family the protocol reads once, when every planned run is in (its fixed stopping rule): before
-    that it says how many are in, and no label (`prose.state`). Methods only: each finding declares ``runs_in`` and
-    ``runs_planned`` among its own fields, where results.json has them."""
-
-    runs_in: int
-    runs_planned: int
-    counted: ClassVar[str] = "planned runs"  # what ``runs_in`` counts
-
-    @classmethod
-    def read_once(cls, where: Where, reads: Sequence[Read], *, claim: str, complete: bool, **measured: Any) -> Any:
-        """`judged` once every planned run is in (``complete``); before, its intervals with no rule applied: no label
-        is read before the last planned run (`correct` then widens them, no more)."""
-        if complete:
-            return judged(cls, where, reads, claim=claim, **measured)
-        reads = tuple(reads)
-        return cls(**where._asdict(), ours=reads[0][1] if reads else None, claim=claim, reads=reads, **measured)
-
-    @property
-    def interim(self) -> bool:
-        return self.runs_in < self.runs_planned
-
-
 # ----------------------------------------------------------------------------- where it was measured
 
 
@@ -237,11 +179,6 @@ def measured_with(v: Variant, *others: Variant | None) -> str:
 
 def name(v: Variant) -> str:
     return f"{v.paper_name or v.gate} `{v.label}`"
-
-
-def label(f: Finding) -> str:
-    """What a finding compares: its subject, against what."""
-    return f"{f.subject} vs {f.against}" if f.against else f.subject
 
 
 def pair(a: Variant | str, b: Variant | str) -> str:
@@ -289,14 +226,15 @@ def code_of(*variants: Variant | None, compared: Sequence[Sequence[Variant | Non
 # ----------------------------------------------------------------------------- families and seeds
 
 
-def seeds_needed(f: Finding) -> tuple[int, int, int] | None:
-    """For an undecided verdict: the paired seeds at which its rule decides with the protocol's power, and
-    that count's range over the stds' own uncertainty (`rules.seeds_for_power`); None when it cannot be
-    projected (no rule, one seed, an unpaired interval)."""
-    if f.verdict is not Verdict.TOO_FEW_SEEDS or f.rule is None or not f.reads:
-        return None
-    level = f.family_level if f.family_level is not None else LEVEL  # one interval or many: the family's level
-    return seeds_for_power(f.rule, [d for _, d in f.reads], level)
+def level_of(f: Finding) -> float:
+    """The level of a finding's intervals: its family's (one interval or many), else 95%."""
+    return f.family_level if f.family_level is not None else LEVEL
+
+
+def _label_then(f: Finding, verdict: Verdict, size: str | None) -> str | None:
+    """The plain label ``verdict`` and ``size`` give, where it is not ``f``'s label now (None where it is)."""
+    was, now = plain_label(verdict, size), plain_label(f.verdict, f.magnitude.reading if f.magnitude else None)
+    return None if was == now else was
 
 
 def family_of(f: Finding) -> str | None:
@@ -315,8 +253,9 @@ def _registered_rule(f: Finding) -> Finding:
     name = entry.rule_for(f.claim)
     applied = f.rule.func if isinstance(f.rule, partial) else f.rule
     if applied is not None and applied is not BY_NAME[name]:
+        compared = f"{f.subject} vs {f.against}" if f.against else f.subject
         raise protocol.ProtocolError(
-            f"the {f.kind} finding {label(f)!r} ({f.claim}) was judged by {getattr(applied, '__name__', applied)}, "
+            f"the {f.kind} finding {compared!r} ({f.claim}) was judged by {getattr(applied, '__name__', applied)}, "
             f"but the protocol registers the rule {name!r} for it."
         )
     return replace(f, rule_name=name, confirmatory=entry.confirmatory)
@@ -348,11 +287,13 @@ def correct(found: list[Finding]) -> list[Finding]:
             reading = size_reading(d, f.paper, regime=f.size_regime())
             f = replace(f, magnitude=Magnitude(d.estimate / f.paper, *ends, reading))
         f = amended_label(f).family_read()
-        projected = seeds_needed(f)
-        if projected is not None and f.rule is not None:
-            level = f.family_level if f.family_level is not None else LEVEL
-            likely = likely_verdict(f.rule, [d for _, d in f.reads], level, projected[0])
-            f = replace(f, seeds_needed=projected[0], seeds_range=projected[1:], seeds_verdict=likely)
+        # an undecided verdict: the paired seeds at which its rule decides with the protocol's power, with that
+        # count's range over the stds' own uncertainty (none where it cannot be projected: one seed, unpaired)
+        if f.verdict is Verdict.TOO_FEW_SEEDS and f.rule is not None and f.reads:
+            intervals = [d for _, d in f.reads]
+            if (projected := seeds_for_power(f.rule, intervals, level_of(f))) is not None:
+                likely = likely_verdict(f.rule, intervals, level_of(f), projected[0])
+                f = replace(f, seeds_needed=projected[0], seeds_range=projected[1:], seeds_verdict=likely)
         out.append(f)
     return out
 
@@ -374,13 +315,10 @@ def amended_label(f: Finding) -> Finding:
     amendment = amendment_of(f.rule_name)
     if amendment is None or f.amended_by is not None or f.rule is None or not f.reads or f.verdict is None:
         return f
-    level = f.family_level if f.family_level is not None else LEVEL
-    wide = [widen(d, level) for _, d in f.reads]
-    before = BEFORE[amendment.issue][f.rule_name](*wide)
-    size_now = f.magnitude.reading if f.magnitude is not None else None
-    size_then = SIZE_BEFORE[amendment.issue](f.corrected or f.interval, f.paper) if size_now and f.paper else None
-    was, now = plain_label(before, size_then), plain_label(f.verdict, size_now)
-    return f if was == now else replace(f, amended_from=was, amended_by=amendment.issue)
+    before = BEFORE[amendment.issue][f.rule_name](*(widen(d, level_of(f)) for _, d in f.reads))
+    sized = f.magnitude is not None and f.magnitude.reading and f.paper
+    was = _label_then(f, before, SIZE_BEFORE[amendment.issue](f.corrected or f.interval, f.paper) if sized else None)
+    return f if was is None else replace(f, amended_from=was, amended_by=amendment.issue)
 
 
 def resting_on(f: Finding) -> list[str]:
@@ -394,8 +332,7 @@ def resting_on(f: Finding) -> list[str]:
         return code.read
     chosen = list(range(len(code.entered)))
     if f.rule is not None and len(f.reads) > 1 and f.verdict is not None:
-        level = f.family_level if f.family_level is not None else LEVEL
-        wide = [widen(d, level) for _, d in f.reads]
+        wide = [widen(d, level_of(f)) for _, d in f.reads]
         alone = [i for i in chosen if f.rule(*(d if j == i else None for j, d in enumerate(wide))) is f.verdict]
         chosen = alone or chosen
     return list(dict.fromkeys(run for i in chosen for run in code.entered[i]))
@@ -437,15 +374,10 @@ def _label_at_level(f: Finding, level: float) -> str | None:
     differs from its label now; None where it is the same or the finding reads no family's intervals."""
     if f.family_k is None or f.rule is None or not f.reads or f.verdict is None or level == protocol.current().level:
         return None
-    wide = [widen(d, bonferroni_level(f.family_k, level)) for _, d in f.reads]
-    size_now = f.magnitude.reading if f.magnitude is not None else None
-    size_then = None
-    if size_now is not None and f.paper and f.interval is not None:
-        size_then = size_reading(
-            widen(f.interval, bonferroni_level(f.family_k, level)), f.paper, regime=f.size_regime()
-        )
-    was, now = plain_label(f.rule(*wide), size_then), plain_label(f.verdict, size_now)
-    return None if was == now else was
+    each = bonferroni_level(f.family_k, level)
+    sized = f.magnitude is not None and f.magnitude.reading is not None and f.paper and f.interval is not None
+    size = size_reading(widen(f.interval, each), f.paper, regime=f.size_regime()) if sized else None
+    return _label_then(f, f.rule(*(widen(d, each) for _, d in f.reads)), size)
 
 
 def claims(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> list[tuple[paper.Claim, Finding | None]]:

@@ -2,9 +2,8 @@
 sentences, table and figures, each study's own section (the leaderboard before the groups, the tau landscape
 after them: `study.Study.section`), the diagnostics, provenance and the runs.
 
-What a finding says is written by `prose` (each study's own words registered in its module of
-`ega_lightning.experiments.studies`); every figure of the paper in the text comes from `paper`, every rule's words
-from `rules`.
+What a finding says is written by `engine` (its templates); every figure of the paper in the text comes from
+`paper`, every rule's words from `rules`.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ega_lightning.experiments import paper, prose, protocol, provenance, sizes
+from ega_lightning.experiments import engine, paper, protocol, provenance, sizes
 from ega_lightning.experiments.comparisons import (
     Row,
     RunData,
@@ -45,10 +44,11 @@ def claims_table(found: list[Finding], extra: Sequence[paper.Claim] = ()) -> lis
         if f is None:
             lines.append(f"| {claim.text} | {claim.figure} | — | — | — | not measured by these runs | — | — | — |")
             continue
-        subject = f" ({prose.claim_subject(f)})" if prose.claim_subject(f) else ""
+        subject = f" ({engine.claim_subject(f)})" if engine.claim_subject(f) else ""
         lines.append(
-            f"| {claim.text}{subject} | {claim.figure} | {prose.ours_cell(f)} | {prose.family_cell(f)} | {f.regime} "
-            f"| {prose.verdict_cell(f)} | {prose.registration_cell(f)} | {prose.code_cell(f)} | {prose.evidence(f)} |"
+            f"| {claim.text}{subject} | {claim.figure} | {engine.ours_cell(f)} | {engine.family_cell(f)} "
+            f"| {f.regime} | {engine.verdict_cell(f)} | {engine.registration_cell(f)} | {engine.code_cell(f)} "
+            f"| {engine.evidence(f)} |"
         )
     return lines
 
@@ -93,15 +93,14 @@ def protocol_note(found: list[Finding], dates: protocol.Dates) -> list[str]:
         "after every such run). Here: "
         + (", ".join(f"{n} {mark}" for mark, n in sorted(marks.items())) or "none")
         + ".",
-        *(_amendment_line(a) for a in p.amendments),
+        *(
+            f"- amendment of {a.date} (issue {a.issue}): {a.text.get('why', '')} "
+            + " ".join(text for key, text in a.text.items() if key != "why")
+            for a in p.amendments
+        ),
         "",
     ]
     return lines
-
-
-def _amendment_line(a: protocol.Amendment) -> str:
-    said = " ".join(text for key, text in a.text.items() if key != "why")
-    return f"- amendment of {a.date} (issue {a.issue}): {a.text.get('why', '')} {said}"
 
 
 def method_note(found: list[Finding]) -> list[str]:
@@ -241,7 +240,7 @@ def section(
     for table in tables:
         lines += [f"### {table.corpus}", ""]
         mine = [f for f in found if f.section == group and f.corpus == table.corpus]
-        lines += [f"- {prose.sentence(f)}" for f in mine]
+        lines += [f"- {engine.sentence(f)}" for f in mine]
         lines += ["", TABLE_HEAD, *(table_line(row) for row in table.rows), ""]
         for row in table.rows:
             if row.baseline is not None and row.baseline.group != group:
@@ -284,33 +283,6 @@ def _runs_table(runs: list[RunData]) -> list[str]:
     lines.append("")
     lines += [f"- {label}: {m or 'not known'}" for m, label in labels.items()]
     return lines
-
-
-def diagnostics_section(found: list[Finding]) -> list[str]:
-    mine = [f for f in found if f.section == DIAGNOSTICS]
-    if not mine:
-        return []
-    return [
-        f"## {DIAGNOSTICS}",
-        "",
-        "Measurements that test no claim of the paper and that no verdict reads.",
-        "",
-        *(f"- {prose.sentence(f)}" for f in mine),
-        "",
-    ]
-
-
-def _missing_table(missing: list[RunData]) -> list[str]:
-    if not missing:
-        return ["None: every run of the spec(s) is finished."]
-    return [
-        "| run | spec | group | variant | status | why |",
-        "|---|---|---|---|---|---|",
-        *(
-            f"| `{r.run.run_name}` | `{r.run.spec}` | {r.run.group} | `{r.run.variant}` | {r.status} | {r.reason} |"
-            for r in missing
-        ),
-    ]
 
 
 def study_sections(
@@ -371,8 +343,24 @@ def markdown(
     for group in dict.fromkeys(t.group for t in tables):
         lines += section(group, [t for t in tables if t.group == group], found, figures, runs_dir)
     lines += study_sections(inputs, found, measured, drawn, first=False)
-    lines += diagnostics_section(found)
+    if diagnostics := [f for f in found if f.section == DIAGNOSTICS]:
+        lines += [
+            f"## {DIAGNOSTICS}",
+            "",
+            "Measurements that test no claim of the paper and that no verdict reads.",
+            "",
+        ]
+        lines += [*(f"- {engine.sentence(f)}" for f in diagnostics), ""]
     lines += provenance.section(provenance_data, runs)
     lines += ["## Runs", "", *(_runs_table(done) if done else ["No finished runs."]), ""]
-    lines += ["## Missing and incomplete runs", "", *_missing_table(missing)]
+    head = ["| run | spec | group | variant | status | why |", "|---|---|---|---|---|---|"]
+    rows = [
+        f"| `{r.run.run_name}` | `{r.run.spec}` | {r.run.group} | `{r.run.variant}` | {r.status} | {r.reason} |"
+        for r in missing
+    ]
+    lines += [
+        "## Missing and incomplete runs",
+        "",
+        *((head + rows) if missing else ["None: every run of the spec(s) is finished."]),
+    ]
     return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ega_lightning.experiments import engine, prose
+from ega_lightning.experiments import engine
 from ega_lightning.experiments.findings import Registration
 from ega_lightning.experiments.stats import Difference
 from ega_lightning.experiments.studies.author import TITLE
@@ -53,7 +53,6 @@ ONCE_KINDS = (*AUTHOR_KINDS, *PAPER_KINDS)
 WATERFALL = "<!-- the author's EGA: its waterfall goes here (issue 50) -->"
 # what each label of the measure past the block says (`engine.PAST_THE_BLOCK`)
 PAST_THE_BLOCK = {verdict.value: reading for verdict, reading in engine.PAST_THE_BLOCK.items()}
-UNDECIDED = ("too few seeds to tell", "no finished runs")
 DIFFERENCE = ("estimate", "low", "high", "n", "df", "method")  # an interval's keys in results.json, in its order
 
 
@@ -140,7 +139,7 @@ def verdict(f: dict[str, Any], max_seeds: int) -> str:
         text += f"; in place of the window contrast's {f['replaces']})" if f.get("replaces") else ")"
     if f["kind"] == "cost" and f.get("not_testable"):
         text += " (a CPU bench; the paper's GPU claim untested)"
-    if f["verdict"] in UNDECIDED and f.get("seeds_needed"):
+    if f["verdict"] in ("too few seeds to tell", "no finished runs") and f.get("seeds_needed"):
         n = f["seeds_needed"]
         seeds = f"> {max_seeds}" if n > max_seeds else f"{n}"
         likely = f", most likely {f['seeds_verdict']}" if f.get("seeds_verdict") else ""
@@ -149,10 +148,10 @@ def verdict(f: dict[str, Any], max_seeds: int) -> str:
 
 
 def registered(f: dict[str, Any]) -> str:
-    """Its registration as the claims table says it (`prose.registration_text`: the mark, the amendment that
+    """Its registration as the claims table says it (`engine.registration_text`: the mark, the amendment that
     changed its label); "—" where it has no label."""
     r = f.get("registration")
-    return prose.registration_text(Registration(**r)) if f["verdict"] and r else "—"
+    return engine.registration_text(Registration(**r)) if f["verdict"] and r else "—"
 
 
 def which_ega(f: dict[str, Any], gates: dict[str, str]) -> str:
@@ -245,11 +244,6 @@ def row(what: str, figure: str, found: list[dict[str, Any]], results: dict[str, 
     return f"| {what} | {figure} | " + " | ".join(cells) + " |"
 
 
-def _read(results: dict[str, Any], kinds: tuple[str, ...]) -> list[dict[str, Any]]:
-    """The findings of ``kinds`` with a label, in results.json's order."""
-    return [f for f in results["findings"] if f["kind"] in kinds and f["verdict"]]
-
-
 def summary(
     results: dict[str, Any], leaderboard_figure: str | None = None, waterfall_figure: str | None = None
 ) -> list[str]:
@@ -292,7 +286,10 @@ def summary(
     for key, found in rows:
         claim = claims[key]
         lines.append(row(claim["claim"], claim["figure"], found, results, gates))
-    others = [(what, found) for what, kinds in OTHER_STUDIES if (found := _read(results, kinds))]
+    labelled = [
+        (what, [f for f in results["findings"] if f["kind"] in kinds and f["verdict"]]) for what, kinds in OTHER_STUDIES
+    ]
+    others = [(what, found) for what, found in labelled if found]
     if others:
         lines += [
             "",

@@ -40,11 +40,6 @@ def max_seeds() -> int:
     return protocol.current().max_seeds
 
 
-def power() -> float:
-    """The probability at which `seeds_for_power` asks a rule to decide."""
-    return protocol.current().power
-
-
 def min_repetitions() -> int:
     """The fewest repetitions of the bench the cost verdict reads."""
     return protocol.current().verdicts["cost"].min_repetitions or 0
@@ -359,12 +354,13 @@ def cost_rule(
 @stated(
     "seeds",
     lambda: (
-        f"an undecided verdict gives the paired seeds n at which its rule decides with {100 * power():.0f}% "
-        "probability, at the verdict's level, if the mean and std of each of its intervals' per-seed values are the "
-        "true ones (each interval's mean and std drawn as a sample of n from them: the normal mean and the "
-        "chi-square std, 4,000 draws, the intervals drawn independently), and the range of n when the stds are "
-        f"instead at the ends of their own 95% intervals; '> {max_seeds()}' when no n up to {max_seeds()} does. It "
-        f"names the verdict the rule most often reaches in those draws at that n (at {max_seeds()} beyond it)."
+        "an undecided verdict gives the paired seeds n at which its rule decides with "
+        f"{100 * protocol.current().power:.0f}% probability, at the verdict's level, if the mean and std of each of "
+        "its intervals' per-seed values are the true ones (each interval's mean and std drawn as a sample of n from "
+        "them: the normal mean and the chi-square std, 4,000 draws, the intervals drawn independently), and the range "
+        "of n when the stds are instead at the ends of their own 95% intervals; "
+        f"'> {max_seeds()}' when no n up to {max_seeds()} does. It names the verdict the rule most often reaches in "
+        f"those draws at that n (at {max_seeds()} beyond it)."
     ),
 )
 def seeds_for_power(rule: Rule, intervals: Sequence[Difference | None], level: float) -> tuple[int, int, int] | None:
@@ -375,8 +371,8 @@ def seeds_for_power(rule: Rule, intervals: Sequence[Difference | None], level: f
     def decided(*ds: Difference | None) -> bool:
         return rule(*ds) not in (Verdict.TOO_FEW_SEEDS, Verdict.NO_DATA)
 
-    most = max_seeds()
-    found = [decides_with_power(decided, intervals, level, power(), most, std_end) for std_end in (0, -1, 1)]
+    most, power = max_seeds(), protocol.current().power
+    found = [decides_with_power(decided, intervals, level, power, most, std_end) for std_end in (0, -1, 1)]
     if any(n is None for n in found):
         return None
     n, low, high = (x if x is not None else most + 1 for x in found)

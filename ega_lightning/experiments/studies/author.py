@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ega_lightning.experiments import engine, paper, plots, prose, protocol, whole_split
+from ega_lightning.experiments import engine, paper, plots, protocol, whole_split
 from ega_lightning.experiments.comparisons import RECIPE_DEFAULTS, SHAPE_KEYS, Variant, shape, shape_text
 from ega_lightning.experiments.findings import Finding, Where, code_of, measured_with, pair
 from ega_lightning.experiments.stats import Difference, bonferroni_level, compare, summarize, widen
@@ -223,7 +223,7 @@ def measure(inputs: ReportInputs) -> list[Decomposition]:
 
 
 def _step_line(s: Step, f: Finding | None, seeds: Sequence[int]) -> str:
-    label = prose.verdict_cell(f) if f is not None else "—"
+    label = engine.verdict_cell(f) if f is not None else "—"
     cells = [
         f"{s.key}" + (" (= the sum of the four steps)" if s.key == "B − A" else ""),
         s.what,

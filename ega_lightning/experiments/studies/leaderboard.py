@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ega_lightning.config_files import SIZE_KEYS
-from ega_lightning.experiments import engine, paper, plots, prose, protocol
+from ega_lightning.experiments import engine, paper, plots, protocol
 from ega_lightning.experiments.bench import Bench, Timed, timed_gates
 from ega_lightning.experiments.comparisons import Variant, difference, reference
 from ega_lightning.experiments.findings import Finding, Where, code_of, measured_with
@@ -335,7 +335,7 @@ def leaderboard_section(inputs: ReportInputs, boards: Boards, found: Sequence[Fi
         lines += [
             describe(baseline, entries),
             "",
-            *(f"- {prose.sentence(f)}" for f in found if f.section == LEADERBOARD),
+            *(f"- {engine.sentence(f)}" for f in found if f.section == LEADERBOARD),
             "",
             table_head(),
             *(table_line(i, e, baseline) for i, e in enumerate(entries, 1)),

@@ -10,7 +10,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from ega_lightning.experiments import engine, plots, prose
+from ega_lightning.experiments import engine, plots
 from ega_lightning.experiments.comparisons import Variant
 from ega_lightning.experiments.findings import Finding, Where, correct, scale
 from ega_lightning.experiments.landscape_results import Evaluation
@@ -133,7 +133,7 @@ def landscape_section(inputs: ReportInputs, data: None, found: Sequence[Finding]
         "",
         DESCRIPTION,
         "",
-        *(f"- {prose.sentence(f)}" for f in found if f.section == TAU_SECTION),
+        *(f"- {engine.sentence(f)}" for f in found if f.section == TAU_SECTION),
         "",
     ]
     if inputs.evaluations:
