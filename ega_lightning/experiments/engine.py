@@ -14,7 +14,7 @@ a finding says comes from :data:`TEMPLATES`, sentences keyed by kind (else by ru
 and its row of the claims table are written.
 
 A new study whose metrics exist is its family, verdict kind and comparisons in the protocol, and its sweep file:
-`family_findings` reads it where a study names the family (`studies.family`, one line of `studies.STUDIES`). A new metric is one
+`family_findings` reads it where a study names the family (`studies.family`). A new metric is one
 function registered with :func:`metric`; one read over several variants of a side's group (the context family's
 growth, from the shortest block to the longest) names them with it (:class:`Span`), so the finding's code and its
 registration count the runs its interval reads. What a kind states beside its interval (the leak's causal Δ, the tail's
