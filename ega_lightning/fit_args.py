@@ -1,10 +1,7 @@
 """The command line of `ega fit`, `validate` and `test`: Lightning's parser as `ega` builds it (`cli_options`,
-`add_run_arguments`, `EgaArgumentParser`), and `problems`, which reads a fit's command line as `ega fit` does and
-lists what it would refuse, building nothing and writing nothing: the parser's errors (flags, values, -c files),
-the model's and the data's argument checks (gates and their import paths, options, shapes; the corpus, batch
-sizes) and the run plan's refusals (`run_policy.REFUSALS`: step counts, run name, ...). `ega sweep` asks it of
-every run of a spec before the first run starts; `EgaCLI` (commands/lightning_cli.py) is the command that builds
-and runs."""
+`add_run_arguments`, `EgaArgumentParser`), and `problems`, which lists what `ega fit` would refuse of a command line
+(the parser's errors, the model's and the data's argument checks, the run plan's refusals), building and writing
+nothing: `ega sweep` asks it of every run of a spec before the first starts."""
 
 from __future__ import annotations
 
@@ -59,10 +56,8 @@ class EgaArgumentParser(LightningArgumentParser):
         text = parser_message(message)
         key = re.search(r'Parser key "([^"]+)"', text)
         where = f"--{key.group(1)}: " if key else ""
-        print(
-            f"ega {command}: error: {text}\n{where}see `ega {command} --help` for the accepted options and values.",
-            file=sys.stderr,
-        )
+        help = f"see `ega {command} --help` for the accepted options and values."
+        print(f"ega {command}: error: {text}\n{where}{help}", file=sys.stderr)
         self.exit(2)
 
 
@@ -180,19 +175,17 @@ def problems(argv: list[str]) -> list[str]:
     except (ArgumentError, UserError, ValueError) as err:
         return [parser_message(str(err))]
     command = config.get("subcommand")
-    config = config[command]
-    found = []
-    try:
-        check_arguments(config.model.as_dict())
-    except ValueError as err:  # UserError too
-        found.append(one_line(str(err)))
-    try:  # its arguments' checks (the corpus's name, the batch sizes): no file is read before setup
-        CharDataModule(**config.data.as_dict())
-    except ValueError as err:
-        found.append(one_line(str(err)))
-    try:
+    config, found = config[command], []
+
+    def plan() -> None:
         request = run_policy.read_request(command, config, resolved)
-        found += run_policy.refusals(request, run_policy.decide(request))
-    except ValueError as err:
-        found.append(one_line(str(err)))
+        found.extend(run_policy.refusals(request, run_policy.decide(request)))
+
+    # the data module's argument checks (the corpus's name, the batch sizes) read no file before setup
+    checks = (lambda: check_arguments(config.model.as_dict()), lambda: CharDataModule(**config.data.as_dict()), plan)
+    for check in checks:
+        try:
+            check()
+        except ValueError as err:  # UserError too
+            found.append(one_line(str(err)))
     return found

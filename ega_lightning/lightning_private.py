@@ -1,11 +1,8 @@
-"""Every use of Lightning's private API in ega_lightning, in one place, each with why no public hook serves.
-
-Checked against lightning ``LIGHTNING_CHECKED``. tests/test_lightning_private.py holds each row of
-``PRIVATE_USES`` to the installed Lightning (the name is there, with the signature and the call order
-this package relies on), so an upgrade that changes one is a failing test, never a silent change of
-behaviour. A new private use gets a row here and a test there; a row no code uses any more is deleted.
-Every use is made here, behind a function or a class with a public name: no other module of the package names
-a private attribute of Lightning or jsonargparse (the test fails on one that does).
+"""Every use of Lightning's private API in ega_lightning, made here behind a public name, each with why no public
+hook serves (checked against lightning ``LIGHTNING_CHECKED``). tests/test_lightning_private.py holds each row of
+``PRIVATE_USES`` to the installed Lightning (the name, its signature, the call order relied on), so an upgrade that
+changes one fails a test, and fails on another module that names a private attribute of Lightning or jsonargparse.
+A new private use gets a row here and a test there; a row no code uses any more is deleted.
 """
 
 from __future__ import annotations
@@ -100,8 +97,8 @@ PRIVATE_USES = (
 
 
 def purge_from(logger: Any, step: int) -> None:
-    """A TensorBoard logger's events from ``step`` on are dropped when it opens its event file (SummaryWriter's
-    ``purge_step``), unless its config sets a purge step; any other logger is left as it is."""
+    """A TensorBoard logger drops its events from ``step`` on (SummaryWriter's ``purge_step``; unless its config sets
+    one); any other logger is left as it is."""
     if isinstance(logger, TensorBoardLogger) and logger._kwargs.get("purge_step") is None:
         logger._kwargs["purge_step"] = step
 
@@ -153,15 +150,13 @@ class PlannedCheckpointMerge:
 
 
 def set_sigterm_handler(trainer: Any, handler: Any) -> None:
-    """``handler`` becomes what the Trainer installs for SIGTERM when it registers its signal handlers (after the
-    strategy's setup_environment), in place of Lightning's own, which broadcasts from inside the handler."""
+    """``handler`` becomes what the Trainer installs for SIGTERM (after the strategy's setup_environment)."""
     trainer._signal_connector._sigterm_notifier_fn = handler
 
 
 def take_launcher_children(trainer: Any) -> list[subprocess.Popen[bytes]]:
-    """On rank 0 of Lightning's own launcher, the ranks it started, taken out of its list in place: its child
-    observer holds the same list, and would SIGKILL rank 0 and every child as soon as one child exits non-zero (143
-    too); emptied, it ends at its next look. Elsewhere (another launcher, no launcher): []."""
+    """On rank 0 of Lightning's own launcher, the ranks it started, taken out of the list its child observer shares
+    (emptied, the observer ends at its next look). Elsewhere (another launcher, none): []."""
     procs = getattr(trainer.strategy.launcher, "procs", None)
     if not isinstance(procs, list) or not procs:
         return []

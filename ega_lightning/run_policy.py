@@ -1,30 +1,22 @@
-"""What `ega fit`, `validate` and `test` do with a run directory, decided once, from plain data: the run plan.
+"""What `ega fit`, `validate` and `test` do with a run directory, decided once from plain data: the run plan.
 
-`read_request` reads what the decision needs: the command's parsed config (before a checkpoint's
-hyper-parameters are merged into it), the keys the user set (flags and -c files), and what the
-checkpoint that --ckpt_path names holds. `plan_run` decides from that data alone: the run directory,
-what the checkpoint decides (the model, the corpus) and what the command keeps (how the model runs),
-the resume point, the lock, whether the old run is deleted; or it refuses, with the first of
-``REFUSALS`` that applies, as one paragraph saying what is wrong and the way out. `EgaCLI`
-(commands/lightning_cli.py) applies the plan in its hooks; nothing is built or written before it.
-
-A refusal is one callable ``(request, plan) -> message or None`` in ``REFUSALS``, asked in order: a function,
-or, for one value out of its range, a `Limit` row (its name, the key, the range); its paragraph is the entry of
-its name in refusals.yaml. A new rule is one more entry in each, and `refusals` lists every one that applies.
-They read only the request and the plan, so every process of a run (each DDP rank) decides the same. The run
-directory's state (fresh, resumable, stale: `runs.check_fit_target`) is the one decision taken later, by
-`claim_run_dir`, under the directory's lock: read without it, a run that another process is training would
-look stale.
-
-Ranks that a launcher starts together (torchrun, srun) must stop together: there a refusal that rests on the
-checkpoint alone (which a node-local disk may lack: `plan_run_together`) and rank 0's claim are kept until the
-process group forms, and then every rank's `RankVerdict` (with whether it can read the checkpoint the run
-restores) decides, the same on every rank, before Lightning's first collective (`agreed_refusal`).
+`read_request` reads what the decision needs: the parsed config (before a checkpoint's hyper-parameters are merged
+into it), the keys the user set, what --ckpt_path's checkpoint holds. `plan_run` decides from that alone (the run
+directory, what the checkpoint decides and what the command keeps, the resume point, the lock), or refuses with the
+first of ``REFUSALS`` that applies: a callable ``(request, plan) -> paragraph or None``, a function or, for one
+value out of its range, a `Limit` row, whose wording is its name's entry in refusals.yaml. They read only the
+request and the plan, so every DDP rank decides the same. The run directory's state (`runs.check_fit_target`) is
+decided later, by `claim_run_dir`, under the directory's lock: read without it, a run that another process trains
+would look stale. Ranks that a launcher starts together (torchrun, srun) must stop together: a refusal that rests
+on the checkpoint alone (a node-local disk may lack it) and rank 0's claim wait until the process group forms, and
+every rank's `RankVerdict` decides there, before Lightning's first collective (`agreed_refusal`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections import namedtuple
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -43,15 +35,12 @@ from ega_lightning.module import MODEL, RUNTIME_KEYS, SHAPE_KEYS, WORLD_KEY, che
 
 
 @dataclass(frozen=True)
-class CheckpointFacts:
-    """What the plan reads of a checkpoint (its tensors are Lightning's to restore)."""
-
+class CheckpointFacts:  # what the plan reads of a checkpoint (its tensors are Lightning's to restore)
     path: Path
     hparams: Mapping[str, Any]  # the model's: CharLM's arguments as the run was configured
     global_step: int | None
     corpus: str | None  # the datamodule's, where the checkpoint records it
-    # (num_nodes, devices) it was saved with: recorded in it (module.WORLD_KEY), else, for a checkpoint from before
-    # that record, its run's config.yaml; None: neither tells
+    # (num_nodes, devices) it was saved with (module.WORLD_KEY; before that record, its run's config.yaml's)
     world: tuple[int, int] | None = None
     # what the checkpoint says of the run that saved it, by the config's dotted keys (data.batch_size, data.seed,
     # run_name, trainer.precision, ...): the datamodule's arguments and ega's record (callbacks.last.RUN_KEY)
@@ -60,8 +49,6 @@ class CheckpointFacts:
 
 @dataclass(frozen=True)
 class RunRequest:
-    """What a plan is decided from, as plain data."""
-
     command: str | None  # fit, validate, test; None: the Python API without a subcommand (run=False)
     config: Mapping[str, Any]  # the command's parsed config (model, data, trainer, run_name, ckpt_path, ...)
     typed: frozenset[str]  # the keys the user set, by a flag or in a -c file: model.n_embd, trainer.max_steps, ...
@@ -70,8 +57,6 @@ class RunRequest:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What the command does with its run directory; `EgaCLI`'s hooks apply it."""
-
     command: str | None
     run_dir: Path  # where the run's files go (the Trainer's root, the loggers', the checkpoints')
     ckpt_path: str | None  # as given: a checkpoint file, or `last`
@@ -83,28 +68,22 @@ class RunPlan:
     clear_old_run: bool  # delete what the old run wrote, once every class is built (a typo must not cost the run)
     resume_step: int | None  # fit --ckpt_path last: the step it resumes at (TensorBoard drops what was logged after)
     last_every: int  # checkpoints/last.ckpt every N optimizer steps and at the end (0: never)
-    # validate/test: the evaluation's own run directory beside the training run's (``<run>/validate``), which it
-    # replaces (None under fast_dev_run, which logs nothing), and the step its metrics are stamped at: where the
-    # training run logged the same checkpoint's validation (one below its optimizer step), so that no training
-    # curve is ever written by an evaluation
+    # validate/test: the evaluation's own run directory under the run (``<run>/validate``; None under fast_dev_run,
+    # which logs nothing), and the step its metrics are stamped at: where the training run logged the checkpoint's
+    # validation (one below its optimizer step), so that an evaluation never writes a training curve
     evaluation: str | None = None
     eval_step: int | None = None
 
 
 def read_request(command: str | None, config: Any, argv: Sequence[str], missing_ok: bool = False) -> RunRequest:
-    """The request of ``command`` with its parsed ``config`` (a jsonargparse Namespace, before the checkpoint's
-    hyper-parameters) on the command line ``argv`` (its -c files resolved to paths).
-
-    Raises the checkpoint's UserError (no such file, not a checkpoint), and `runs.check_run_name`'s for a fit
-    that resumes ``last`` of a run name that is a path. ``missing_ok``: a checkpoint file that is not there is no
-    checkpoint (one rank of several, on a node that may lack it: the ranks say so together, `agreed_refusal`).
-    """
+    """The request of ``command`` with its parsed ``config`` (a jsonargparse Namespace) on the line ``argv`` (its -c
+    files resolved); raises the checkpoint's UserError (no such file, not a checkpoint). ``missing_ok``: a missing
+    checkpoint file is none (a rank on a node that may lack it: the ranks say so together, `agreed_refusal`)."""
     plain = config.as_dict()
     for section in SECTIONS:  # `trainer: null` in a -c file parses, and would build a Trainer of nothing
         if not isinstance(plain.get(section), dict):
             raise UserError(not_a_mapping(section, yaml.safe_dump(plain.get(section)).split("\n")[0]))
-    ckpt_path = plain.get("ckpt_path")
-    path = None
+    ckpt_path, path = plain.get("ckpt_path"), None
     if ckpt_path == "last" and command == "fit":
         last = runs.run_dir_of(plain) / runs.LAST
         path = last if last.is_file() else None  # none to resume: the directory's state says what to do
@@ -115,12 +94,11 @@ def read_request(command: str | None, config: Any, argv: Sequence[str], missing_
 
 def read_checkpoint(path: Path) -> CheckpointFacts:
     ckpt = load_checkpoint(path)
-    data = ckpt.get("datamodule_hyper_parameters", {})
+    data, hparams = ckpt.get("datamodule_hyper_parameters", {}), ckpt["hyper_parameters"]
     saved = {f"data.{key}": value for key, value in data.items() if not key.startswith("_")}
     saved.update(ckpt.get(RUN_KEY) or {})
-    hparams = ckpt["hyper_parameters"]
     # the model's values a resume continues (`CONTINUED`), as the run that saved it was built with
-    saved.update({row.key: hparams[row.key[6:]] for row in CONTINUED if row.key[6:] in hparams and row.model})
+    saved.update({r.key: hparams[r.key[6:]] for r in CONTINUED if r.key[:6] == "model." and r.key[6:] in hparams})
     recorded = ckpt.get(WORLD_KEY)
     world = world_of(recorded) if isinstance(recorded, Mapping) else None
     later = [key for key in ("precision", "accumulate_grad_batches") if f"trainer.{key}" not in saved]
@@ -129,18 +107,14 @@ def read_checkpoint(path: Path) -> CheckpointFacts:
         trainer = trainer if isinstance(trainer, dict) else {}
         world = world_of(trainer) if recorded is None and trainer else world
         saved.update({f"trainer.{key}": trainer[key] for key in later if trainer.get(key) is not None})
-    return CheckpointFacts(path, ckpt["hyper_parameters"], ckpt.get("global_step"), data.get("corpus"), world, saved)
+    return CheckpointFacts(path, hparams, ckpt.get("global_step"), data.get("corpus"), world, saved)
 
 
 def _run_config(path: Path) -> dict[str, Any]:
     """The config.yaml of the run a checkpoint file lies in (``<run>/checkpoints/<file>``); {} where there is none."""
-    config_path = path.parent.parent / "config.yaml"
-    if path.parent.name != "checkpoints" or not config_path.is_file():
-        return {}
-    try:
-        config = read_yaml(config_path)
-    except (OSError, ValueError, yaml.YAMLError):
-        return {}
+    config = None
+    with contextlib.suppress(OSError, ValueError, yaml.YAMLError):
+        config = read_yaml(path.parent.parent / "config.yaml") if path.parent.name == "checkpoints" else None
     return config if isinstance(config, dict) else {}
 
 
@@ -158,32 +132,28 @@ def world_of(trainer: Mapping[str, Any]) -> tuple[int, int] | None:
         count = devices
     else:
         return None
-    if not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1:
-        return None
-    return nodes, count
+    return (nodes, count) if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1 else None
 
 
 def typed_keys(argv: Sequence[str]) -> frozenset[str]:
-    """The keys a command line sets, two levels deep (``model.n_embd``, ``trainer.max_steps``, ``run_name``):
-    its ``--key`` flags, the keys of its -c files (already resolved to paths, see
-    `config_files.resolve_config_args`) and those of a section given whole (``--model='{n_embd: 64}'``,
-    ``--model=m.yaml``). The merged config cannot tell a key set to its default from one not set."""
+    """The keys a command line sets, two levels deep (``model.n_embd``, ``run_name``): its ``--key`` flags, the keys
+    of its -c files (resolved to paths, `config_files.resolve_config_args`) and those of a section given whole
+    (``--model='{n_embd: 64}'``, ``--model=m.yaml``). The merged config cannot tell a key set to its default from
+    one not set."""
     typed: set[str] = set()
     for i, arg in enumerate(argv):
         flag, has_value, value = arg.partition("=")
-        following = argv[i + 1] if i + 1 < len(argv) else None
-        if flag in ("-c", "--config"):
-            content = _yaml_of(value if has_value else following)
-            for section, values in (content if isinstance(content, dict) else {}).items():
-                typed |= {f"{section}.{key}" for key in values} if isinstance(values, dict) else {section}
-        elif flag.startswith("--") and flag.removeprefix("--") in SECTIONS:
-            # --model='{n_embd: 64}' or --model=m.yaml sets the keys of its mapping, as -c does (a section that
-            # is not a mapping, or a flag given without its value, counts as the section itself)
-            content = _yaml_of(value if has_value else following)
-            section = flag.removeprefix("--")
-            typed |= {f"{section}.{key}" for key in content} if isinstance(content, dict) and content else {section}
-        elif arg.startswith("--"):
-            typed.add(".".join(flag.removeprefix("--").split(".")[:2]))
+        section = flag[2:] if flag.startswith("--") and flag[2:] in SECTIONS else None
+        if flag not in ("-c", "--config") and section is None:
+            typed |= {".".join(flag[2:].split(".")[:2])} if arg.startswith("--") else set()
+            continue
+        content = _yaml_of(value if has_value else argv[i + 1] if i + 1 < len(argv) else None)
+        if section is None:  # -c: the keys of its sections
+            sections = content if isinstance(content, dict) else {}
+        else:  # as -c does; a section that is not a mapping (or a flag without its value) counts as the section itself
+            sections = {section: content if isinstance(content, dict) and content else None}
+        for name, values in sections.items():
+            typed |= {f"{name}.{key}" for key in values} if isinstance(values, dict) else {name}
     return frozenset(typed)
 
 
@@ -191,42 +161,32 @@ def _yaml_of(value: str | None) -> Any:
     """A config value as jsonargparse reads it: a file's content, or (from Python, or a flag) the YAML text itself."""
     if value is None:
         return None
-    try:
-        return yaml.safe_load(Path(value).read_text() if _is_file(value) else value)
-    except yaml.YAMLError:  # not YAML: the parser has said so already, or takes it as a plain value
-        return None
-
-
-def _is_file(value: str) -> bool:
-    try:
-        return Path(value).is_file()
-    except OSError:  # YAML text too long to be a file name
-        return False
+    with contextlib.suppress(OSError, ValueError):  # no such file (or YAML text too long to be a file name)
+        value = Path(value).read_text()
+    with contextlib.suppress(yaml.YAMLError):  # not YAML: the parser has said so already, or takes it as a value
+        return yaml.safe_load(value)
+    return None
 
 
 def plan_run(request: RunRequest) -> RunPlan:
     """The plan of ``request``; a UserError with the first of ``REFUSALS`` that refuses it."""
     plan = decide(request)
-    problems = refusals(request, plan)
-    if problems:
-        raise UserError(problems[0])
+    for problem in refusals(request, plan):
+        raise UserError(problem)
     return plan
 
 
 def plan_run_together(request: RunRequest) -> tuple[RunPlan, UserError | None]:
     """`plan_run` on one of several ranks started at once (torchrun, srun): a refusal that rests on the checkpoint
     alone, which another node may lack (and then plans without), is returned, to be said by every rank once the
-    process group forms, so that no rank leaves while another waits for it; one the config decides is raised,
-    as every rank raises it."""
-    plan = decide(request)
-    problems = refusals(request, plan)
-    if not problems:
-        return plan, None
-    if request.checkpoint is not None:
+    process group forms, so that no rank leaves while another waits for it; one the config decides is raised."""
+    try:
+        return plan_run(request), None
+    except UserError as err:
         bare = replace(request, checkpoint=None)
-        if not refusals(bare, decide(bare)):
-            return plan, UserError(problems[0])
-    raise UserError(problems[0])
+        if request.checkpoint is None or refusals(bare, decide(bare)):
+            raise
+        return decide(request), err
 
 
 def refusals(request: RunRequest, plan: RunPlan) -> list[str]:
@@ -238,19 +198,16 @@ def decide(request: RunRequest) -> RunPlan:
     """What the command does, before any check: the checkpoint decides the model and its corpus, the command how
     the model runs (``RUNTIME_KEYS``); the run directory is named after the model and corpus the command runs."""
     config, ckpt, command = request.config, request.checkpoint, request.command
-    ckpt_path = config.get("ckpt_path")
-    # a run resumed from its own last.ckpt already has the right config
-    merge = ckpt is not None and ckpt_path != "last"
+    ckpt_path, evaluates = config.get("ckpt_path"), command in ("validate", "test")
+    merge = ckpt is not None and ckpt_path != "last"  # a run resumed from its own last.ckpt has the right config
     model = {**config["model"], **({k: v for k, v in ckpt.hparams.items() if not k.startswith("_")} if merge else {})}
     kept = {k: config["model"][k] for k in RUNTIME_KEYS if k in config["model"]} if ckpt is not None else {}
     corpus = None if ckpt is None else ckpt.corpus
     data = {**config["data"], **({} if corpus is None else {"corpus": corpus})}
     run_name = config.get("run_name")
     run_dir = Path(config["runs_dir"]) / (run_name or runs.default_run_name({"model": model, "data": data}))
-    if command in ("validate", "test") and run_name is None and ckpt_path:
-        ckpt_dir = Path(ckpt_path).parent
-        if ckpt_dir.name == "checkpoints":  # evaluate into the run the checkpoint belongs to
-            run_dir = ckpt_dir.parent
+    if evaluates and run_name is None and ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
+        run_dir = Path(ckpt_path).parent.parent  # evaluate into the run the checkpoint belongs to
     fit, overwrite = command == "fit", bool(config.get("overwrite"))
     fast_dev_run = bool(config["trainer"].get("fast_dev_run"))
     return RunPlan(
@@ -268,7 +225,7 @@ def decide(request: RunRequest) -> RunPlan:
         last_every=config["checkpoint_every_n_steps"] if command in ("fit", None) and not fast_dev_run else 0,
         # nor a run of its own, which would replace the last evaluation with nothing
         evaluation=evaluation_name(command, config["data"].get("eval_block_size")) if not fast_dev_run else None,
-        eval_step=max((ckpt.global_step or 0) - 1, 0) if command in ("validate", "test") and ckpt is not None else None,
+        eval_step=max((ckpt.global_step or 0) - 1, 0) if evaluates and ckpt is not None else None,
     )
 
 
@@ -290,15 +247,17 @@ def claim_run_dir(plan: RunPlan, claim: runs.RunClaim) -> None:
 
 @dataclass(frozen=True)
 class RankVerdict:
-    """What one process of a run found before its first collective (`agreed_refusal` reads every rank's): its
-    refusal (rank 0's claim of the run directory: its state, its lock) and the checkpoint it would restore when
-    it cannot read it (a node-local disk without the run)."""
+    """What one process of a run found before its first collective: its refusal (rank 0's claim of the run
+    directory) and the checkpoint it would restore where it cannot read it (a node-local disk without the run)."""
 
     rank: int
     host: str
     refusal: str | None = None
     busy: bool = False  # the refusal is `runs.RunBusy`'s (exit status RUN_BUSY, not 2)
     missing: str | None = None
+
+    def __str__(self) -> str:
+        return f"rank {self.rank} (on {self.host})"
 
 
 def checkpoint_to_restore(plan: RunPlan) -> Path | None:
@@ -318,39 +277,39 @@ def rank_verdict(plan: RunPlan, rank: int, host: str, refusal: BaseException | N
 
 
 def agreed_refusal(verdicts: Sequence[RankVerdict], plan: RunPlan) -> tuple[str, bool] | None:
-    """What every rank of a run says and does, given every rank's verdict: the refusal of the lowest rank that has
-    one (True: it is `runs.RunBusy`'s), else, where some rank cannot read the checkpoint the others restore, that;
-    None: the run goes ahead, the same on every rank."""
+    """What every rank says and does, given every rank's verdict: the refusal of the lowest rank that has one (True:
+    `runs.RunBusy`'s), else, where some rank cannot read the checkpoint the others restore, that; None: go ahead."""
     ordered = sorted(verdicts, key=lambda v: v.rank)
     first = next((v for v in ordered if v.refusal), None)
     if first is not None:
-        said = first.refusal if first.rank == 0 else f"rank {first.rank} (on {first.host}) refused: {first.refusal}"
-        return str(said), first.busy
-    lacking = [v for v in ordered if v.missing]
+        return str(first.refusal if first.rank == 0 else f"{first} refused: {first.refusal}"), first.busy
+    lacking, have = [v for v in ordered if v.missing], [v for v in ordered if not v.missing]
     if not lacking:
         return None
-    path, have = lacking[0].missing, [v for v in ordered if not v.missing]
+    path, ckpt_path = lacking[0].missing, plan.ckpt_path
     if not have:
-        return paragraph("no_rank_reads_the_checkpoint", ckpt_path=plan.ckpt_path, path=path), False
-    names = ", ".join(f"rank {v.rank} (on {v.host})" for v in lacking)
-    others = f"; {', '.join(f'rank {v.rank} (on {v.host})' for v in have[:2])} can"
-    last = plan.ckpt_path == "last"
+        return paragraph("no_rank_reads_the_checkpoint", ckpt_path=ckpt_path, path=path), False
+    names, others = ", ".join(map(str, lacking)), f"; {', '.join(map(str, have[:2]))} can"
     way_out = paragraph(
-        "every_rank_reads_the_checkpoint.last" if last else "every_rank_reads_the_checkpoint.file", run_dir=plan.run_dir
+        "every_rank_reads_the_checkpoint.last" if ckpt_path == "last" else "every_rank_reads_the_checkpoint.file",
+        run_dir=plan.run_dir,
     )
-    return paragraph(
-        "every_rank_reads_the_checkpoint",
-        ckpt_path=plan.ckpt_path,
-        names=names,
-        path=path,
-        others=others,
-        way_out=way_out,
-    ), False
+    said = paragraph(
+        "every_rank_reads_the_checkpoint", ckpt_path=ckpt_path, names=names, path=path, others=others, way_out=way_out
+    )
+    return said, False
 
 
-# The refusals, in the order they are asked: each says what is wrong and the way out (its paragraph of
-# refusals.yaml, under its own name), or None.
 Refusal = Callable[[RunRequest, RunPlan], str | None]
+
+
+def _said(check: Callable[..., object], *args: Any, **kwargs: Any) -> str | None:
+    """The paragraph of the UserError that ``check(*args, **kwargs)`` raises; None: it raises none."""
+    try:
+        check(*args, **kwargs)
+    except UserError as err:
+        return str(err)
+    return None
 
 
 def last_resumes_only_fit(request: RunRequest, plan: RunPlan) -> str | None:
@@ -361,24 +320,17 @@ def last_resumes_only_fit(request: RunRequest, plan: RunPlan) -> str | None:
 
 def checkpoint_holds_the_model(request: RunRequest, plan: RunPlan) -> str | None:
     """The model-defining arguments (``SHAPE_KEYS``) the command sets unlike its checkpoint: for fit every one (a
-    resumed or continued run trains the model its config describes), for validate/test those the user typed,
-    whatever their value."""
-    ckpt = request.checkpoint
-    if ckpt is None:
-        return None
+    resumed or continued run trains the model its config describes), for validate/test those the user typed."""
+    ckpt, model = request.checkpoint, request.config["model"]
     keys = SHAPE_KEYS if request.command == "fit" else [k for k in SHAPE_KEYS if f"model.{k}" in request.typed]
-    try:
-        check_model_matches(ckpt.hparams, request.config["model"], keys, source=str(ckpt.path), asker="this command")
-    except UserError as err:
-        return str(err)
-    return None
+    return (
+        None if ckpt is None else _said(check_model_matches, ckpt.hparams, model, keys, str(ckpt.path), "this command")
+    )
 
 
 def checkpoint_decides_the_corpus(request: RunRequest, plan: RunPlan) -> str | None:
-    """A corpus the user names (``--data.corpus``, a -c file) unlike the checkpoint's: its model reads the
-    checkpoint's corpus, whose vocabulary it was trained on, and that corpus would replace the one named."""
-    ckpt = request.checkpoint
-    asked = request.config["data"].get("corpus")
+    # the model reads the checkpoint's corpus, whose vocabulary it was trained on, in place of the one named
+    ckpt, asked = request.checkpoint, request.config["data"].get("corpus")
     if ckpt is None or ckpt.corpus is None or "data.corpus" not in request.typed or asked == ckpt.corpus:
         return None
     return paragraph("checkpoint_decides_the_corpus", path=ckpt.path, corpus=ckpt.corpus, asked=asked)
@@ -387,17 +339,20 @@ def checkpoint_decides_the_corpus(request: RunRequest, plan: RunPlan) -> str | N
 # What AdamW and its schedule are built from: a checkpoint's optimizer and scheduler state (the base learning
 # rates, each group's weight decay, the betas, the step) is restored over the values a command gives.
 OPTIMIZER_KEYS = ("lr", "min_lr", "warmup_steps", "weight_decay", "betas")
-# the gates' values at initialisation, which a checkpoint's weights replace
-INIT_KEYS = ("tau_init", "alpha_init")
+INIT_KEYS = ("tau_init", "alpha_init")  # the gates' values at initialisation, which a checkpoint's weights replace
+
+
+def _differ(name: str, saved: Any, asked: Any) -> str | None:
+    """``name``'s line in a refusal that lists what differs from the checkpoint; None: the two are the same."""
+    saved, asked = (list(v) if isinstance(v, list | tuple) else v for v in (saved, asked))
+    return None if saved == asked else f"{name}: checkpoint {saved!r}, this command {asked!r}"
 
 
 def checkpoint_holds_the_optimizer(request: RunRequest, plan: RunPlan) -> str | None:
-    """fit from a checkpoint: the optimizer, its schedule and the gates' initial values come from it, and from a
-    checkpoint file (whose hyper-parameters replace the config's) every model value but how the model runs.
-    Refused: each one the user typed unlike the checkpoint's, and on a resume (``last``, whose config the run
-    records) each optimizer value the config holds unlike the checkpoint's; the packaged config's tau_init and
-    alpha_init, which no user chose, are never refused. (``dropout`` on a resume is built from the config and takes
-    effect: a resume refuses another one as a change of the run, `CONTINUED`.)"""
+    """fit from a checkpoint takes the optimizer, its schedule and the gates' initial values from it (from a file,
+    every model value but how the model runs): refused, each one the user typed unlike the checkpoint's, and on a
+    resume (whose config the run records) each optimizer value the config holds unlike it; the packaged tau_init and
+    alpha_init, which no user chose, never. (A resume's ``dropout`` takes effect: `CONTINUED` refuses another.)"""
     ckpt = request.checkpoint
     if ckpt is None or request.command not in ("fit", None):
         return None
@@ -405,44 +360,26 @@ def checkpoint_holds_the_optimizer(request: RunRequest, plan: RunPlan) -> str | 
     if resume:
         checked = [k for k in INIT_KEYS if f"model.{k}" in request.typed] + list(OPTIMIZER_KEYS)
     else:  # the shape is checkpoint_holds_the_model's
-        replaced = [k for k in model if k not in RUNTIME_KEYS and k not in SHAPE_KEYS]
-        checked = [k for k in replaced if f"model.{k}" in request.typed]
-    differ = [
-        f"{key}: checkpoint {_plain(ckpt.hparams[key])!r}, this command {_plain(model[key])!r}"
-        for key in checked
-        if key in ckpt.hparams and key in model and _plain(ckpt.hparams[key]) != _plain(model[key])
-    ]
+        checked = [k for k in model if k not in RUNTIME_KEYS and k not in SHAPE_KEYS and f"model.{k}" in request.typed]
+    found = (_differ(k, ckpt.hparams[k], model[k]) for k in checked if k in ckpt.hparams and k in model)
+    differ = "; ".join(d for d in found if d)
     if not differ:
         return None
     keep = paragraph("checkpoint_holds_the_optimizer.resume" if resume else "checkpoint_holds_the_optimizer.file")
-    return paragraph("checkpoint_holds_the_optimizer", path=ckpt.path, differ="; ".join(differ), keep=keep)
+    return paragraph("checkpoint_holds_the_optimizer", path=ckpt.path, differ=differ, keep=keep)
 
 
-@dataclass(frozen=True)
-class Continued:
-    """A value that a run resumed from its last.ckpt shares with the run that saved it (a row of refusals.yaml's
-    ``continued``, which says why each is one)."""
-
-    key: str  # the config's dotted key, and the checkpoint's (`CheckpointFacts.saved`)
-    decides: str  # what it decides in the run
-    named: str | None = None  # how a command line sets it (--seed_everything), where not by its key
-    used_with: str | None = None  # the key that must be set (in the checkpoint's run or this command) to use it
-
-    @property
-    def model(self) -> bool:
-        """A model value: the checkpoint's hyper-parameters hold it (`read_checkpoint`)."""
-        return self.key.startswith("model.")
-
-
-# What `ega fit --ckpt_path last` refuses to change: a new evaluation option of the data is one more row
+# What `ega fit --ckpt_path last` refuses to change: refusals.yaml's ``continued`` says why each row is one.
+# ``key``: the config's dotted key, and the checkpoint's (`CheckpointFacts.saved`); ``named``: how a command line
+# sets it where not by its key; ``used_with``: the key that must be set (in the checkpoint's run or this command)
+Continued = namedtuple("Continued", "key decides named used_with", defaults=(None, None))
 CONTINUED = tuple(Continued(**row) for row in wording("continued"))
 # Lightning's older spellings of a precision, by the name it runs them under (Trainer.precision)
 PRECISION_NAMES = {"64": "64-true", "32": "32-true", "16": "16-mixed", "bf16": "bf16-mixed", "None": "32-true"}
 
 
 def precision_name(value: Any) -> str:
-    """A precision as Lightning names the one it runs (``32`` and ``"32"``: ``32-true``; ``bf16``: ``bf16-mixed``;
-    None, the Trainer's default: ``32-true``)."""
+    """A precision as Lightning names the one it runs (``32``, ``"32"``: ``32-true``; None, its default, too)."""
     return PRECISION_NAMES.get(str(value), str(value))
 
 
@@ -471,39 +408,44 @@ def _resumed(request: RunRequest, plan: RunPlan) -> CheckpointFacts | None:
 
 def resume_continues_one_run(request: RunRequest, plan: RunPlan) -> str | None:
     """A resume (``last``) whose command differs from its checkpoint's run in a row of ``CONTINUED``."""
-    ckpt = _resumed(request, plan)
-    if ckpt is None:
-        return None
-    differ = []
-    for row in CONTINUED:
-        if row.key not in ckpt.saved:
-            continue
-        unused = row.used_with is not None and ckpt.saved.get(row.used_with) is None
-        if unused and _command_value(request, plan, str(row.used_with)) is None:
-            continue  # neither evaluation reads it
+    ckpt, differ = _resumed(request, plan), []
+    for row in CONTINUED if ckpt is not None else ():
+        used = row.used_with is None or ckpt.saved.get(row.used_with) is not None
+        if row.key not in ckpt.saved or not (used or _command_value(request, plan, row.used_with) is not None):
+            continue  # not recorded, or neither evaluation reads it
         saved = precision_name(ckpt.saved[row.key]) if row.key == "trainer.precision" else ckpt.saved[row.key]
-        asked = _command_value(request, plan, row.key)
-        if _plain(saved) != _plain(asked):
-            name = row.named or row.key
-            differ.append(f"{name}: checkpoint {_plain(saved)!r}, this command {_plain(asked)!r} ({row.decides})")
+        said = _differ(row.named or row.key, saved, _command_value(request, plan, row.key))
+        differ += [f"{said} ({row.decides})"] if said else []
     if not differ:
         return None
     at = f" at step {ckpt.global_step}" if ckpt.global_step is not None else ""
     return paragraph("resume_continues_one_run", run_dir=plan.run_dir, path=ckpt.path, at=at, differ="; ".join(differ))
 
 
+def _steps(request: RunRequest) -> int | None:
+    """trainer.max_steps where it is a number of steps (below 1: max_steps_positive says it); else None."""
+    steps = request.config["trainer"]["max_steps"]
+    return steps if steps is not None and steps >= 1 else None
+
+
 def resume_not_past_max_steps(request: RunRequest, plan: RunPlan) -> str | None:
     # a resume with max_steps below its step would train nothing and record a run shorter than the one trained
-    # (max_steps below 1: max_steps_positive says it)
-    ckpt, steps = _resumed(request, plan), request.config["trainer"]["max_steps"]
-    if ckpt is None or ckpt.global_step is None or steps is None or steps < 1 or ckpt.global_step <= steps:
+    ckpt, steps = _resumed(request, plan), _steps(request)
+    if ckpt is None or ckpt.global_step is None or steps is None or ckpt.global_step <= steps:
         return None
     best = plan.run_dir / "checkpoints" / "best.ckpt"
     return paragraph("resume_not_past_max_steps", run_dir=plan.run_dir, step=ckpt.global_step, steps=steps, best=best)
 
 
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, list | tuple) else value
+def continuing_trains_something(request: RunRequest, plan: RunPlan) -> str | None:
+    # `last` of a finished run is left alone: ega sweep resumes a run stopped between its last
+    # checkpoint and its DONE, and Lightning ends that fit at once
+    ckpt, steps = request.checkpoint, _steps(request)
+    if request.command != "fit" or ckpt is None or plan.ckpt_path == "last" or ckpt.global_step is None:
+        return None
+    if steps is None or ckpt.global_step < steps:
+        return None
+    return paragraph("continuing_trains_something", path=ckpt.path, step=ckpt.global_step, steps=steps)
 
 
 def dropout_before_gate_trains_on_reference(request: RunRequest, plan: RunPlan) -> str | None:
@@ -511,17 +453,11 @@ def dropout_before_gate_trains_on_reference(request: RunRequest, plan: RunPlan) 
     materialises and the fused path takes as a keep mask (`fused.FusedAttention.causal`); FlexAttention has no
     attention dropout. Evaluation has no dropout, where every path computes it."""
     model = request.config.get("model") or {}
-    if request.command != "fit" or not model.get("dropout_before_gate") or not model.get("dropout"):
+    dropout, attention = model.get("dropout"), model.get("attention", "fused")
+    author = request.command == "fit" and model.get("dropout_before_gate")
+    if not (author and dropout) or attention in ("reference", "fused"):
         return None
-    if model.get("attention", "fused") in ("reference", "fused"):
-        return None
-    return paragraph(
-        "dropout_before_gate_trains_on_reference", dropout=model["dropout"], attention=model.get("attention")
-    )
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float)
+    return paragraph("dropout_before_gate_trains_on_reference", dropout=dropout, attention=attention)
 
 
 @dataclass(frozen=True)
@@ -541,36 +477,30 @@ class Limit:
         return None if self.ok(value) else paragraph(self.name, value=value)
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float)
+
+
 SEEDS = 2**32  # numpy's random generator, which Lightning's seed_everything seeds, takes [0, 2**32)
 
 
-def _memory_bytes() -> int | None:
-    """This machine's physical memory; None where it does not say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def batch_fits_in_memory(request: RunRequest, plan: RunPlan) -> str | None:
-    """A training batch whose token windows and first activation alone (batch_size x block_size x (2 int64 token ids
-    + n_embd fp32 values)) exceed the machine's memory: the allocator failed with a traceback, a run directory
-    left (issue 72)."""
-    model, memory = request.config["model"], _memory_bytes()
+    # the allocator failed with a traceback and left a run directory (issue 72)
+    model, memory = request.config["model"], None
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # a machine that does not say
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     batch, block, width = request.config["data"].get("batch_size"), model.get("block_size"), model.get("n_embd")
     if request.command != "fit" or memory is None or not all(isinstance(x, int) for x in (batch, block, width)):
         return None
-    need = batch * block * (16 + 4 * width)
+    need = batch * block * (16 + 4 * width)  # per position: two int64 token ids (input, target), n_embd fp32 values
     if need <= memory:
         return None
-    return paragraph(
-        "batch_fits_in_memory", batch=batch, block=block, width=width, need_gib=need / 2**30, memory_gib=memory / 2**30
-    )
+    said = {"need_gib": need / 2**30, "memory_gib": memory / 2**30}
+    return paragraph("batch_fits_in_memory", batch=batch, block=block, width=width, **said)
 
 
 def cpu_devices_within_cores(request: RunRequest, plan: RunPlan) -> str | None:
-    """More CPU devices than the machine has cores: Lightning starts one process per device (DDP), each a model and
-    its batches: 99 of them on a 2-core machine exhausted its memory (issue 72)."""
+    # 99 CPU devices (a process each) on a 2-core machine exhausted its memory (issue 72)
     import torch
 
     trainer = request.config["trainer"]
@@ -578,45 +508,28 @@ def cpu_devices_within_cores(request: RunRequest, plan: RunPlan) -> str | None:
     on_cpu = accelerator == "cpu" or (
         accelerator == "auto" and not torch.cuda.is_available() and not torch.backends.mps.is_available()
     )
-    if not on_cpu or cores is None:
-        return None
     count = int(devices) if isinstance(devices, str) and devices.isdigit() else devices
-    if not isinstance(count, int) or isinstance(count, bool) or count <= cores:
+    if not on_cpu or cores is None or not isinstance(count, int) or isinstance(count, bool) or count <= cores:
         return None
     return paragraph("cpu_devices_within_cores", devices=devices, cores=cores, count=count)
 
 
 def run_name_is_a_name(request: RunRequest, plan: RunPlan) -> str | None:
-    try:
-        if request.config.get("run_name"):
-            runs.check_run_name(request.config["run_name"])
-    except UserError as err:
-        return str(err)
-    return None
+    name = request.config.get("run_name")
+    return _said(runs.check_run_name, name) if name else None
 
 
 def world_size_unchanged(request: RunRequest, plan: RunPlan) -> str | None:
-    """A run resumes in the world it was trained in: with other processes its global batch (batch_size x devices
-    x num_nodes) and every rank's windows change, so it would end elsewhere than the run it continues. Asked
-    from the config and the checkpoint, before the Trainer is built and any process group forms."""
-    ckpt = _resumed(request, plan)
-    if ckpt is None or ckpt.world is None:
+    # asked from the config and the checkpoint, before the Trainer is built and any process group forms
+    ckpt, asked = _resumed(request, plan), world_of(request.config["trainer"])
+    if ckpt is None or ckpt.world is None or asked is None or request.config.get("allow_world_size_change"):
         return None
-    asked = world_of(request.config["trainer"])
-    if asked is None or asked[0] * asked[1] == ckpt.world[0] * ckpt.world[1]:
+    (nodes, devices), (asked_nodes, asked_devices) = ckpt.world, asked
+    if asked_nodes * asked_devices == nodes * devices:
         return None
-    if request.config.get("allow_world_size_change"):
-        return None
-    (nodes, devices), size = ckpt.world, ckpt.world[0] * ckpt.world[1]
-    return paragraph(
-        "world_size_unchanged",
-        run_dir=plan.run_dir,
-        size=size,
-        was=f"--trainer.num_nodes={nodes} --trainer.devices={devices}",
-        asked=asked[0] * asked[1],
-        asked_nodes=asked[0],
-        asked_devices=asked[1],
-    )
+    was, size = f"--trainer.num_nodes={nodes} --trainer.devices={devices}", nodes * devices
+    said = {"asked": asked_nodes * asked_devices, "asked_nodes": asked_nodes, "asked_devices": asked_devices}
+    return paragraph("world_size_unchanged", run_dir=plan.run_dir, size=size, was=was, **said)
 
 
 def run_dir_can_be_made(request: RunRequest, plan: RunPlan) -> str | None:
@@ -653,45 +566,32 @@ def eval_block_size_has_positions(request: RunRequest, plan: RunPlan) -> str | N
     )
 
 
-def continuing_trains_something(request: RunRequest, plan: RunPlan) -> str | None:
-    # `last` of a finished run is left alone: ega sweep resumes a run stopped between its last
-    # checkpoint and its DONE, and Lightning ends that fit at once
-    ckpt, steps = request.checkpoint, request.config["trainer"]["max_steps"]
-    if request.command != "fit" or ckpt is None or plan.ckpt_path == "last" or ckpt.global_step is None:
-        return None
-    if steps is None or steps < 1 or ckpt.global_step < steps:  # max_steps below 1: max_steps_positive says it
-        return None
-    return paragraph("continuing_trains_something", path=ckpt.path, step=ckpt.global_step, steps=steps)
-
-
 def fit_writes_a_best_checkpoint(request: RunRequest, plan: RunPlan) -> str | None:
     # a callbacks list replaces base.yaml's: `trainer: {callbacks: []}` trained without best.ckpt or the gate's
     # diagnostics, and the summary said "no validation ran" of a run that validated (asked of a list the user gave:
     # the Python API without ega's configs keeps its own)
-    if request.command != "fit" or request.config["trainer"].get("fast_dev_run"):
+    trainer = request.config["trainer"]
+    if request.command != "fit" or trainer.get("fast_dev_run") or "trainer.callbacks" not in request.typed:
         return None
-    if "trainer.callbacks" not in request.typed:
-        return None
-    callbacks = request.config["trainer"].get("callbacks")
+    callbacks = trainer.get("callbacks")
     listed = callbacks if isinstance(callbacks, list) else [] if callbacks is None else [callbacks]
     names = [str(c.get("class_path", "")) if isinstance(c, Mapping) else type(c).__name__ for c in listed]
-    if any(name.rsplit(".", 1)[-1] == "ModelCheckpoint" for name in names):
+    names = [name.rsplit(".", 1)[-1] for name in names]
+    if "ModelCheckpoint" in names:
         return None
-    return paragraph("fit_writes_a_best_checkpoint", names=", ".join(n.rsplit(".", 1)[-1] for n in names) or "none")
+    return paragraph("fit_writes_a_best_checkpoint", names=", ".join(names) or "none")
 
 
 NAME_MAX = 255  # bytes in one directory name on Linux's and macOS's filesystems
 
 
 def run_name_fits_a_directory_name(request: RunRequest, plan: RunPlan) -> str | None:
-    name = plan.run_dir.name
-    size = len(name.encode())
+    name, size = plan.run_dir.name, len(plan.run_dir.name.encode())
     if size <= NAME_MAX:
         return None
+    given = request.config.get("run_name")
     return paragraph(
-        "run_name_fits_a_directory_name"
-        if request.config.get("run_name")
-        else "run_name_fits_a_directory_name.derived",
+        "run_name_fits_a_directory_name" if given else "run_name_fits_a_directory_name.derived",
         name=name,
         size=size,
         most=NAME_MAX,

@@ -1,20 +1,13 @@
 """A run directory: what state it is in, who may write into it, and undoing what a failed start wrote.
 
-One rule decides whether ``ega fit`` may start or resume a directory, and ``ega sweep`` asks the same
-function (through ``fit_state``), so the two never give each other contradictory advice:
-
-- ``fresh``: nothing of a run is there: start.
-- ``resume``: ``checkpoints/last.ckpt`` exists: continue it with ``--ckpt_path last``.
-- ``stale``: a run wrote something (event files, a config, ``best.ckpt``) but no ``last.ckpt``: it was
-  stopped before its first resumable point, so it can only be started over (``--overwrite``).
-
-One lock per run directory (``<run>/.lock``, ``flock``), owned by ``ega fit`` on global rank 0 for its
-whole life. ``ega sweep`` takes the same lock before it looks at a directory and hands the locked file
-to the ``ega fit`` it starts (``EGA_RUN_LOCK_FD``), so the two never refuse each other and two
-processes never write one run.
-
-A command's claim on its run directory (:class:`RunClaim`) is an object the command owns for its
-run: the lock it holds, and what to remove when it fails on a user's mistake.
+One rule (`fit_state`) decides whether ``ega fit`` may start or resume a directory, and ``ega sweep`` asks it too,
+so the two never contradict each other: ``fresh`` (nothing of a run: start), ``resume`` (``checkpoints/last.ckpt``:
+continue it with ``--ckpt_path last``), ``stale`` (a run wrote something but no last.ckpt: it stopped before its
+first resumable point, so it can only be started over with ``--overwrite``). One lock per run directory
+(``<run>/.lock``, ``flock``), held by ``ega fit`` on global rank 0 for its whole life; ``ega sweep`` takes it before
+it looks at a directory and hands the locked file to the ``ega fit`` it starts (``EGA_RUN_LOCK_FD``), so the two
+never refuse each other and two processes never write one run. A command's claim (:class:`RunClaim`) is the lock it
+holds and what to remove when it fails on a user's mistake.
 """
 
 from __future__ import annotations
@@ -102,14 +95,9 @@ def clear_outputs(run_dir: Path) -> None:
             path.unlink(missing_ok=True)
 
 
-def clear_done(run_dir: Path) -> None:
-    """Deletes the run's DONE: a fit that trains the run on (a resume by hand) is not the run the DONE names."""
-    (run_dir / DONE).unlink(missing_ok=True)
-
-
 def read_segments(run_dir: Path) -> list[dict[str, Any]] | None:
     """The run's segments (`callbacks.segments`) in order, each with its ``to_step``: the next one's start, the last
-    one's None (the run's end, which its record knows). None where the run kept no file (runs before it)."""
+    one's None (the run's end). None where the run kept no file (runs before it)."""
     path = run_dir / SEGMENTS
     if not path.is_file():
         return None
@@ -119,33 +107,17 @@ def read_segments(run_dir: Path) -> list[dict[str, Any]] | None:
     return found
 
 
-def remove_temporaries(run_dir: Path) -> None:
-    """Removes what writes a kill interrupted left (`io.atomic_file`'s temporary files): on resuming a run."""
-    for path in run_dir.rglob(TEMPORARY_GLOB):
-        path.unlink(missing_ok=True)
-
-
 def try_lock(run_dir: Path) -> TextIO | None:
-    """The run directory's lock file, locked by this process; None when another process holds it.
-
-    Keep the returned file open for as long as the lock must hold (closing it releases the lock). A
-    locked file inherited from `ega sweep` (``EGA_RUN_LOCK_FD``) for this same directory counts as held.
-    """
+    """The run directory's lock file, locked by this process (closing it releases the lock); None when another
+    process holds it. A locked file inherited from `ega sweep` (``EGA_RUN_LOCK_FD``) for this directory is ours."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / LOCK_FILE
-    inherited = os.environ.get(LOCK_FD_ENV)
-    if inherited:
-        try:
-            fh = os.fdopen(int(inherited), "a", closefd=False)
-            same = os.fstat(fh.fileno()).st_ino == os.stat(path).st_ino
-        except (OSError, ValueError):
-            same = False
-        if same:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the same open file: succeeds, it is ours
-            return fh
-    fh = open(path, "a")  # noqa: SIM115  (the caller keeps it open: that is the lock)
+    path, fh = run_dir / LOCK_FILE, None
+    with contextlib.suppress(KeyError, OSError, ValueError):  # none inherited, or not this directory's
+        inherited = os.fdopen(int(os.environ[LOCK_FD_ENV]), "a", closefd=False)
+        fh = inherited if os.fstat(inherited.fileno()).st_ino == os.stat(path).st_ino else None
+    fh = fh or open(path, "a")  # noqa: SIM115  (the caller keeps it open: that is the lock)
     try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)  # on the inherited file: succeeds, the lock is ours
     except BlockingIOError:
         fh.close()
         return None
@@ -153,16 +125,10 @@ def try_lock(run_dir: Path) -> TextIO | None:
 
 
 def lock(run_dir: Path) -> TextIO:
-    """:func:`try_lock`, or :class:`RunBusy` saying what to do."""
     fh = try_lock(run_dir)
     if fh is None:
         raise RunBusy(paragraph("run_dir_busy", run_dir=run_dir, lock=run_dir / LOCK_FILE))
     return fh
-
-
-def snapshot(run_dir: Path) -> set[Path]:
-    """Every path under ``run_dir`` now (empty when it does not exist)."""
-    return set(run_dir.rglob("*")) if run_dir.is_dir() else set()
 
 
 def default_run_name(config: Any) -> str:
@@ -190,10 +156,8 @@ def run_dir_of(config: Any) -> Path:
 
 
 def check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> None:
-    """Never silently overwrite a run, never silently restart one, never mix two in one directory.
-
-    With ``overwrite`` the caller deletes the old run (`clear_outputs`) only once every other argument
-    is known good: a typo beside --overwrite=true must not cost the run."""
+    """Never silently overwrite a run, never silently restart one, never mix two in one directory. With
+    ``overwrite`` the caller deletes the old run (`clear_outputs`) only once every other argument is known good."""
     if overwrite:
         if ckpt_path:
             raise UserError(paragraph("overwrite_starts_over"))
@@ -202,7 +166,8 @@ def check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> N
     if ckpt_path == "last":
         if state is not FitState.RESUME:
             raise UserError(paragraph("last_of_no_run" if state is FitState.FRESH else "last_of_a_stale_run", **said))
-        remove_temporaries(run_dir)
+        for path in run_dir.rglob(TEMPORARY_GLOB):  # what writes a kill interrupted left (`io.atomic_file`'s)
+            path.unlink(missing_ok=True)
     elif ckpt_path is not None:
         if state is not FitState.FRESH and Path(ckpt_path).resolve() != (run_dir / LAST).resolve():
             raise UserError(paragraph("checkpoint_into_another_run", **said))
@@ -214,11 +179,8 @@ def check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> N
 
 
 class RunClaim:
-    """One command's claim on its run directory, for as long as the command runs: the lock (``ega fit``
-    holds it), and what the command wrote, removed again when it fails (:meth:`undo`).
-
-    A context manager: leaving it releases the lock. One claim per command; nothing at module level.
-    """
+    """One command's claim on its run directory, for as long as the command runs: the lock (``ega fit`` holds it),
+    and what the command wrote, removed again when it fails (:meth:`undo`). Leaving it releases the lock."""
 
     def __init__(self) -> None:
         self.run_dir: Path | None = None  # set by `claim`; None while the command has claimed nothing
@@ -238,12 +200,12 @@ class RunClaim:
         missing = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # before the lock makes the directory
         if fit:
             self._lock = lock(run_dir)
-        self.run_dir, self._before, self._missing = run_dir, snapshot(run_dir), missing
+        self.run_dir, self._before, self._missing = run_dir, _snapshot(run_dir), missing
 
     def release(self) -> None:
-        if self._lock is not None:
-            self._lock.close()
-            self._lock = None
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.close()
 
     def undo(self) -> None:
         """After a user error: remove what this command wrote, so nothing half-written stays behind: what appeared
@@ -259,7 +221,7 @@ class RunClaim:
                     parent.rmdir()  # only while empty: never another run's directory
                 except OSError:
                     break
-        for path in sorted(snapshot(run_dir) - self._before, key=lambda p: len(p.parts), reverse=True):
+        for path in sorted(_snapshot(run_dir) - self._before, key=lambda p: len(p.parts), reverse=True):
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
             else:
@@ -276,3 +238,7 @@ class RunClaim:
         with contextlib.suppress(OSError):  # a read-only filesystem refuses the removals; it holds nothing new
             self.undo()
         return "What this command had written is removed, so the same command starts afresh."
+
+
+def _snapshot(run_dir: Path) -> set[Path]:
+    return set(run_dir.rglob("*")) if run_dir.is_dir() else set()

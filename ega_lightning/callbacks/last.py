@@ -10,22 +10,18 @@ from lightning.pytorch.callbacks import Checkpoint
 
 from ega_lightning.lightning_private import align_logging_step, validation_follows
 
-# ega's record of the run that saved a checkpoint, beside Lightning's (the datamodule's arguments, the step): the
-# run's name and the precision its steps ran at, by the config's dotted keys. `ega fit --ckpt_path last` compares
-# them with the command's (run_policy.CONTINUED): a resume continues one run, never another's checkpoint.
+# ega's record of the run that saved a checkpoint, by the config's dotted keys, which `ega fit --ckpt_path last`
+# compares with the command's (run_policy.CONTINUED): a resume continues one run, never another's checkpoint.
 RUN_KEY = "ega_run"
 
 
 class LastCheckpoint(Checkpoint):
     """Writes ``<dirpath>/last.ckpt`` every ``every_n_steps`` optimizer steps and at the end of fit.
 
-    Lightning's own ``ModelCheckpoint(save_last=True, every_n_train_steps=N)`` writes at the end of the
-    training step, before the validation of that step; a run resumed from such a file never runs that
-    validation (Lightning fast-forwards past it), so its val/loss point, its tau history entry and a
-    possible best.ckpt are lost. Here a step that validates is saved after its validation instead,
-    when every callback (best.ckpt, tau history) has already taken it in: a Checkpoint subclass runs
-    after the other callbacks.
-    """
+    Lightning's ``ModelCheckpoint(save_last=True, every_n_train_steps=N)`` saves before the step's validation, which
+    a run resumed from it never runs (its val/loss point, tau history entry and a best.ckpt are lost). Here a step
+    that validates is saved after its validation, once every callback has taken it in (a Checkpoint subclass runs
+    after the other callbacks)."""
 
     def __init__(self, dirpath: str | Path, every_n_steps: int) -> None:
         if every_n_steps < 1:
@@ -41,8 +37,8 @@ class LastCheckpoint(Checkpoint):
         return self.dirpath / "last.ckpt"
 
     def _save(self, trainer: L.Trainer) -> None:
-        # What was logged up to here goes to disk first: a run killed after this save resumes past those
-        # points and never logs them again (TensorBoard buffers events for up to two minutes).
+        # what was logged goes to disk first: a run killed after this save resumes past those points and never
+        # logs them again (TensorBoard buffers events for up to two minutes)
         for logger in trainer.loggers:
             logger.save()
         # the full state, through the trainer's CheckpointIO (atomic), on every rank

@@ -1,18 +1,13 @@
 """The signals that stop `ega fit`, `validate` and `test`: one :class:`StopSignals` per command, nothing kept at module
 level (a notebook's second fit starts with no signal recorded by its first).
 
-In one process, Ctrl-C is Lightning's (it ends the command with status 1, as for a crash: ``ctrl_c`` remembers that
-it was one) and SIGTERM too (its loops stop at the next step); SIGUSR1, SLURM's requeue signal, is taken as SIGTERM.
-
-Under DDP, Lightning's own SIGTERM handler issues a broadcast from inside the handler, wherever the signal finds the
-rank (amid its gradient all-reduce, in a barrier), and its loops stop on each rank's own flag, at whichever step that
-rank happened to get the signal: collectives that no longer match, and ranks that wait for each other until they
-are killed (issue 41). Here, from the moment a fit's process group has formed, SIGTERM and SIGINT only record the
-signal; at the end of every training batch the ranks agree on what they recorded with one all_reduce(MAX), and
-where any rank was signalled every rank raises :class:`StopSignal` there, at the same step, which `ega fit` turns
-into its stop line and exit status. last.ckpt is the one written at the last scheduled save before that step, on
-every rank; a save in progress when the signal came finishes first. One process (no process group) keeps
-Lightning's own stop, which has no collective to mismatch.
+In one process Ctrl-C and SIGTERM are Lightning's (Ctrl-C ends with status 1, as a crash does: ``ctrl_c`` remembers
+it); SIGUSR1, SLURM's requeue signal, is taken as SIGTERM. Under DDP, Lightning's SIGTERM handler broadcasts from
+inside the handler, wherever the signal finds the rank, and each rank stops at its own step: collectives that no
+longer match, ranks that wait for each other until killed (issue 41). Here, once a fit's process group has formed,
+SIGTERM and SIGINT only record the signal; at the end of every training batch the ranks agree on it with one
+all_reduce(MAX), and where any rank was signalled every rank raises :class:`StopSignal` at that step (last.ckpt: the
+last scheduled save before it; a save in progress finishes first).
 """
 
 from __future__ import annotations
@@ -33,17 +28,15 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from ega_lightning.lightning_private import set_sigterm_handler, take_launcher_children
 
 
-class StopSignal(SIGTERMException):
-    """The ranks agreed to stop on ``signum`` (SIGTERM, or SIGINT): raised at the same step on every rank."""
-
+class StopSignal(SIGTERMException):  # the ranks agreed to stop on ``signum`` (SIGTERM, SIGINT), at one step
     def __init__(self, signum: int) -> None:
         super().__init__(128 + signum)
         self.signum = signum
 
 
 class StopSignals:
-    """The stop signals one command took, and, on rank 0 of Lightning's own launcher once the ranks agreed to stop,
-    the ranks it started (`wait_for_the_other_ranks`)."""
+    """The stop signals one command took (and the ranks that rank 0 of Lightning's launcher started, once they agreed
+    to stop: `wait_for_the_other_ranks`)."""
 
     def __init__(self) -> None:
         self.ctrl_c = False  # SIGINT came: Lightning's exit status 1 is then an interruption, not a crash
@@ -70,10 +63,9 @@ class StopSignals:
         os.kill(os.getpid(), signal.SIGTERM)
 
     def take_under_ddp(self, trainer: L.Trainer) -> None:
-        """Called on every rank as soon as its process group has formed (more than one process), before Lightning's
-        first collective: a fit records SIGTERM and SIGINT from now on and stops where the ranks agree
-        (`AgreedStop`); an evaluation ends at once on SIGTERM. Either way Lightning's own SIGTERM handler, installed
-        later by the Trainer and composed with the one here, no longer broadcasts from inside the handler."""
+        """On every rank once its process group has formed, before Lightning's first collective: a fit records SIGTERM
+        and SIGINT and stops where the ranks agree (`AgreedStop`), an evaluation ends at once on SIGTERM; either way
+        the handler the Trainer installs later no longer broadcasts from inside the handler."""
         fitting = trainer.state.fn == TrainerFn.FITTING
         handler = self._record if fitting else _die
         set_sigterm_handler(trainer, handler)
@@ -87,10 +79,9 @@ class StopSignals:
         self.recorded = max(self.recorded, signum)
 
     def wait_for_the_other_ranks(self, status: int, timeout: float = 20.0) -> None:
-        """After an agreed stop, on rank 0 of Lightning's own launcher: the ranks it started have ended (each stopped
-        at the same step, exiting ``status`` as this one does), so that this process's exit is the run's; one still
-        there after ``timeout`` seconds is killed rather than left behind, and one that ended otherwise is named on
-        stderr."""
+        """After an agreed stop, on rank 0 of Lightning's own launcher: waits for the ranks it started (each exiting
+        ``status``), so that this process's exit is the run's; kills one still there after ``timeout`` seconds, and
+        names on stderr one that ended otherwise."""
         deadline = time.monotonic() + timeout
         for rank, proc in enumerate(self.children, start=1):
             try:
@@ -109,8 +100,8 @@ def _die(signum: int, frame: Any) -> None:
 
 
 class AgreedStop(L.Callback):
-    """At the end of every training batch, the ranks agree on whether any of them was signalled (``signals``); if so,
-    every rank stops there with :class:`StopSignal`. Nothing happens in a single process."""
+    """At the end of every training batch the ranks agree on whether any was signalled; if so, every rank raises
+    :class:`StopSignal` there. Nothing happens in a single process."""
 
     def __init__(self, signals: StopSignals) -> None:
         self.signals = signals

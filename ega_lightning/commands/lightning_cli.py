@@ -1,14 +1,11 @@
-"""`ega fit`, `ega validate` and `ega test`: Lightning's CLI wired for CharLM and CharDataModule.
-
-What a command does with its run directory is its run plan (`ega_lightning.run_policy`, decided once
-from the parsed config, the command line and the checkpoint); the run directory's states and lock are
-`ega_lightning.runs` (one :class:`~ega_lightning.runs.RunClaim` per command), the -c files' resolution
-`ega_lightning.config_files`. This module applies the plan in Lightning's hooks and says each outcome
-in one paragraph. Lightning's private API it uses is listed in `ega_lightning.lightning_private`.
+"""`ega fit`, `ega validate` and `ega test`: Lightning's CLI wired for CharLM and CharDataModule. It applies the run
+plan (`ega_lightning.run_policy`) in Lightning's hooks, with the run directory's claim (`runs.RunClaim`), and says
+each outcome in one paragraph. The Lightning private API it uses is listed in `ega_lightning.lightning_private`.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -36,10 +33,8 @@ from ega_lightning.module import CharLM
 
 
 class SaveRunConfig(SaveConfigCallback):
-    """Saves the resolved config into the run directory: ``config.yaml`` for fit, ``config_<stage>.yaml`` else.
-
-    Overwriting is on because a resumed fit re-saves the same run's config.
-    """
+    """The resolved config, into the run directory: ``config.yaml`` for fit (a resume re-saves the same run's, so it
+    overwrites), ``config_<stage>.yaml`` else."""
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         stage = getattr(stage, "value", stage)  # TrainerFn or str
@@ -50,18 +45,14 @@ class SaveRunConfig(SaveConfigCallback):
 class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
     """Lightning's CLI for CharLM and CharDataModule, with `ega`'s run directories, checks and summaries.
 
-    ``claim`` is this command's claim on its run directory (the lock, what to undo): the caller keeps it,
-    to undo on a failure; without one (the Python API) the CLI makes its own and releases it when the
-    subcommand ends. ``command_line`` is the command as the user typed it (fit's summary repeats it).
-    ``run_plan`` is what the command does with its run directory, decided once the arguments are parsed.
-    ``signals`` are the stop signals this command takes (`main`'s, which ends the command on them; without them,
-    the CLI's own).
+    ``claim``: this command's claim on its run directory, which the caller keeps to undo on a failure (without one,
+    the Python API's, the CLI makes its own and releases it at the end); ``command_line``: the line as typed (fit's
+    summary repeats it); ``signals``: the stop signals the command takes (`main`'s; without them, the CLI's own).
     """
 
-    run_plan: run_policy.RunPlan
-    # where the other ranks started with this one (torchrun, srun), this rank's refusal that another rank may not
-    # share (rank 0's claim of the run directory: its state, its lock; one that rests on the checkpoint): kept
-    # until the process group forms, then said by every rank (`_agree_before_the_first_collective`)
+    run_plan: run_policy.RunPlan  # what the command does with its run directory, decided once the line is parsed
+    # where a launcher started the ranks together (torchrun, srun), this rank's refusal that another rank may not
+    # share (rank 0's claim; one that rests on the checkpoint): said by every rank once the process group forms
     _refusal: UserError | None = None
 
     def __init__(
@@ -87,19 +78,14 @@ class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
             warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended to run from within")
             super().parse_arguments(parser, args)
         command = self.config.get("subcommand")
-        config = self.config[command] if command else self.config
-        typed = list(sys.argv[1:] if args is None else args)
+        config, typed = self.config[command] if command else self.config, list(sys.argv[1:] if args is None else args)
         if not started_together():
             self.run_plan = run_policy.plan_run(run_policy.read_request(command, config, typed))
-            return
-        # torchrun, srun: the other ranks are running already, and a checkpoint may be on some nodes only; a
-        # refusal that rests on it is said by every rank once the process group forms
-        request = run_policy.read_request(command, config, typed, missing_ok=True)
-        self.run_plan, self._refusal = run_policy.plan_run_together(request)
+        else:  # the other ranks run already, and a checkpoint may be on some nodes only (`plan_run_together`)
+            request = run_policy.read_request(command, config, typed, missing_ok=True)
+            self.run_plan, self._refusal = run_policy.plan_run_together(request)
 
     def merges_checkpoint_hparams(self) -> bool:
-        # Lightning's merge of the checkpoint's hyper-parameters into the model's config, between parse_arguments
-        # and before_instantiate_classes: only where the plan has the checkpoint decide the model
         return self.run_plan.merge_checkpoint_model
 
     def before_instantiate_classes(self) -> None:
@@ -109,9 +95,8 @@ class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
             try:
                 run_policy.claim_run_dir(self.run_plan, self._claim)  # fit: the lock, held until the command ends
             except UserError as err:
-                # under torchrun or srun the other ranks are running already and would wait for rank 0 at the
-                # process group: they hear the refusal there (under Lightning's own DDP, rank 0 starts them
-                # later, so it refuses now, alone)
+                # under torchrun or srun the other ranks would wait for rank 0 at the process group: they hear the
+                # refusal there (Lightning's own DDP starts them later, so rank 0 refuses now, alone)
                 if not started_together():
                     raise
                 self._refusal = err
@@ -123,23 +108,23 @@ class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
                 self._claim.undo()
 
     def after_validate(self) -> None:
-        self._print_evaluation("validate")
+        plan, trainer = self.run_plan, self.trainer
+        if not trainer.is_global_zero:
+            return
+        run_dir = plan.run_dir / plan.evaluation if trainer.logger is not None and plan.evaluation is not None else None
+        # the z-norm the evaluation computed: eval_znorm where set, else each gate's as trained
+        trained = {m.znorm for m in self.model.modules() if isinstance(getattr(m, "znorm", None), str)}
+        non_causal = "window" in (({self.model.hparams.get("eval_znorm")} - {None} if trained else set()) or trained)
+        said = (
+            trainer.callback_metrics,
+            plan.ckpt_path,
+            run_dir,
+            self.datamodule.corpus.name,
+            int(trainer.fast_dev_run),
+        )
+        print(summary.evaluation_summary(self.subcommand, *said, non_causal))
 
-    def after_test(self) -> None:
-        self._print_evaluation("test")
-
-    def _print_evaluation(self, stage: str) -> None:
-        if self.trainer.is_global_zero:
-            metrics, ckpt_path = self.trainer.callback_metrics, self.run_plan.ckpt_path
-            plan, fast_dev_run = self.run_plan, int(self.trainer.fast_dev_run)
-            logged = self.trainer.logger is not None and plan.evaluation is not None
-            run_dir = plan.run_dir / plan.evaluation if logged else None
-            corpus = self.datamodule.corpus.name
-            # the z-norm the evaluation computed: eval_znorm where set, else each gate's as trained
-            trained = {m.znorm for m in self.model.modules() if isinstance(getattr(m, "znorm", None), str)}
-            evaluated = {self.model.hparams.get("eval_znorm")} - {None} if trained else set()
-            non_causal = "window" in (evaluated or trained)
-            print(summary.evaluation_summary(stage, metrics, ckpt_path, run_dir, corpus, fast_dev_run, non_causal))
+    after_test = after_validate
 
     def instantiate_classes(self) -> None:
         try:
@@ -158,7 +143,7 @@ class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
         if plan.clear_old_run and owner:  # every argument is known good now
             runs.clear_outputs(plan.run_dir)
         if plan.resume_step is not None and owner:  # trained on, the run is no longer the one its DONE names
-            runs.clear_done(plan.run_dir)
+            (plan.run_dir / runs.DONE).unlink(missing_ok=True)
         if plan.evaluation and owner:  # an evaluation replaces the previous one of its kind
             runs.clear_evaluation(plan.run_dir, plan.evaluation)
         for logger in self.trainer.loggers if plan.resume_step is not None else []:
@@ -168,25 +153,24 @@ class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
 
     def _agree_before_the_first_collective(self, strategy: Strategy) -> None:
         """Every rank says what it found (rank 0's refusal, whether it can read the checkpoint the run restores)
-        as soon as the process group forms (`AgreeingDDPStrategy`), before Lightning's first collective; where any
-        rank cannot go on, every rank stops with the same paragraph (`run_policy`'s `agreed_refusal`), so no rank
-        waits for another that has left or restores what another starts afresh."""
+        as soon as the process group forms, before Lightning's first collective; where any rank cannot go on, every
+        rank stops with the same paragraph (`run_policy.agreed_refusal`), so no rank waits for another that has
+        left or restores what another starts afresh."""
         import torch.distributed as dist
 
         mine = run_policy.rank_verdict(self.run_plan, strategy.global_rank, socket.gethostname(), self._refusal)
-        verdicts = [mine]
-        if torch_distributed_world() > 1:
-            verdicts = [None] * dist.get_world_size()
+        together = torch_distributed_world() > 1
+        verdicts = [None] * dist.get_world_size() if together else [mine]
+        if together:
             dist.all_gather_object(verdicts, mine)  # every rank, no rank-zero block
         agreed = run_policy.agreed_refusal(verdicts, self.run_plan)
         if agreed is not None:
-            message, busy = agreed
-            if torch_distributed_world() > 1:
+            if together:
                 # every rank leaves here: a gloo group still alive at the interpreter's exit can abort it
                 # ("terminate called without an active exception", status -6 for the refusal's own)
                 dist.destroy_process_group()
-            raise (runs.RunBusy if busy else UserError)(message)
-        if torch_distributed_world() > 1:  # SIGTERM and SIGINT stop every rank at one step from now on
+            raise (runs.RunBusy if agreed[1] else UserError)(agreed[0])
+        if together:  # SIGTERM and SIGINT stop every rank at one step from now on
             self._signals.take_under_ddp(self.trainer)
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
@@ -194,17 +178,15 @@ class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
         plugins = _as_list(init.trainer.get("plugins"))
         if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
             # Lightning's SLURM requeue writes hpc_ckpt_N.ckpt into the run directory on SIGUSR1 and restores it
-            # by itself, outside `--ckpt_path last`: off, so a run resumes from last.ckpt only (`main` takes
-            # SIGUSR1 as SIGTERM)
+            # by itself, outside `--ckpt_path last`: off (`main` takes SIGUSR1 as SIGTERM)
             kwargs["plugins"] = [*plugins, SLURMEnvironment(auto_requeue=False)]
-        # AgreedStop: where the ranks of a DDP fit agree to stop on a signal; StepPace: the measured step time
-        # and the projected time to max_steps, after the first steps (issue 55)
+        # AgreedStop: the ranks of a DDP fit agree to stop on a signal; StepPace: the step time (issue 55);
+        # RunSegments: which CPU kind trains which steps (issue 67); LastCheckpoint: last.ckpt on a step schedule
         added: list[Any] = [AgreedStop(self._signals), StepPace()]
-        if self.subcommand == "fit":  # which CPU kind trains which steps: a record names each segment (issue 67)
+        if self.subcommand == "fit":
             added.append(RunSegments(self.run_plan.run_dir))
-        every = self.run_plan.last_every
-        if every:  # last.ckpt on a step schedule (and at the end), apart from best.ckpt, which follows val/loss
-            added.append(LastCheckpoint(self.run_plan.run_dir / "checkpoints", every_n_steps=every))
+        if self.run_plan.last_every:
+            added.append(LastCheckpoint(self.run_plan.run_dir / "checkpoints", every_n_steps=self.run_plan.last_every))
         self.trainer_defaults = {**self.trainer_defaults, "callbacks": added}  # appended to the configured ones
         # the ranks' agreement, in the DDP that Lightning builds for the configured strategy: by its name or its
         # class, or, for `auto`, once Lightning has chosen DDP (several devices or nodes), in a Trainer built again
@@ -222,10 +204,9 @@ class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
 
 
 class AgreeingDDPStrategy(DDPStrategy):
-    """Lightning's DDP whose ranks, as soon as the process group forms, run ``agree`` (EgaCLI's agreement of
-    every rank's verdict) before any collective of Lightning's. Lightning's own hook for it: `setup_environment`
-    ("any processes or distributed connections"), which forms the group, called by the Trainer just before the
-    first collective (the log_dir broadcast of its profiler's setup)."""
+    """Lightning's DDP whose ranks run ``agree`` (EgaCLI's agreement of every rank's verdict) as soon as the process
+    group forms, in Lightning's own hook for it: `setup_environment` ("any processes or distributed connections"),
+    which the Trainer calls just before its first collective (the log_dir broadcast of its profiler's setup)."""
 
     def __init__(self, agree: Callable[[Strategy], None], **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -234,9 +215,9 @@ class AgreeingDDPStrategy(DDPStrategy):
     @classmethod
     def of(cls, configured: Any, agree: Callable[[Strategy], None]) -> AgreeingDDPStrategy | None:
         """The agreeing DDP for the configured strategy: a name of Lightning's registry that names DDP (``ddp``,
-        ``ddp_spawn``, ...), with the name's options, or Lightning's DDPStrategy given by class path (the parser has
-        built it, and no Trainer has used it: its options are its state), with its options; None for any other
-        strategy (one process needs no agreement; a DDPStrategy subclass of the user's own is theirs)."""
+        ``ddp_spawn``, ...), with the name's options, or Lightning's DDPStrategy given by class path (built by the
+        parser, unused: its options are its state); None for any other (one process needs no agreement; a
+        DDPStrategy subclass of the user's own is theirs)."""
         if type(configured) is DDPStrategy:
             strategy = cls.__new__(cls)
             vars(strategy).update(vars(configured), agree=agree)
@@ -267,9 +248,7 @@ def torch_distributed_world() -> int:
 
 
 def _as_list(value: Any) -> list[Any]:
-    if value is None or isinstance(value, bool):
-        return []
-    return value if isinstance(value, list) else [value]
+    return [] if value is None or isinstance(value, bool) else value if isinstance(value, list) else [value]
 
 
 def point_config_at_run(config: Namespace, plan: run_policy.RunPlan) -> None:
@@ -282,15 +261,13 @@ def point_config_at_run(config: Namespace, plan: run_policy.RunPlan) -> None:
         config.data.corpus = plan.corpus
     run_dir = plan.run_dir
     config.trainer.default_root_dir = str(run_dir)
+    # one fixed directory per run: no version_N, so `--ckpt_path last` finds the run's checkpoints; an evaluation
+    # logs into a run of its own beside it, at its checkpoint's step
+    at = (("sub_dir", plan.evaluation), ("eval_step", plan.eval_step)) if plan.evaluation else ()
     for logger in _as_list(config.trainer.logger):
-        if isinstance(logger, Namespace) and "init_args" in logger:
-            args = logger.init_args
-            # one fixed directory per run: no version_N, so `--ckpt_path last` finds the run's checkpoints;
-            # an evaluation logs into a run of its own beside it, at its checkpoint's step
-            at = (("sub_dir", plan.evaluation), ("eval_step", plan.eval_step)) if plan.evaluation else ()
-            for key, value in (("save_dir", str(run_dir.parent)), ("name", run_dir.name), ("version", ""), *at):
-                if key in args:
-                    args[key] = value
+        for key, value in (("save_dir", str(run_dir.parent)), ("name", run_dir.name), ("version", ""), *at):
+            if isinstance(logger, Namespace) and key in logger.get("init_args", ()):
+                logger.init_args[key] = value
     for callback in _as_list(config.trainer.callbacks):
         checkpoints = isinstance(callback, Namespace) and str(callback.get("class_path")).endswith("ModelCheckpoint")
         if checkpoints and callback.init_args.get("dirpath") is None:
@@ -307,9 +284,21 @@ def main(args: list[str] | None = None, descriptions: dict[str, str] | None = No
     command = argv[0] if argv and argv[0] in LIGHTNING_SUBCOMMANDS else "fit"
     signals = StopSignals()
     signals.take_in_main()
+    resolve = functools.partial(resolve_config_args, float_flags=FLOAT_FLAGS)
     with runs.RunClaim() as claim:  # the run directory's lock, held until the command ends
         try:
-            _run_cli(argv, args is None, descriptions or {}, claim, signals)
+            summary.quiet_lightning()
+            EgaCLI(
+                CharLM,
+                CharDataModule,
+                save_config_callback=SaveRunConfig,
+                save_config_kwargs={"overwrite": True},
+                **cli_options(descriptions or {}),
+                args=line_for_every_rank(argv, resolve) if args is None else resolve(argv),
+                claim=claim,
+                command_line=argv,
+                signals=signals,
+            )
         except BaseException as err:  # errors.EXITS says which ones end the command, and how
             ours = _in_ega_terms(err, signals)
             if ours is None:
@@ -332,25 +321,3 @@ def _in_ega_terms(err: BaseException, signals: StopSignals) -> BaseException | N
         caught = isinstance(err, KeyboardInterrupt) or err.code == 1
         return Interrupted() if signals.ctrl_c and caught else None
     return in_ega_terms(err)
-
-
-def _run_cli(
-    argv: list[str], from_shell: bool, descriptions: dict[str, str], claim: runs.RunClaim, signals: StopSignals
-) -> None:
-    """Lightning's CLI on the command line ``argv`` (the -c files resolved first), with `ega`'s defaults."""
-    summary.quiet_lightning()
-
-    def resolve(line: list[str]) -> list[str]:
-        return resolve_config_args(line, FLOAT_FLAGS)
-
-    EgaCLI(
-        CharLM,
-        CharDataModule,
-        save_config_callback=SaveRunConfig,
-        save_config_kwargs={"overwrite": True},
-        **cli_options(descriptions),
-        args=line_for_every_rank(argv, resolve) if from_shell else resolve(argv),
-        claim=claim,
-        command_line=argv,
-        signals=signals,
-    )
