@@ -5,6 +5,7 @@ tests/test_architecture.py fails when something other than a fixture or hook is 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,13 @@ def pytest_configure(config: pytest.Config) -> None:
     """An xdist worker's torch threads: its share of the cores (one each under `-n auto`), for it and for the
     commands it starts. torch's default, every core in every worker, leaves the workers' threads waiting on each
     other at each small op's barrier: a tiny model's 20 training steps took 8.7 CPU seconds instead of 0.2 on a
-    busy 2-core machine. A thread count the user set (OMP_NUM_THREADS) is kept."""
+    busy 2-core machine. A thread count the user set (OMP_NUM_THREADS) is kept.
+
+    And Ctrl-C for the commands the tests start: a suite started as a background job (`pytest ... &`, `nohup`) has
+    SIGINT ignored, its commands inherit that, and `ega` leaves an ignored signal to its caller, so the tests that
+    send a fit Ctrl-C would see it train on to its end."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers is None or "OMP_NUM_THREADS" in os.environ:
         return
