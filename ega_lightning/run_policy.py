@@ -171,8 +171,9 @@ def _yaml_of(value: str | None) -> Any:
 def plan_run(request: RunRequest) -> RunPlan:
     """The plan of ``request``; a UserError with the first of ``REFUSALS`` that refuses it."""
     plan = decide(request)
-    for problem in refusals(request, plan):
-        raise UserError(problem)
+    problems = refusals(request, plan)
+    if problems:
+        raise UserError(problems[0])
     return plan
 
 
@@ -180,13 +181,14 @@ def plan_run_together(request: RunRequest) -> tuple[RunPlan, UserError | None]:
     """`plan_run` on one of several ranks started at once (torchrun, srun): a refusal that rests on the checkpoint
     alone, which another node may lack (and then plans without), is returned, to be said by every rank once the
     process group forms, so that no rank leaves while another waits for it; one the config decides is raised."""
-    try:
-        return plan_run(request), None
-    except UserError as err:
-        bare = replace(request, checkpoint=None)
-        if request.checkpoint is None or refusals(bare, decide(bare)):
-            raise
-        return decide(request), err
+    plan = decide(request)
+    problems = refusals(request, plan)
+    if not problems:
+        return plan, None
+    bare = replace(request, checkpoint=None)
+    if request.checkpoint is not None and not refusals(bare, decide(bare)):
+        return plan, UserError(problems[0])
+    raise UserError(problems[0])
 
 
 def refusals(request: RunRequest, plan: RunPlan) -> list[str]:

@@ -248,7 +248,9 @@ def torch_distributed_world() -> int:
 
 
 def _as_list(value: Any) -> list[Any]:
-    return [] if value is None or isinstance(value, bool) else value if isinstance(value, list) else [value]
+    if value is None or isinstance(value, bool):
+        return []
+    return value if isinstance(value, list) else [value]
 
 
 def point_config_at_run(config: Namespace, plan: run_policy.RunPlan) -> None:
