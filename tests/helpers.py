@@ -52,6 +52,16 @@ def attention(
     return attention_layer(cfg, gate, output_gate)
 
 
+def one_fast(cases: list[Any], fast: int = 0) -> list[Any]:
+    """A parametrized test's cases with all but ``cases[fast]`` marked slow: the fast suite checks one of them (a
+    check of every shipped gate takes ~5 s a gate on an AVX2 EPYC, most of it FlexAttention's eager CPU path, issue
+    71), CI's slow suite every other."""
+    return [
+        case if i == fast else pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
+        for i, case in enumerate(cases)
+    ]
+
+
 def run_ega(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: int = 300):
     """Runs the real `ega` CLI in a subprocess, as `python -m` (DDP re-executes that command line)."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}

@@ -1193,6 +1193,7 @@ def test_mini_sweep_end_to_end_is_restartable_and_reported(tmp_path, data_dir):
     assert json.loads((tmp_path / "results" / "results.json").read_text())["groups"] == results["groups"]
 
 
+@pytest.mark.slow
 def test_the_report_flags_each_comparison_whose_pairs_ran_on_two_machines(tmp_path):
     """Issue 41, item 8: records edited to name another machine for two of the baseline's seeds; `ega report`
     (the real CLI, records only) flags the comparisons that pair them, in the group table, its note, the

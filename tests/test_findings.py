@@ -797,6 +797,55 @@ def test_code_status_compares_a_records_code_fingerprint_with_todays_of_its_own_
     assert code.flag == "different" and code.runs == ["linear-seed1", "linear-seed2"]
 
 
+def test_todays_fingerprint_is_computed_once_per_configuration_not_per_seed(monkeypatch):
+    from ega_lightning import fingerprint
+    from ega_lightning.experiments import provenance
+
+    monkeypatch.setattr(provenance, "_TODAY", {})
+    built: list[dict] = []
+    monkeypatch.setattr(fingerprint, "code_fingerprint", lambda h: built.append(h) or f"f{h['n_embd']}")
+    hparams = {"gate": "linear", "vocab": "ab", "n_layer": 1, "n_head": 2, "n_embd": 8, "block_size": 16}
+    seeds = [{**hparams, "seed": s, "corpus": "tinyshakespeare", "batch_size": 4 * s} for s in (1, 2, 3)]
+    assert [code_status("f8", h)["status"] for h in seeds] == ["today"] * 3
+    assert len(built) == 1  # the seed and the data keys are not the model's: one fingerprint for the three
+    assert code_status("f8", {**hparams, "n_embd": 16})["status"] == "differs" and len(built) == 2
+
+
+def test_the_power_projection_stops_counting_once_settled_and_answers_as_the_full_count():
+    """`decides_with_power` stops a count of simulated studies once its outcome is settled: the seeds it projects
+    are those of counting every study (the same bisection over n, each n's studies counted in full)."""
+    from ega_lightning.experiments import stats
+
+    def full_count(decided, intervals, power, max_n):
+        def enough(n):
+            return sum(decided(*ds) for ds in stats.simulated(intervals, 0.95, n, 0, 4000)) >= power * 4000
+
+        low, high = max(d.n for d in intervals) + 1, max_n
+        if low > high or not enough(high):
+            return max_n + 1
+        while low < high:
+            mid = (low + high) // 2
+            low, high = (low, mid) if enough(mid) else (mid + 1, high)
+        return high
+
+    asked = 0
+
+    def excludes_zero(*ds: Difference) -> bool:
+        nonlocal asked
+        asked += 1
+        return all(d.excludes_zero for d in ds)
+
+    for estimate, half, n in ((0.02, 0.03, 3), (0.01, 0.05, 5), (0.2, 0.05, 3), (0.0, 0.04, 4)):
+        intervals = [Difference(estimate, estimate - half, estimate + half, n, n - 1.0, "paired")]
+        asked = 0
+        early = stats.decides_with_power(excludes_zero, intervals, 0.95, 0.8, 20)
+        studies = asked
+        assert early == full_count(excludes_zero, intervals, 0.8, 20)
+        asked = 0
+        full_count(excludes_zero, intervals, 0.8, 20)
+        assert studies < asked  # it stopped early at some n
+
+
 def test_a_configuration_recorded_with_and_without_an_argument_at_its_default_is_one_provenance_row():
     """Records before output_gate existed lack it; later ones keep output_gate "none", its default: the same model,
     one row of the Provenance table, and a provenance.json an older script keyed both ways reads as that row."""

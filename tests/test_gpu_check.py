@@ -14,6 +14,7 @@ from ega_lightning.experiments.sweep import fit_command, load_spec
 from .helpers import CONFIGS, REPO, needs_flex
 
 
+@pytest.mark.slow
 @needs_flex
 def test_device_check_compares_every_path_and_passes_on_cpu(tmp_path, capsys):
     out = tmp_path / "equality.json"
@@ -43,6 +44,7 @@ def test_device_check_fails_on_a_mismatch(monkeypatch, capsys):
     assert "MISMATCH" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for machines without CUDA")
 def test_gpu_check_without_cuda_says_so_and_exits_zero(tmp_path):
     env = {**os.environ, "EGA_CHECK_WORK": str(tmp_path / "work"), "EGA_CHECK_OUT": str(tmp_path)}

@@ -51,6 +51,7 @@ print(json.dumps(opened))
 """
 
 
+@pytest.mark.slow
 def test_importing_any_module_reads_no_protocol_only_a_margin_asked_for_does():
     """Issue 53: the protocol is read when a report (or anything that needs a margin) starts, not at import."""
     out = subprocess.run(

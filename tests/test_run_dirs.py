@@ -184,6 +184,7 @@ def test_a_run_stopped_before_its_first_last_ckpt_is_started_over_by_one_flag(tm
     assert torch.load(run_dir / runs.LAST, weights_only=True)["global_step"] == 4
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without the accelerator asked for")
 def test_an_accelerator_the_machine_lacks_is_one_line_and_leaves_no_run(tmp_path, data_dir):
     result = fit(tmp_path, data_dir, "--run_name=r", "--trainer.accelerator=gpu")

@@ -278,6 +278,7 @@ def test_a_resume_refuses_optimizer_values_its_checkpoint_would_override(tmp_pat
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["model"]["lr"] == saved["lr"]
 
 
+@pytest.mark.slow
 def test_ega_data_dir_naming_a_file_gets_one_paragraph_and_leaves_nothing(tmp_path):
     cwd = tmp_path / "work"
     cwd.mkdir()

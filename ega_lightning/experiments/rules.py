@@ -372,11 +372,19 @@ def seeds_for_power(rule: Rule, intervals: Sequence[Difference | None], level: f
         return rule(*ds) not in (Verdict.TOO_FEW_SEEDS, Verdict.NO_DATA)
 
     most, power = max_seeds(), protocol.current().power
-    found = [decides_with_power(decided, intervals, level, power, most, std_end) for std_end in (0, -1, 1)]
-    if any(n is None for n in found):
+    # a report asks for the same projection again (a finding read in its family and study-wide): the draws are
+    # seeded, so an equal question has an equal answer, and each costs up to 10^5 simulated studies
+    key = (rule, tuple(intervals), level, most, power)
+    if key not in _PROJECTED:
+        found = [decides_with_power(decided, intervals, level, power, most, std_end) for std_end in (0, -1, 1)]
+        _PROJECTED[key] = None if any(n is None for n in found) else tuple(found)
+    if (found := _PROJECTED[key]) is None:
         return None
-    n, low, high = (x if x is not None else most + 1 for x in found)
+    n, low, high = found
     return n, min(low, high), max(low, high)
+
+
+_PROJECTED: dict[tuple[object, ...], tuple[int, int, int] | None] = {}
 
 
 def likely_verdict(rule: Rule, intervals: Sequence[Difference | None], level: float, n: int) -> Verdict | None:
