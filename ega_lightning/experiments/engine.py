@@ -738,36 +738,43 @@ READINGS: dict[str, Callable[[protocol.Comparison, ReportInputs], Compared]] = {
 
 @dataclass(frozen=True)
 class Unplaced:
-    """The families of the protocol that no study of the report places (`studies.PLACED`) and whose comparisons read
-    registered metrics, with the claims their comparisons test: a new study, read with no Python of its own."""
+    """Families of the protocol the engine reads (those no study of the report places, `studies.PLACED`, and whose
+    comparisons read registered metrics: a new study, read with no Python of its own), with the claims their
+    comparisons test."""
 
     families: tuple[str, ...]
     claims: tuple[paper.Claim, ...]
 
 
-def unplaced(placed: set[str]) -> Unplaced:
-    """The families not in ``placed`` whose every comparison reads a metric of :data:`METRICS`, and their claims."""
+def family_claims(families: tuple[str, ...]) -> Unplaced:
+    """``families`` with the claims their comparisons test that the paper does not make, as the claims table states
+    them (:data:`CLAIMS`, by kind), in the protocol's order."""
     p = protocol.current()
-    families = tuple(
-        name
-        for name, items in p.comparisons.items()
-        if name not in placed and items and all(c.metric in METRICS for c in items)
-    )
     claims = {
-        c.claim: paper.Claim(
-            c.claim, CLAIMS.get(c.kind, CLAIMS["lower"]).format(x=c.name or c.x, y=c.y_name or c.y), "—"
+        e.claim: paper.Claim(
+            e.claim, CLAIMS.get(e.kind, CLAIMS["lower"]).format(x=e.name or e.x, y=e.y_name or e.y), "—"
         )
         for name in families
         for c in p.comparisons[name]
-        if c.claim is not None and c.claim not in paper.CLAIM
+        for e in expanded(c)
+        if e.claim is not None and e.claim not in paper.CLAIM
     }
     return Unplaced(families, tuple(claims.values()))
+
+
+def unplaced(placed: set[str]) -> Unplaced:
+    """The families not in ``placed`` whose every comparison reads a metric of :data:`METRICS`, and their claims."""
+    items = protocol.current().comparisons.items()
+    return family_claims(
+        tuple(name for name, cs in items if name not in placed and cs and all(c.metric in METRICS for c in cs))
+    )
 
 
 # ----------------------------------------------------------------------------- what a finding says
 
 # a new family's claims, as the claims table states them, by kind of verdict (`lower`: any other)
 CLAIMS = {"lower": "{x}: a lower final val loss than {y}"}
+CLAIMS |= {"beyond_the_block": "{x}: a lower loss past its training block than at the block's end"}
 
 # kind (or rule) -> (its section's sentence with an interval, without one, its subject in the claims table); the
 # fields: subject, against, interval, verdict (`verdict_text`), state (how many planned runs are in), each of

@@ -5,8 +5,9 @@ it (the study names that reference: no other run is), paired by seed: EGA-1 with
 paper's design (no position embedding) and the baseline with no position signal at all. Its families are read by
 `engine`, once every planned run (and evaluation) is in: `rope` each design against the RoPE baseline on the final
 val loss, `beyond` each design's final checkpoint past its training block (`engine.loss_past_block`, in windows of 2
-and 4 blocks, `scripts/seed_runner.py --beyond_the_block 2 4`, results/beyond-the-block/). What is left here is no
-comparison: the claims they test, the reference the study's table reads, and the loss along the longer windows.
+and 4 blocks, `scripts/seed_runner.py --beyond_the_block 2 4`, results/beyond-the-block/), each testing a claim the
+protocol names (`engine.family_claims`). What is left here is no comparison: the reference the study's table reads,
+and the loss along the longer windows.
 """
 
 from __future__ import annotations
@@ -17,20 +18,14 @@ import numpy as np
 
 from ega_lightning.experiments import comparisons, engine, plots
 from ega_lightning.experiments.comparisons import Variant
-from ega_lightning.experiments.paper import Claim
 from ega_lightning.experiments.study import Figure, ReportInputs, Study
 
 GROUP = "rope"  # the spec group (configs/sweeps/rope.yaml) and the protocol's family of the gains
 BEYOND = "beyond"  # the protocol's family of the evaluations beyond the block
 REFERENCE = "rope-none"  # the variant every design is set against: the RoPE baseline
-# spec variant -> the design, as the claims table names it; the protocol plans each variant's seeds
-DESIGNS = {
-    "rope-linear": "EGA-1 with RoPE",
-    "fox-nopos": "FoX in its paper's design (no position embedding)",
-    "alibi-nopos": "ALiBi in its paper's design (no position embedding)",
-    "none-nopos": "the baseline with no position signal (the causal mask alone)",
-}
-NAMES = {REFERENCE: "the RoPE baseline", **DESIGNS}
+# the designs set against it, by spec variant (the protocol names and plans each)
+DESIGNS = ("rope-linear", "fox-nopos", "alibi-nopos", "none-nopos")
+VARIANTS = (REFERENCE, *DESIGNS)
 BINS = 32  # the points along a window in the loss-by-position figures
 
 
@@ -43,24 +38,13 @@ def is_reference(x: Variant) -> bool:
 # ALiBi without positions and the baseline with no position signal too (their position signal part of the design)
 comparisons.NAMED_REFERENCES[GROUP] = (is_reference, ("position",))
 
-CLAIMS = (
-    *(
-        Claim(f"rope:{label}", f"{name}: a lower final val loss than the RoPE baseline", "—")
-        for label, name in DESIGNS.items()
-    ),
-    *(
-        Claim(f"beyond:{label}", f"{name}: a lower loss past its training block than at the block's end", "—")
-        for label, name in NAMES.items()
-    ),
-)
-
 
 def figures(inputs: ReportInputs, data: Any = None) -> list[Figure]:
     """For each length beyond the block that some run was evaluated at, the loss along the window, one line per
     design (its mean over seeds, the band its min and max), the training block dashed: the measure FoX's and ALiBi's
     papers report. Each point is the mean over a `BINS`-th of the window (8 positions at 256, 16 at 512): one
     position's mean over the split's few hundred windows varies by ~0.1 nats, about the gaps between the designs."""
-    variants = [v for v in inputs.variants if v.group == GROUP and v.label in NAMES]
+    variants = [v for v in inputs.variants if v.group == GROUP and v.label in VARIANTS]
     runs = {r.run.run_name: (v.label, r.run.seed) for v in variants for r in v.done}
     by_position: dict[int, dict[str, dict[int, tuple[float, ...]]]] = {}  # length -> variant -> seed -> curve
     for e in (e for e in inputs.beyond_the_block if e.run_name in runs):
@@ -72,7 +56,7 @@ def figures(inputs: ReportInputs, data: Any = None) -> list[Figure]:
         middles = [(start + 1 + min(start + width, length)) / 2 for start in range(0, length, width)]
         drawn = [
             (label, middles, binned(np.array([seeds[s] for s in sorted(seeds)]), width))  # (seeds, bins)
-            for label in NAMES
+            for label in VARIANTS
             if (seeds := curves.get(label))
         ]
         title = f"Loss along windows of {length} (trained on {block}; means over {width} positions)"
@@ -91,7 +75,7 @@ STUDY = Study(
     "rope",
     groups=(GROUP,),
     families=(GROUP, BEYOND),
-    claims=CLAIMS,
+    measure=lambda inputs: engine.family_claims((GROUP, BEYOND)),  # the claims its comparisons test
     findings=lambda inputs, data, read: [
         *engine.family_findings(inputs, GROUP),
         *engine.family_findings(inputs, BEYOND),
