@@ -347,15 +347,14 @@ def test_a_study_that_judges_a_claim_by_another_rule_than_the_protocols_is_refus
 
 def finding_kinds() -> dict[str, set[str]]:
     """Every kind of finding the report gives, with the claims it judges: the comparisons the protocol names for the
-    engine's families (`engine`), the studies' own readings and the claims kinds take where their lines name none."""
+    engine's families (`engine`, each design past the block its own) and the claims kinds take where their lines
+    name none."""
     out: dict[str, set[str]] = {}
     for c in (c for items in protocol.current().comparisons.values() for c in items):
         if c.metric in engine.METRICS and (named := engine.claims(c)):  # its claim, else its kind's of the paper
             out.setdefault(c.kind, set()).update(named)
         elif c.metric in engine.READINGS:  # a reading of a file, not of runs (the bench): its kind's own claim
             out.setdefault(c.kind, set()).add(c.claim or c.kind)
-    for kind, judged in engine.JUDGES.items():  # a study's own reading (past the block), no comparison of the protocol
-        out.setdefault(kind, set()).update(judged)
     for kind, claim_of in engine.PAPER.items():  # a kind's claim where its lines name none, on each corpus
         out.setdefault(kind, set()).update(claim_of(corpus)[0] for corpus in paper.IMPROVEMENT)
     return out
@@ -368,7 +367,9 @@ def test_every_claim_is_judged_by_the_stated_rule_the_protocol_names_for_it():
     kinds = finding_kinds()
     assert set(kinds) >= {"improvement", "ablation_pair", "peer", "cost", "tau_mechanism"}
     judged = {}
-    for claim in (*paper.CLAIMS, *(c for s in studies.STUDIES for c in s.claims)):
+    # a study's claims: its own, and those its families' comparisons state (the RoPE study's)
+    own = (c for s in studies.STUDIES for c in (*s.claims, *engine.family_claims(s.families).claims))
+    for claim in (*paper.CLAIMS, *own):
         judging = [kind for kind, claims in kinds.items() if claim.key in claims]
         assert judging, f"no kind of finding judges the claim {claim.key!r}"
         for kind in judging:

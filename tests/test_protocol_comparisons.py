@@ -13,7 +13,7 @@ from ega_lightning.experiments import engine, findings, protocol, studies
 from ega_lightning.experiments.stats import Difference
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "results.json"
-ENGINE_FAMILIES = ("peers", "frozen", "rope", "context", "improvement", "gap", "levels")  # the engine gives
+ENGINE_FAMILIES = ("peers", "frozen", "rope", "beyond", "context", "improvement", "gap", "levels")  # the engine gives
 
 
 def _sides(key: str) -> frozenset[str]:

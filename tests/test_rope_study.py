@@ -21,6 +21,7 @@ from ega_lightning.experiments.study import Measured, ReportInputs
 from .helpers import CONFIGS
 
 SEEDS = (1, 2, 3, 4, 5)
+FACTORS = (2, 4)  # the lengths the protocol's family `beyond` reads (`at:`), in blocks
 GAIN = {2: 0.02, 4: -0.05}  # each run's loss on windows of 2 and 4 blocks below its own (about: `longer`)
 # the spec's entries, read from it: variant -> (entry, gate, position)
 SPEC = {r.variant: (r.entry, r.configs) for r in load_spec(CONFIGS / "sweeps/rope.yaml", check_files=False).runs}
@@ -74,7 +75,7 @@ def longer(by_variant: dict[str, dict[int, float]], gain: dict[int, float]) -> t
         BeyondTheBlock(f"{SPEC[v][0]}-seed{s}", 1499, f * 128, loss - gain[f] + 0.00025 * f * s, curve(loss, s, f), "c")
         for v, by_seed in by_variant.items()
         for s, loss in by_seed.items()
-        for f in rope.FACTORS
+        for f in FACTORS
     )
 
 
@@ -219,4 +220,4 @@ def test_its_figures_are_drawn_in_its_groups_section_under_its_findings_and_abse
     section = report_markdown.section(rope.GROUP, [table], [], drawn, tmp_path)
     assert f"![{table.title}: loss by position, windows of 256](rope-beyond-T256.png)" in section
     empty = ReportInputs((), ())
-    assert rope.figures(empty, rope.measure(empty)) == []
+    assert rope.figures(empty) == []

@@ -14,10 +14,11 @@ a finding says comes from :data:`TEMPLATES`, sentences keyed by kind (else by ru
 and its row of the claims table are written.
 
 A new study whose metrics exist is its family, verdict kind and comparisons in the protocol, and its sweep file:
-`family_findings` reads it where a study names the family (`studies.family`). A new metric is one
-function registered with :func:`metric`; one read over several variants of a side's group (the context family's
-growth, from the shortest block to the longest) names them with it (:class:`Span`), so the finding's code and its
-registration count the runs its interval reads. What a kind states beside its interval (the leak's causal Δ, the tail's
+`family_findings` reads it where a study names the family (`studies.family`). A new metric is one function
+registered with :func:`metric`; one read at the lengths a comparison names (`at:`, past the block) takes the length
+as a third argument; one read over several variants of a side's group (the context family's growth, from the
+shortest block to the longest) names them with it (:class:`Span`), so the finding's code and its registration count
+the runs its interval reads. What a kind states beside its interval (the leak's causal Δ, the tail's
 heads) is :data:`BESIDE`, and the claim a kind tests where its lines name none :data:`PAPER`, both by kind.
 """
 
@@ -39,6 +40,7 @@ import numpy as np
 
 from ega_lightning.experiments import paper, plots, protocol
 from ega_lightning.experiments.bench import BENCH_RUN, bench_device
+from ega_lightning.experiments.beyond_the_block import BeyondTheBlock
 from ega_lightning.experiments.comparisons import (
     Table,
     Variant,
@@ -91,7 +93,8 @@ from ega_lightning.experiments.text import (
     slug,
 )
 
-Metric = Callable[[Variant, ReportInputs], dict[int, float]]  # a variant's finished runs -> seed -> value
+# a variant's finished runs (and, for a comparison that names them, one of its lengths `at:`) -> seed -> value
+Metric = Callable[..., dict[int, float]]
 
 
 @dataclass(frozen=True)
@@ -109,16 +112,20 @@ class Span:
 
 METRICS: dict[str, Metric] = {}
 SPANS: dict[str, Span] = {}  # metric -> the variants it reads, where not the side alone
+PAIRED: set[str] = set()  # the metrics that are a difference within each run: read alone, a paired interval
 
 
-def metric(key: str, span: Span | None = None) -> Callable[[Metric], Metric]:
+def metric(key: str, span: Span | None = None, paired: bool = False) -> Callable[[Metric], Metric]:
     """Registers a metric under ``key``, the name a comparison of the protocol reads it by (with its ``span``, where
-    it reads several variants of a side's group)."""
+    it reads several variants of a side's group; ``paired``, where each value is a difference of two measurements
+    of one run)."""
 
     def register(fn: Metric) -> Metric:
         METRICS[key] = fn
         if span is not None:
             SPANS[key] = span
+        if paired:
+            PAIRED.add(key)
         return fn
 
     return register
@@ -235,9 +242,33 @@ def tau_init_slope(v: Variant, inputs: ReportInputs) -> dict[int, float]:
     return _slopes(xs) if xs and all(x.as_in_paper for x in xs) else {}
 
 
-# kind -> the claims its findings judge where a study reads them itself, not a comparison of the protocol (past the
-# block: `studies.rope` registers its own)
-JUDGES: dict[str, tuple[str, ...]] = {}
+# past the block (the amendment of 2026-12-07, issue 68): the loss at the block's last `EDGE` positions minus at every
+# position past it, of the same windows
+EDGE = 32
+
+
+def block_of(v: Variant) -> int:
+    """The training block of a variant's runs (its first finished run's; the cpu size's 128 before any)."""
+    return int(v.done[0].hparams.get("block_size") or 128) if v.done else 128
+
+
+def _evaluated(v: Variant, inputs: ReportInputs, at: int) -> dict[int, BeyondTheBlock]:
+    """Seed -> the evaluation of v's final checkpoint in windows of ``at`` blocks (results/beyond-the-block/)."""
+    found = {(e.run_name, e.eval_block_size): e for e in inputs.beyond_the_block}
+    named = {r.run.seed: (r.run.run_name, at * block_of(v)) for r in v.done}
+    return {s: found[key] for s, key in sorted(named.items()) if key in found}
+
+
+@metric("loss_past_block", paired=True)
+def loss_past_block(v: Variant, inputs: ReportInputs, at: int) -> dict[int, float]:
+    """Each final checkpoint's mean loss at its block's last `EDGE` positions minus at every position past the
+    block, in the same windows of ``at`` blocks: positive where it reads the context beyond its block."""
+    block = block_of(v)
+    return {
+        s: float(np.mean(e.by_position[block - EDGE : block])) - float(np.mean(e.by_position[block:]))
+        for s, e in _evaluated(v, inputs, at).items()
+    }
+
 
 # kind -> the claim its comparisons test where their lines name none, and the paper's figure of it, on x's corpus
 PAPER = {
@@ -403,20 +434,45 @@ def _entry(v: Variant) -> str:
     return v.runs[0].run.entry if v.runs else ""
 
 
-def _runs_in(inputs: ReportInputs, family: str, comparisons: tuple[protocol.Comparison, ...]) -> tuple[int, int]:
+def _runs_in(inputs: ReportInputs, family: str, comparisons: list[protocol.Comparison]) -> tuple[int, int]:
     """The runs of the family's variants that are in, each variant counted up to the seeds planned for it, and all
-    the family plans."""
+    the family plans; read at lengths (`at:`), its evaluations: one per planned run and length."""
     planned = protocol.current().families[family].planned_seeds
-    names = dict.fromkeys(n for c in comparisons for n in (c.x, c.y) if n is not None)
-    variants = [v for n in names for v in variants_named(inputs, n)]
-    return sum(min(len(v.done), planned.get(_entry(v), 0)) for v in variants), sum(planned.values())
+    sides = dict.fromkeys((n, c.metric, c.at) for c in comparisons for n in (c.x, c.y) if n is not None)
+
+    def counted(v: Variant, key: str, at: tuple[int, ...]) -> int:  # an evaluation is of a finished run
+        return min(len(METRICS[key](v, inputs, *at)) if at else len(v.done), planned.get(_entry(v), 0))
+
+    runs_in = sum(counted(v, key, at) for n, key, at in sides for v in variants_named(inputs, n))
+    return runs_in, sum(planned.values()) * len({c.at for c in comparisons})
+
+
+def expanded(c: protocol.Comparison) -> list[protocol.Comparison]:
+    """The comparisons ``c`` names, one by one. x `<group>/each design and <label>`: the variant ``label`` (named as
+    the comparisons whose y it is name it), then each design the protocol compares in ``group`` (the x of its
+    comparisons, named as they name it), each testing the claim `<family>:<variant>`. Its lengths `at:` (in
+    training blocks): one comparison per length, read once as its family's runs are (an evaluation is of a finished
+    run: its family plans one per run and length)."""
+    group, label = c.x.split("/", 1)
+    sides = {c.x: (c.name, c.claim)}
+    if label.startswith("each design"):
+        stated = [o for items in protocol.current().comparisons.values() for o in items]
+        named = {o.y: o.y_name for o in stated if o.y is not None and o.y_name}
+        names = {x: named.get(x) for x in (f"{group}/{ref}" for ref in label.split(" and ")[1:])}
+        names |= {o.x: names.get(o.x, o.name) for o in stated if o.group == group and not o.label.startswith("each ")}
+        sides = {x: (name, c.claim or f"{c.family}:{x.split('/', 1)[1]}") for x, name in names.items()}
+    return [
+        dataclasses.replace(c, x=x, name=name, claim=claim, at=at, once=c.once or bool(at))
+        for x, (name, claim) in sides.items()
+        for at in [(a,) for a in c.at] or [()]
+    ]
 
 
 def family_findings(inputs: ReportInputs, family: str, table: Table | None = None) -> list[Finding]:
-    """One finding per comparison the protocol names for ``family`` and corpus its x ran on (those of ``table``'s
-    section and corpus alone, where given), in the protocol's order; none for a comparison whose x the report did not
-    read."""
-    comparisons = protocol.current().comparisons.get(family, ())
+    """One finding per comparison the protocol names for ``family`` (`expanded`) and corpus its x ran on (those of
+    ``table``'s section and corpus alone, where given), in the protocol's order; none for a comparison whose x the
+    report did not read."""
+    comparisons = [e for c in protocol.current().comparisons.get(family, ()) for e in expanded(c)]
     counted = _runs_in(inputs, family, comparisons) if any(c.once for c in comparisons) else None
     out: list[Finding] = []
     joint: dict[tuple[str, str | None], tuple[protocol.Comparison, list[Any]]] = {}
@@ -434,19 +490,20 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
             if not xs:  # the metric does not apply to this section (one block size): nothing to compare
                 continue
             values = METRICS[c.metric]
-            own, ref = values(x, inputs), values(y, inputs) if y is not None else {}
-            if span is None and not c.y and not own:  # x alone, and nothing its metric reads: nothing to say
+            own, ref = values(x, inputs, *c.at), values(y, inputs, *c.at) if y is not None else {}
+            if span is None and not c.y and not own and not c.once:  # x alone, nothing read (nor to count): no finding
                 continue
             aligned = span is None or y is None or [v.hp(span.along) for v in xs] == [v.hp(span.along) for v in ys]
             # no y: x's metric alone, its one-sample interval (against zero or a figure)
-            d = (compare(ref, own) if ref else mean_interval(list(own.values()))) if own and (ref or not c.y) else None
+            alone = partial(mean_interval, method="paired" if c.metric in PAIRED else "mean")
+            d = (compare(ref, own) if ref else alone(list(own.values()))) if own and (ref or not c.y) else None
             d = d if aligned else None
             claim, figure = _claim(c, x.corpus)
             if figure is not None and d is None:  # the paper's claim is read where both sides have values
                 continue
             sides = {"x": x, "y": y}
             shown = {k: _mean(sides[spec.split(".", 1)[0]], spec.split(".", 1)[1], inputs) for k, spec in c.show}
-            beside, also = BESIDE[c.kind](x, y, inputs) if c.kind in BESIDE else ({}, [])
+            beside, also = BESIDE[c.kind](x, y, inputs, *c.at) if c.kind in BESIDE else ({}, [])
             details = ({"source": c.source} if c.source else {}) | shown | beside
             if isinstance(c.figure, int | float):  # the paper's figure of the difference, said beside it
                 details["paper_figure"] = c.figure
@@ -457,6 +514,7 @@ def family_findings(inputs: ReportInputs, family: str, table: Table | None = Non
                 code = code_of(x, y, *also, compared=[(x, y) if c.y else (x,)])
                 read_as = pair(y or c.y, x) if c.y else f"{x.group}/{x.label}"
                 read_as = read_as if c.metric == "final_val_loss" else f"{c.kind}: {read_as}"  # its loss: unnamed
+                read_as = READS[c.kind](x, details) if c.kind in READS else read_as
             else:  # named by the gates, not by one variant of each; each side's ends enter the interval
                 both = [v for at in itertools.zip_longest(xs, ys) for v in at if v is not None]
                 against = (y.paper_name or y.gate) if y is not None else c.y
@@ -526,9 +584,10 @@ def _mean(v: Variant | None, key: str, inputs: ReportInputs) -> float | None:
 
 
 def claims(c: protocol.Comparison) -> list[str]:
-    """The claims a comparison tests: the one it names, else its kind's claims of the paper (`paper.FIGURE`: the kind,
-    or the kind on a corpus: `improvement:ptb`), each on its own corpus."""
-    return [c.claim] if c.claim is not None else [k for k in paper.FIGURE if k.split(":")[0] == c.kind]
+    """The claims a comparison tests: those it names (`expanded`), else its kind's claims of the paper
+    (`paper.FIGURE`: the kind, or the kind on a corpus: `improvement:ptb`), each on its own corpus."""
+    named = list(dict.fromkeys(e.claim for e in expanded(c) if e.claim is not None))
+    return named or [k for k in paper.FIGURE if k.split(":")[0] == c.kind]
 
 
 def _claim(c: protocol.Comparison, corpus: str) -> tuple[str | None, float | None]:
@@ -573,14 +632,33 @@ def _settled(x: Variant, y: Variant | None, inputs: ReportInputs) -> Beside:
     return {"settled": sum(tracked), "tracked": len(tracked)}, []
 
 
+def _window_contrast(x: Variant, y: Variant | None, inputs: ReportInputs, at: int) -> Beside:
+    """Beside past the block: its windows, and the measure it replaced, the window contrast (loss on windows of the
+    block − on windows of ``at`` blocks, per seed; `Compared.family_read` gives the label it would read)."""
+    longer = {s: e.loss for s, e in _evaluated(x, inputs, at).items()}
+    own = {s: value for s, value in x.by_seed("final_val_loss").items() if s in longer}
+    contrast = compare(own, longer) if own and longer else None
+    block = block_of(x)
+    return {"block_size": block, "eval_block_size": at * block, "window_contrast": contrast, "replaces": None}, []
+
+
+def _past_the_block_read(x: Variant, details: dict[str, Any]) -> str:
+    block, length = details["block_size"], details["eval_block_size"]
+    return f"{x.label} T{length}: positions {block - EDGE + 1}–{block} − {block + 1}–{length}"
+
+
+# kind -> its interval's name among a finding's reads, of x and its details, where not the sides' names
+READS = {"beyond_the_block": _past_the_block_read}
+
 # kind -> what a comparison of it states beside its interval (results.json writes it beside its fields), and the
-# variants that reads beside x and y
-BESIDE: dict[str, Callable[[Variant, Variant | None, ReportInputs], Beside]] = {
+# variants that reads beside x and y: of x, y, the inputs (and its length `at:`, where it names one)
+BESIDE: dict[str, Callable[..., Beside]] = {
     "improvement": _losses,
     "gap": _gap,
     "tau": _settled,
     "leak": _causal,
     "tail": _heads,
+    "beyond_the_block": _window_contrast,
 }
 
 
@@ -660,36 +738,43 @@ READINGS: dict[str, Callable[[protocol.Comparison, ReportInputs], Compared]] = {
 
 @dataclass(frozen=True)
 class Unplaced:
-    """The families of the protocol that no study of the report places (`studies.PLACED`) and whose comparisons read
-    registered metrics, with the claims their comparisons test: a new study, read with no Python of its own."""
+    """Families of the protocol the engine reads (those no study of the report places, `studies.PLACED`, and whose
+    comparisons read registered metrics: a new study, read with no Python of its own), with the claims their
+    comparisons test."""
 
     families: tuple[str, ...]
     claims: tuple[paper.Claim, ...]
 
 
-def unplaced(placed: set[str]) -> Unplaced:
-    """The families not in ``placed`` whose every comparison reads a metric of :data:`METRICS`, and their claims."""
+def family_claims(families: tuple[str, ...]) -> Unplaced:
+    """``families`` with the claims their comparisons test that the paper does not make, as the claims table states
+    them (:data:`CLAIMS`, by kind), in the protocol's order."""
     p = protocol.current()
-    families = tuple(
-        name
-        for name, items in p.comparisons.items()
-        if name not in placed and items and all(c.metric in METRICS for c in items)
-    )
     claims = {
-        c.claim: paper.Claim(
-            c.claim, CLAIMS.get(c.kind, CLAIMS["lower"]).format(x=c.name or c.x, y=c.y_name or c.y), "—"
+        e.claim: paper.Claim(
+            e.claim, CLAIMS.get(e.kind, CLAIMS["lower"]).format(x=e.name or e.x, y=e.y_name or e.y), "—"
         )
         for name in families
         for c in p.comparisons[name]
-        if c.claim is not None and c.claim not in paper.CLAIM
+        for e in expanded(c)
+        if e.claim is not None and e.claim not in paper.CLAIM
     }
     return Unplaced(families, tuple(claims.values()))
+
+
+def unplaced(placed: set[str]) -> Unplaced:
+    """The families not in ``placed`` whose every comparison reads a metric of :data:`METRICS`, and their claims."""
+    items = protocol.current().comparisons.items()
+    return family_claims(
+        tuple(name for name, cs in items if name not in placed and cs and all(c.metric in METRICS for c in cs))
+    )
 
 
 # ----------------------------------------------------------------------------- what a finding says
 
 # a new family's claims, as the claims table states them, by kind of verdict (`lower`: any other)
 CLAIMS = {"lower": "{x}: a lower final val loss than {y}"}
+CLAIMS |= {"beyond_the_block": "{x}: a lower loss past its training block than at the block's end"}
 
 # kind (or rule) -> (its section's sentence with an interval, without one, its subject in the claims table); the
 # fields: subject, against, interval, verdict (`verdict_text`), state (how many planned runs are in), each of
@@ -987,9 +1072,7 @@ FORMATS: dict[str, Callable[[Any, Any], str]] = {
 }
 
 
-# past the block (the amendment of 2026-12-07, issue 68): the loss at the block's last `EDGE` positions minus at every
-# position past it, of the same windows; what each of its labels says, and what its label names beside it
-EDGE = 32
+# past the block (`loss_past_block`): what each of its labels says, and what its label names beside it
 PAST_THE_BLOCK = {
     Verdict.HOLDS: "reads past its block",
     Verdict.NEGLIGIBLE: "holds its loss",
