@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -605,6 +606,53 @@ def test_every_field_of_the_protocol_is_checked_when_it_is_read(tmp_path):
     ):
         assert part in said, part
     assert "\n" not in said
+
+
+def test_what_a_study_adds_is_checked_by_the_same_table_each_mistake_named_where_it_is(tmp_path):
+    """Issue 69: a comparison without its x, a rule by claim that is no rule and a margin the file does not define
+    are each named by where they are, with the value, in one message (a comparison was unchecked: "lacks or garbles
+    'x'"); a kind declared twice is said once (its message was wrapped in "lacks or garbles")."""
+    text = protocol.PATH.read_text()
+    edits = [
+        ("- {kind: cost, x: bench/linear, y: bench/none", "- {kind: cost, y: bench/none"),
+        ("ablation:EGA-2: worse", "ablation:EGA-2: wrse"),
+        ("margins: [tau_level]", "margins: [tau_lvl]"),
+    ]
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    bad = tmp_path / "protocol.yaml"
+    bad.write_text(text)
+    with pytest.raises(protocol.ProtocolError) as err:
+        protocol.load(bad)
+    said = str(err.value)
+    assert re.search(r"; amendments\[\d+\]\.comparisons\.cost\[0\]\.x is None, not a name[;.]", said), said
+    assert "verdicts.ablation_pair.by_claim.ablation:EGA-2 is 'wrse', not one of effect, level," in said
+    assert "verdicts.tau.margins is ['tau_lvl'], not a list of names under `margins:`" in said
+    twice = protocol.PATH.read_text().replace("      paper_gain: {rule: effect", "      rope_gain: {rule: effect", 1)
+    bad.write_text(twice)
+    with pytest.raises(protocol.ProtocolError) as err:
+        protocol.load(bad)
+    assert str(err.value) == (
+        f"the protocol {bad}: the amendment of issue 67 declares `rope_gain`, which `verdicts:` or an earlier "
+        "amendment already declares."
+    )
+
+
+def test_every_field_a_dataclass_reads_from_the_file_is_a_row_of_its_table():
+    """The dataclasses are made from the table's rows of the same names (`protocol._make`): a field added to one
+    without its row would keep its default whatever the file says. `load` gives the others: a record's key and lines,
+    an amendment's prose, and what the amendments state together."""
+    for cls, table, given in (
+        (protocol.Margin, protocol.MARGIN, set()),
+        (protocol.Family, protocol.FAMILY, {"name"}),
+        (protocol.Entry, protocol.ENTRY, {"kind", "lines"}),
+        (protocol.Comparison, protocol.COMPARISON, {"family"}),
+        (protocol.Amendment, protocol.AMENDMENT, {"text", "lines"}),
+        (protocol.Protocol, protocol.PROTOCOL, {"path", "lines", "comparisons", "leaderboard", "figures"}),
+    ):
+        own = {f.name for f in dataclasses.fields(cls)} - given
+        assert own <= set(table), (cls.__name__, own - set(table))
 
 
 def test_an_entry_registered_after_the_amendment_is_read_under_it_alone():

@@ -1,11 +1,11 @@
 """The registered protocol (``configs/protocol.yaml``) as data: the margins, families, rules and planned seeds
 every verdict of the report is read against, and when each entry was fixed.
 
-The protocol is committed before the runs it governs. :func:`load` reads and checks it; :func:`current` reads the
-registered one once, when a report (or anything that needs a margin) first asks for it, never at import;
-:func:`entry_dates` gives the date each verdict's rule was fixed (the newest commit of the lines of its entry, of
-its family and of its margins, from ``git blame``); where git history cannot date them (a shallow clone, an install
-without .git), none.
+The protocol is committed before the runs it governs. :func:`load` reads it, each field checked as the table
+`PROTOCOL` states it; :func:`current` reads the registered one once, when a report (or anything that needs a margin)
+first asks for it, never at import; :func:`entry_dates` gives the date each verdict's rule was fixed (the newest commit
+of the lines of its entry, of its family and of its margins, from ``git blame``); where git history cannot date them
+(a shallow clone, an install without .git), none.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from __future__ import annotations
 import functools
 import math
 import subprocess
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -28,6 +28,7 @@ PATH = PACKAGED_CONFIGS / "protocol.yaml"
 RULE_NAMES = ("effect", "level", "best", "worse", "equivalent", "tail", "forgets", "frozen", "grows")
 RULE_NAMES += ("lower", "control", "cost", "mechanism")
 TESTABLE = ("baseline_gap_covers_reduction",)  # the conditions a verdict may be read under (`testable:`)
+T = TypeVar("T")
 
 
 class ProtocolError(UserError):
@@ -161,15 +162,179 @@ class Protocol:
         return out
 
 
-def _spans(node: yaml.Node) -> dict[str, tuple[int, int]]:
-    """Each key of a mapping node with its lines (1-based, inclusive): from the key to the line before the next."""
+# ----------------------------------------------------------------------------- the file's fields, as a table
+
+
+@dataclass(frozen=True)
+class Form:
+    """What one field may hold: the test its value passes, what a message says it must be, how it is read, and, where
+    it names something the file defines, the section that must define it (``among``; each name, for a list)."""
+
+    ok: Callable[[Any], bool]
+    want: str
+    read: Callable[[Any], Any] = lambda x: x
+    among: str = ""
+
+
+@dataclass(frozen=True)
+class Each:
+    """A mapping of the user's names (``listed``: a list) whose every value ``schema`` reads."""
+
+    schema: Any
+    want: str = "a mapping"
+    listed: bool = False
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _count(least: int) -> Callable[[Any], bool]:
+    return lambda x: isinstance(x, int) and not isinstance(x, bool) and x >= least
+
+
+def _date(x: Any) -> bool:
+    try:
+        return isinstance(x, str) and bool(datetime.fromisoformat(x))
+    except ValueError:
+        return False
+
+
+def _is(kind: type) -> Callable[[Any], bool]:
+    return lambda x: isinstance(x, kind)
+
+
+def _one_of(names: tuple[str, ...]) -> Callable[[Any], bool]:
+    return lambda x: isinstance(x, str) and x in names
+
+
+def _list_of(ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda x: isinstance(x, list) and all(map(ok, x))
+
+
+def _mapping_of(ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda x: isinstance(x, dict) and all(map(ok, x.values()))
+
+
+RULES = ", ".join(RULE_NAMES)
+TEXT, NAME, BOOL = Form(_is(str), "a text"), Form(_is(str), "a name"), Form(_is(bool), "true or false")
+FRACTION = Form(lambda x: _number(x) and 0 < x < 1, "a fraction in (0, 1) (0.95 for 95%)", float)
+DATE = Form(_date, 'a date ("YYYY-MM-DD")')
+SAID = Form(lambda x: isinstance(x, str) and bool(x), "a text")  # the protocol's own rules: never left empty
+VERDICT_KINDS = Form(_list_of(_is(str)), "a list of kinds of verdict", tuple)
+
+# Each record of the file, field by field: (what it may hold, what it reads as where it is absent or null; `...`: it
+# is required). The dataclasses above take the fields of the same names.
+COMPARISON = {
+    "kind": (NAME, ...),
+    "x": (NAME, ...),
+    "y": (NAME, None),
+    "metric": (NAME, ...),
+    "claim": (NAME, None),
+    "figure": (Form(lambda x: isinstance(x, str) or _number(x), "a name or a number"), None),
+    "at": (Form(_list_of(_count(1)), "a list of lengths in blocks", tuple), []),
+    "name": (TEXT, None),
+    "y_name": (TEXT, None),
+    "source": (TEXT, None),
+    "once": (BOOL, False),
+    "show": (Form(_mapping_of(_is(str)), "a mapping of name to x.metric or y.metric", lambda x: tuple(x.items())), {}),
+}
+COMPARISONS = Each(COMPARISON, "a list of comparisons", listed=True)
+ENTRY = {
+    "family": (Form(_is(str), "a name under `families:`", among="families"), None),
+    "confirmatory": (BOOL, ...),
+    "rule": (Form(_one_of(RULE_NAMES), f"one of {RULES}"), None),
+    "by_claim": (Each(Form(_one_of(RULE_NAMES), f"one of {RULES}"), "a mapping of claim to rule name"), {}),
+    "margins": (Form(_list_of(_is(str)), "a list of names under `margins:`", tuple, among="margins"), []),
+    "testable": (Form(_one_of(TESTABLE), f"one of {', '.join(TESTABLE)}"), None),
+    "min_repetitions": (Form(_count(1), "a count >= 1"), None),
+    "why": (TEXT, ""),
+}
+MARGIN = {
+    "value": (Form(lambda x: _number(x) and x > 0, "a positive number", float), ...),
+    "unit": (TEXT, ...),
+    "reason": (TEXT, ...),
+}
+FAMILY = {
+    "reads": (TEXT, ...),
+    "planned_seeds": (Each(Form(_count(1), "a count of seeds >= 1"), "a mapping of spec entry to seeds"), {}),
+    "plan": (TEXT, ""),
+    "leaderboard": (BOOL, False),
+    "comparisons": (COMPARISONS, []),
+}
+AMENDMENT = {
+    "date": (DATE, ...),
+    "issue": (Form(_count(1), "an issue number"), ...),
+    "rules": (Form(_list_of(_one_of(RULE_NAMES)), f"a list of rule names ({RULES})", tuple), []),
+    "kinds": (VERDICT_KINDS, []),
+    "fixed_in_prose": (VERDICT_KINDS, []),
+    "verdicts": (Each(ENTRY, "a mapping of kind to rule"), {}),
+    "comparisons": (Each(COMPARISONS, "a mapping of family to its comparisons"), {}),
+    "claims": (Form(_mapping_of(_is(str)), "family: claim", dict), {}),
+    "figures": (Form(_mapping_of(_is(list)), "a mapping of family to a list of figures", dict), {}),
+    "leaderboard": (Form(_list_of(_is(str)), "a list of names under `families:`", tuple, among="families"), []),
+    "cost_device": (Form(_is(str), "a device name"), None),
+}
+PROTOCOL = {
+    "registered": (DATE, ...),
+    "level": (FRACTION, ...),
+    "power": (FRACTION, ...),
+    "max_seeds": (Form(_count(2), "an integer >= 2"), ...),
+    "stopping": (SAID, ...),
+    "decisions": (SAID, ...),
+    "margins": (Each(MARGIN), ...),
+    "families": (Each(FAMILY), ...),
+    "verdicts": (Each(ENTRY), ...),
+    "amendments": (Each(AMENDMENT, "a list", listed=True), []),
+}
+
+
+def _read(value: Any, schema: Any, where: str, problems: list[str], data: dict[str, Any]) -> Any:
+    """``value`` read by ``schema``: a :class:`Form`, an :class:`Each`, or a record (field -> (schema, default); a value
+    not a mapping reads as an empty one), the names it uses looked up in the file's ``data``. Each value that fails is
+    added to ``problems``, said as a user reads it (``level is 95, not ...``): a level of 95 read as a fraction would
+    make every interval a nonsense."""
+    if isinstance(schema, Form):
+        defined = data.get(schema.among) if schema.among else None
+        if schema.ok(value) and (
+            not isinstance(defined, dict) or set(value if isinstance(value, list) else [value]) <= set(defined)
+        ):
+            return schema.read(value)
+        problems.append(f"{where} is {value!r}, not {schema.want}")
+        return None
+    if isinstance(schema, Each):
+        if not isinstance(value, list if schema.listed else dict):
+            problems.append(f"{where} is {type(value).__name__!r}, not {schema.want}")  # a section's text is long
+            return None
+        if schema.listed:
+            return [_read(v, schema.schema, f"{where}[{i}]", problems, data) for i, v in enumerate(value)]
+        return {k: _read(v, schema.schema, f"{where}.{k}", problems, data) for k, v in value.items()}
+    given, out = value if isinstance(value, dict) else {}, {}
+    for key, (form, default) in schema.items():
+        v = default if given.get(key) is None and default is not ... else given.get(key)
+        out[key] = v if v is None and default is None else _read(v, form, f"{where}.{key}".lstrip("."), problems, data)
+    return out
+
+
+def _make(cls: type[T], read: dict[str, Any], **given: Any) -> T:
+    """A ``cls`` of the fields of ``read`` that it has, ``given`` over them."""
+    return cls(**{f.name: read[f.name] for f in fields(cls) if f.name in read} | given)  # type: ignore[call-arg]
+
+
+# ----------------------------------------------------------------------------- reading it
+
+
+def _spans(node: yaml.Node, lines: list[str]) -> dict[str, tuple[int, int]]:
+    """Each key of a mapping node with its lines (1-based, inclusive): from the key to the line before the next, less
+    the blank and comment lines at its end."""
     if not isinstance(node, yaml.MappingNode):
         return {}
     keys = [k for k, _ in node.value]
     last = node.value[-1][1].end_mark if node.value else node.end_mark
     stop = last.line if last.column == 0 else last.line + 1
     starts = [k.start_mark.line + 1 for k in keys]
-    return {k.value: (a, b - 1) for k, a, b in zip(keys, starts, [*starts[1:], stop + 1], strict=True)}
+    ends = [*starts[1:], stop + 1]
+    return {k.value: _trimmed((a, b - 1), lines) for k, a, b in zip(keys, starts, ends, strict=True)}
 
 
 def _trimmed(span: tuple[int, int], lines: list[str]) -> tuple[int, int]:
@@ -190,8 +355,9 @@ def _amendment_spans(node: yaml.Node, lines: list[str]) -> list[tuple[int, int]]
 
 
 def load(path: Path = PATH) -> Protocol:
-    """The protocol at ``path``, checked: every family, rule and margin an entry names exists, and a spec
-    entry's planned seeds agree across families. A :class:`ProtocolError` says what is wrong."""
+    """The protocol at ``path``, checked: each field as its table (`PROTOCOL`) says, every family, rule and margin an
+    entry names defined, and a spec entry's planned seeds agreeing across families. A :class:`ProtocolError` says
+    what is wrong."""
     try:
         text = path.read_text(encoding="utf-8")
         data = yaml.safe_load(text)
@@ -200,117 +366,66 @@ def load(path: Path = PATH) -> Protocol:
         raise ProtocolError(f"the protocol {path} cannot be read: {err}") from None
     if not isinstance(data, dict) or data.get("format") != 1:
         raise ProtocolError(f"the protocol {path} is not a mapping of format 1.")
-    if problems := _field_problems(data):
+    problems: list[str] = []
+    read = _read(data, PROTOCOL, "", problems, data)
+    if problems:
         raise ProtocolError(
             f"the protocol {path} is not valid: {'; '.join(problems)}. Correct the field(s) (its header says what "
             "each one means), or restore the committed file (git checkout -- configs/protocol.yaml)."
         )
     nodes = {k.value: v for k, v in root.value} if isinstance(root, yaml.MappingNode) else {}
+    text_lines, amended = text.splitlines(), read["amendments"]
     try:
-        margins = {k: Margin(float(v["value"]), str(v["unit"]), str(v["reason"])) for k, v in data["margins"].items()}
-        families = {
-            k: Family(
-                k,
-                str(v["reads"]),
-                {e: int(n) for e, n in (v.get("planned_seeds") or {}).items()},
-                v.get("plan") or "",
-                bool(v.get("leaderboard")),
-            )
-            for k, v in data["families"].items()
-        }
-        text_lines = text.splitlines()
-        verdict_lines = {k: _trimmed(s, text_lines) for k, s in _spans(nodes["verdicts"]).items()}
-        verdicts = {kind: _entry(kind, v, verdict_lines[kind]) for kind, v in data["verdicts"].items()}
-        lines = {f"margins.{k}": _trimmed(s, text_lines) for k, s in _spans(nodes["margins"]).items()}
-        lines["level"] = _trimmed(_spans(root)["level"], text_lines)
-        lines.update({f"families.{k}": _trimmed(s, text_lines) for k, s in _spans(nodes["families"]).items()})
-        amended = data.get("amendments") or []
+        lines = {f"margins.{k}": s for k, s in _spans(nodes["margins"], text_lines).items()}
+        lines["level"] = _spans(root, text_lines)["level"]
+        lines.update({f"families.{k}": s for k, s in _spans(nodes["families"], text_lines).items()})
         spans = _amendment_spans(nodes.get("amendments"), text_lines)
-        amendments = tuple(
-            Amendment(
-                str(a["date"]),
-                int(a["issue"]),
-                tuple(a.get("rules") or ()),
-                a.get("cost_device"),
-                {k: str(v) for k, v in a.items() if isinstance(v, str) and k not in ("date", "cost_device")},
-                span,
-                tuple(a.get("kinds") or ()),
-                tuple(a.get("fixed_in_prose") or ()),
-            )
-            for a, span in zip(amended, spans, strict=True)
-        )
+        verdict_lines = _spans(nodes["verdicts"], text_lines)
+        verdicts = {k: _make(Entry, v, kind=k, lines=verdict_lines[k]) for k, v in read["verdicts"].items()}
         # a kind an amendment declares is dated by the amendment's lines (`entry_dates`), never by `verdicts:`
         for a, span in zip(amended, spans, strict=True):
-            for kind, v in (a.get("verdicts") or {}).items():
+            for kind, v in a["verdicts"].items():
                 if kind in verdicts:
                     raise ProtocolError(
                         f"the protocol {path}: the amendment of issue {a['issue']} declares `{kind}`, "
                         "which `verdicts:` or an earlier amendment already declares."
                     )
-                verdicts[kind] = _entry(kind, v, span)
+                verdicts[kind] = _make(Entry, v, kind=kind, lines=span)
         # the claim a family's comparisons test where their lines name none (an amendment's `claims:`, the latest's)
-        claimed = {family: str(claim) for a in amended for family, claim in (a.get("claims") or {}).items()}
-        stated = [a.get("comparisons") or {} for a in amended] + [
-            {k: v["comparisons"] for k, v in data["families"].items() if v.get("comparisons")}
-        ]
-        compared = {
-            family: tuple(
-                Comparison(
-                    family,
-                    str(c["kind"]),
-                    str(c["x"]),
-                    c.get("y"),
-                    str(c["metric"]),
-                    c.get("claim") or claimed.get(family),
-                    c.get("figure"),
-                    tuple(c.get("at") or ()),
-                    c.get("name"),
-                    c.get("y_name"),
-                    c.get("source"),
-                    bool(c.get("once")),
-                    tuple((k, str(v)) for k, v in (c.get("show") or {}).items()),
+        claimed = {family: claim for a in amended for family, claim in a["claims"].items()}
+        stated = [a["comparisons"] for a in amended]
+        stated.append({k: f["comparisons"] for k, f in read["families"].items() if f["comparisons"]})
+        protocol = _make(
+            Protocol,
+            read,
+            path=path,
+            margins={k: _make(Margin, m) for k, m in read["margins"].items()},
+            families={k: _make(Family, f, name=k) for k, f in read["families"].items()},
+            verdicts=verdicts,
+            lines=lines,
+            amendments=tuple(  # its text: what it states beyond its table's fields (why, error_control, ...)
+                _make(
+                    Amendment,
+                    a,
+                    lines=s,
+                    text={k: v for k, v in r.items() if k not in AMENDMENT and isinstance(v, str)},
                 )
-                for c in items
-            )
-            for each in stated
-            for family, items in each.items()
-        }
-        protocol = Protocol(
-            path,
-            str(data["registered"]),
-            float(data["level"]),
-            float(data["power"]),
-            int(data["max_seeds"]),
-            str(data["stopping"]),
-            str(data["decisions"]),
-            margins,
-            families,
-            verdicts,
-            lines,
-            amendments,
-            compared,
-            next((tuple(a["leaderboard"]) for a in reversed(amended) if a.get("leaderboard")), ()),
-            {family: tuple(items) for a in amended for family, items in (a.get("figures") or {}).items()},
+                for a, r, s in zip(amended, data.get("amendments") or [], spans, strict=True)
+            ),
+            comparisons={
+                family: tuple(_make(Comparison, c, family=family, claim=c["claim"] or claimed.get(family)) for c in cs)
+                for each in stated
+                for family, cs in each.items()
+            },
+            leaderboard=next((a["leaderboard"] for a in reversed(amended) if a["leaderboard"]), ()),
+            figures={family: tuple(items) for a in amended for family, items in a["figures"].items()},
         )
+    except ProtocolError:
+        raise
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise ProtocolError(f"the protocol {path} lacks or garbles {err}.") from None
     _check(protocol)
     return protocol
-
-
-def _entry(kind: str, v: dict[str, Any], lines: tuple[int, int]) -> Entry:
-    return Entry(
-        kind,
-        v.get("family"),
-        bool(v["confirmatory"]),
-        v.get("rule"),
-        dict(v.get("by_claim") or {}),
-        tuple(v.get("margins") or ()),
-        v.get("testable"),
-        v.get("min_repetitions"),
-        str(v.get("why") or ""),
-        lines,
-    )
 
 
 @functools.cache
@@ -321,166 +436,41 @@ def current() -> Protocol:
     return load()
 
 
-def _number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def _date(x: Any) -> bool:
-    try:
-        datetime.fromisoformat(str(x))
-    except ValueError:
-        return False
-    return isinstance(x, str)
-
-
-def _strings(x: Any) -> bool:
-    return isinstance(x, list) and all(isinstance(v, str) for v in x)
-
-
-def _field_problems(data: dict[str, Any]) -> list[str]:
-    """Each field of the protocol's data that is missing, of another type or out of its range, said as a user
-    reads it (``level is 95, not ...``): a level of 95 read as a fraction would make every interval a nonsense."""
-    problems = []
-
-    def check(ok: bool, where: str, value: Any, want: str) -> None:
-        if not ok:
-            problems.append(f"{where} is {value!r}, not {want}")
-
-    check(_date(data.get("registered")), "registered", data.get("registered"), 'a date ("YYYY-MM-DD")')
-    for key in ("level", "power"):
-        value = data.get(key)
-        check(_number(value) and 0 < value < 1, key, value, "a fraction in (0, 1) (0.95 for 95%)")
-    seeds = data.get("max_seeds")
-    check(isinstance(seeds, int) and not isinstance(seeds, bool) and seeds >= 2, "max_seeds", seeds, "an integer >= 2")
-    for key in ("stopping", "decisions"):
-        check(isinstance(data.get(key), str) and bool(data.get(key)), key, data.get(key), "a text")
-    sections = {"margins": dict, "families": dict, "verdicts": dict}
-    for key, kind in sections.items():
-        check(isinstance(data.get(key), kind), key, type(data.get(key)).__name__, "a mapping")
-    for name, m in (data.get("margins") or {}).items() if isinstance(data.get("margins"), dict) else []:
-        m = m if isinstance(m, dict) else {}
-        value = m.get("value")
-        check(_number(value) and value > 0, f"margins.{name}.value", value, "a positive number")
-        for key in ("unit", "reason"):
-            check(isinstance(m.get(key), str), f"margins.{name}.{key}", m.get(key), "a text")
-    for name, f in (data.get("families") or {}).items() if isinstance(data.get("families"), dict) else []:
-        f = f if isinstance(f, dict) else {}
-        check(isinstance(f.get("reads"), str), f"families.{name}.reads", f.get("reads"), "a text")
-        planned = f.get("planned_seeds") or {}
-        for entry, n in planned.items() if isinstance(planned, dict) else [("", planned)]:
-            ok = isinstance(n, int) and not isinstance(n, bool) and n >= 1
-            check(ok, f"families.{name}.planned_seeds{'.' + entry if entry else ''}", n, "a count of seeds >= 1")
-        check(isinstance(f.get("plan") or "", str), f"families.{name}.plan", f.get("plan"), "a text")
-        board = f.get("leaderboard", False)
-        check(isinstance(board, bool), f"families.{name}.leaderboard", board, "true or false")
-    amendments = data.get("amendments") or []
-    declared = (
-        [(f"verdicts.{k}", v) for k, v in (data.get("verdicts") or {}).items()]
-        if isinstance(data.get("verdicts"), dict)
-        else []
-    )
-    for i, a in enumerate(amendments if isinstance(amendments, list) else []):
-        own = a.get("verdicts") if isinstance(a, dict) else None
-        check(own is None or isinstance(own, dict), f"amendments[{i}].verdicts", own, "a mapping of kind to rule")
-        declared += (
-            [(f"amendments[{i}].verdicts.{k}", v) for k, v in (own or {}).items()] if isinstance(own, dict) else []
-        )
-    for where, v in declared:
-        v = v if isinstance(v, dict) else {}
-        check(isinstance(v.get("confirmatory"), bool), f"{where}.confirmatory", v.get("confirmatory"), "true or false")
-        for key in ("family", "rule", "testable"):
-            check(v.get(key) is None or isinstance(v.get(key), str), f"{where}.{key}", v.get(key), "a name")
-        check(_strings(v.get("margins") or []), f"{where}.margins", v.get("margins"), "a list of margin names")
-        claims = v.get("by_claim") or {}
-        ok = isinstance(claims, dict) and all(isinstance(r, str) for r in claims.values())
-        check(ok, f"{where}.by_claim", claims, "a mapping of claim to rule name")
-        reps = v.get("min_repetitions")
-        ok = reps is None or (isinstance(reps, int) and not isinstance(reps, bool) and reps >= 1)
-        check(ok, f"{where}.min_repetitions", reps, "a count >= 1")
-        check(isinstance(v.get("why") or "", str), f"{where}.why", v.get("why"), "a text")
-    check(isinstance(amendments, list), "amendments", type(amendments).__name__, "a list")
-    for i, a in enumerate(amendments if isinstance(amendments, list) else []):
-        a = a if isinstance(a, dict) else {}
-        where = f"amendments[{i}]"
-        check(_date(a.get("date")), f"{where}.date", a.get("date"), 'a date ("YYYY-MM-DD")')
-        issue = a.get("issue")
-        check(isinstance(issue, int) and not isinstance(issue, bool), f"{where}.issue", issue, "an issue number")
-        check(_strings(a.get("rules") or []), f"{where}.rules", a.get("rules"), "a list of rule names")
-        check(_strings(a.get("kinds") or []), f"{where}.kinds", a.get("kinds"), "a list of kinds of verdict")
-        fixed = a.get("fixed_in_prose") or []
-        check(_strings(fixed), f"{where}.fixed_in_prose", fixed, "a list of kinds of verdict")
-        figures = a.get("figures") or {}
-        ok = isinstance(figures, dict) and all(isinstance(x, list) for x in figures.values())
-        check(ok, f"{where}.figures", figures, "a mapping of family to a list of figures")
-        board = a.get("leaderboard") or []
-        check(_strings(board), f"{where}.leaderboard", board, "a list of family names")
-        claims = a.get("claims") or {}
-        check(isinstance(claims, dict) and _strings(list(claims.values())), f"{where}.claims", claims, "family: claim")
-        device = a.get("cost_device")
-        check(device is None or isinstance(device, str), f"{where}.cost_device", device, "a device name")
-    return problems
-
-
 def _check(p: Protocol) -> None:
-    problems = []
-    for e in p.verdicts.values():
-        for rule in [e.rule] if e.rule else list(e.by_claim.values()):
-            if rule not in RULE_NAMES:
-                problems.append(f"`{e.kind}` names the rule {rule!r}, not one of {', '.join(RULE_NAMES)}")
-        if e.rule is None and not e.by_claim:
-            problems.append(f"`{e.kind}` names no rule")
-        if e.family is not None and e.family not in p.families:
-            problems.append(f"`{e.kind}` names the family {e.family!r}, which the protocol does not define")
-        if e.confirmatory and e.family is None:
-            problems.append(f"`{e.kind}` is confirmatory without a family")
-        problems += [f"`{e.kind}` names the margin {m!r}, not defined" for m in e.margins if m not in p.margins]
-        if e.testable is not None and e.testable not in TESTABLE:
-            problems.append(f"`{e.kind}` is testable under {e.testable!r}, not one of {', '.join(TESTABLE)}")
-    for a in p.amendments:
-        problems += [
-            f"the amendment of {a.date} changes the rule {r!r}, not one of {', '.join(RULE_NAMES)}"
-            for r in a.rules
-            if r not in RULE_NAMES
-        ]
-        problems += [
-            f"the amendment of {a.date} replaces the measure of {k!r}, no verdict"
-            for k in a.kinds
-            if k not in p.verdicts
-        ]
-        # dated with its family only where this amendment declares the kind itself and changes no rule
-        problems += [
-            f"the amendment of issue {a.issue} dates {k!r} with its family's prose, which only an amendment of "
-            "`rules: []` may do for a kind it declares itself (its own `verdicts:`)"
-            for k in a.fixed_in_prose
-            if a.rules
-            or a.kinds
-            or p.verdicts.get(k) is None
-            or p.verdicts[k].lines != a.lines
-            or p.verdicts[k].family is None
-        ]
+    """What no one field of the file says alone: every kind of verdict has a rule, and a family where it is
+    confirmatory; what an amendment re-dates is a kind of verdict, and where it dates one with its family's prose it
+    may; figures and comparisons are stated for families the protocol defines; a spec entry is planned at one count
+    of seeds. A :class:`ProtocolError` names each that is not."""
+    entries = p.verdicts.values()
+    problems = [f"`{e.kind}` names no rule" for e in entries if e.rule is None and not e.by_claim]
+    problems += [f"`{e.kind}` is confirmatory without a family" for e in entries if e.confirmatory and e.family is None]
     problems += [
-        f"figures are stated for the family {family!r}, which the protocol does not define"
-        for family in p.figures
-        if family not in p.families
+        f"the amendment of {a.date} replaces the measure of {k!r}, no verdict"
+        for a in p.amendments
+        for k in a.kinds
+        if k not in p.verdicts
     ]
+    # dated with its family only where this amendment declares the kind itself and changes no rule
     problems += [
-        f"the leaderboard ranks the family {family!r}, which the protocol does not define"
-        for family in p.leaderboard
-        if family not in p.families
+        f"the amendment of issue {a.issue} dates {k!r} with its family's prose, which only an amendment of "
+        "`rules: []` may do for a kind it declares itself (its own `verdicts:`)"
+        for a in p.amendments
+        for k in a.fixed_in_prose
+        if a.rules
+        or a.kinds
+        or p.verdicts.get(k) is None
+        or p.verdicts[k].lines != a.lines
+        or p.verdicts[k].family is None
     ]
+    for what, stated in (("figures", p.figures), ("comparisons", p.comparisons)):
+        problems += [
+            f"{what} are stated for the family {f!r}, which the protocol does not define"
+            for f in stated
+            if f not in p.families
+        ]
+    counts = {e: sorted({f.planned_seeds.get(e) for f in p.families.values()} - {None}) for e in p.planned()}
     problems += [
-        f"comparisons are stated for the family {family!r}, which the protocol does not define"
-        for family in p.comparisons
-        if family not in p.families
-    ]
-    counts: dict[str, set[int]] = {}
-    for family in p.families.values():
-        for entry, n in family.planned_seeds.items():
-            counts.setdefault(entry, set()).add(n)
-    problems += [
-        f"the spec entry {e} is planned at {sorted(n)} seeds by different families"
-        for e, n in counts.items()
-        if len(n) > 1
+        f"the spec entry {e} is planned at {n} seeds by different families" for e, n in counts.items() if len(n) > 1
     ]
     if problems:
         raise ProtocolError(f"the protocol {p.path}: " + "; ".join(problems) + ".")
