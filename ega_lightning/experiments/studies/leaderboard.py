@@ -97,7 +97,7 @@ ROPE = Panel(
     lambda v: v.group == rope.GROUP and v.corpus == LEADERBOARD_CORPUS and v.label in rope.DESIGNS,
     named=rope.is_reference,
     # the study asks whether a design, its position signal part of it, beats the RoPE model: FoX and ALiBi without
-    # positions are set against it on purpose (`rope.findings`)
+    # positions are set against it on purpose (the protocol's family `rope`)
     apart_from=("position",),
     position="rope",
     # `ega bench --position rope` runs every model with RoPE: its rows (gate configs) time the RoPE designs alone
