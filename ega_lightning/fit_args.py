@@ -1,5 +1,5 @@
 """The command line of `ega fit`, `validate` and `test`: Lightning's parser as `ega` builds it (`cli_options`,
-`add_run_arguments`, `EgaArgumentParser`), and `problems`, which lists what `ega fit` would refuse of a command line
+`EgaCommands`, `EgaArgumentParser`), and `problems`, which lists what `ega fit` would refuse of a command line
 (the parser's errors, the model's and the data's argument checks, the run plan's refusals), building and writing
 nothing: `ega sweep` asks it of every run of a spec before the first starts."""
 
@@ -91,40 +91,36 @@ class EgaCommands:
         return {k: v for k, v in LightningCLI.subcommands().items() if k in LIGHTNING_SUBCOMMANDS}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        add_run_arguments(parser)
-
-
-def add_run_arguments(parser: LightningArgumentParser) -> None:
-    """`ega`'s own arguments beside Lightning's, and the links between the model's, the data's and the seed."""
-    parser.add_argument(
-        "--run_name",
-        type=str | None,
-        default=None,
-        help="Directory name of the run under --runs_dir (default: derived from corpus, gate, size and seed).",
-    )
-    parser.add_argument("--runs_dir", type=str, default="lightning_logs", help="Where runs are written.")
-    parser.add_argument(
-        "--checkpoint_every_n_steps",
-        type=int,
-        default=100,
-        help="Write <run>/checkpoints/last.ckpt every N optimizer steps and at the end of fit (0: never).",
-    )
-    parser.add_argument(
-        "--overwrite",
-        type=bool,
-        default=False,
-        help="fit: delete what an earlier run wrote into the run directory and start it over.",
-    )
-    parser.add_argument(
-        "--allow_world_size_change",
-        type=bool,
-        default=False,
-        help="fit --ckpt_path last: resume with another number of processes (num_nodes x devices) than the "
-        "checkpoint's; the run then differs from one trained in a single world.",
-    )
-    parser.link_arguments("model.block_size", "data.block_size")
-    parser.link_arguments("seed_everything", "data.seed", compute_fn=_seed_for_data)
-    parser.link_arguments("data.vocab", "model.vocab", apply_on="instantiate")
+        """`ega`'s own arguments beside Lightning's, and the links between the model's, the data's and the seed."""
+        parser.add_argument(
+            "--run_name",
+            type=str | None,
+            default=None,
+            help="Directory name of the run under --runs_dir (default: derived from corpus, gate, size and seed).",
+        )
+        parser.add_argument("--runs_dir", type=str, default="lightning_logs", help="Where runs are written.")
+        parser.add_argument(
+            "--checkpoint_every_n_steps",
+            type=int,
+            default=100,
+            help="Write <run>/checkpoints/last.ckpt every N optimizer steps and at the end of fit (0: never).",
+        )
+        parser.add_argument(
+            "--overwrite",
+            type=bool,
+            default=False,
+            help="fit: delete what an earlier run wrote into the run directory and start it over.",
+        )
+        parser.add_argument(
+            "--allow_world_size_change",
+            type=bool,
+            default=False,
+            help="fit --ckpt_path last: resume with another number of processes (num_nodes x devices) than the "
+            "checkpoint's; the run then differs from one trained in a single world.",
+        )
+        parser.link_arguments("model.block_size", "data.block_size")
+        parser.link_arguments("seed_everything", "data.seed", compute_fn=_seed_for_data)
+        parser.link_arguments("data.vocab", "model.vocab", apply_on="instantiate")
 
 
 def cli_options(descriptions: dict[str, str] | None = None, exit_on_error: bool = True) -> dict[str, Any]:
@@ -144,24 +140,22 @@ def cli_options(descriptions: dict[str, str] | None = None, exit_on_error: bool 
     }
 
 
-class _Built(Exception):
-    def __init__(self, parser: LightningArgumentParser) -> None:
-        self.parser = parser
+class _Built(Exception):  # the parser of a `_ParserOnly`, raised where it would parse
+    pass
 
 
 class _ParserOnly(EgaCommands, LightningCLI):
-    """Lightning's CLI as EgaCLI sets it up, stopped before it parses: its parser, raised in a `_Built`."""
-
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
         raise _Built(parser)
 
 
 @functools.cache
 def _parser() -> LightningArgumentParser:
+    """Lightning's parser as EgaCLI sets it up, before it parses."""
     try:
         _ParserOnly(CharLM, CharDataModule, args=[], **cli_options(exit_on_error=False))
     except _Built as built:
-        return built.parser
+        return built.args[0]
     raise AssertionError("LightningCLI parsed without asking parse_arguments")  # pragma: no cover
 
 

@@ -104,20 +104,17 @@ def purge_from(logger: Any, step: int) -> None:
 
 
 def align_logging_step(trainer: Any) -> None:
-    """The step Lightning stamps logged metrics at, set to the optimizer steps taken (what it counts: the batches that
-    stepped the optimizer), as in a fit never interrupted."""
+    """The step Lightning stamps logged metrics at, set to the optimizer steps taken, as in a fit never interrupted."""
     trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
 
 
 def validation_follows(trainer: Any) -> bool:
     """Whether the training step that just ended is followed by a validation (asked at on_train_batch_end)."""
-    loop = trainer.fit_loop.epoch_loop
-    fetcher = trainer.fit_loop._data_fetcher
-    return bool(trainer.enable_validation and fetcher is not None and loop._should_check_val_fx(fetcher))
+    loop, fetcher = trainer.fit_loop, trainer.fit_loop._data_fetcher
+    return bool(trainer.enable_validation and fetcher is not None and loop.epoch_loop._should_check_val_fx(fetcher))
 
 
-# what the ranks that Lightning's DDP launcher starts inherit from rank 0: a copy of its environment
-# (`_SubprocessScriptLauncher._call_children_scripts`), where rank 0 leaves the command line it resolved
+# what the ranks that Lightning's DDP launcher starts inherit from rank 0, where it leaves the line it resolved
 HANDED_TO_THE_RANKS = "os.environ.copy()"
 RESOLVED_ENV = "EGA_RESOLVED_LINE"
 
@@ -158,8 +155,7 @@ def take_launcher_children(trainer: Any) -> list[subprocess.Popen[bytes]]:
     """On rank 0 of Lightning's own launcher, the ranks it started, taken out of the list its child observer shares
     (emptied, the observer ends at its next look). Elsewhere (another launcher, none): []."""
     procs = getattr(trainer.strategy.launcher, "procs", None)
-    if not isinstance(procs, list) or not procs:
+    if not isinstance(procs, list):
         return []
-    children = list(procs)
-    procs.clear()
+    children, procs[:] = list(procs), []
     return children

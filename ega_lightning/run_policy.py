@@ -1,15 +1,13 @@
 """What `ega fit`, `validate` and `test` do with a run directory, decided once from plain data: the run plan.
 
-`read_request` reads what the decision needs: the parsed config (before a checkpoint's hyper-parameters are merged
-into it), the keys the user set, what --ckpt_path's checkpoint holds. `plan_run` decides from that alone (the run
-directory, what the checkpoint decides and what the command keeps, the resume point, the lock), or refuses with the
-first of ``REFUSALS`` that applies: a callable ``(request, plan) -> paragraph or None``, a function or, for one
-value out of its range, a `Limit` row, whose wording is its name's entry in refusals.yaml. They read only the
-request and the plan, so every DDP rank decides the same. The run directory's state (`runs.check_fit_target`) is
-decided later, by `claim_run_dir`, under the directory's lock: read without it, a run that another process trains
-would look stale. Ranks that a launcher starts together (torchrun, srun) must stop together: a refusal that rests
-on the checkpoint alone (a node-local disk may lack it) and rank 0's claim wait until the process group forms, and
-every rank's `RankVerdict` decides there, before Lightning's first collective (`agreed_refusal`).
+`read_request` reads what the decision needs (the parsed config before a checkpoint's hyper-parameters are merged
+into it, the keys the user set, what --ckpt_path's checkpoint holds); `plan_run` decides from that alone, or refuses
+with the first of ``REFUSALS`` that applies (a function or, for one value out of its range, a `Limit` row), in the
+words of refusals.yaml. They read only the request and the plan, so every DDP rank decides the same; the run
+directory's state is read later, under its lock (`runs.RunClaim.claim`). Ranks that a launcher starts together
+(torchrun, srun) must stop together: a refusal that rests on the checkpoint alone (a node-local disk may lack it)
+and rank 0's claim wait until the process group forms, and every rank's `RankVerdict` decides there, before
+Lightning's first collective (`agreed_refusal`).
 """
 
 from __future__ import annotations
@@ -57,15 +55,14 @@ class RunRequest:
 
 @dataclass(frozen=True)
 class RunPlan:
-    command: str | None
     run_dir: Path  # where the run's files go (the Trainer's root, the loggers', the checkpoints')
     ckpt_path: str | None  # as given: a checkpoint file, or `last`
     merge_checkpoint_model: bool  # the checkpoint's hyper-parameters replace the model's config (Lightning's merge)
     kept_model: Mapping[str, Any]  # the model values the command keeps over its checkpoint's (how the model runs)
     corpus: str | None  # the checkpoint's corpus, which replaces the config's; None: the config's
     lock: bool  # the run directory's lock, held until the command ends (fit)
-    overwrite: bool  # fit --overwrite=true: start the run over
-    clear_old_run: bool  # delete what the old run wrote, once every class is built (a typo must not cost the run)
+    # fit --overwrite=true: delete what the old run wrote, once every class is built (a typo must not cost the run)
+    clear_old_run: bool
     resume_step: int | None  # fit --ckpt_path last: the step it resumes at (TensorBoard drops what was logged after)
     last_every: int  # checkpoints/last.ckpt every N optimizer steps and at the end (0: never)
     # validate/test: the evaluation's own run directory under the run (``<run>/validate``; None under fast_dev_run,
@@ -73,6 +70,7 @@ class RunPlan:
     # validation (one below its optimizer step), so that an evaluation never writes a training curve
     evaluation: str | None = None
     eval_step: int | None = None
+    refusal: str | None = None  # `plan_run`'s, where the ranks say it together
 
 
 def read_request(command: str | None, config: Any, argv: Sequence[str], missing_ok: bool = False) -> RunRequest:
@@ -85,7 +83,7 @@ def read_request(command: str | None, config: Any, argv: Sequence[str], missing_
             raise UserError(not_a_mapping(section, yaml.safe_dump(plain.get(section)).split("\n")[0]))
     ckpt_path, path = plain.get("ckpt_path"), None
     if ckpt_path == "last" and command == "fit":
-        last = runs.run_dir_of(plain) / runs.LAST
+        last = decide(RunRequest(command, plain, frozenset(), None)).run_dir / runs.LAST
         path = last if last.is_file() else None  # none to resume: the directory's state says what to do
     elif ckpt_path and ckpt_path != "last":  # `last` of another command is refused (REFUSALS), never read
         path = None if missing_ok and not Path(ckpt_path).exists() else Path(ckpt_path)
@@ -102,37 +100,34 @@ def read_checkpoint(path: Path) -> CheckpointFacts:
     recorded = ckpt.get(WORLD_KEY)
     world = world_of(recorded) if isinstance(recorded, Mapping) else None
     later = [key for key in ("precision", "accumulate_grad_batches") if f"trainer.{key}" not in saved]
-    if recorded is None or later:  # saved before ega recorded them: its run's config.yaml says them
-        trainer = _run_config(path).get("trainer")
+    if recorded is None or later:  # saved before ega recorded them: the config.yaml of its run (<run>/checkpoints/)
+        config = {}
+        with contextlib.suppress(OSError, ValueError, yaml.YAMLError):  # unreadable: as if there were none
+            config = read_yaml(path.parent.parent / "config.yaml") if path.parent.name == "checkpoints" else {}
+        trainer = config.get("trainer") if isinstance(config, dict) else None
         trainer = trainer if isinstance(trainer, dict) else {}
         world = world_of(trainer) if recorded is None and trainer else world
         saved.update({f"trainer.{key}": trainer[key] for key in later if trainer.get(key) is not None})
     return CheckpointFacts(path, hparams, ckpt.get("global_step"), data.get("corpus"), world, saved)
 
 
-def _run_config(path: Path) -> dict[str, Any]:
-    """The config.yaml of the run a checkpoint file lies in (``<run>/checkpoints/<file>``); {} where there is none."""
-    config = None
-    with contextlib.suppress(OSError, ValueError, yaml.YAMLError):
-        config = read_yaml(path.parent.parent / "config.yaml") if path.parent.name == "checkpoints" else None
-    return config if isinstance(config, dict) else {}
-
-
 def world_of(trainer: Mapping[str, Any]) -> tuple[int, int] | None:
     """(num_nodes, devices) of a trainer config (or a checkpoint's record of them); None where the config alone
     cannot tell: ``devices: auto`` or ``-1`` (Lightning counts the machine's devices)."""
     nodes, devices = trainer.get("num_nodes", 1), trainer.get("devices", "auto")
-    if isinstance(devices, list | tuple):
-        count = len(devices)
-    elif isinstance(devices, str) and "," in devices:  # Lightning's "0,1": device ids
-        count = len([d for d in devices.split(",") if d.strip()])
-    elif isinstance(devices, str) and devices.strip().isdigit():
-        count = int(devices)
-    elif isinstance(devices, int) and not isinstance(devices, bool) and devices > 0:
-        count = devices
-    else:
-        return None
-    return (nodes, count) if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1 else None
+    if isinstance(devices, str):  # Lightning's "0,1" (device ids) or "2"
+        devices = [d for d in devices.split(",") if d.strip()] if "," in devices else devices.strip()
+    count = len(devices) if isinstance(devices, list | tuple) else devices
+    count = int(count) if isinstance(count, str) and count.isdigit() else count
+    counts = all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in (nodes, count))
+    return (nodes, count) if counts else None
+
+
+def as_list(value: Any) -> list[Any]:
+    """A config entry of one item or a list of them (trainer.callbacks, logger, plugins); none: None, or a bool."""
+    if value is None or isinstance(value, bool):  # `logger: false`
+        return []
+    return value if isinstance(value, list) else [value]
 
 
 def typed_keys(argv: Sequence[str]) -> frozenset[str]:
@@ -147,7 +142,13 @@ def typed_keys(argv: Sequence[str]) -> frozenset[str]:
         if flag not in ("-c", "--config") and section is None:
             typed |= {".".join(flag[2:].split(".")[:2])} if arg.startswith("--") else set()
             continue
-        content = _yaml_of(value if has_value else argv[i + 1] if i + 1 < len(argv) else None)
+        # as jsonargparse reads it: a file's content, or (from Python, or a flag) the YAML text itself
+        text = value if has_value else argv[i + 1] if i + 1 < len(argv) else ""
+        with contextlib.suppress(OSError, ValueError):  # no such file (or YAML text too long to be a file name)
+            text = Path(text).read_text()
+        content = None
+        with contextlib.suppress(yaml.YAMLError):  # not YAML: the parser has said so already, or takes it as a value
+            content = yaml.safe_load(text)
         if section is None:  # -c: the keys of its sections
             sections = content if isinstance(content, dict) else {}
         else:  # as -c does; a section that is not a mapping (or a flag without its value) counts as the section itself
@@ -157,37 +158,18 @@ def typed_keys(argv: Sequence[str]) -> frozenset[str]:
     return frozenset(typed)
 
 
-def _yaml_of(value: str | None) -> Any:
-    """A config value as jsonargparse reads it: a file's content, or (from Python, or a flag) the YAML text itself."""
-    if value is None:
-        return None
-    with contextlib.suppress(OSError, ValueError):  # no such file (or YAML text too long to be a file name)
-        value = Path(value).read_text()
-    with contextlib.suppress(yaml.YAMLError):  # not YAML: the parser has said so already, or takes it as a value
-        return yaml.safe_load(value)
-    return None
-
-
-def plan_run(request: RunRequest) -> RunPlan:
-    """The plan of ``request``; a UserError with the first of ``REFUSALS`` that refuses it."""
-    plan = decide(request)
-    problems = refusals(request, plan)
-    if problems:
-        raise UserError(problems[0])
-    return plan
-
-
-def plan_run_together(request: RunRequest) -> tuple[RunPlan, UserError | None]:
-    """`plan_run` on one of several ranks started at once (torchrun, srun): a refusal that rests on the checkpoint
-    alone, which another node may lack (and then plans without), is returned, to be said by every rank once the
-    process group forms, so that no rank leaves while another waits for it; one the config decides is raised."""
+def plan_run(request: RunRequest, together: bool = False) -> RunPlan:
+    """The plan of ``request``; a UserError with the first of ``REFUSALS`` that refuses it. ``together``: on one of
+    several ranks started at once (torchrun, srun), a refusal that rests on the checkpoint alone, which another node
+    may lack (and then plans without), is the plan's ``refusal``, to be said by every rank once the process group
+    forms, so that no rank leaves while another waits for it."""
     plan = decide(request)
     problems = refusals(request, plan)
     if not problems:
-        return plan, None
+        return plan
     bare = replace(request, checkpoint=None)
-    if request.checkpoint is not None and not refusals(bare, decide(bare)):
-        return plan, UserError(problems[0])
+    if together and request.checkpoint is not None and not refusals(bare, decide(bare)):
+        return replace(plan, refusal=problems[0])
     raise UserError(problems[0])
 
 
@@ -200,7 +182,7 @@ def decide(request: RunRequest) -> RunPlan:
     """What the command does, before any check: the checkpoint decides the model and its corpus, the command how
     the model runs (``RUNTIME_KEYS``); the run directory is named after the model and corpus the command runs."""
     config, ckpt, command = request.config, request.checkpoint, request.command
-    ckpt_path, evaluates = config.get("ckpt_path"), command in ("validate", "test")
+    ckpt_path, evaluates = config.get("ckpt_path"), command in runs.EVALUATIONS
     merge = ckpt is not None and ckpt_path != "last"  # a run resumed from its own last.ckpt has the right config
     model = {**config["model"], **({k: v for k, v in ckpt.hparams.items() if not k.startswith("_")} if merge else {})}
     kept = {k: config["model"][k] for k in RUNTIME_KEYS if k in config["model"]} if ckpt is not None else {}
@@ -210,18 +192,15 @@ def decide(request: RunRequest) -> RunPlan:
     run_dir = Path(config["runs_dir"]) / (run_name or runs.default_run_name({"model": model, "data": data}))
     if evaluates and run_name is None and ckpt_path and Path(ckpt_path).parent.name == "checkpoints":
         run_dir = Path(ckpt_path).parent.parent  # evaluate into the run the checkpoint belongs to
-    fit, overwrite = command == "fit", bool(config.get("overwrite"))
-    fast_dev_run = bool(config["trainer"].get("fast_dev_run"))
+    fit, fast_dev_run = command == "fit", bool(config["trainer"].get("fast_dev_run"))
     return RunPlan(
-        command=command,
         run_dir=run_dir,
         ckpt_path=ckpt_path,
         merge_checkpoint_model=merge,
         kept_model=kept,
         corpus=corpus,
         lock=fit,
-        overwrite=overwrite,
-        clear_old_run=fit and overwrite,
+        clear_old_run=fit and bool(config.get("overwrite")),
         resume_step=ckpt.global_step if ckpt is not None and ckpt_path == "last" else None,
         # fast_dev_run is Lightning's check that the pipeline runs: it writes no checkpoint, so neither does ega
         last_every=config["checkpoint_every_n_steps"] if command in ("fit", None) and not fast_dev_run else 0,
@@ -234,17 +213,9 @@ def decide(request: RunRequest) -> RunPlan:
 def evaluation_name(command: str | None, eval_block_size: int | None) -> str | None:
     """The evaluation's own run directory under the run (None: the command is no evaluation): ``validate``, or
     ``validate-T512`` on windows of ``data.eval_block_size`` 512, so that each window length keeps its own curves."""
-    if command not in ("validate", "test"):
+    if command not in runs.EVALUATIONS:
         return None
     return command if eval_block_size is None else f"{command}-T{eval_block_size}"
-
-
-def claim_run_dir(plan: RunPlan, claim: runs.RunClaim) -> None:
-    """Takes the run directory for the command (fit: its lock, `runs.RunBusy` when another process holds it),
-    then, under the lock, refuses a fit that the directory's state forbids (`runs.check_fit_target`)."""
-    claim.claim(plan.run_dir, fit=plan.lock)
-    if plan.command == "fit":
-        runs.check_fit_target(plan.run_dir, plan.ckpt_path, plan.overwrite)
 
 
 @dataclass(frozen=True)
@@ -262,17 +233,10 @@ class RankVerdict:
         return f"rank {self.rank} (on {self.host})"
 
 
-def checkpoint_to_restore(plan: RunPlan) -> Path | None:
-    """The checkpoint file the command restores (fit's ``last``: the run's last.ckpt); None: none."""
-    if plan.ckpt_path == "last":
-        return plan.run_dir / runs.LAST if plan.command == "fit" else None
-    return Path(plan.ckpt_path) if plan.ckpt_path else None
-
-
 def rank_verdict(plan: RunPlan, rank: int, host: str, refusal: BaseException | None) -> RankVerdict:
     """This process's verdict: ``refusal`` (a claim that failed, kept until every rank can hear it) and whether it
-    can read the checkpoint the plan restores."""
-    path = checkpoint_to_restore(plan)
+    can read the checkpoint the plan restores (``last``, which only a fit's plan holds: the run's last.ckpt)."""
+    path = plan.run_dir / runs.LAST if plan.ckpt_path == "last" else Path(plan.ckpt_path) if plan.ckpt_path else None
     missing = str(path) if path is not None and not path.is_file() else None
     message = None if refusal is None else (str(refusal).strip() or type(refusal).__name__)
     return RankVerdict(rank, host, message, isinstance(refusal, runs.RunBusy), missing)
@@ -302,9 +266,6 @@ def agreed_refusal(verdicts: Sequence[RankVerdict], plan: RunPlan) -> tuple[str,
     return said, False
 
 
-Refusal = Callable[[RunRequest, RunPlan], str | None]
-
-
 def _said(check: Callable[..., object], *args: Any, **kwargs: Any) -> str | None:
     """The paragraph of the UserError that ``check(*args, **kwargs)`` raises; None: it raises none."""
     try:
@@ -312,12 +273,6 @@ def _said(check: Callable[..., object], *args: Any, **kwargs: Any) -> str | None
     except UserError as err:
         return str(err)
     return None
-
-
-def last_resumes_only_fit(request: RunRequest, plan: RunPlan) -> str | None:
-    if plan.ckpt_path != "last" or request.command == "fit":
-        return None
-    return paragraph("last_resumes_only_fit", command=request.command)
 
 
 def checkpoint_holds_the_model(request: RunRequest, plan: RunPlan) -> str | None:
@@ -371,9 +326,8 @@ def checkpoint_holds_the_optimizer(request: RunRequest, plan: RunPlan) -> str | 
     return paragraph("checkpoint_holds_the_optimizer", path=ckpt.path, differ=differ, keep=keep)
 
 
-# What `ega fit --ckpt_path last` refuses to change: refusals.yaml's ``continued`` says why each row is one.
-# ``key``: the config's dotted key, and the checkpoint's (`CheckpointFacts.saved`); ``named``: how a command line
-# sets it where not by its key; ``used_with``: the key that must be set (in the checkpoint's run or this command)
+# what `ega fit --ckpt_path last` refuses to change, by the config's dotted key and the checkpoint's
+# (`CheckpointFacts.saved`): refusals.yaml's ``continued`` says why each row is one, and what its fields mean
 Continued = namedtuple("Continued", "key decides named used_with", defaults=(None, None))
 CONTINUED = tuple(Continued(**row) for row in wording("continued"))
 # Lightning's older spellings of a precision, by the name it runs them under (Trainer.precision)
@@ -424,30 +378,20 @@ def resume_continues_one_run(request: RunRequest, plan: RunPlan) -> str | None:
     return paragraph("resume_continues_one_run", run_dir=plan.run_dir, path=ckpt.path, at=at, differ="; ".join(differ))
 
 
-def _steps(request: RunRequest) -> int | None:
-    """trainer.max_steps where it is a number of steps (below 1: max_steps_positive says it); else None."""
-    steps = request.config["trainer"]["max_steps"]
-    return steps if steps is not None and steps >= 1 else None
-
-
-def resume_not_past_max_steps(request: RunRequest, plan: RunPlan) -> str | None:
-    # a resume with max_steps below its step would train nothing and record a run shorter than the one trained
-    ckpt, steps = _resumed(request, plan), _steps(request)
-    if ckpt is None or ckpt.global_step is None or steps is None or ckpt.global_step <= steps:
+def steps_left_to_train(request: RunRequest, plan: RunPlan) -> str | None:
+    # a fit from a checkpoint at or past max_steps would train nothing; a resume past it would also record a run
+    # shorter than the one trained. A resume at it (`last` of a finished run) is left alone: ega sweep resumes a run
+    # stopped between its last checkpoint and its DONE, and Lightning ends that fit at once
+    ckpt, steps, resume = request.checkpoint, request.config["trainer"]["max_steps"], plan.ckpt_path == "last"
+    if request.command != "fit" or ckpt is None or ckpt.global_step is None or steps is None or steps < 1:
+        return None  # max_steps below 1: max_steps_positive says it
+    step = ckpt.global_step
+    if step < steps or (resume and step == steps):
         return None
+    if not resume:
+        return paragraph("continuing_trains_something", path=ckpt.path, step=step, steps=steps)
     best = plan.run_dir / "checkpoints" / "best.ckpt"
-    return paragraph("resume_not_past_max_steps", run_dir=plan.run_dir, step=ckpt.global_step, steps=steps, best=best)
-
-
-def continuing_trains_something(request: RunRequest, plan: RunPlan) -> str | None:
-    # `last` of a finished run is left alone: ega sweep resumes a run stopped between its last
-    # checkpoint and its DONE, and Lightning ends that fit at once
-    ckpt, steps = request.checkpoint, _steps(request)
-    if request.command != "fit" or ckpt is None or plan.ckpt_path == "last" or ckpt.global_step is None:
-        return None
-    if steps is None or ckpt.global_step < steps:
-        return None
-    return paragraph("continuing_trains_something", path=ckpt.path, step=ckpt.global_step, steps=steps)
+    return paragraph("resume_not_past_max_steps", run_dir=plan.run_dir, step=step, steps=steps, best=best)
 
 
 def dropout_before_gate_trains_on_reference(request: RunRequest, plan: RunPlan) -> str | None:
@@ -464,26 +408,23 @@ def dropout_before_gate_trains_on_reference(request: RunRequest, plan: RunPlan) 
 
 @dataclass(frozen=True)
 class Limit:
-    """A refusal of one value of the config (its dotted key) outside what the run can take: ``ok`` says whether it
-    is within; its paragraph (refusals.yaml's ``name``) names the value given. ``fit``: asked of ega fit alone."""
+    """A refusal of one value of the config (its dotted key) that ``ok`` refuses, asked of ``commands`` (None: the
+    Python API's), in refusals.yaml's paragraph ``name`` (which may name the value and the command)."""
 
     name: str
     key: str
     ok: Callable[[Any], bool]
-    fit: bool = False
+    commands: tuple[str | None, ...] = ("fit", *runs.EVALUATIONS, None)
 
     def __call__(self, request: RunRequest, plan: RunPlan) -> str | None:
-        if self.fit and request.command != "fit":
+        if request.command not in self.commands:
             return None
         value = _command_value(request, plan, self.key)
-        return None if self.ok(value) else paragraph(self.name, value=value)
+        return None if self.ok(value) else paragraph(self.name, value=value, command=request.command)
 
 
 def _number(value: Any) -> bool:
     return isinstance(value, int | float)
-
-
-SEEDS = 2**32  # numpy's random generator, which Lightning's seed_everything seeds, takes [0, 2**32)
 
 
 def batch_fits_in_memory(request: RunRequest, plan: RunPlan) -> str | None:
@@ -505,20 +446,22 @@ def cpu_devices_within_cores(request: RunRequest, plan: RunPlan) -> str | None:
     # 99 CPU devices (a process each) on a 2-core machine exhausted its memory (issue 72)
     import torch
 
-    trainer = request.config["trainer"]
-    devices, cores, accelerator = trainer.get("devices"), os.cpu_count(), str(trainer.get("accelerator"))
+    trainer, cores = request.config["trainer"], os.cpu_count()
+    accelerator, world = str(trainer.get("accelerator")), world_of(trainer)
     on_cpu = accelerator == "cpu" or (
         accelerator == "auto" and not torch.cuda.is_available() and not torch.backends.mps.is_available()
     )
-    count = int(devices) if isinstance(devices, str) and devices.isdigit() else devices
-    if not on_cpu or cores is None or not isinstance(count, int) or isinstance(count, bool) or count <= cores:
+    if not on_cpu or cores is None or world is None or world[1] <= cores:
         return None
-    return paragraph("cpu_devices_within_cores", devices=devices, cores=cores, count=count)
+    return paragraph("cpu_devices_within_cores", devices=trainer["devices"], cores=cores, count=world[1])
 
 
 def run_name_is_a_name(request: RunRequest, plan: RunPlan) -> str | None:
+    # a run name names one directory under the runs directory: never a path out of it, nor the runs directory
     name = request.config.get("run_name")
-    return _said(runs.check_run_name, name) if name else None
+    if not name or (name not in (".", "..") and not any(c in name for c in "/\\\0")):
+        return None
+    return paragraph("run_name_is_a_name", name=name)
 
 
 def world_size_unchanged(request: RunRequest, plan: RunPlan) -> str | None:
@@ -526,12 +469,13 @@ def world_size_unchanged(request: RunRequest, plan: RunPlan) -> str | None:
     ckpt, asked = _resumed(request, plan), world_of(request.config["trainer"])
     if ckpt is None or ckpt.world is None or asked is None or request.config.get("allow_world_size_change"):
         return None
-    (nodes, devices), (asked_nodes, asked_devices) = ckpt.world, asked
-    if asked_nodes * asked_devices == nodes * devices:
+    (nodes, devices), size = ckpt.world, asked[0] * asked[1]
+    if size == nodes * devices:
         return None
-    was, size = f"--trainer.num_nodes={nodes} --trainer.devices={devices}", nodes * devices
-    said = {"asked": asked_nodes * asked_devices, "asked_nodes": asked_nodes, "asked_devices": asked_devices}
-    return paragraph("world_size_unchanged", run_dir=plan.run_dir, size=size, was=was, **said)
+    was = f"--trainer.num_nodes={nodes} --trainer.devices={devices}"
+    return paragraph(
+        "world_size_unchanged", run_dir=plan.run_dir, size=nodes * devices, was=was, asked=asked, processes=size
+    )
 
 
 def run_dir_can_be_made(request: RunRequest, plan: RunPlan) -> str | None:
@@ -540,21 +484,13 @@ def run_dir_can_be_made(request: RunRequest, plan: RunPlan) -> str | None:
     return None if not_a_dir is None else paragraph("run_dir_can_be_made", not_a_dir=not_a_dir, run_dir=run_dir)
 
 
-def evaluation_has_a_checkpoint(request: RunRequest, plan: RunPlan) -> str | None:
-    # without one Lightning evaluates the freshly initialised model, and logs it as the evaluation of the run
-    # its config names: a number no one asked for, filed under a run it does not belong to
-    if request.command not in ("validate", "test") or plan.ckpt_path:
-        return None
-    return paragraph("evaluation_has_a_checkpoint", command=request.command)
-
-
 def eval_block_size_has_positions(request: RunRequest, plan: RunPlan) -> str | None:
     """``data.eval_block_size`` evaluates a checkpoint on windows of that length (length extrapolation): a fit
     validates at its training block, and a learned-position model has no embedding past its block."""
     asked = request.config["data"].get("eval_block_size")
     if asked is None:
         return None
-    if request.command not in ("validate", "test"):
+    if request.command not in runs.EVALUATIONS:
         return paragraph("eval_block_size_has_positions.fit", asked=asked)
     model = {**request.config["model"], **(request.checkpoint.hparams if request.checkpoint is not None else {})}
     # a checkpoint from before the option: the default encoding, the one it ran
@@ -575,8 +511,7 @@ def fit_writes_a_best_checkpoint(request: RunRequest, plan: RunPlan) -> str | No
     trainer = request.config["trainer"]
     if request.command != "fit" or trainer.get("fast_dev_run") or "trainer.callbacks" not in request.typed:
         return None
-    callbacks = trainer.get("callbacks")
-    listed = callbacks if isinstance(callbacks, list) else [] if callbacks is None else [callbacks]
+    listed = as_list(trainer.get("callbacks"))
     names = [str(c.get("class_path", "")) if isinstance(c, Mapping) else type(c).__name__ for c in listed]
     names = [name.rsplit(".", 1)[-1] for name in names]
     if "ModelCheckpoint" in names:
@@ -589,53 +524,45 @@ NAME_MAX = 255  # bytes in one directory name on Linux's and macOS's filesystems
 
 def run_name_fits_a_directory_name(request: RunRequest, plan: RunPlan) -> str | None:
     name, size = plan.run_dir.name, len(plan.run_dir.name.encode())
+    given, said = request.config.get("run_name"), {"name": name, "size": size, "most": NAME_MAX}
     if size <= NAME_MAX:
         return None
-    given = request.config.get("run_name")
-    return paragraph(
-        "run_name_fits_a_directory_name" if given else "run_name_fits_a_directory_name.derived",
-        name=name,
-        size=size,
-        most=NAME_MAX,
-    )
+    return paragraph("run_name_fits_a_directory_name" if given else "run_name_fits_a_directory_name.derived", **said)
 
 
-REFUSALS: tuple[Refusal, ...] = (
-    last_resumes_only_fit,
+FIT, NOT_FIT = ("fit",), (*runs.EVALUATIONS, None)
+REFUSALS: tuple[Callable[[RunRequest, RunPlan], str | None], ...] = (
+    Limit("last_resumes_only_fit", "ckpt_path", lambda path: path != "last", NOT_FIT),
     checkpoint_holds_the_model,
     checkpoint_decides_the_corpus,
     checkpoint_holds_the_optimizer,
     resume_continues_one_run,
-    Limit("max_steps_positive", "trainer.max_steps", lambda n: n is not None and n >= 1, fit=True),
+    Limit("max_steps_positive", "trainer.max_steps", lambda n: n is not None and n >= 1, FIT),
     # the training windows are an endless stream: an epoch never ends, so max_epochs 0 stopped a run before its
     # first step, exit 0, and `ega sweep` marked it DONE
-    Limit("max_epochs_unset", "trainer.max_epochs", lambda n: n is None or n == -1, fit=True),
-    resume_not_past_max_steps,
+    Limit("max_epochs_unset", "trainer.max_epochs", lambda n: n is None or n == -1, FIT),
+    steps_left_to_train,
     Limit(
         "gradient_clip_val_not_negative", "trainer.gradient_clip_val", lambda v: v is None or (_number(v) and v >= 0)
     ),
     dropout_before_gate_trains_on_reference,
-    continuing_trains_something,
     Limit("val_check_interval_positive", "trainer.val_check_interval", lambda n: not _number(n) or n > 0),
-    Limit(
-        "accumulate_grad_batches_positive",
-        "trainer.accumulate_grad_batches",
-        lambda n: not isinstance(n, int) or n >= 1,
-    ),
+    Limit("accumulate_grad_batches_positive", "trainer.accumulate_grad_batches", lambda n: not _number(n) or n >= 1),
     fit_writes_a_best_checkpoint,
     Limit("checkpoint_every_not_negative", "checkpoint_every_n_steps", lambda n: n >= 0),
     # Lightning takes a negative log_every_n_steps for its absolute value (issue 72: -5 logged every 5 steps)
     Limit("log_every_n_steps_not_negative", "trainer.log_every_n_steps", lambda n: not _number(n) or n >= 0),
-    # a bool is refused where the data's seed is linked to it (fit_args._seed_for_data)
-    Limit(
-        "seed_in_range", "seed_everything", lambda n: not isinstance(n, int) or isinstance(n, bool) or 0 <= n < SEEDS
-    ),
+    # numpy's random generator, which Lightning's seed_everything seeds, takes [0, 2**32); a bool is refused where
+    # the data's seed is linked to it (fit_args._seed_for_data)
+    Limit("seed_in_range", "seed_everything", lambda n: not _number(n) or isinstance(n, bool) or 0 <= n < 2**32),
     batch_fits_in_memory,
     cpu_devices_within_cores,
     run_name_is_a_name,
     run_name_fits_a_directory_name,
     run_dir_can_be_made,
     world_size_unchanged,
-    evaluation_has_a_checkpoint,
+    # without one Lightning evaluates the freshly initialised model, and logs it as the evaluation of the run
+    # its config names: a number no one asked for, filed under a run it does not belong to
+    Limit("evaluation_has_a_checkpoint", "ckpt_path", bool, runs.EVALUATIONS),
     eval_block_size_has_positions,
 )

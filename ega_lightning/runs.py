@@ -1,13 +1,10 @@
 """A run directory: what state it is in, who may write into it, and undoing what a failed start wrote.
 
 One rule (`fit_state`) decides whether ``ega fit`` may start or resume a directory, and ``ega sweep`` asks it too,
-so the two never contradict each other: ``fresh`` (nothing of a run: start), ``resume`` (``checkpoints/last.ckpt``:
-continue it with ``--ckpt_path last``), ``stale`` (a run wrote something but no last.ckpt: it stopped before its
-first resumable point, so it can only be started over with ``--overwrite``). One lock per run directory
-(``<run>/.lock``, ``flock``), held by ``ega fit`` on global rank 0 for its whole life; ``ega sweep`` takes it before
-it looks at a directory and hands the locked file to the ``ega fit`` it starts (``EGA_RUN_LOCK_FD``), so the two
-never refuse each other and two processes never write one run. A command's claim (:class:`RunClaim`) is the lock it
-holds and what to remove when it fails on a user's mistake.
+so the two never contradict each other. One lock per run directory (``<run>/.lock``, ``flock``), held by ``ega fit``
+on global rank 0 for its whole life; ``ega sweep`` takes it before it looks at a directory and hands the locked file
+to the ``ega fit`` it starts (``EGA_RUN_LOCK_FD``), so the two never refuse each other and two processes never write
+one run.
 """
 
 from __future__ import annotations
@@ -59,12 +56,6 @@ class FitState(enum.Enum):
     STALE = "stale"
 
 
-def check_run_name(name: str) -> None:
-    """A run name names one directory under the runs directory: never a path out of it, nor the runs directory."""
-    if name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
-        raise UserError(paragraph("run_name_is_a_name", name=name))
-
-
 def outputs(run_dir: Path, globs: tuple[str, ...] = OUTPUT_GLOBS) -> list[Path]:
     """The files and directories a run (and its evaluations) has written into ``run_dir`` (sorted)."""
     if not run_dir.is_dir():
@@ -73,8 +64,9 @@ def outputs(run_dir: Path, globs: tuple[str, ...] = OUTPUT_GLOBS) -> list[Path]:
 
 
 def fit_state(run_dir: Path) -> FitState:
-    """What a fit finds: a run to resume, a stale one (trained, no last.ckpt), or none. An evaluation alone (of
-    an untrained model) is no run: it does not make the directory stale."""
+    """What a fit finds: a run to resume (its last.ckpt), a stale one (it wrote something, but stopped before its
+    first last.ckpt: only --overwrite starts it over), or none. An evaluation alone (of an untrained model) is no run:
+    it does not make the directory stale."""
     if (run_dir / LAST).is_file():
         return FitState.RESUME
     return FitState.STALE if outputs(run_dir, TRAINING_GLOBS) else FitState.FRESH
@@ -124,13 +116,6 @@ def try_lock(run_dir: Path) -> TextIO | None:
     return fh
 
 
-def lock(run_dir: Path) -> TextIO:
-    fh = try_lock(run_dir)
-    if fh is None:
-        raise RunBusy(paragraph("run_dir_busy", run_dir=run_dir, lock=run_dir / LOCK_FILE))
-    return fh
-
-
 def default_run_name(config: Any) -> str:
     """e.g. ``tinyshakespeare-multiscale_scales2-4x4x128-T128-seed1337``, ``ptb-fox+output_headwise-...``,
     ``tinyshakespeare-alibi-posnone-...`` (a position encoding other than the learned default)
@@ -145,14 +130,6 @@ def default_run_name(config: Any) -> str:
         gate += f"-pos{m['position']}"
     shape = f"{m['n_layer']}x{m['n_head']}x{m['n_embd']}-T{m['block_size']}"
     return f"{data['corpus']}-{gate}-{shape}-seed{data['seed']}"
-
-
-def run_dir_of(config: Any) -> Path:
-    """``--runs_dir/--run_name``, the name derived from the config when none is given."""
-    name = config.get("run_name")
-    if name:  # empty or None: the default name
-        check_run_name(name)
-    return Path(config["runs_dir"]) / (name or default_run_name(config))
 
 
 def check_fit_target(run_dir: Path, ckpt_path: str | None, overwrite: bool) -> None:
@@ -194,13 +171,17 @@ class RunClaim:
     def __exit__(self, *exc: object) -> None:
         self.release()
 
-    def claim(self, run_dir: Path, fit: bool) -> None:
-        """Takes ``run_dir``: for ``ega fit`` its lock (:class:`RunBusy` when another process holds it; then
-        nothing is claimed), and what is there now, so that :meth:`undo` removes only what comes after."""
+    def claim(self, run_dir: Path, fit: bool, ckpt_path: str | None = None, overwrite: bool = False) -> None:
+        """Takes ``run_dir`` and what is there now, so that :meth:`undo` removes only what comes after; for ``ega
+        fit`` its lock first (:class:`RunBusy` when another process holds it; then nothing is claimed), and under it
+        `check_fit_target` (read without the lock, a run that another process trains would look stale)."""
         missing = [d for d in (run_dir, *run_dir.parents) if not d.exists()]  # before the lock makes the directory
-        if fit:
-            self._lock = lock(run_dir)
+        self._lock = try_lock(run_dir) if fit else None
+        if fit and self._lock is None:
+            raise RunBusy(paragraph("run_dir_busy", run_dir=run_dir, lock=run_dir / LOCK_FILE))
         self.run_dir, self._before, self._missing = run_dir, _snapshot(run_dir), missing
+        if fit:
+            check_fit_target(run_dir, ckpt_path, overwrite)
 
     def release(self) -> None:
         lock, self._lock = self._lock, None

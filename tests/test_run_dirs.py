@@ -65,7 +65,7 @@ def test_the_lock_is_one_per_directory_and_passes_to_a_child(tmp_path, monkeypat
     assert held is not None
     assert runs.try_lock(run) is None  # a second open of the same lock file: refused
     with pytest.raises(runs.RunBusy, match="in use by another process"):
-        runs.lock(run)
+        runs.RunClaim().claim(run, fit=True)
     monkeypatch.setenv(runs.LOCK_FD_ENV, str(held.fileno()))
     assert runs.try_lock(run) is not None  # the inherited, already locked file (as `ega sweep` hands it over)
     held.close()

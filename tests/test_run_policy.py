@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -70,11 +71,11 @@ def request(command: str | None = "fit", typed=(), ckpt: CheckpointFacts | None 
 def test_a_fresh_fit_is_planned_into_the_directory_its_config_names():
     plan = plan_run(request())
     assert plan.run_dir == Path("runs") / runs.default_run_name(CONFIG)
-    assert (plan.lock, plan.overwrite, plan.clear_old_run, plan.resume_step) == (True, False, False, None)
+    assert (plan.lock, plan.clear_old_run, plan.resume_step) == (True, False, None)
     assert (plan.merge_checkpoint_model, plan.kept_model, plan.corpus, plan.last_every) == (False, {}, None, 100)
     assert plan_run(request(run_name="mine")).run_dir == Path("runs/mine")
     started_over = plan_run(request(overwrite=True))
-    assert started_over.overwrite and started_over.clear_old_run  # once every class is built
+    assert started_over.clear_old_run  # once every class is built
 
 
 @pytest.mark.parametrize("command", ["validate", "test"])
@@ -239,7 +240,7 @@ def test_refusals_are_asked_in_order_and_listed_together():
     with pytest.raises(UserError) as refused:
         plan_run(wrong)
     assert str(refused.value) == problems[0]
-    assert run_policy.REFUSALS[0] is run_policy.last_resumes_only_fit
+    assert run_policy.REFUSALS[0].name == "last_resumes_only_fit"
 
 
 def test_typed_keys_are_the_flags_and_the_keys_of_the_config_files(tmp_path):
@@ -293,21 +294,30 @@ def test_the_directory_s_state_is_read_under_its_lock(tmp_path):
     plan = plan_run(request(runs_dir=str(tmp_path), run_name="r"))
     with runs.RunClaim() as claim:
         with pytest.raises(UserError, match="already holds a run"):
-            run_policy.claim_run_dir(plan, claim)
+            claim.claim(plan.run_dir, plan.lock, plan.ckpt_path, plan.clear_old_run)
         assert runs.try_lock(run_dir) is None  # taken before the state was read
     held = runs.try_lock(run_dir)  # another process trains the run: busy, whatever its state
     with runs.RunClaim() as claim, pytest.raises(runs.RunBusy, match="in use by another process"):
-        run_policy.claim_run_dir(plan, claim)
+        claim.claim(plan.run_dir, plan.lock, plan.ckpt_path, plan.clear_old_run)
     held.close()
     ckpt = checkpoint(str(run_dir / runs.LAST))
     evaluation = plan_run(
         request("validate", ckpt=ckpt, ckpt_path=str(ckpt.path), runs_dir=str(tmp_path), run_name="r")
     )
     with runs.RunClaim() as claim:
-        run_policy.claim_run_dir(evaluation, claim)  # no lock, no state check
+        claim.claim(evaluation.run_dir, evaluation.lock, evaluation.ckpt_path)  # no lock, no state check
         free = runs.try_lock(run_dir)
         assert claim.run_dir == run_dir and free is not None
         free.close()
+
+
+def test_cpu_devices_past_the_cores_are_refused_counted_as_the_world_size_counts_them():
+    many = os.cpu_count() + 1
+    for devices in (many, str(many), ",".join(map(str, range(many)))):
+        with pytest.raises(UserError, match=f"trainer.devices is {devices} on the CPU, .* start {many} training"):
+            plan_run(request(**{"trainer.accelerator": "cpu", "trainer.devices": devices}))
+    for devices in ("auto", -1, 1):  # Lightning counts the machine's: nothing to refuse
+        assert plan_run(request(**{"trainer.accelerator": "cpu", "trainer.devices": devices})).lock
 
 
 @pytest.mark.parametrize("clip", [None, 0, 0.0, 0.5, 1])
@@ -376,7 +386,6 @@ def test_the_ranks_agree_on_rank_0_s_refusal_then_on_a_checkpoint_some_rank_lack
     last.write_bytes(b"")
     runs_dir = str(tmp_path / "runs")
     plan = plan_run(request(ckpt=checkpoint(str(last)), ckpt_path="last", run_name="r", runs_dir=runs_dir))
-    assert run_policy.checkpoint_to_restore(plan) == last
     here = run_policy.rank_verdict(plan, 0, "a", None)
     assert here.missing is None and run_policy.agreed_refusal([here], plan) is None
     last.unlink()
@@ -397,11 +406,13 @@ def test_ranks_started_together_keep_a_refusal_that_rests_on_the_checkpoint_alon
     """A checkpoint another node may lack: its refusal waits for the process group; the config's is raised."""
     ckpt = checkpoint("runs/r/checkpoints/last.ckpt", corpus="tinyshakespeare")
     resumed = request(ckpt=ckpt, ckpt_path="last", run_name="r", **{"model.lr": 0.5})
-    plan, refusal = run_policy.plan_run_together(resumed)
-    assert plan.resume_step == 40 and "lr: checkpoint 0.001, this command 0.5" in str(refusal)
-    assert run_policy.plan_run_together(request(ckpt=ckpt, ckpt_path="last", run_name="r"))[1] is None
+    plan = plan_run(resumed, together=True)
+    assert plan.resume_step == 40 and "lr: checkpoint 0.001, this command 0.5" in plan.refusal
+    with pytest.raises(UserError, match=r"lr: checkpoint 0\.001, this command 0\.5"):
+        plan_run(resumed)  # one process: said at once
+    assert plan_run(request(ckpt=ckpt, ckpt_path="last", run_name="r"), together=True).refusal is None
     with pytest.raises(UserError, match="max_steps is 0"):
-        run_policy.plan_run_together(request(ckpt=ckpt, ckpt_path="last", run_name="r", **{"trainer.max_steps": 0}))
+        plan_run(request(ckpt=ckpt, ckpt_path="last", run_name="r", **{"trainer.max_steps": 0}), together=True)
 
 
 def test_refusals_yaml_holds_every_paragraph_the_shell_says_and_none_it_does_not():

@@ -32,17 +32,13 @@ class LastCheckpoint(Checkpoint):
         self._saved_step = -1
         self._started = False  # this fit's first batch began
 
-    @property
-    def path(self) -> Path:
-        return self.dirpath / "last.ckpt"
-
     def _save(self, trainer: L.Trainer) -> None:
         # what was logged goes to disk first: a run killed after this save resumes past those points and never
         # logs them again (TensorBoard buffers events for up to two minutes)
         for logger in trainer.loggers:
             logger.save()
         # the full state, through the trainer's CheckpointIO (atomic), on every rank
-        trainer.save_checkpoint(self.path, weights_only=False)
+        trainer.save_checkpoint(self.dirpath / "last.ckpt", weights_only=False)
         self._saved_step = trainer.global_step
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:

@@ -1,13 +1,9 @@
-"""The signals that stop `ega fit`, `validate` and `test`: one :class:`StopSignals` per command, nothing kept at module
-level (a notebook's second fit starts with no signal recorded by its first).
-
-In one process Ctrl-C and SIGTERM are Lightning's (Ctrl-C ends with status 1, as a crash does: ``ctrl_c`` remembers
-it); SIGUSR1, SLURM's requeue signal, is taken as SIGTERM. Under DDP, Lightning's SIGTERM handler broadcasts from
-inside the handler, wherever the signal finds the rank, and each rank stops at its own step: collectives that no
-longer match, ranks that wait for each other until killed (issue 41). Here, once a fit's process group has formed,
-SIGTERM and SIGINT only record the signal; at the end of every training batch the ranks agree on it with one
-all_reduce(MAX), and where any rank was signalled every rank raises :class:`StopSignal` at that step (last.ckpt: the
-last scheduled save before it; a save in progress finishes first).
+"""The signals that stop `ega fit`, `validate` and `test`, one :class:`StopSignals` per command (a notebook's second
+fit starts with no signal recorded by its first). In one process Ctrl-C and SIGTERM are Lightning's; SIGUSR1, SLURM's
+requeue signal, is taken as SIGTERM. Under DDP, Lightning's SIGTERM handler broadcasts from inside the handler,
+wherever the signal finds the rank, and each rank stops at its own step: collectives that no longer match, ranks that
+wait for each other until killed (issue 41). Here the ranks of a fit agree on a signal at the end of a training batch
+(`AgreedStop`), and stop at that step (last.ckpt: the last scheduled save before it; a save in progress finishes).
 """
 
 from __future__ import annotations
@@ -100,8 +96,8 @@ def _die(signum: int, frame: Any) -> None:
 
 
 class AgreedStop(L.Callback):
-    """At the end of every training batch the ranks agree on whether any was signalled; if so, every rank raises
-    :class:`StopSignal` there. Nothing happens in a single process."""
+    """At the end of every training batch the ranks agree on whether any was signalled (one all_reduce(MAX)); if so,
+    every rank raises :class:`StopSignal` there. Nothing happens in a single process."""
 
     def __init__(self, signals: StopSignals) -> None:
         self.signals = signals

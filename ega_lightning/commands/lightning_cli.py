@@ -16,7 +16,7 @@ from typing import Any
 
 from jsonargparse import Namespace
 from lightning.fabric.plugins.environments import ClusterEnvironment, SLURMEnvironment, TorchElasticEnvironment
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.strategies import DDPStrategy, Strategy, StrategyRegistry
 from lightning.pytorch.utilities.exceptions import MisconfigurationException, SIGTERMException
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -32,23 +32,10 @@ from ega_lightning.lightning_private import PlannedCheckpointMerge, line_for_eve
 from ega_lightning.module import CharLM
 
 
-class SaveRunConfig(SaveConfigCallback):
-    """The resolved config, into the run directory: ``config.yaml`` for fit (a resume re-saves the same run's, so it
-    overwrites), ``config_<stage>.yaml`` else."""
-
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        stage = getattr(stage, "value", stage)  # TrainerFn or str
-        self.config_filename = "config.yaml" if stage == "fit" else f"config_{stage}.yaml"
-        super().setup(trainer, pl_module, stage)
-
-
 class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
-    """Lightning's CLI for CharLM and CharDataModule, with `ega`'s run directories, checks and summaries.
-
-    ``claim``: this command's claim on its run directory, which the caller keeps to undo on a failure (without one,
+    """``claim``: this command's claim on its run directory, which the caller keeps to undo on a failure (without one,
     the Python API's, the CLI makes its own and releases it at the end); ``command_line``: the line as typed (fit's
-    summary repeats it); ``signals``: the stop signals the command takes (`main`'s; without them, the CLI's own).
-    """
+    summary repeats it); ``signals``: the stop signals the command takes (`main`'s; without them, the CLI's own)."""
 
     run_plan: run_policy.RunPlan  # what the command does with its run directory, decided once the line is parsed
     # where a launcher started the ranks together (torchrun, srun), this rank's refusal that another rank may not
@@ -79,21 +66,39 @@ class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
             super().parse_arguments(parser, args)
         command = self.config.get("subcommand")
         config, typed = self.config[command] if command else self.config, list(sys.argv[1:] if args is None else args)
-        if not started_together():
-            self.run_plan = run_policy.plan_run(run_policy.read_request(command, config, typed))
-        else:  # the other ranks run already, and a checkpoint may be on some nodes only (`plan_run_together`)
-            request = run_policy.read_request(command, config, typed, missing_ok=True)
-            self.run_plan, self._refusal = run_policy.plan_run_together(request)
+        together = started_together()  # the other ranks run already: a checkpoint may be on some nodes only
+        self.run_plan = run_policy.plan_run(run_policy.read_request(command, config, typed, together), together)
+        self._refusal = None if self.run_plan.refusal is None else UserError(self.run_plan.refusal)
 
     def merges_checkpoint_hparams(self) -> bool:
         return self.run_plan.merge_checkpoint_model
 
     def before_instantiate_classes(self) -> None:
-        point_config_at_run(self.config[self.subcommand] if self.subcommand else self.config, self.run_plan)
+        """The plan written into the command's parsed config before its classes are built (the values the command
+        keeps over its checkpoint's, the checkpoint's corpus, the run directory as the place of every writer: the
+        Trainer's root, the loggers' directory, the checkpoints' unless a config names one), and the run claimed."""
+        config, plan = self.config[self.subcommand] if self.subcommand else self.config, self.run_plan
+        for key, value in plan.kept_model.items():
+            config.model[key] = value
+        if plan.corpus is not None:
+            config.data.corpus = plan.corpus
+        run_dir = plan.run_dir
+        config.trainer.default_root_dir = str(run_dir)
+        # one fixed directory per run: no version_N, so `--ckpt_path last` finds the run's checkpoints; an evaluation
+        # logs into a run of its own beside it, at its checkpoint's step
+        at = (("sub_dir", plan.evaluation), ("eval_step", plan.eval_step)) if plan.evaluation else ()
+        for logger in run_policy.as_list(config.trainer.logger):
+            for key, value in (("save_dir", str(run_dir.parent)), ("name", run_dir.name), ("version", ""), *at):
+                if isinstance(logger, Namespace) and key in logger.get("init_args", ()):
+                    logger.init_args[key] = value
+        for cb in run_policy.as_list(config.trainer.callbacks):
+            checkpoints = isinstance(cb, Namespace) and str(cb.get("class_path")).endswith("ModelCheckpoint")
+            if checkpoints and cb.init_args.get("dirpath") is None:
+                cb.init_args.dirpath = str(run_dir / "checkpoints")
         # the other ranks of a DDP run write into rank 0's run, under its lock; a refused run is not claimed
         if rank_zero_only.rank == 0 and self._refusal is None:
-            try:
-                run_policy.claim_run_dir(self.run_plan, self._claim)  # fit: the lock, held until the command ends
+            try:  # fit: the lock, held until the command ends
+                self._claim.claim(plan.run_dir, plan.lock, plan.ckpt_path, plan.clear_old_run)
             except UserError as err:
                 # under torchrun or srun the other ranks would wait for rank 0 at the process group: they hear the
                 # refusal there (Lightning's own DDP starts them later, so rank 0 refuses now, alone)
@@ -152,14 +157,13 @@ class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
             purge_from(logger, plan.resume_step)
 
     def _agree_before_the_first_collective(self, strategy: Strategy) -> None:
-        """Every rank says what it found (rank 0's refusal, whether it can read the checkpoint the run restores)
-        as soon as the process group forms, before Lightning's first collective; where any rank cannot go on, every
-        rank stops with the same paragraph (`run_policy.agreed_refusal`), so no rank waits for another that has
-        left or restores what another starts afresh."""
+        """Every rank's verdict, gathered once the process group forms: where any rank cannot go on, every rank stops
+        with the same paragraph (`run_policy.agreed_refusal`), so no rank waits for another that has left or restores
+        what another starts afresh."""
         import torch.distributed as dist
 
         mine = run_policy.rank_verdict(self.run_plan, strategy.global_rank, socket.gethostname(), self._refusal)
-        together = torch_distributed_world() > 1
+        together = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         verdicts = [None] * dist.get_world_size() if together else [mine]
         if together:
             dist.all_gather_object(verdicts, mine)  # every rank, no rank-zero block
@@ -175,19 +179,20 @@ class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> Any:
         init = self.config_init[self.subcommand] if self.subcommand else self.config_init
-        plugins = _as_list(init.trainer.get("plugins"))
+        plugins = run_policy.as_list(init.trainer.get("plugins"))
         if SLURMEnvironment.detect() and not any(isinstance(p, ClusterEnvironment) for p in plugins):
             # Lightning's SLURM requeue writes hpc_ckpt_N.ckpt into the run directory on SIGUSR1 and restores it
             # by itself, outside `--ckpt_path last`: off (`main` takes SIGUSR1 as SIGTERM)
             kwargs["plugins"] = [*plugins, SLURMEnvironment(auto_requeue=False)]
-        # AgreedStop: the ranks of a DDP fit agree to stop on a signal; StepPace: the step time (issue 55);
-        # RunSegments: which CPU kind trains which steps (issue 67); LastCheckpoint: last.ckpt on a step schedule
         added: list[Any] = [AgreedStop(self._signals), StepPace()]
         if self.subcommand == "fit":
             added.append(RunSegments(self.run_plan.run_dir))
         if self.run_plan.last_every:
             added.append(LastCheckpoint(self.run_plan.run_dir / "checkpoints", every_n_steps=self.run_plan.last_every))
         self.trainer_defaults = {**self.trainer_defaults, "callbacks": added}  # appended to the configured ones
+        # the resolved config, into the run directory: an evaluation's beside its run's (which a resume re-saves)
+        saved_as = "config.yaml" if self.subcommand in ("fit", None) else f"config_{self.subcommand}.yaml"
+        self.save_config_kwargs = {**self.save_config_kwargs, "config_filename": saved_as}
         # the ranks' agreement, in the DDP that Lightning builds for the configured strategy: by its name or its
         # class, or, for `auto`, once Lightning has chosen DDP (several devices or nodes), in a Trainer built again
         # with the agreeing DDP (and the configured callbacks as they were: Lightning extends their list in place)
@@ -240,42 +245,6 @@ def started_together() -> bool:
     return SLURMEnvironment.detect() and os.environ.get("SLURM_NTASKS", "1").strip() not in ("", "1")
 
 
-def torch_distributed_world() -> int:
-    """The size of the process group that has formed; 1 where none has."""
-    import torch.distributed as dist
-
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None or isinstance(value, bool):
-        return []
-    return value if isinstance(value, list) else [value]
-
-
-def point_config_at_run(config: Namespace, plan: run_policy.RunPlan) -> None:
-    """The plan written into the command's parsed config before its classes are built: the values the command
-    keeps over its checkpoint's, the checkpoint's corpus, and the run directory as the place of every writer
-    (the Trainer's root, the loggers' directory, the checkpoints' unless a config names one)."""
-    for key, value in plan.kept_model.items():
-        config.model[key] = value
-    if plan.corpus is not None:
-        config.data.corpus = plan.corpus
-    run_dir = plan.run_dir
-    config.trainer.default_root_dir = str(run_dir)
-    # one fixed directory per run: no version_N, so `--ckpt_path last` finds the run's checkpoints; an evaluation
-    # logs into a run of its own beside it, at its checkpoint's step
-    at = (("sub_dir", plan.evaluation), ("eval_step", plan.eval_step)) if plan.evaluation else ()
-    for logger in _as_list(config.trainer.logger):
-        for key, value in (("save_dir", str(run_dir.parent)), ("name", run_dir.name), ("version", ""), *at):
-            if isinstance(logger, Namespace) and key in logger.get("init_args", ()):
-                logger.init_args[key] = value
-    for callback in _as_list(config.trainer.callbacks):
-        checkpoints = isinstance(callback, Namespace) and str(callback.get("class_path")).endswith("ModelCheckpoint")
-        if checkpoints and callback.init_args.get("dirpath") is None:
-            callback.init_args.dirpath = str(run_dir / "checkpoints")
-
-
 def main(args: list[str] | None = None, descriptions: dict[str, str] | None = None) -> None:
     """Runs ``fit``/``validate``/``test`` (``args``: the whole line, the subcommand first; None: ``sys.argv``,
     which DDP re-executes); ``descriptions``: each subcommand's line for its ``--help``."""
@@ -293,7 +262,6 @@ def main(args: list[str] | None = None, descriptions: dict[str, str] | None = No
             EgaCLI(
                 CharLM,
                 CharDataModule,
-                save_config_callback=SaveRunConfig,
                 save_config_kwargs={"overwrite": True},
                 **cli_options(descriptions or {}),
                 args=line_for_every_rank(argv, resolve) if args is None else resolve(argv),
