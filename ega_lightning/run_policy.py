@@ -236,7 +236,9 @@ class RankVerdict:
 def rank_verdict(plan: RunPlan, rank: int, host: str, refusal: BaseException | None) -> RankVerdict:
     """This process's verdict: ``refusal`` (a claim that failed, kept until every rank can hear it) and whether it
     can read the checkpoint the plan restores (``last``, which only a fit's plan holds: the run's last.ckpt)."""
-    path = plan.run_dir / runs.LAST if plan.ckpt_path == "last" else Path(plan.ckpt_path) if plan.ckpt_path else None
+    path = Path(plan.ckpt_path) if plan.ckpt_path else None
+    if plan.ckpt_path == "last":
+        path = plan.run_dir / runs.LAST
     missing = str(path) if path is not None and not path.is_file() else None
     message = None if refusal is None else (str(refusal).strip() or type(refusal).__name__)
     return RankVerdict(rank, host, message, isinstance(refusal, runs.RunBusy), missing)

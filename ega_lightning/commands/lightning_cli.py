@@ -33,9 +33,12 @@ from ega_lightning.module import CharLM
 
 
 class EgaCLI(PlannedCheckpointMerge, EgaCommands, LightningCLI):
-    """``claim``: this command's claim on its run directory, which the caller keeps to undo on a failure (without one,
+    """Lightning's CLI for CharLM and CharDataModule, with `ega`'s run directories, checks and summaries.
+
+    ``claim``: this command's claim on its run directory, which the caller keeps to undo on a failure (without one,
     the Python API's, the CLI makes its own and releases it at the end); ``command_line``: the line as typed (fit's
-    summary repeats it); ``signals``: the stop signals the command takes (`main`'s; without them, the CLI's own)."""
+    summary repeats it); ``signals``: the stop signals the command takes (`main`'s; without them, the CLI's own).
+    """
 
     run_plan: run_policy.RunPlan  # what the command does with its run directory, decided once the line is parsed
     # where a launcher started the ranks together (torchrun, srun), this rank's refusal that another rank may not
