@@ -216,11 +216,11 @@ def decides_with_power(
     def enough(n: int) -> bool:
         # the count stops where its outcome is settled: the same answer as counting all draws, at a fraction of it
         hits = 0
-        for left, ds in enumerate(_studies(intervals, level, n, std_end, draws) or (), 1):
+        for counted, ds in enumerate(_studies(intervals, level, n, std_end, draws) or (), 1):
             hits += decided(*ds)
             if hits >= needed:
                 return True
-            if hits + draws - left < needed:
+            if hits + draws - counted < needed:
                 return False
         return hits >= needed
 
